@@ -1,0 +1,34 @@
+//! The [`Channel`] trait: what every platform adapter implements.
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::CoreError;
+use crate::hub::ChatHub;
+use crate::ids::ChannelName;
+use crate::message::OutboundMessage;
+
+/// What a channel's `run` gets: the hub to publish inbound messages on, and the token that
+/// says the daemon is stopping.
+#[derive(Clone)]
+pub struct ChannelContext {
+    /// Where inbound messages go.
+    pub hub: ChatHub,
+    /// Cancelled when the daemon stops; `run` returns soon after.
+    pub shutdown: CancellationToken,
+}
+
+/// A platform adapter. The daemon calls `run` under a supervisor (restarted with backoff
+/// when it fails) and calls `send` for every outbound message routed to this channel.
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// The channel's name; outbound messages are routed by it.
+    fn name(&self) -> ChannelName;
+
+    /// Receives from the platform and publishes inbound messages on the hub until the
+    /// shutdown token is cancelled. An `Err` makes the supervisor restart it.
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError>;
+
+    /// Delivers one outbound message to the platform.
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError>;
+}

@@ -1,0 +1,156 @@
+//! The provider-neutral conversation model: what a session remembers and what the LLM
+//! clients translate to their wire formats.
+
+use serde::{Deserialize, Serialize};
+
+/// One message of a conversation. System prompts are not part of history; they are built
+/// fresh for every request.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub enum ChatMessage {
+    /// What the person wrote.
+    User {
+        /// The text of the message.
+        content: String,
+    },
+    /// What the model answered: text, tool calls, or both.
+    Assistant {
+        /// The text of the answer (may be empty when the model only calls tools).
+        #[serde(default)]
+        content: String,
+        /// The tools the model asked to run, in the order it asked.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call, answering the call with the same id.
+    Tool {
+        /// The id of the [`ToolCall`] this answers.
+        tool_call_id: String,
+        /// The tool's name, kept for providers and logs that want it.
+        name: String,
+        /// The tool's output, or the error the model should read.
+        content: String,
+        /// Whether the call failed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+impl ChatMessage {
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::User {
+            content: content.into(),
+        }
+    }
+
+    /// An assistant message with text only.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::Assistant {
+            content: content.into(),
+            tool_calls: Vec::new(),
+        }
+    }
+
+    /// A tool result.
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>, is_error: bool) -> Self {
+        Self::Tool {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    /// Whether this is a user message (the start of a turn).
+    pub fn is_user(&self) -> bool {
+        matches!(self, Self::User { .. })
+    }
+
+    /// The tool calls of an assistant message; empty for every other message.
+    pub fn tool_calls(&self) -> &[ToolCall] {
+        match self {
+            Self::Assistant { tool_calls, .. } => tool_calls,
+            _ => &[],
+        }
+    }
+
+    /// The id of the call a tool result answers, if this is a tool result.
+    pub fn tool_call_id(&self) -> Option<&str> {
+        match self {
+            Self::Tool { tool_call_id, .. } => Some(tool_call_id),
+            _ => None,
+        }
+    }
+
+    /// The text of the message (a tool result's output).
+    pub fn text(&self) -> &str {
+        match self {
+            Self::User { content } | Self::Assistant { content, .. } | Self::Tool { content, .. } => {
+                content
+            }
+        }
+    }
+}
+
+/// A tool call as the model asked for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's id for the call; the result carries it back.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments as the JSON text the model wrote (it may be invalid; the agent
+    /// parses it and turns a parse failure into an error result).
+    pub arguments: String,
+}
+
+/// Tokens spent, summed over calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_through_json() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "echo".into(),
+            arguments: r#"{"text":"hi"}"#.into(),
+        };
+        let messages = vec![
+            ChatMessage::user("hi"),
+            ChatMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![call.clone()],
+            },
+            ChatMessage::tool_result(&call, "hi", false),
+            ChatMessage::assistant("done"),
+        ];
+        for message in messages {
+            let json = serde_json::to_string(&message).expect("serialize");
+            let back: ChatMessage = serde_json::from_str(&json).expect("deserialize");
+            assert_eq!(back, message);
+        }
+    }
+
+    #[test]
+    fn user_message_serializes_with_role_tag() {
+        let json = serde_json::to_string(&ChatMessage::user("x")).expect("serialize");
+        assert_eq!(json, r#"{"role":"user","content":"x"}"#);
+    }
+}

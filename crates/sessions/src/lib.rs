@@ -1,0 +1,25 @@
+//! switchboard-sessions: what a chat remembers, in memory and on disk.
+//!
+//! A [`Session`] keeps the last N messages (50 by default) and trims whole turns from the
+//! front, so history never starts with a tool result and never keeps a result without its
+//! call. The [`JsonlStore`] appends every message to one JSONL file per session, reads the
+//! tail back on start (skipping a torn last line) and compacts atomically.
+//!
+//! # Layout
+//! - `session`: [`Session`], the in-memory window over a conversation.
+//! - `trim`: the pure trimming and repair rules, unit-tested edge by edge.
+//! - `store`: the [`SessionStore`] trait and what a load returns.
+//! - `jsonl`: [`JsonlStore`], the on-disk store.
+//! - `error`: [`StoreError`].
+
+mod error;
+mod jsonl;
+mod session;
+mod store;
+mod trim;
+
+pub use error::StoreError;
+pub use jsonl::JsonlStore;
+pub use session::Session;
+pub use store::{Loaded, SessionStore};
+pub use trim::{repair, trim};

@@ -1,0 +1,151 @@
+//! [`Session`]: the window of a conversation the agent sends to the model.
+
+use std::collections::VecDeque;
+
+use switchboard_core::{ChatMessage, SessionKey, Usage};
+
+use crate::store::Loaded;
+use crate::trim::{repair, trim};
+
+/// The last `limit` messages of one chat, always valid to send to a provider.
+#[derive(Clone, Debug)]
+pub struct Session {
+    key: SessionKey,
+    messages: VecDeque<ChatMessage>,
+    limit: usize,
+    usage: Usage,
+    /// Records in the session's file; compaction is due when it outgrows the window.
+    records: usize,
+}
+
+impl Session {
+    /// An empty session.
+    pub fn new(key: SessionKey, limit: usize) -> Self {
+        Self {
+            key,
+            messages: VecDeque::new(),
+            limit: limit.max(2),
+            usage: Usage::default(),
+            records: 0,
+        }
+    }
+
+    /// A session from what the store read back, repaired and trimmed.
+    pub fn from_loaded(key: SessionKey, limit: usize, loaded: Loaded) -> Self {
+        let mut session = Self::new(key, limit);
+        session.messages = repair(loaded.messages).into();
+        trim(&mut session.messages, session.limit);
+        session.usage = loaded.usage;
+        session.records = loaded.records;
+        session
+    }
+
+    /// The session's key.
+    pub fn key(&self) -> &SessionKey {
+        &self.key
+    }
+
+    /// The messages, oldest first.
+    pub fn messages(&self) -> &VecDeque<ChatMessage> {
+        &self.messages
+    }
+
+    /// A copy of the history for a request.
+    pub fn history(&self) -> Vec<ChatMessage> {
+        self.messages.iter().cloned().collect()
+    }
+
+    /// How many messages are kept.
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Tokens spent over the session's life.
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Appends the messages of a turn (already persisted) and trims.
+    pub fn extend(&mut self, messages: impl IntoIterator<Item = ChatMessage>) {
+        let before = self.messages.len();
+        self.messages.extend(messages);
+        self.records += self.messages.len() - before;
+        trim(&mut self.messages, self.limit);
+    }
+
+    /// Adds a turn's token usage (already persisted).
+    pub fn add_usage(&mut self, usage: Usage) {
+        self.usage += usage;
+        self.records += 1;
+    }
+
+    /// Forgets everything (for `/new`, after the store archived the file).
+    pub fn clear(&mut self) {
+        self.messages.clear();
+        self.usage = Usage::default();
+        self.records = 0;
+    }
+
+    /// Whether the file holds so many records beyond the window that it should be
+    /// rewritten: more than three windows' worth.
+    pub fn needs_compaction(&self) -> bool {
+        self.records > self.limit * 3 + 8
+    }
+
+    /// Notes that the store rewrote the file with the current window and usage.
+    pub fn compacted(&mut self) {
+        self.records = self.messages.len() + 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extend_trims_to_the_limit_by_whole_turns() {
+        let mut session = Session::new("s".into(), 4);
+        for i in 0..5 {
+            session.extend([ChatMessage::user(format!("q{i}")), ChatMessage::assistant("a")]);
+        }
+        assert_eq!(session.len(), 4);
+        assert_eq!(session.messages()[0], ChatMessage::user("q3"));
+    }
+
+    #[test]
+    fn loading_repairs_and_trims() {
+        let loaded = Loaded {
+            messages: vec![
+                ChatMessage::assistant("orphan"),
+                ChatMessage::user("q1"),
+                ChatMessage::assistant("a1"),
+                ChatMessage::user("q2"),
+                ChatMessage::assistant("a2"),
+            ],
+            usage: Usage {
+                input_tokens: 3,
+                output_tokens: 4,
+            },
+            records: 5,
+        };
+        let session = Session::from_loaded("s".into(), 2, loaded);
+        assert_eq!(session.history(), vec![ChatMessage::user("q2"), ChatMessage::assistant("a2")]);
+        assert_eq!(session.usage().output_tokens, 4);
+    }
+
+    #[test]
+    fn compaction_is_due_after_several_windows() {
+        let mut session = Session::new("s".into(), 2);
+        for _ in 0..8 {
+            session.extend([ChatMessage::user("q"), ChatMessage::assistant("a")]);
+        }
+        assert!(session.needs_compaction());
+        session.compacted();
+        assert!(!session.needs_compaction());
+    }
+}

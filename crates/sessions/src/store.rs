@@ -1,0 +1,40 @@
+//! The [`SessionStore`] trait: where sessions are kept between turns and restarts.
+
+use switchboard_core::{ChatMessage, SessionKey, Usage};
+
+use crate::error::StoreError;
+
+/// What [`SessionStore::load`] read back.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Loaded {
+    /// The messages, oldest first (not yet trimmed or repaired).
+    pub messages: Vec<ChatMessage>,
+    /// Tokens spent over the session's life.
+    pub usage: Usage,
+    /// How many records the file holds; the caller compacts when it grows.
+    pub records: usize,
+}
+
+/// Durable storage of sessions. Calls are short blocking writes (an append is one
+/// `write` to the page cache), made from the session's own worker.
+pub trait SessionStore: Send + Sync + 'static {
+    /// Reads a session back; a session never written loads empty.
+    fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
+
+    /// Appends messages; they are written through to the OS before this returns.
+    fn append(&self, key: &SessionKey, messages: &[ChatMessage]) -> Result<(), StoreError>;
+
+    /// Records tokens spent by a turn.
+    fn record_usage(&self, key: &SessionKey, usage: Usage) -> Result<(), StoreError>;
+
+    /// Replaces the session's records with `messages` and the usage total, atomically.
+    fn compact(
+        &self,
+        key: &SessionKey,
+        messages: &[ChatMessage],
+        usage: Usage,
+    ) -> Result<(), StoreError>;
+
+    /// Moves the session aside (for `/new`); the next load starts empty.
+    fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
+}
