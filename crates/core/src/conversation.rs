@@ -105,6 +105,17 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// A tool as the model sees it: sent with every request that offers tools.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does and when to use it.
+    pub description: String,
+    /// JSON schema of its arguments (an object schema).
+    pub parameters: serde_json::Value,
+}
+
 /// Tokens spent, summed over calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {

@@ -1,0 +1,114 @@
+//! [`ToolRegistry`]: the tools of one daemon, by name.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::tool::{Tool, ToolDefinition};
+
+/// The tools the agent offers the model. Built once at start, shared read-only.
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool, replacing one of the same name.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> &mut Self {
+        self.tools.insert(tool.name().to_owned(), tool);
+        self
+    }
+
+    /// Adds a tool (builder style).
+    pub fn with(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.register(tool);
+        self
+    }
+
+    /// The tool of that name.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// The definitions sent to the model, sorted by name so requests are stable.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools
+            .values()
+            .map(|tool| ToolDefinition {
+                name: tool.name().to_owned(),
+                description: tool.description().to_owned(),
+                parameters: tool.parameters(),
+            })
+            .collect()
+    }
+
+    /// The names of the registered tools, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::error::ToolError;
+    use crate::tool::ToolContext;
+
+    struct Named(&'static str);
+
+    #[async_trait]
+    impl Tool for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            "a test tool"
+        }
+        fn parameters(&self) -> serde_json::Value {
+            json!({"type": "object", "properties": {}})
+        }
+        async fn call(&self, _: serde_json::Value, _: &ToolContext) -> Result<String, ToolError> {
+            Ok(self.0.to_owned())
+        }
+    }
+
+    #[test]
+    fn definitions_are_sorted_and_complete() {
+        let registry = ToolRegistry::new()
+            .with(Arc::new(Named("zeta")))
+            .with(Arc::new(Named("alpha")));
+        let names: Vec<_> = registry.definitions().into_iter().map(|d| d.name).collect();
+        assert_eq!(names, ["alpha", "zeta"]);
+        assert!(registry.get("alpha").is_some());
+        assert!(registry.get("beta").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_registered_tool_can_be_called() {
+        let registry = ToolRegistry::new().with(Arc::new(Named("echo")));
+        let ctx = ToolContext {
+            workspace: std::env::temp_dir(),
+            session: "s".into(),
+            cancel: Default::default(),
+        };
+        let tool = registry.get("echo").expect("registered");
+        assert_eq!(tool.call(json!({}), &ctx).await.expect("call"), "echo");
+    }
+}

@@ -1,0 +1,42 @@
+//! The [`Tool`] trait and what a call gets to work with.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use switchboard_core::SessionKey;
+pub use switchboard_core::ToolDefinition;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::ToolError;
+
+/// What a tool call may use.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// The directory the agent may touch; file tools stay inside it.
+    pub workspace: PathBuf,
+    /// The session the call belongs to.
+    pub session: SessionKey,
+    /// Cancelled when the turn is stopped (`/stop`, shutdown); long tools select on it.
+    pub cancel: CancellationToken,
+}
+
+/// Something the agent can run when the model asks.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    /// The name the model calls it by (`[a-zA-Z0-9_-]{1,64}`).
+    fn name(&self) -> &str;
+
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON schema of the arguments object.
+    fn parameters(&self) -> serde_json::Value;
+
+    /// Whether the tool mutates shared state and so must not run beside other calls.
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// Runs the tool. The text returned (or the error's message) goes back to the model.
+    async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>;
+}
