@@ -1,1 +1,23 @@
-//! x
+//! switchboard, the daemon: wiring, config, CLI and operations.
+//!
+//! The binary (`main.rs`) is a thin shell over this library so the end-to-end tests can
+//! start the whole daemon in-process on `127.0.0.1:0` with [`app::start`].
+//!
+//! # Layout
+//! - `app`: builds everything from a [`config::Config`] and runs it; graceful shutdown.
+//! - `config`: the TOML config, `${ENV}` secrets, located errors.
+//! - `cli`: the command line (clap).
+//! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
+//! - `health`: `/healthz` and the channel states behind it.
+//! - `terminal`: `switchboard agent`, turns in the terminal.
+//! - `logging`: tracing setup (text or JSON).
+//! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod health;
+pub mod logging;
+pub mod notify;
+pub mod supervisor;
+pub mod terminal;

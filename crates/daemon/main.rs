@@ -1,1 +1,42 @@
-fn main() {}
+//! The `switchboard` binary: parses the command line, runs it, and turns errors into a
+//! message and an exit code (2 for config errors, 1 for the rest).
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use switchboard::cli::{Cli, Command};
+use switchboard::config::ConfigError;
+use switchboard::{app, logging, terminal};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, matches!(cli.command, Command::Agent { .. }));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("switchboard: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Run { config } => app::run_until_signal(config.as_deref()).await,
+            Command::Agent {
+                config,
+                message,
+                session,
+            } => terminal::run(config.as_deref(), message, &session).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if let Some(config_error) = err.downcast_ref::<ConfigError>() {
+                eprintln!("switchboard: config error: {config_error}");
+                return ExitCode::from(2);
+            }
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

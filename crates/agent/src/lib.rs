@@ -1,1 +1,35 @@
-//! placeholder
+//! switchboard-agent: the agent loop and the dispatcher that runs one loop per chat.
+//!
+//! The [`Dispatcher`] takes inbound messages off the hub and hands each to the worker of
+//! its session (one per `<channel>_<chat_id>`, started on demand, gone when idle), so a
+//! session's messages are answered in order while sessions run side by side, bounded by a
+//! global limit of concurrent turns. A worker runs one *turn* per message: context
+//! (workspace files, history, the message) → LLM → tool calls, all at once → … until the
+//! model answers without tool calls. What the turn does is reported as [`AgentEvent`]s,
+//! which the worker turns into outbound messages for the chat.
+//!
+//! # Layout
+//! - `config`: [`AgentConfig`], the knobs of the loop.
+//! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
+//! - `turn`: the loop of one turn.
+//! - `batch`: running the tool calls of one response concurrently.
+//! - `context`: the system prompt built from the workspace files.
+//! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
+//! - `events`: [`AgentEvent`] and its sink.
+//! - `dispatcher`: [`Dispatcher`] and the per-session workers.
+
+mod agent;
+mod batch;
+mod command;
+mod config;
+mod context;
+mod dispatcher;
+mod events;
+mod turn;
+
+pub use agent::Agent;
+pub use command::Command;
+pub use config::AgentConfig;
+pub use context::CONTEXT_FILES;
+pub use dispatcher::Dispatcher;
+pub use events::{AgentEvent, EventSink, TurnEnd};

@@ -2,12 +2,11 @@
 
 use async_trait::async_trait;
 use switchboard_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
-use tokio::sync::mpsc;
 
 use crate::error::LlmError;
 
-/// Where a streaming call sends text as it arrives.
-pub type DeltaSink = mpsc::UnboundedSender<String>;
+/// Where a streaming call sends text as it arrives: called once per piece, in order.
+pub type DeltaSink<'a> = dyn Fn(String) + Send + Sync + 'a;
 
 /// One request to a model.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -58,6 +57,6 @@ pub trait LlmProvider: Send + Sync + 'static {
     async fn chat(
         &self,
         request: &ChatRequest,
-        deltas: Option<&DeltaSink>,
+        deltas: Option<&DeltaSink<'_>>,
     ) -> Result<ChatResponse, LlmError>;
 }

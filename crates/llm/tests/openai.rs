@@ -56,8 +56,11 @@ async fn streamed_deltas_concatenate_to_the_response() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("one two three four"));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let response = provider(llm.base_url()).chat(&request("hi"), Some(&tx)).await.expect("chat");
-    drop(tx);
+    let sink = move |text: String| {
+        let _ = tx.send(text);
+    };
+    let response = provider(llm.base_url()).chat(&request("hi"), Some(&sink)).await.expect("chat");
+    drop(sink);
     let mut deltas = Vec::new();
     while let Some(delta) = rx.recv().await {
         deltas.push(delta);
@@ -75,8 +78,8 @@ async fn streamed_tool_calls_are_reassembled() {
         ("echo", json!({"text": "first call"})),
         ("fail", json!({"reason": "second"})),
     ]));
-    let (tx, _rx) = mpsc::unbounded_channel();
-    let response = provider(llm.base_url()).chat(&request("hi"), Some(&tx)).await.expect("chat");
+    let sink = |_: String| {};
+    let response = provider(llm.base_url()).chat(&request("hi"), Some(&sink)).await.expect("chat");
     assert_eq!(response.tool_calls.len(), 2);
     assert_eq!(response.tool_calls[0].name, "echo");
     let args: serde_json::Value =

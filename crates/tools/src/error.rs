@@ -4,8 +4,13 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     /// The model named a tool that does not exist.
-    #[error("unknown tool `{0}`")]
-    Unknown(String),
+    #[error("unknown tool `{name}`; the tools are: {available}")]
+    Unknown {
+        /// The name the model used.
+        name: String,
+        /// The registered tools, comma-separated (`none` when there are none).
+        available: String,
+    },
     /// The arguments were not valid JSON or did not fit the tool's schema.
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),

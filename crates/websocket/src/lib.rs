@@ -1,1 +1,27 @@
-//! placeholder
+//! switchboard-websocket: the WebSocket channel and the web chat page.
+//!
+//! Clients connect to `GET /ws` (with a token unless auth is off on a loopback bind) and
+//! speak a small JSON protocol (`docs/protocol.md`): they send `message` frames for any
+//! number of chats and receive `ready`, `delta`, `message`, `tool`, `error` and `done`.
+//! Every socket that sent to (or subscribed to) a chat receives that chat's frames.
+//! `GET /` serves a web chat page, embedded in the binary, that uses the same protocol.
+//!
+//! # Layout
+//! - `protocol`: the frames, and parsing a client frame into a clear error.
+//! - `auth`: [`WsAuth`], token checks (header, subprotocol, query) and the Origin check.
+//! - `connection`: one socket, as a send task and a receive task.
+//! - `channel`: [`WebSocketChannel`], the `Channel` impl and its subscriber table.
+//! - `page`: the web chat page.
+//! - `config`: [`WsConfig`].
+
+mod auth;
+mod channel;
+mod config;
+mod connection;
+mod page;
+mod protocol;
+
+pub use auth::WsAuth;
+pub use channel::WebSocketChannel;
+pub use config::WsConfig;
+pub use protocol::{ClientFrame, ServerFrame};

@@ -108,7 +108,7 @@ impl OpenAiProvider {
         &self,
         body: &[u8],
         key: Option<&str>,
-        deltas: Option<&DeltaSink>,
+        deltas: Option<&DeltaSink<'_>>,
         emitted: &mut bool,
     ) -> Result<ChatResponse, LlmError> {
         let deadline = Instant::now() + self.config.request_timeout;
@@ -166,7 +166,7 @@ impl OpenAiProvider {
                 let response = parse_whole(&bytes)?;
                 if let Some(sink) = deltas.filter(|_| !response.content.is_empty()) {
                     *emitted = true;
-                    let _ = sink.send(response.content.clone());
+                    sink(response.content.clone());
                 }
                 Ok(response)
             }
@@ -176,7 +176,7 @@ impl OpenAiProvider {
     async fn read_stream(
         &self,
         response: reqwest::Response,
-        sink: &DeltaSink,
+        sink: &DeltaSink<'_>,
         deadline: Instant,
         emitted: &mut bool,
     ) -> Result<ChatResponse, LlmError> {
@@ -202,7 +202,7 @@ impl OpenAiProvider {
                 .map_err(|err| LlmError::Decode(format!("{err} in stream event `{data}`")))?;
             if let Some(text) = assembler.push(chunk)? {
                 *emitted = true;
-                let _ = sink.send(text);
+                sink(text);
             }
         }
         Ok(assembler.finish())
@@ -243,7 +243,7 @@ impl LlmProvider for OpenAiProvider {
     async fn chat(
         &self,
         request: &ChatRequest,
-        deltas: Option<&DeltaSink>,
+        deltas: Option<&DeltaSink<'_>>,
     ) -> Result<ChatResponse, LlmError> {
         let key = match &self.config.api_key {
             ApiKey::None => None,

@@ -1,0 +1,79 @@
+//! [`Agent`]: what every turn shares — the LLM, the tools, the store and the config.
+
+use std::sync::Arc;
+
+use switchboard_core::SessionKey;
+use switchboard_llm::LlmProvider;
+use switchboard_sessions::{Session, SessionStore, StoreError};
+use switchboard_tools::ToolRegistry;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::AgentConfig;
+use crate::events::EventSink;
+use crate::turn;
+
+/// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
+pub struct Agent {
+    pub(crate) llm: Arc<dyn LlmProvider>,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) config: AgentConfig,
+}
+
+impl Agent {
+    /// An agent over these parts.
+    pub fn new(
+        llm: Arc<dyn LlmProvider>,
+        tools: ToolRegistry,
+        store: Arc<dyn SessionStore>,
+        config: AgentConfig,
+    ) -> Self {
+        Self {
+            llm,
+            tools,
+            store,
+            config,
+        }
+    }
+
+    /// The agent's config.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The tools offered to the model.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// Reads a session back from the store (repaired and trimmed).
+    pub fn load_session(&self, key: &SessionKey) -> Result<Session, StoreError> {
+        let loaded = self.store.load(key)?;
+        Ok(Session::from_loaded(
+            key.clone(),
+            self.config.history_limit,
+            loaded,
+        ))
+    }
+
+    /// Archives the session's history and empties it (`/new`).
+    pub fn reset_session(&self, session: &mut Session) -> Result<(), StoreError> {
+        self.store.archive(session.key())?;
+        session.clear();
+        Ok(())
+    }
+
+    /// Runs one turn answering `text`: every message is saved as it is produced, the
+    /// session is extended and trimmed at the end, and everything that happens is sent to
+    /// `events`, ending with `Finished` or `Failed`. Cancelling `cancel` ends it at once,
+    /// with synthetic results for open tool calls saved.
+    pub async fn run_turn(
+        &self,
+        session: &mut Session,
+        text: String,
+        cancel: &CancellationToken,
+        events: &EventSink,
+    ) {
+        turn::run(self, session, text, cancel, events).await;
+    }
+}

@@ -1,0 +1,207 @@
+//! Running the tool calls of one model response: all at once on a `FuturesUnordered`
+//! (a call to an exclusive tool alone), each with its own timeout; results in call order.
+
+use std::ops::Range;
+use std::panic::AssertUnwindSafe;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use switchboard_core::{ChatMessage, ToolCall};
+use switchboard_tools::{ToolContext, ToolError};
+use tracing::Instrument;
+
+use crate::agent::Agent;
+use crate::events::{AgentEvent, EventSink};
+
+/// A tool's output longer than this is cut before it goes into history.
+const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// The result text of a call that was cancelled before it returned.
+pub(crate) const CANCELLED_RESULT: &str = "error: cancelled before the tool returned";
+
+/// The results of one batch.
+pub(crate) struct BatchOutcome {
+    /// One result per call, in the order of the calls.
+    pub results: Vec<ChatMessage>,
+    /// Whether the turn was cancelled while the batch ran.
+    pub cancelled: bool,
+}
+
+/// Runs `calls`; never fails: errors become error results the model can read.
+pub(crate) async fn run(
+    agent: &Agent,
+    calls: &[ToolCall],
+    ctx: &ToolContext,
+    events: &EventSink,
+) -> BatchOutcome {
+    let mut results: Vec<Option<ChatMessage>> = vec![None; calls.len()];
+    let mut started = vec![false; calls.len()];
+    let mut cancelled = false;
+
+    for group in groups(agent, calls) {
+        let mut running: FuturesUnordered<_> = group
+            .map(|index| {
+                started[index] = true;
+                call_one(agent, &calls[index], ctx, events).map(move |result| (index, result))
+            })
+            .collect();
+        while !cancelled {
+            tokio::select! {
+                biased;
+                () = ctx.cancel.cancelled() => cancelled = true,
+                next = running.next() => match next {
+                    Some((index, result)) => results[index] = Some(result),
+                    None => break,
+                },
+            }
+        }
+        if cancelled {
+            break;
+        }
+    }
+
+    let results = results
+        .into_iter()
+        .zip(calls)
+        .zip(started)
+        .map(|((result, call), started)| {
+            result.unwrap_or_else(|| {
+                if started {
+                    let _ = events.send(AgentEvent::ToolFinished {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        ok: false,
+                    });
+                }
+                ChatMessage::tool_result(call, CANCELLED_RESULT, true)
+            })
+        })
+        .collect();
+    BatchOutcome { results, cancelled }
+}
+
+/// Splits the calls into groups that run together: runs of non-exclusive calls, and each
+/// exclusive call on its own, in call order.
+fn groups(agent: &Agent, calls: &[ToolCall]) -> Vec<Range<usize>> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for (index, call) in calls.iter().enumerate() {
+        let exclusive = agent.tools.get(&call.name).is_some_and(|t| t.exclusive());
+        if exclusive {
+            if start < index {
+                groups.push(start..index);
+            }
+            groups.push(index..index + 1);
+            start = index + 1;
+        }
+    }
+    if start < calls.len() {
+        groups.push(start..calls.len());
+    }
+    groups
+}
+
+async fn call_one(
+    agent: &Agent,
+    call: &ToolCall,
+    ctx: &ToolContext,
+    events: &EventSink,
+) -> ChatMessage {
+    let _ = events.send(AgentEvent::ToolStarted {
+        id: call.id.clone(),
+        name: call.name.clone(),
+    });
+    let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id);
+    let outcome = invoke(agent, call, ctx).instrument(span.clone()).await;
+    let (content, is_error) = match outcome {
+        Ok(text) => (cap(text), false),
+        Err(err) => (format!("error: {err}"), true),
+    };
+    span.in_scope(|| tracing::debug!(ok = !is_error, bytes = content.len(), "tool call done"));
+    let _ = events.send(AgentEvent::ToolFinished {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        ok: !is_error,
+    });
+    ChatMessage::tool_result(call, content, is_error)
+}
+
+async fn invoke(agent: &Agent, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
+    let Some(tool) = agent.tools.get(&call.name) else {
+        let available: Vec<&str> = agent.tools.names().collect();
+        return Err(ToolError::Unknown {
+            name: call.name.clone(),
+            available: if available.is_empty() {
+                "none".to_owned()
+            } else {
+                available.join(", ")
+            },
+        });
+    };
+    let args = parse_arguments(&call.arguments)?;
+    let timeout = agent.config.tool_timeout;
+    let call = AssertUnwindSafe(tool.call(args, ctx)).catch_unwind();
+    match tokio::time::timeout(timeout, call).await {
+        Err(_) => Err(ToolError::Timeout(timeout)),
+        Ok(Err(panic)) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".to_owned());
+            tracing::error!(panic = %message, "tool panicked");
+            Err(ToolError::Failed(format!("the tool crashed: {message}")))
+        }
+        Ok(Ok(result)) => result,
+    }
+}
+
+/// The model's argument text as a JSON object; empty text means no arguments.
+fn parse_arguments(text: &str) -> Result<serde_json::Value, ToolError> {
+    if text.trim().is_empty() {
+        return Ok(serde_json::Value::Object(Default::default()));
+    }
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+        Ok(other) => Err(ToolError::InvalidArguments(format!(
+            "expected a JSON object, got `{other}`"
+        ))),
+        Err(err) => Err(ToolError::InvalidArguments(format!(
+            "not valid JSON ({err}): `{}`",
+            text.chars().take(200).collect::<String>()
+        ))),
+    }
+}
+
+fn cap(mut text: String) -> String {
+    if text.len() > MAX_RESULT_BYTES {
+        let mut end = MAX_RESULT_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let total = text.len();
+        text.truncate(end);
+        text.push_str(&format!("\n[… output cut at {MAX_RESULT_BYTES} of {total} bytes]"));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_must_be_an_object() {
+        assert!(parse_arguments("").is_ok());
+        assert!(parse_arguments(r#"{"a":1}"#).is_ok());
+        assert!(matches!(parse_arguments("[1]"), Err(ToolError::InvalidArguments(_))));
+        assert!(matches!(parse_arguments("{oops"), Err(ToolError::InvalidArguments(_))));
+    }
+
+    #[test]
+    fn long_output_is_cut_on_a_char_boundary() {
+        let text = cap("é".repeat(MAX_RESULT_BYTES));
+        assert!(text.contains("output cut at"));
+        assert!(text.len() < MAX_RESULT_BYTES + 100);
+    }
+}

@@ -1,0 +1,59 @@
+//! Chat commands, handled before the agent loop.
+
+/// A command a person can type in any chat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// `/new`: forget this chat's history and start afresh.
+    New,
+    /// `/stop`: cancel the running turn.
+    Stop,
+    /// `/help`: list the commands.
+    Help,
+    /// `/status`: what the session holds and whether a turn runs.
+    Status,
+}
+
+impl Command {
+    /// Parses a message that is exactly a command (`/stop`, `/stop@MyBot`, ` /NEW `).
+    pub fn parse(text: &str) -> Option<Self> {
+        let word = text.trim();
+        let word = word.strip_prefix('/')?;
+        let word = word.split_once('@').map_or(word, |(command, _bot)| command);
+        match word.to_ascii_lowercase().as_str() {
+            "new" | "reset" => Some(Self::New),
+            "stop" => Some(Self::Stop),
+            "help" | "start" => Some(Self::Help),
+            "status" => Some(Self::Status),
+            _ => None,
+        }
+    }
+}
+
+/// The reply to `/help`.
+pub const HELP: &str = "Commands:\n\
+/new — forget this chat's history and start a new session\n\
+/stop — stop the answer in progress\n\
+/status — what this session holds\n\
+/help — this list\n\
+Anything else goes to the agent.";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_parse_with_case_space_and_bot_suffix() {
+        assert_eq!(Command::parse("/new"), Some(Command::New));
+        assert_eq!(Command::parse("  /STOP "), Some(Command::Stop));
+        assert_eq!(Command::parse("/help@my_bot"), Some(Command::Help));
+        assert_eq!(Command::parse("/status"), Some(Command::Status));
+    }
+
+    #[test]
+    fn other_text_is_not_a_command() {
+        assert_eq!(Command::parse("stop"), None);
+        assert_eq!(Command::parse("/stop now please"), None);
+        assert_eq!(Command::parse("/unknown"), None);
+        assert_eq!(Command::parse(""), None);
+    }
+}

@@ -1,0 +1,59 @@
+//! [`AgentEvent`]: what a turn reports while it runs.
+
+use switchboard_core::Usage;
+use tokio::sync::mpsc;
+
+/// Something that happened in a turn, in order. Channels use these for streaming text,
+/// tool status and typing; the CLI prints them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AgentEvent {
+    /// The turn began.
+    Started,
+    /// A piece of the reply arrived from the model.
+    TextDelta(String),
+    /// A tool call started.
+    ToolStarted {
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A tool call ended.
+    ToolFinished {
+        /// The call's id.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// Whether it returned a result (rather than an error).
+        ok: bool,
+    },
+    /// The turn ended with a reply.
+    Finished {
+        /// The whole reply.
+        reply: String,
+        /// How the turn ended.
+        end: TurnEnd,
+        /// Tokens spent by the turn.
+        usage: Usage,
+    },
+    /// The turn ended without a reply; the text says why and what to change.
+    Failed {
+        /// The error for the person.
+        message: String,
+    },
+}
+
+/// Why a turn that produced a reply ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The model answered without tool calls.
+    Answered,
+    /// `max_iterations` rounds were used up.
+    IterationLimit,
+    /// The turn was cancelled (`/stop` or shutdown).
+    Cancelled,
+}
+
+/// Where a turn sends its events. Unbounded so a turn never waits on a slow channel; the
+/// worker's forwarder drains it into the hub.
+pub type EventSink = mpsc::UnboundedSender<AgentEvent>;

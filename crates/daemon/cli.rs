@@ -1,0 +1,78 @@
+//! The command line.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// switchboard: talk to your own AI agent from Telegram, Discord and the web.
+#[derive(Debug, Parser)]
+#[command(name = "switchboard", version, about)]
+pub struct Cli {
+    /// Log format (logs go to stderr).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the daemon: channels, agent, HTTP (/ws, /, /healthz).
+    Run {
+        /// The config file (else $SWITCHBOARD_CONFIG, ~/.config/switchboard/config.toml,
+        /// /etc/switchboard/config.toml).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Talk to the agent in the terminal: one turn with -m, else an interactive prompt.
+    Agent {
+        /// The config file (same search as `run`).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// The message for a single turn.
+        #[arg(long, short)]
+        message: Option<String>,
+        /// The terminal session's name (its key is `cli_<name>`).
+        #[arg(long, default_value = "local")]
+        session: String,
+    },
+}
+
+/// The config file to use: the flag, else `$SWITCHBOARD_CONFIG`, else the XDG path, else
+/// `/etc/switchboard/config.toml`. Errors list where it looked.
+pub fn resolve_config(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = flag {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(path) = std::env::var_os("SWITCHBOARD_CONFIG").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(path));
+    }
+    let mut candidates = Vec::new();
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")));
+    if let Some(dir) = xdg {
+        candidates.push(dir.join("switchboard/config.toml"));
+    }
+    candidates.push(PathBuf::from("/etc/switchboard/config.toml"));
+    if let Some(found) = candidates.iter().find(|path| path.is_file()) {
+        return Ok(found.clone());
+    }
+    let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
+    anyhow::bail!(
+        "no config file found (looked at $SWITCHBOARD_CONFIG, {}); pass --config PATH, e.g. \
+         --config config.example.toml",
+        looked.join(", ")
+    )
+}

@@ -1,0 +1,537 @@
+//! The TOML config: one file, unknown keys refused, secrets as `${ENV_VAR}` references.
+//!
+//! Every error names the file, the line and column, and the key: a typo must never be
+//! silently ignored by a service that runs for months.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A config problem, located.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{}: {key}{}{message}", location(*.line, *.column), if .key.is_empty() { "" } else { ": " })]
+pub struct ConfigError {
+    /// The config file.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// 1-based column, when known.
+    pub column: Option<usize>,
+    /// The dotted key, e.g. `agent.history_limit`; empty when the whole file is at fault.
+    pub key: String,
+    /// What is wrong and, where possible, what to write instead.
+    pub message: String,
+}
+
+fn location(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(line), Some(column)) => format!(":{line}:{column}"),
+        (Some(line), None) => format!(":{line}"),
+        _ => String::new(),
+    }
+}
+
+/// The whole config.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[agent]`.
+    #[serde(default)]
+    pub agent: AgentSection,
+    /// `[llm]`.
+    #[serde(default)]
+    pub llm: LlmSection,
+    /// `[http]`.
+    #[serde(default)]
+    pub http: HttpSection,
+    /// `[channels.*]`.
+    #[serde(default)]
+    pub channels: ChannelsSection,
+    /// `[daemon]`.
+    #[serde(default)]
+    pub daemon: DaemonSection,
+    /// The file it was read from, for errors raised after parsing.
+    #[serde(skip)]
+    pub source: Source,
+}
+
+/// Where a config came from, kept to locate errors found after parsing.
+#[derive(Debug, Default, Clone)]
+pub struct Source {
+    /// The file's path.
+    pub path: PathBuf,
+    /// Its text.
+    pub text: String,
+}
+
+/// `[agent]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    /// Files the agent may touch; context files are read from it.
+    pub workspace: String,
+    /// Sessions, cursors, pairing; never reachable by tools.
+    pub state_dir: String,
+    /// Rounds of LLM → tools per turn.
+    pub max_iterations: Spanned<usize>,
+    /// Messages of history kept per session.
+    pub history_limit: Spanned<usize>,
+    /// Turns running at once across all sessions.
+    pub max_concurrent_turns: Spanned<usize>,
+    /// Seconds one tool call may run.
+    pub tool_timeout_secs: Spanned<f64>,
+    /// Bytes of each context file (SOUL.md …) put in the prompt.
+    pub context_file_max_bytes: usize,
+    /// Seconds before an idle session leaves memory.
+    pub idle_timeout_secs: Spanned<f64>,
+    /// Stream replies as they are generated.
+    pub stream: bool,
+    /// Replaces the opening of the system prompt.
+    pub system_prompt: Option<String>,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        Self {
+            workspace: "~/.switchboard/workspace".into(),
+            state_dir: "~/.switchboard/state".into(),
+            max_iterations: Spanned::new(0..0, 40),
+            history_limit: Spanned::new(0..0, 50),
+            max_concurrent_turns: Spanned::new(0..0, 64),
+            tool_timeout_secs: Spanned::new(0..0, 60.0),
+            context_file_max_bytes: 16 * 1024,
+            idle_timeout_secs: Spanned::new(0..0, 300.0),
+            stream: true,
+            system_prompt: None,
+        }
+    }
+}
+
+/// Which API the LLM speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI chat completions (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp …).
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+/// `[llm]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSection {
+    /// The API the server speaks.
+    pub provider: Spanned<ProviderKind>,
+    /// The API root.
+    pub base_url: String,
+    /// The key, usually `${SOME_ENV_VAR}`; absent for local servers.
+    pub api_key: Option<Spanned<String>>,
+    /// The model.
+    pub model: String,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Upper bound on tokens per response.
+    pub max_tokens: Option<u32>,
+    /// Seconds to wait for the first byte of a response.
+    pub timeout_secs: Spanned<f64>,
+    /// Seconds a whole response (streamed or not) may take.
+    pub request_timeout_secs: Spanned<f64>,
+    /// Retries of timeouts, connection errors, 429 and 5xx.
+    pub max_retries: u32,
+}
+
+impl Default for LlmSection {
+    fn default() -> Self {
+        Self {
+            provider: Spanned::new(0..0, ProviderKind::Openai),
+            base_url: "https://api.openai.com/v1".into(),
+            api_key: None,
+            model: "gpt-4o-mini".into(),
+            temperature: None,
+            max_tokens: None,
+            timeout_secs: Spanned::new(0..0, 30.0),
+            request_timeout_secs: Spanned::new(0..0, 300.0),
+            max_retries: 3,
+        }
+    }
+}
+
+/// `[http]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSection {
+    /// Where `/ws`, `/` and `/healthz` listen.
+    pub bind: Spanned<SocketAddr>,
+}
+
+impl Default for HttpSection {
+    fn default() -> Self {
+        Self {
+            bind: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 8080))),
+        }
+    }
+}
+
+/// `[channels]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelsSection {
+    /// `[channels.websocket]`.
+    #[serde(default)]
+    pub websocket: WebSocketSection,
+}
+
+/// How WebSocket clients authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// A token is required.
+    Token,
+    /// No token: allowed only when `http.bind` is a loopback address.
+    None,
+}
+
+/// `[channels.websocket]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSocketSection {
+    /// Serve `/ws` and the web chat page.
+    pub enabled: bool,
+    /// `token` (default) or `none`.
+    pub auth: Spanned<AuthMode>,
+    /// The token, usually `${SWITCHBOARD_WS_TOKEN}`.
+    pub token: Option<Spanned<String>>,
+    /// Larger client frames get an error frame.
+    pub max_frame_bytes: usize,
+}
+
+impl Default for WebSocketSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            auth: Spanned::new(0..0, AuthMode::Token),
+            token: None,
+            max_frame_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// `[daemon]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSection {
+    /// Seconds running turns get to finish on shutdown before they are cancelled.
+    pub shutdown_grace_secs: Spanned<f64>,
+    /// Inbound messages queued before adapters wait.
+    pub inbound_queue: usize,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        Self {
+            shutdown_grace_secs: Spanned::new(0..0, 10.0),
+            inbound_queue: 1024,
+        }
+    }
+}
+
+impl Config {
+    /// Reads and checks a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|err| ConfigError {
+            file: path.display().to_string(),
+            line: None,
+            column: None,
+            key: String::new(),
+            message: format!("cannot read the config file: {err}"),
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and checks config text; `path` is only used in errors and to resolve
+    /// relative paths.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let source = Source {
+            path: path.to_path_buf(),
+            text: text.to_owned(),
+        };
+        let deserializer = toml::de::Deserializer::parse(text).map_err(|err| {
+            source.error_at(err.span(), String::new(), err.message().to_owned())
+        })?;
+        let mut config: Config =
+            serde_path_to_error::deserialize(deserializer).map_err(|err| {
+                let key = key_of(err.path());
+                let inner = err.into_inner();
+                source.error_at(inner.span(), key, inner.message().to_owned())
+            })?;
+        config.source = source;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let at_least = |value: &Spanned<usize>, min: usize, key: &str| {
+            if *value.get_ref() < min {
+                Err(self.source.error_at(
+                    Some(value.span()),
+                    key.into(),
+                    format!("must be at least {min}, got {}", value.get_ref()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least(&self.agent.max_iterations, 1, "agent.max_iterations")?;
+        at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
+        at_least(&self.agent.max_concurrent_turns, 1, "agent.max_concurrent_turns")?;
+        for (value, key) in [
+            (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),
+            (&self.agent.idle_timeout_secs, "agent.idle_timeout_secs"),
+            (&self.llm.timeout_secs, "llm.timeout_secs"),
+            (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
+            (&self.daemon.shutdown_grace_secs, "daemon.shutdown_grace_secs"),
+        ] {
+            seconds(value).map_err(|message| {
+                self.source.error_at(Some(value.span()), key.into(), message)
+            })?;
+        }
+        if *self.llm.provider.get_ref() == ProviderKind::Anthropic {
+            return Err(self.source.error_at(
+                Some(self.llm.provider.span()),
+                "llm.provider".into(),
+                "the anthropic provider is not available in this version yet; use \"openai\" \
+                 (any OpenAI-compatible server)"
+                    .into(),
+            ));
+        }
+        let ws = &self.channels.websocket;
+        if ws.enabled && *ws.auth.get_ref() == AuthMode::None && !self.http.bind.get_ref().ip().is_loopback() {
+            return Err(self.source.error_at(
+                Some(ws.auth.span()),
+                "channels.websocket.auth".into(),
+                format!(
+                    "auth = \"none\" is allowed only when http.bind is a loopback address, and it \
+                     is {}; set a token instead",
+                    self.http.bind.get_ref()
+                ),
+            ));
+        }
+        if ws.enabled && *ws.auth.get_ref() == AuthMode::Token {
+            self.websocket_token()?;
+        }
+        Ok(())
+    }
+
+    /// The WebSocket token, resolved from the environment.
+    pub fn websocket_token(&self) -> Result<String, ConfigError> {
+        let key = "channels.websocket.token";
+        let Some(token) = &self.channels.websocket.token else {
+            return Err(self.source.error_at(
+                Some(self.channels.websocket.auth.span()),
+                key.into(),
+                "a token is required (e.g. token = \"${SWITCHBOARD_WS_TOKEN}\"), or set \
+                 auth = \"none\" on a loopback bind"
+                    .into(),
+            ));
+        };
+        match expand_env(token.get_ref()) {
+            Ok(value) if value.len() >= 16 => Ok(value),
+            Ok(_) => Err(self.source.error_at(
+                Some(token.span()),
+                key.into(),
+                "the token must be at least 16 characters".into(),
+            )),
+            Err(variable) => Err(self.source.error_at(
+                Some(token.span()),
+                key.into(),
+                format!("the environment variable {variable} is not set"),
+            )),
+        }
+    }
+
+    /// A duration from a validated seconds field.
+    pub fn duration(value: &Spanned<f64>) -> Duration {
+        Duration::from_secs_f64(*value.get_ref())
+    }
+
+    /// A path from the config: `~` is the home directory, relative paths are relative to
+    /// the config file's directory.
+    pub fn path(&self, raw: &str) -> PathBuf {
+        let expanded = match raw.strip_prefix("~/") {
+            Some(rest) => std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(rest))
+                .unwrap_or_else(|| PathBuf::from(raw)),
+            None => PathBuf::from(raw),
+        };
+        if expanded.is_absolute() {
+            expanded
+        } else {
+            self.source
+                .path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join(expanded)
+        }
+    }
+}
+
+/// The dotted key of a serde path, without the internal segments of `Spanned`.
+fn key_of(path: &serde_path_to_error::Path) -> String {
+    path.to_string()
+        .split('.')
+        .filter(|segment| !segment.is_empty() && !segment.starts_with("$__"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn seconds(value: &Spanned<f64>) -> Result<(), String> {
+    let secs = *value.get_ref();
+    if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 * 365.0 {
+        Ok(())
+    } else {
+        Err(format!("must be a positive number of seconds, got {secs}"))
+    }
+}
+
+impl Source {
+    /// An error at a byte span of the text.
+    pub fn error_at(&self, span: Option<std::ops::Range<usize>>, key: String, message: String) -> ConfigError {
+        let (line, column) = match span {
+            Some(span) if span.end > 0 || span.start > 0 => {
+                let before = &self.text[..span.start.min(self.text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                (Some(line), Some(column))
+            }
+            _ => (None, None),
+        };
+        ConfigError {
+            file: self.path.display().to_string(),
+            line,
+            column,
+            key,
+            message: message.trim().to_owned(),
+        }
+    }
+}
+
+/// Replaces every `${NAME}` with the environment variable's value. An unset or empty
+/// variable is an error carrying its name.
+pub fn expand_env(raw: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(raw.len());
+    let mut rest = raw;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let name = &after[..end];
+        match std::env::var(name) {
+            Ok(value) if !value.is_empty() => out.push_str(&value),
+            _ => return Err(name.to_owned()),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/switchboard/config.toml"))
+    }
+
+    const MINIMAL: &str = "[channels.websocket]\nauth = \"none\"\n";
+
+    #[test]
+    fn defaults_fill_an_almost_empty_file() {
+        let config = parse(MINIMAL).expect("parse");
+        assert_eq!(*config.agent.history_limit.get_ref(), 50);
+        assert_eq!(*config.agent.max_iterations.get_ref(), 40);
+        assert_eq!(config.http.bind.get_ref().to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn an_unknown_key_names_file_line_and_key() {
+        let err = parse("[channels.websocket]\nauth = \"none\"\n\n[agent]\nhistory_limt = 5\n")
+            .expect_err("unknown key");
+        assert_eq!(err.file, "/etc/switchboard/config.toml");
+        assert_eq!(err.line, Some(5), "{err}");
+        assert_eq!(err.key, "agent.history_limt", "{err}");
+        assert!(err.message.contains("unknown field"), "{err}");
+        assert!(err.to_string().starts_with("/etc/switchboard/config.toml:5:"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_value_names_its_key() {
+        let err = parse("[agent]\nmax_iterations = \"many\"\n").expect_err("bad type");
+        assert_eq!(err.line, Some(2), "{err}");
+        assert_eq!(err.key, "agent.max_iterations", "{err}");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_with_their_line() {
+        let err = parse("[channels.websocket]\nauth = \"none\"\n[agent]\nhistory_limit = 1\n")
+            .expect_err("range");
+        assert_eq!(err.line, Some(4), "{err}");
+        assert_eq!(err.key, "agent.history_limit");
+    }
+
+    #[test]
+    fn auth_none_needs_a_loopback_bind() {
+        let err = parse("[http]\nbind = \"0.0.0.0:8080\"\n[channels.websocket]\nauth = \"none\"\n")
+            .expect_err("public bind");
+        assert_eq!(err.key, "channels.websocket.auth");
+        assert!(err.message.contains("loopback"));
+    }
+
+    #[test]
+    fn a_missing_token_variable_is_named() {
+        let err = parse(
+            "[channels.websocket]\ntoken = \"${SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE}\"\n",
+        )
+        .expect_err("unset");
+        assert!(err.message.contains("SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE"), "{err}");
+        assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn syntax_errors_have_a_line() {
+        let err = parse("[agent\nx = 1\n").expect_err("syntax");
+        assert_eq!(err.line, Some(1), "{err}");
+    }
+
+    #[test]
+    fn env_references_expand_and_missing_ones_are_named() {
+        assert_eq!(expand_env("plain"), Ok("plain".into()));
+        let home = std::env::var("HOME").expect("HOME is set in tests");
+        assert_eq!(expand_env("a${HOME}b"), Ok(format!("a{home}b")));
+        assert_eq!(expand_env("${SURELY_UNSET_VAR_123}"), Err("SURELY_UNSET_VAR_123".into()));
+    }
+
+    #[test]
+    fn relative_paths_follow_the_config_file() {
+        let config = parse(MINIMAL).expect("parse");
+        assert_eq!(config.path("state"), PathBuf::from("/etc/switchboard/state"));
+        assert_eq!(config.path("/abs"), PathBuf::from("/abs"));
+    }
+}

@@ -1,0 +1,137 @@
+//! `/healthz`: the daemon's and each channel's state, 200 when all is well, 503 when a
+//! channel is failing or the daemon is stopping.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use serde::Serialize;
+use serde_json::json;
+
+/// The state of one channel as the supervisor last saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+pub enum ChannelState {
+    /// Its task is running.
+    Running {
+        /// Restarts since the daemon started.
+        restarts: u32,
+    },
+    /// Its task failed and will be restarted.
+    Failed {
+        /// Restarts since the daemon started.
+        restarts: u32,
+        /// The last error.
+        error: String,
+    },
+    /// It stopped with the daemon.
+    Stopped,
+}
+
+/// Shared health state. Cloning shares it.
+#[derive(Clone)]
+pub struct Health {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    started: Instant,
+    /// Written by supervisors, read by `/healthz`; held only to copy or set a value.
+    channels: Mutex<BTreeMap<String, ChannelState>>,
+    /// Set when shutdown begins.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Health {
+    /// Fresh health state.
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                started: Instant::now(),
+                channels: Mutex::new(BTreeMap::new()),
+                stopping: Default::default(),
+            }),
+        }
+    }
+
+    /// Records a channel's state.
+    pub fn set(&self, channel: &str, state: ChannelState) {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(channel.to_owned(), state);
+    }
+
+    /// A channel's state.
+    pub fn get(&self, channel: &str) -> Option<ChannelState> {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(channel)
+            .cloned()
+    }
+
+    /// Marks the daemon as stopping.
+    pub fn set_stopping(&self) {
+        self.inner
+            .stopping
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The `/healthz` route.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/healthz", get(healthz))
+            .with_state(self.clone())
+    }
+}
+
+async fn healthz(State(health): State<Health>) -> impl IntoResponse {
+    let channels = health
+        .inner
+        .channels
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let stopping = health
+        .inner
+        .stopping
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let healthy = !stopping
+        && channels
+            .values()
+            .all(|state| matches!(state, ChannelState::Running { .. }));
+    let status = if stopping {
+        "stopping"
+    } else if healthy {
+        "ok"
+    } else {
+        "degraded"
+    };
+    let code = if healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": status,
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_secs": health.inner.started.elapsed().as_secs(),
+        "channels": channels,
+    });
+    (code, Json(body))
+}

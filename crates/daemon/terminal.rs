@@ -1,0 +1,125 @@
+//! `switchboard agent`: turns in the terminal against the same config as the daemon, in
+//! the session `cli_<name>`. Replies stream to stdout; tool activity and errors go to
+//! stderr; ctrl-c stops the turn in progress.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use switchboard_agent::{Agent, AgentEvent, Command};
+use switchboard_core::{ChannelName, ChatId, SessionKey};
+use switchboard_sessions::Session;
+use switchboard_tools::ToolRegistry;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::app::build_agent;
+use crate::cli::resolve_config;
+use crate::config::Config;
+
+/// Runs one turn (`message`) or an interactive prompt.
+pub async fn run(config: Option<&Path>, message: Option<String>, name: &str) -> anyhow::Result<ExitCode> {
+    let path = resolve_config(config)?;
+    let config = Config::load(&path)?;
+    let agent = build_agent(&config, ToolRegistry::new())?;
+    let key = SessionKey::of(&ChannelName::from("cli"), &ChatId::from(name));
+    let mut session = agent
+        .load_session(&key)
+        .with_context(|| format!("cannot read session {key}"))?;
+
+    if let Some(text) = message {
+        let ok = handle(&agent, &mut session, text).await;
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+
+    eprintln!("switchboard agent — session {key}; /new, /help, /quit; ctrl-c stops an answer");
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    loop {
+        eprint!("> ");
+        let Some(line) = lines.next_line().await.context("cannot read stdin")? else {
+            break;
+        };
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if matches!(text, "/quit" | "/exit") {
+            break;
+        }
+        handle(&agent, &mut session, text.to_owned()).await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Answers one line: a command, or a turn. Returns whether it succeeded.
+async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
+    match Command::parse(&text) {
+        Some(Command::New) => match agent.reset_session(session) {
+            Ok(()) => {
+                eprintln!("Started a new session.");
+                true
+            }
+            Err(err) => {
+                eprintln!("error: could not start a new session: {err}");
+                false
+            }
+        },
+        Some(Command::Help | Command::Status | Command::Stop) => {
+            eprintln!("{} messages in history; type /new to start over, /quit to leave.", session.len());
+            true
+        }
+        None => turn(agent, session, text).await,
+    }
+}
+
+async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
+    let cancel = CancellationToken::new();
+    let (events, mut rx) = mpsc::unbounded_channel();
+    let run = async {
+        agent.run_turn(session, text, &cancel, &events).await;
+        drop(events);
+    };
+    let print = async {
+        let mut streamed = false;
+        let mut ok = false;
+        let mut stdout = std::io::stdout();
+        while let Some(event) = rx.recv().await {
+            match event {
+                AgentEvent::TextDelta(text) => {
+                    streamed = true;
+                    let _ = write!(stdout, "{text}");
+                    let _ = stdout.flush();
+                }
+                AgentEvent::ToolStarted { name, .. } => eprintln!("[tool {name} started]"),
+                AgentEvent::ToolFinished { name, ok, .. } => {
+                    eprintln!("[tool {name} {}]", if ok { "finished" } else { "failed" });
+                    streamed = false;
+                }
+                AgentEvent::Finished { reply, .. } => {
+                    if streamed {
+                        let _ = writeln!(stdout);
+                    } else {
+                        let _ = writeln!(stdout, "{reply}");
+                    }
+                    ok = true;
+                }
+                AgentEvent::Failed { message } => eprintln!("error: {message}"),
+                AgentEvent::Started => {}
+            }
+        }
+        ok
+    };
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+        std::future::pending::<()>().await;
+    };
+    let ((), ok) = tokio::select! {
+        both = async { tokio::join!(run, print) } => both,
+        () = interrupt => unreachable!("interrupt never completes"),
+    };
+    ok
+}

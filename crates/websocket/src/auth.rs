@@ -1,0 +1,127 @@
+//! Who may open `/ws`: a token (header, subprotocol or query), or nobody asked on a
+//! loopback bind with auth explicitly off. Browsers are also held to their own origin.
+
+use axum::http::HeaderMap;
+use axum::http::header::{AUTHORIZATION, HOST, ORIGIN, SEC_WEBSOCKET_PROTOCOL};
+use subtle::ConstantTimeEq;
+
+/// How WebSocket clients authenticate.
+#[derive(Clone)]
+pub enum WsAuth {
+    /// No token (allowed by the daemon only on a loopback bind).
+    None,
+    /// Clients must present this token.
+    Token(String),
+}
+
+impl std::fmt::Debug for WsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Token(_) => f.write_str("Token(<redacted>)"),
+        }
+    }
+}
+
+/// The subprotocol a client names before its token: `Sec-WebSocket-Protocol: bearer, TOKEN`.
+pub(crate) const BEARER_PROTOCOL: &str = "bearer";
+
+impl WsAuth {
+    /// Checks a connection attempt; the error is the reason given to the client.
+    pub(crate) fn check(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), &'static str> {
+        check_origin(headers)?;
+        let Self::Token(expected) = self else {
+            return Ok(());
+        };
+        let presented = bearer_header(headers)
+            .or_else(|| subprotocol_token(headers))
+            .or(query_token);
+        match presented {
+            None => Err("a token is required: Authorization: Bearer, the `bearer` subprotocol, or ?token="),
+            Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => Ok(()),
+            Some(_) => Err("the token is not valid"),
+        }
+    }
+}
+
+fn bearer_header(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// `Sec-WebSocket-Protocol: bearer, TOKEN` (browsers cannot set headers on a WebSocket).
+fn subprotocol_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(SEC_WEBSOCKET_PROTOCOL)?.to_str().ok()?;
+    let mut parts = value.split(',').map(str::trim);
+    while let Some(part) = parts.next() {
+        if part.eq_ignore_ascii_case(BEARER_PROTOCOL) {
+            return parts.next().filter(|token| !token.is_empty());
+        }
+    }
+    None
+}
+
+/// A browser page may open the socket only from the server's own origin, so another site
+/// open in the same browser cannot talk to the agent (cross-site WebSocket hijacking).
+/// Clients that send no Origin (programs, not browsers) pass.
+fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
+    let Some(origin) = headers.get(ORIGIN) else {
+        return Ok(());
+    };
+    let origin = origin.to_str().map_err(|_| "the Origin header is not valid")?;
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .ok_or("the Host header is missing")?;
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or(origin);
+    if origin_host.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err("cross-origin WebSocket connections are refused")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn token_is_accepted_three_ways() {
+        let auth = WsAuth::Token("s3cret".into());
+        assert!(auth.check(&headers(&[("authorization", "Bearer s3cret")]), None).is_ok());
+        assert!(auth.check(&headers(&[("sec-websocket-protocol", "bearer, s3cret")]), None).is_ok());
+        assert!(auth.check(&headers(&[]), Some("s3cret")).is_ok());
+    }
+
+    #[test]
+    fn missing_or_wrong_tokens_are_refused() {
+        let auth = WsAuth::Token("s3cret".into());
+        assert!(auth.check(&headers(&[]), None).is_err());
+        assert!(auth.check(&headers(&[("authorization", "Bearer nope")]), None).is_err());
+        assert!(auth.check(&headers(&[]), Some("s3cre")).is_err());
+    }
+
+    #[test]
+    fn browsers_must_come_from_the_same_origin() {
+        let auth = WsAuth::None;
+        let same = headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")]);
+        let other = headers(&[("host", "127.0.0.1:8080"), ("origin", "https://evil.example")]);
+        assert!(auth.check(&same, None).is_ok());
+        assert!(auth.check(&other, None).is_err());
+        assert!(auth.check(&headers(&[]), None).is_ok());
+    }
+}

@@ -1,0 +1,167 @@
+//! [`WebSocketChannel`]: the `Channel` impl, the subscriber table and the `/ws` route.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::ws::{Utf8Bytes, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use dashmap::DashMap;
+use serde::Deserialize;
+use switchboard_core::{Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage};
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::BEARER_PROTOCOL;
+use crate::config::WsConfig;
+use crate::connection;
+use crate::page;
+use crate::protocol::ServerFrame;
+
+/// The channel's name, and the prefix of its session keys.
+pub const CHANNEL_NAME: &str = "websocket";
+
+/// The hard limit on one WebSocket message; past it the connection is closed. Frames
+/// between `max_frame_bytes` and this get an `error` frame and the connection stays.
+const HARD_MESSAGE_LIMIT: usize = 1024 * 1024;
+
+/// A socket that receives a chat's frames.
+#[derive(Clone)]
+pub(crate) struct Subscriber {
+    pub conn: u64,
+    /// The socket's send queue; its send task owns the receiver.
+    pub tx: mpsc::Sender<Utf8Bytes>,
+    /// Cancelled to close the socket (it fell too far behind, or the daemon stops).
+    pub kill: CancellationToken,
+}
+
+/// State shared by the channel, the route and every connection.
+pub(crate) struct Shared {
+    pub config: WsConfig,
+    pub hub: ChatHub,
+    /// Sockets by chat. Guards are held only for non-blocking sends, never across awaits.
+    pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
+    pub next_conn: AtomicU64,
+    pub open: AtomicUsize,
+    /// Cancelled by [`WebSocketChannel::close_all`]; every connection's kill token is a child.
+    pub closing: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn subscribe(&self, chats: &Mutex<HashSet<ChatId>>, subscriber: &Subscriber, chat: ChatId) {
+        let mut chats = chats.lock().unwrap_or_else(PoisonError::into_inner);
+        if chats.insert(chat.clone()) {
+            self.subscribers.entry(chat).or_default().push(subscriber.clone());
+        }
+    }
+
+    pub(crate) fn unsubscribe(&self, conn: u64, chat: &ChatId) {
+        self.subscribers.remove_if_mut(chat, |_, subscribers| {
+            subscribers.retain(|s| s.conn != conn);
+            subscribers.is_empty()
+        });
+    }
+}
+
+/// The WebSocket channel. Cloning shares the same state.
+#[derive(Clone)]
+pub struct WebSocketChannel {
+    shared: Arc<Shared>,
+}
+
+#[derive(Deserialize)]
+struct TokenQuery {
+    token: Option<String>,
+}
+
+impl WebSocketChannel {
+    /// A channel publishing inbound messages on `hub`.
+    pub fn new(config: WsConfig, hub: ChatHub) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                config,
+                hub,
+                subscribers: DashMap::new(),
+                next_conn: AtomicU64::new(1),
+                open: AtomicUsize::new(0),
+                closing: CancellationToken::new(),
+            }),
+        }
+    }
+
+    /// The routes of this channel: `GET /ws` and the web chat page at `GET /`.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .route("/ws", get(upgrade))
+            .route("/", get(page::chat_page))
+            .with_state(self.shared.clone())
+    }
+
+    /// How many sockets are open.
+    pub fn connections(&self) -> usize {
+        self.shared.open.load(Ordering::Relaxed)
+    }
+
+    /// Closes every socket (going-away close frame); used last in shutdown, after the
+    /// final replies went out.
+    pub fn close_all(&self) {
+        self.shared.closing.cancel();
+    }
+}
+
+async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<TokenQuery>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    if let Err(reason) = shared.config.auth.check(&headers, query.token.as_deref()) {
+        tracing::info!(reason, "refused a WebSocket connection");
+        return (StatusCode::UNAUTHORIZED, reason).into_response();
+    }
+    if !shared.hub.is_accepting() || shared.closing.is_cancelled() {
+        return (StatusCode::SERVICE_UNAVAILABLE, "switchboard is shutting down").into_response();
+    }
+    ws.protocols([BEARER_PROTOCOL])
+        .max_message_size(HARD_MESSAGE_LIMIT)
+        .on_upgrade(move |socket| connection::serve(socket, shared))
+}
+
+#[async_trait]
+impl Channel for WebSocketChannel {
+    fn name(&self) -> ChannelName {
+        ChannelName::from(CHANNEL_NAME)
+    }
+
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
+        // Connections arrive through the daemon's HTTP listener; nothing to poll here.
+        ctx.shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        let chat = message.chat_id.clone();
+        let frame: Utf8Bytes = ServerFrame::from_outbound(message).to_json().into();
+        let Some(subscribers) = self.shared.subscribers.get(&chat) else {
+            tracing::debug!(chat = %chat, "no socket on this chat; frame dropped");
+            return Ok(());
+        };
+        for subscriber in subscribers.iter() {
+            match subscriber.tx.try_send(frame.clone()) {
+                Ok(()) | Err(TrySendError::Closed(_)) => {}
+                Err(TrySendError::Full(_)) => {
+                    tracing::warn!(conn = subscriber.conn, chat = %chat,
+                        "WebSocket client too slow; closing it");
+                    subscriber.kill.cancel();
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! One WebSocket connection: a send task draining the socket's queue and a receive task
+//! reading client frames. When either ends, the other is aborted and the socket leaves
+//! every chat it was subscribed to.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use futures::stream::{SplitStream, StreamExt};
+use futures::SinkExt;
+use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
+use tokio::sync::mpsc;
+
+use crate::channel::{CHANNEL_NAME, Shared, Subscriber};
+use crate::protocol::{ClientFrame, ServerFrame};
+
+pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
+    let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
+    shared.open.fetch_add(1, Ordering::Relaxed);
+    let (mut sink, stream) = socket.split();
+    let (tx, mut rx) = mpsc::channel::<Utf8Bytes>(shared.config.send_queue.max(8));
+    let kill = shared.closing.child_token();
+    let subscriber = Subscriber {
+        conn,
+        tx: tx.clone(),
+        kill: kill.clone(),
+    };
+    let chats = Arc::new(Mutex::new(HashSet::new()));
+    let _ = tx.try_send(ServerFrame::Ready { version: env!("CARGO_PKG_VERSION") }.to_json().into());
+    tracing::debug!(conn, "WebSocket connected");
+
+    let mut send_task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(frame) => {
+                        if sink.send(Message::Text(frame)).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                () = kill.cancelled() => {
+                    let close = CloseFrame { code: close_code::AWAY, reason: "closing".into() };
+                    let _ = sink.send(Message::Close(Some(close))).await;
+                    break;
+                }
+            }
+        }
+    });
+    let mut recv_task = tokio::spawn(receive(stream, shared.clone(), subscriber, chats.clone()));
+    tokio::select! {
+        _ = &mut send_task => recv_task.abort(),
+        _ = &mut recv_task => send_task.abort(),
+    }
+
+    let chats = std::mem::take(&mut *chats.lock().unwrap_or_else(PoisonError::into_inner));
+    for chat in &chats {
+        shared.unsubscribe(conn, chat);
+    }
+    shared.open.fetch_sub(1, Ordering::Relaxed);
+    tracing::debug!(conn, "WebSocket disconnected");
+}
+
+async fn receive(
+    mut stream: SplitStream<WebSocket>,
+    shared: Arc<Shared>,
+    subscriber: Subscriber,
+    chats: Arc<Mutex<HashSet<ChatId>>>,
+) {
+    let reply = |frame: ServerFrame| {
+        let tx = subscriber.tx.clone();
+        async move {
+            let _ = tx.send(frame.to_json().into()).await;
+        }
+    };
+    while let Some(message) = stream.next().await {
+        let text = match message {
+            Ok(Message::Text(text)) => text,
+            Ok(Message::Binary(_)) => {
+                reply(ServerFrame::frame_error(
+                    "binary frames are not supported; send JSON text frames",
+                ))
+                .await;
+                continue;
+            }
+            Ok(Message::Close(_)) => break,
+            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Err(err) => {
+                tracing::debug!(conn = subscriber.conn, error = %err, "WebSocket read failed");
+                break;
+            }
+        };
+        let frame = match ClientFrame::parse(text.as_str(), shared.config.max_frame_bytes) {
+            Ok(frame) => frame,
+            Err(problem) => {
+                reply(ServerFrame::frame_error(problem)).await;
+                continue;
+            }
+        };
+        match frame {
+            ClientFrame::Message { chat_id, content } => {
+                let chat = ChatId::from(chat_id.as_str());
+                shared.subscribe(&chats, &subscriber, chat.clone());
+                let inbound = InboundMessage::text(
+                    CHANNEL_NAME.into(),
+                    chat,
+                    SenderId::from(format!("ws:{}", subscriber.conn)),
+                    content,
+                );
+                if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
+                    reply(ServerFrame::Error { chat_id: Some(chat_id), message: err.to_string() }).await;
+                }
+            }
+            ClientFrame::Subscribe { chat_id } => {
+                shared.subscribe(&chats, &subscriber, ChatId::from(chat_id));
+            }
+            ClientFrame::Unsubscribe { chat_id } => {
+                let chat = ChatId::from(chat_id);
+                chats.lock().unwrap_or_else(PoisonError::into_inner).remove(&chat);
+                shared.unsubscribe(subscriber.conn, &chat);
+            }
+            ClientFrame::Ping => reply(ServerFrame::Pong).await,
+        }
+    }
+}

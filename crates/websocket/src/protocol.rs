@@ -1,0 +1,209 @@
+//! The JSON frames of the WebSocket protocol (documented in `docs/protocol.md`).
+
+use serde::{Deserialize, Serialize};
+use switchboard_core::{OutboundKind, OutboundMessage};
+
+/// The longest `chat_id` accepted, in bytes.
+pub const MAX_CHAT_ID_BYTES: usize = 128;
+
+/// What a client sends.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ClientFrame {
+    /// A message for the agent in chat `chat_id`; this socket then receives the chat's frames.
+    Message {
+        /// The chat (session `websocket_<chat_id>`).
+        chat_id: String,
+        /// The text.
+        content: String,
+    },
+    /// Receive a chat's frames without sending to it (e.g. a second tab).
+    Subscribe {
+        /// The chat.
+        chat_id: String,
+    },
+    /// Stop receiving a chat's frames.
+    Unsubscribe {
+        /// The chat.
+        chat_id: String,
+    },
+    /// Asks for a `pong` (an application-level keepalive for clients without ping frames).
+    Ping,
+}
+
+impl ClientFrame {
+    /// Parses a text frame; the error names what is wrong with it.
+    pub fn parse(text: &str, max_bytes: usize) -> Result<Self, String> {
+        if text.len() > max_bytes {
+            return Err(format!(
+                "frame too large: {} bytes, the limit is {max_bytes}",
+                text.len()
+            ));
+        }
+        let frame: Self =
+            serde_json::from_str(text).map_err(|err| format!("invalid frame: {err}"))?;
+        match &frame {
+            Self::Message { chat_id, content } => {
+                check_chat_id(chat_id)?;
+                if content.trim().is_empty() {
+                    return Err("invalid frame: `content` is empty".into());
+                }
+            }
+            Self::Subscribe { chat_id } | Self::Unsubscribe { chat_id } => check_chat_id(chat_id)?,
+            Self::Ping => {}
+        }
+        Ok(frame)
+    }
+}
+
+fn check_chat_id(chat_id: &str) -> Result<(), String> {
+    if chat_id.is_empty() || chat_id.len() > MAX_CHAT_ID_BYTES {
+        return Err(format!(
+            "invalid frame: `chat_id` must be 1 to {MAX_CHAT_ID_BYTES} bytes"
+        ));
+    }
+    if chat_id.chars().any(char::is_control) {
+        return Err("invalid frame: `chat_id` contains control characters".into());
+    }
+    Ok(())
+}
+
+/// What the server sends.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerFrame {
+    /// The connection is authenticated and ready.
+    Ready {
+        /// The server's version.
+        version: &'static str,
+    },
+    /// A piece of a reply as it streams in.
+    Delta {
+        /// The chat.
+        chat_id: String,
+        /// The text piece.
+        text: String,
+    },
+    /// A whole reply.
+    Message {
+        /// The chat.
+        chat_id: String,
+        /// The text.
+        content: String,
+    },
+    /// A tool started or ended.
+    Tool {
+        /// The chat.
+        chat_id: String,
+        /// The tool.
+        name: String,
+        /// `started`, `finished` or `failed`.
+        status: &'static str,
+    },
+    /// The turn is over.
+    Done {
+        /// The chat.
+        chat_id: String,
+    },
+    /// Something went wrong; without `chat_id` it is about the frame the client sent.
+    Error {
+        /// The chat, when the error is about one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        chat_id: Option<String>,
+        /// What went wrong.
+        message: String,
+    },
+    /// The answer to `ping`.
+    Pong,
+}
+
+impl ServerFrame {
+    /// An error about the frame the client sent.
+    pub fn frame_error(message: impl Into<String>) -> Self {
+        Self::Error {
+            chat_id: None,
+            message: message.into(),
+        }
+    }
+
+    /// The frame an outbound message becomes.
+    pub fn from_outbound(message: OutboundMessage) -> Self {
+        let chat_id = message.chat_id.to_string();
+        match message.kind {
+            OutboundKind::Delta(text) => Self::Delta { chat_id, text },
+            OutboundKind::Message(content) => Self::Message { chat_id, content },
+            OutboundKind::Tool { name, status } => Self::Tool {
+                chat_id,
+                name,
+                status: status.as_str(),
+            },
+            OutboundKind::Done => Self::Done { chat_id },
+            OutboundKind::Error(message) => Self::Error {
+                chat_id: Some(chat_id),
+                message,
+            },
+        }
+    }
+
+    /// The frame as JSON text.
+    pub fn to_json(&self) -> String {
+        // Serializing these plain structs cannot fail.
+        serde_json::to_string(self).unwrap_or_else(|_| r#"{"type":"error"}"#.to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_frames_parse() {
+        let frame = ClientFrame::parse(r#"{"type":"message","chat_id":"c1","content":"hi"}"#, 1000);
+        assert_eq!(
+            frame,
+            Ok(ClientFrame::Message { chat_id: "c1".into(), content: "hi".into() })
+        );
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        let cases = [
+            ("not json", "invalid frame"),
+            (r#"{"type":"message","content":"hi"}"#, "missing field `chat_id`"),
+            (r#"{"type":"shout","chat_id":"c"}"#, "unknown variant `shout`"),
+            (r#"{"type":"message","chat_id":"","content":"hi"}"#, "`chat_id` must be"),
+            (r#"{"type":"message","chat_id":"c","content":"  "}"#, "`content` is empty"),
+            (r#"{"type":"message","chat_id":"c","content":"x","extra":1}"#, "unknown field `extra`"),
+        ];
+        for (text, expected) in cases {
+            let err = ClientFrame::parse(text, 1000).expect_err(text);
+            assert!(err.contains(expected), "{text}: {err}");
+        }
+        let big = format!(r#"{{"type":"message","chat_id":"c","content":"{}"}}"#, "x".repeat(100));
+        assert!(ClientFrame::parse(&big, 50).expect_err("big").contains("frame too large"));
+    }
+
+    #[test]
+    fn server_frames_serialize_as_documented() {
+        let frames = [
+            (ServerFrame::Ready { version: "1" }, r#"{"type":"ready","version":"1"}"#),
+            (
+                ServerFrame::Delta { chat_id: "c".into(), text: "t".into() },
+                r#"{"type":"delta","chat_id":"c","text":"t"}"#,
+            ),
+            (
+                ServerFrame::Message { chat_id: "c".into(), content: "t".into() },
+                r#"{"type":"message","chat_id":"c","content":"t"}"#,
+            ),
+            (
+                ServerFrame::Tool { chat_id: "c".into(), name: "n".into(), status: "started" },
+                r#"{"type":"tool","chat_id":"c","name":"n","status":"started"}"#,
+            ),
+            (ServerFrame::Done { chat_id: "c".into() }, r#"{"type":"done","chat_id":"c"}"#),
+            (ServerFrame::frame_error("bad"), r#"{"type":"error","message":"bad"}"#),
+        ];
+        for (frame, json) in frames {
+            assert_eq!(frame.to_json(), json);
+        }
+    }
+}
