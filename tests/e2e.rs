@@ -1,1 +1,20 @@
-//! e2e
+//! End-to-end tests of the switchboard daemon: the real daemon (in-process on
+//! 127.0.0.1:0, or the binary itself) against the testkit's scripted LLM, driven through
+//! WebSocket clients the way a user's client would, over real sockets. Nothing here
+//! reaches the internet.
+
+/// Helpers: the test daemon, the WebSocket client, history invariants.
+mod util;
+
+/// The binary: SIGTERM during a turn, config errors, the example config.
+mod binary;
+/// A message in, the reply out: streaming, several chats and sockets, commands.
+mod chat;
+/// Restart keeps the conversation; long conversations stay within the history limit.
+mod persistence;
+/// Auth, malformed frames, LLM errors (429, unreachable, missing key).
+mod protocol;
+/// `/stop` ends a turn at once and leaves a valid session.
+mod stop;
+/// Tool calls: run concurrently, errors and unknown tools reach the model.
+mod tools;

@@ -72,7 +72,12 @@ pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<A
             .unwrap_or_else(|| AgentConfig::default().system_prompt),
         ..AgentConfig::default()
     };
-    Ok(Arc::new(Agent::new(llm, tools, Arc::new(store), agent_config)))
+    Ok(Arc::new(Agent::new(
+        llm,
+        tools,
+        Arc::new(store),
+        agent_config,
+    )))
 }
 
 fn build_llm(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
@@ -220,7 +225,10 @@ impl Running {
         // Turns are over: deliver what they queued, then close sockets and the listener.
         self.delivery_stop.cancel();
         self.channels.close();
-        if tokio::time::timeout(CANCEL_DEADLINE, self.channels.wait()).await.is_err() {
+        if tokio::time::timeout(CANCEL_DEADLINE, self.channels.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("channels did not stop in time");
         }
         if let Some(websocket) = &self.websocket {
@@ -277,6 +285,8 @@ async fn wait_for_signal() -> anyhow::Result<()> {
         }
     }
     #[cfg(not(unix))]
-    tokio::signal::ctrl_c().await.context("cannot listen for ctrl-c")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot listen for ctrl-c")?;
     Ok(())
 }

@@ -260,15 +260,13 @@ impl Config {
             path: path.to_path_buf(),
             text: text.to_owned(),
         };
-        let deserializer = toml::de::Deserializer::parse(text).map_err(|err| {
-            source.error_at(err.span(), String::new(), err.message().to_owned())
+        let deserializer = toml::de::Deserializer::parse(text)
+            .map_err(|err| source.error_at(err.span(), String::new(), err.message().to_owned()))?;
+        let mut config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let key = key_of(err.path());
+            let inner = err.into_inner();
+            source.error_at(inner.span(), key, inner.message().to_owned())
         })?;
-        let mut config: Config =
-            serde_path_to_error::deserialize(deserializer).map_err(|err| {
-                let key = key_of(err.path());
-                let inner = err.into_inner();
-                source.error_at(inner.span(), key, inner.message().to_owned())
-            })?;
         config.source = source;
         config.validate()?;
         Ok(config)
@@ -288,16 +286,24 @@ impl Config {
         };
         at_least(&self.agent.max_iterations, 1, "agent.max_iterations")?;
         at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
-        at_least(&self.agent.max_concurrent_turns, 1, "agent.max_concurrent_turns")?;
+        at_least(
+            &self.agent.max_concurrent_turns,
+            1,
+            "agent.max_concurrent_turns",
+        )?;
         for (value, key) in [
             (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),
             (&self.agent.idle_timeout_secs, "agent.idle_timeout_secs"),
             (&self.llm.timeout_secs, "llm.timeout_secs"),
             (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
-            (&self.daemon.shutdown_grace_secs, "daemon.shutdown_grace_secs"),
+            (
+                &self.daemon.shutdown_grace_secs,
+                "daemon.shutdown_grace_secs",
+            ),
         ] {
             seconds(value).map_err(|message| {
-                self.source.error_at(Some(value.span()), key.into(), message)
+                self.source
+                    .error_at(Some(value.span()), key.into(), message)
             })?;
         }
         if *self.llm.provider.get_ref() == ProviderKind::Anthropic {
@@ -310,7 +316,10 @@ impl Config {
             ));
         }
         let ws = &self.channels.websocket;
-        if ws.enabled && *ws.auth.get_ref() == AuthMode::None && !self.http.bind.get_ref().ip().is_loopback() {
+        if ws.enabled
+            && *ws.auth.get_ref() == AuthMode::None
+            && !self.http.bind.get_ref().ip().is_loopback()
+        {
             return Err(self.source.error_at(
                 Some(ws.auth.span()),
                 "channels.websocket.auth".into(),
@@ -400,7 +409,12 @@ fn seconds(value: &Spanned<f64>) -> Result<(), String> {
 
 impl Source {
     /// An error at a byte span of the text.
-    pub fn error_at(&self, span: Option<std::ops::Range<usize>>, key: String, message: String) -> ConfigError {
+    pub fn error_at(
+        &self,
+        span: Option<std::ops::Range<usize>>,
+        key: String,
+        message: String,
+    ) -> ConfigError {
         let (line, column) = match span {
             Some(span) if span.end > 0 || span.start > 0 => {
                 let before = &self.text[..span.start.min(self.text.len())];
@@ -478,7 +492,11 @@ mod tests {
         assert_eq!(err.line, Some(5), "{err}");
         assert_eq!(err.key, "agent.history_limt", "{err}");
         assert!(err.message.contains("unknown field"), "{err}");
-        assert!(err.to_string().starts_with("/etc/switchboard/config.toml:5:"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("/etc/switchboard/config.toml:5:"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -506,11 +524,14 @@ mod tests {
 
     #[test]
     fn a_missing_token_variable_is_named() {
-        let err = parse(
-            "[channels.websocket]\ntoken = \"${SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE}\"\n",
-        )
-        .expect_err("unset");
-        assert!(err.message.contains("SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE"), "{err}");
+        let err =
+            parse("[channels.websocket]\ntoken = \"${SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE}\"\n")
+                .expect_err("unset");
+        assert!(
+            err.message
+                .contains("SWITCHBOARD_TEST_SURELY_UNSET_VARIABLE"),
+            "{err}"
+        );
         assert_eq!(err.line, Some(2));
     }
 
@@ -525,13 +546,19 @@ mod tests {
         assert_eq!(expand_env("plain"), Ok("plain".into()));
         let home = std::env::var("HOME").expect("HOME is set in tests");
         assert_eq!(expand_env("a${HOME}b"), Ok(format!("a{home}b")));
-        assert_eq!(expand_env("${SURELY_UNSET_VAR_123}"), Err("SURELY_UNSET_VAR_123".into()));
+        assert_eq!(
+            expand_env("${SURELY_UNSET_VAR_123}"),
+            Err("SURELY_UNSET_VAR_123".into())
+        );
     }
 
     #[test]
     fn relative_paths_follow_the_config_file() {
         let config = parse(MINIMAL).expect("parse");
-        assert_eq!(config.path("state"), PathBuf::from("/etc/switchboard/state"));
+        assert_eq!(
+            config.path("state"),
+            PathBuf::from("/etc/switchboard/state")
+        );
         assert_eq!(config.path("/abs"), PathBuf::from("/abs"));
     }
 }

@@ -11,7 +11,10 @@ use switchboard::{app, logging, terminal};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format, matches!(cli.command, Command::Agent { .. }));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("switchboard: cannot start the async runtime: {err}");

@@ -30,7 +30,9 @@ pub async fn supervise(channel: Arc<dyn Channel>, ctx: ChannelContext, health: H
     loop {
         health.set(&name, ChannelState::Running { restarts });
         let started = Instant::now();
-        let outcome = AssertUnwindSafe(channel.run(ctx.clone())).catch_unwind().await;
+        let outcome = AssertUnwindSafe(channel.run(ctx.clone()))
+            .catch_unwind()
+            .await;
         if ctx.shutdown.is_cancelled() {
             health.set(&name, ChannelState::Stopped);
             return;
@@ -135,7 +137,10 @@ mod tests {
                 if self.panic {
                     panic!("boom {run}");
                 }
-                return Err(CoreError::Channel { channel: "flaky".into(), message: format!("fail {run}") });
+                return Err(CoreError::Channel {
+                    channel: "flaky".into(),
+                    message: format!("fail {run}"),
+                });
             }
             ctx.shutdown.cancelled().await;
             Ok(())
@@ -146,15 +151,25 @@ mod tests {
     }
 
     async fn restarts_until_running(panic: bool) {
-        let channel = Arc::new(Flaky { runs: AtomicU32::new(0), failures: 3, panic });
+        let channel = Arc::new(Flaky {
+            runs: AtomicU32::new(0),
+            failures: 3,
+            panic,
+        });
         let shutdown = CancellationToken::new();
-        let ctx = ChannelContext { hub: ChatHub::new(1, shutdown.clone()), shutdown: shutdown.clone() };
+        let ctx = ChannelContext {
+            hub: ChatHub::new(1, shutdown.clone()),
+            shutdown: shutdown.clone(),
+        };
         let health = Health::new();
         let task = tokio::spawn(supervise(channel.clone(), ctx, health.clone()));
         // 1 + 2 + 4 seconds of backoff pass instantly in paused time.
         tokio::time::sleep(Duration::from_secs(8)).await;
         assert_eq!(channel.runs.load(Ordering::SeqCst), 4);
-        assert_eq!(health.get("flaky"), Some(ChannelState::Running { restarts: 3 }));
+        assert_eq!(
+            health.get("flaky"),
+            Some(ChannelState::Running { restarts: 3 })
+        );
         shutdown.cancel();
         task.await.expect("supervisor ends");
         assert_eq!(health.get("flaky"), Some(ChannelState::Stopped));
@@ -172,15 +187,25 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn backoff_doubles_between_restarts() {
-        let channel = Arc::new(Flaky { runs: AtomicU32::new(0), failures: 10, panic: false });
+        let channel = Arc::new(Flaky {
+            runs: AtomicU32::new(0),
+            failures: 10,
+            panic: false,
+        });
         let shutdown = CancellationToken::new();
-        let ctx = ChannelContext { hub: ChatHub::new(1, shutdown.clone()), shutdown: shutdown.clone() };
+        let ctx = ChannelContext {
+            hub: ChatHub::new(1, shutdown.clone()),
+            shutdown: shutdown.clone(),
+        };
         let health = Health::new();
         tokio::spawn(supervise(channel.clone(), ctx, health.clone()));
         // Runs at t = 0, 1, 3, 7, 15: by t = 10 four runs happened.
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(channel.runs.load(Ordering::SeqCst), 4);
-        assert!(matches!(health.get("flaky"), Some(ChannelState::Failed { restarts: 4, .. })));
+        assert!(matches!(
+            health.get("flaky"),
+            Some(ChannelState::Failed { restarts: 4, .. })
+        ));
         shutdown.cancel();
     }
 }

@@ -20,7 +20,11 @@ use crate::cli::resolve_config;
 use crate::config::Config;
 
 /// Runs one turn (`message`) or an interactive prompt.
-pub async fn run(config: Option<&Path>, message: Option<String>, name: &str) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: Option<&Path>,
+    message: Option<String>,
+    name: &str,
+) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
     let config = Config::load(&path)?;
     let agent = build_agent(&config, ToolRegistry::new())?;
@@ -31,7 +35,11 @@ pub async fn run(config: Option<&Path>, message: Option<String>, name: &str) -> 
 
     if let Some(text) = message {
         let ok = handle(&agent, &mut session, text).await;
-        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
     }
 
     eprintln!("switchboard agent — session {key}; /new, /help, /quit; ctrl-c stops an answer");
@@ -67,7 +75,10 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             }
         },
         Some(Command::Help | Command::Status | Command::Stop) => {
-            eprintln!("{} messages in history; type /new to start over, /quit to leave.", session.len());
+            eprintln!(
+                "{} messages in history; type /new to start over, /quit to leave.",
+                session.len()
+            );
             true
         }
         None => turn(agent, session, text).await,

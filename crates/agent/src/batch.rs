@@ -181,7 +181,9 @@ fn cap(mut text: String) -> String {
         }
         let total = text.len();
         text.truncate(end);
-        text.push_str(&format!("\n[… output cut at {MAX_RESULT_BYTES} of {total} bytes]"));
+        text.push_str(&format!(
+            "\n[… output cut at {MAX_RESULT_BYTES} of {total} bytes]"
+        ));
     }
     text
 }
@@ -194,8 +196,14 @@ mod tests {
     fn arguments_must_be_an_object() {
         assert!(parse_arguments("").is_ok());
         assert!(parse_arguments(r#"{"a":1}"#).is_ok());
-        assert!(matches!(parse_arguments("[1]"), Err(ToolError::InvalidArguments(_))));
-        assert!(matches!(parse_arguments("{oops"), Err(ToolError::InvalidArguments(_))));
+        assert!(matches!(
+            parse_arguments("[1]"),
+            Err(ToolError::InvalidArguments(_))
+        ));
+        assert!(matches!(
+            parse_arguments("{oops"),
+            Err(ToolError::InvalidArguments(_))
+        ));
     }
 
     #[test]

@@ -65,6 +65,9 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("USER.md"), "é".repeat(100)).expect("write");
         let prompt = system_prompt("", dir.path(), 7);
-        assert!(prompt.contains("ééé\n[… USER.md truncated at 7 bytes of 200]"), "{prompt}");
+        assert!(
+            prompt.contains("ééé\n[… USER.md truncated at 7 bytes of 200]"),
+            "{prompt}"
+        );
     }
 }

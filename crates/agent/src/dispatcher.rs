@@ -13,8 +13,8 @@ use switchboard_core::{
     ChatHub, InboundMessage, OutboundKind, OutboundMessage, SessionKey, Shutdown, ToolStatus,
 };
 use switchboard_sessions::Session;
-use tokio::sync::{Semaphore, mpsc};
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
@@ -156,7 +156,12 @@ impl Dispatcher {
             // The worker replies for the stopped turn.
             Some(token) => token.cancel(),
             None => {
-                reply(&self.hub, message, OutboundKind::Message("Nothing to stop.".into())).await;
+                reply(
+                    &self.hub,
+                    message,
+                    OutboundKind::Message("Nothing to stop.".into()),
+                )
+                .await;
                 reply(&self.hub, message, OutboundKind::Done).await;
             }
         }
@@ -179,7 +184,17 @@ impl Worker {
         let mut session: Option<Session> = None;
         loop {
             let message = tokio::select! {
+                biased;
                 message = rx.recv() => message,
+                () = self.shutdown.intake().cancelled() => {
+                    // Intake stopped and no turn runs: answer what is queued, then exit.
+                    rx.close();
+                    while let Ok(message) = rx.try_recv() {
+                        refuse_shutting_down(&self.hub, &message).await;
+                    }
+                    self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
+                    return;
+                }
                 () = tokio::time::sleep(self.agent.config.idle_timeout) => {
                     let removed = self
                         .workers
@@ -241,7 +256,12 @@ impl Worker {
             }
             // A `/stop` that was queued behind a turn arrives after that turn ended.
             Some(Command::Stop) => {
-                reply(&self.hub, &message, OutboundKind::Message("Nothing to stop.".into())).await;
+                reply(
+                    &self.hub,
+                    &message,
+                    OutboundKind::Message("Nothing to stop.".into()),
+                )
+                .await;
             }
             None => return self.turn(session, message).await,
         }
@@ -286,15 +306,24 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
         }],
         AgentEvent::ToolFinished { name, ok, .. } => vec![OutboundKind::Tool {
             name,
-            status: if ok { ToolStatus::Finished } else { ToolStatus::Failed },
+            status: if ok {
+                ToolStatus::Finished
+            } else {
+                ToolStatus::Failed
+            },
         }],
-        AgentEvent::Finished { reply, .. } => vec![OutboundKind::Message(reply), OutboundKind::Done],
+        AgentEvent::Finished { reply, .. } => {
+            vec![OutboundKind::Message(reply), OutboundKind::Done]
+        }
         AgentEvent::Failed { message } => vec![OutboundKind::Error(message), OutboundKind::Done],
     }
 }
 
 async fn reply(hub: &ChatHub, to: &InboundMessage, kind: OutboundKind) {
-    if let Err(err) = hub.publish_outbound(OutboundMessage::reply_to(to, kind)).await {
+    if let Err(err) = hub
+        .publish_outbound(OutboundMessage::reply_to(to, kind))
+        .await
+    {
         tracing::warn!(channel = %to.channel, chat = %to.chat_id, error = %err,
             "could not deliver a reply");
     }

@@ -99,8 +99,12 @@ impl Turn<'_> {
 
             let assistant = response.to_message();
             let outcome = batch::run(self.agent, &response.tool_calls, &ctx, events).await;
-            tracing::info!(iteration, calls = response.tool_calls.len(),
-                cancelled = outcome.cancelled, "tool batch done");
+            tracing::info!(
+                iteration,
+                calls = response.tool_calls.len(),
+                cancelled = outcome.cancelled,
+                "tool batch done"
+            );
             let mut step = Vec::with_capacity(outcome.results.len() + 1);
             step.push(assistant);
             step.extend(outcome.results);
@@ -197,7 +201,10 @@ impl Turn<'_> {
         }
         if session.needs_compaction() {
             let messages: Vec<ChatMessage> = session.history();
-            match agent.store.compact(session.key(), &messages, session.usage()) {
+            match agent
+                .store
+                .compact(session.key(), &messages, session.usage())
+            {
                 Ok(()) => session.compacted(),
                 Err(err) => tracing::error!(session = %session.key(), error = %err,
                     "could not compact session file"),
@@ -205,8 +212,12 @@ impl Turn<'_> {
         }
         let event = match end {
             End::Reply(reply, end) => {
-                tracing::info!(input_tokens = usage.input_tokens,
-                    output_tokens = usage.output_tokens, ?end, "turn finished");
+                tracing::info!(
+                    input_tokens = usage.input_tokens,
+                    output_tokens = usage.output_tokens,
+                    ?end,
+                    "turn finished"
+                );
                 AgentEvent::Finished { reply, end, usage }
             }
             End::Failed(message) => {

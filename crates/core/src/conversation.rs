@@ -86,9 +86,9 @@ impl ChatMessage {
     /// The text of the message (a tool result's output).
     pub fn text(&self) -> &str {
         match self {
-            Self::User { content } | Self::Assistant { content, .. } | Self::Tool { content, .. } => {
-                content
-            }
+            Self::User { content }
+            | Self::Assistant { content, .. }
+            | Self::Tool { content, .. } => content,
         }
     }
 }

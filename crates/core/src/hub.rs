@@ -124,7 +124,10 @@ mod tests {
             async move { hub.publish_inbound(inbound("2")).await }
         });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!waiting.is_finished(), "second publish must wait while full");
+        assert!(
+            !waiting.is_finished(),
+            "second publish must wait while full"
+        );
         assert_eq!(rx.recv().await.expect("msg").content, "1");
         waiting.await.expect("join").expect("second publish");
         assert_eq!(rx.recv().await.expect("msg").content, "2");

@@ -60,10 +60,15 @@ impl Shutdown {
     pub async fn drain(&self, grace: Duration, hard: Duration) -> bool {
         self.stop_intake();
         self.tracker.close();
-        if tokio::time::timeout(grace, self.tracker.wait()).await.is_ok() {
+        if tokio::time::timeout(grace, self.tracker.wait())
+            .await
+            .is_ok()
+        {
             return true;
         }
         self.cancel_turns();
-        tokio::time::timeout(hard, self.tracker.wait()).await.is_ok()
+        tokio::time::timeout(hard, self.tracker.wait())
+            .await
+            .is_ok()
     }
 }

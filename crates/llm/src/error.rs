@@ -7,9 +7,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
     /// The config refers to an API key in an environment variable that is not set.
-    #[error(
-        "no API key: the environment variable {variable} is not set (config key llm.api_key)"
-    )]
+    #[error("no API key: the environment variable {variable} is not set (config key llm.api_key)")]
     MissingApiKey {
         /// The variable to set.
         variable: String,

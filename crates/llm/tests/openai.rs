@@ -41,7 +41,10 @@ fn request(text: &str) -> ChatRequest {
 async fn whole_response_carries_text_and_usage() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("hello there"));
-    let response = provider(llm.base_url()).chat(&request("hi"), None).await.expect("chat");
+    let response = provider(llm.base_url())
+        .chat(&request("hi"), None)
+        .await
+        .expect("chat");
     assert_eq!(response.content, "hello there");
     assert_eq!(response.usage.input_tokens, 10);
     let sent = &llm.requests()[0];
@@ -59,13 +62,19 @@ async fn streamed_deltas_concatenate_to_the_response() {
     let sink = move |text: String| {
         let _ = tx.send(text);
     };
-    let response = provider(llm.base_url()).chat(&request("hi"), Some(&sink)).await.expect("chat");
+    let response = provider(llm.base_url())
+        .chat(&request("hi"), Some(&sink))
+        .await
+        .expect("chat");
     drop(sink);
     let mut deltas = Vec::new();
     while let Some(delta) = rx.recv().await {
         deltas.push(delta);
     }
-    assert!(deltas.len() >= 4, "expected word-by-word deltas, got {deltas:?}");
+    assert!(
+        deltas.len() >= 4,
+        "expected word-by-word deltas, got {deltas:?}"
+    );
     assert_eq!(deltas.concat(), "one two three four");
     assert_eq!(response.content, "one two three four");
     assert_eq!(response.usage.output_tokens, 5);
@@ -79,7 +88,10 @@ async fn streamed_tool_calls_are_reassembled() {
         ("fail", json!({"reason": "second"})),
     ]));
     let sink = |_: String| {};
-    let response = provider(llm.base_url()).chat(&request("hi"), Some(&sink)).await.expect("chat");
+    let response = provider(llm.base_url())
+        .chat(&request("hi"), Some(&sink))
+        .await
+        .expect("chat");
     assert_eq!(response.tool_calls.len(), 2);
     assert_eq!(response.tool_calls[0].name, "echo");
     let args: serde_json::Value =
@@ -92,22 +104,43 @@ async fn streamed_tool_calls_are_reassembled() {
 #[tokio::test]
 async fn rate_limit_is_retried_after_the_servers_wait() {
     let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::Error { status: 429, retry_after: Some(1) });
-    llm.push(Reply::Error { status: 503, retry_after: None });
+    llm.push(Reply::Error {
+        status: 429,
+        retry_after: Some(1),
+    });
+    llm.push(Reply::Error {
+        status: 503,
+        retry_after: None,
+    });
     llm.push(Reply::text("finally"));
     let started = Instant::now();
-    let response = provider(llm.base_url()).chat(&request("hi"), None).await.expect("chat");
+    let response = provider(llm.base_url())
+        .chat(&request("hi"), None)
+        .await
+        .expect("chat");
     assert_eq!(response.content, "finally");
     assert_eq!(llm.requests().len(), 3);
-    assert!(started.elapsed() >= Duration::from_secs(1), "Retry-After was not honoured");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was not honoured"
+    );
 }
 
 #[tokio::test]
 async fn client_errors_are_not_retried() {
     let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::Error { status: 401, retry_after: None });
-    let err = provider(llm.base_url()).chat(&request("hi"), None).await.expect_err("401");
-    assert!(matches!(err, LlmError::Unauthorized { status: 401, .. }), "{err}");
+    llm.push(Reply::Error {
+        status: 401,
+        retry_after: None,
+    });
+    let err = provider(llm.base_url())
+        .chat(&request("hi"), None)
+        .await
+        .expect_err("401");
+    assert!(
+        matches!(err, LlmError::Unauthorized { status: 401, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("llm.api_key"));
     assert_eq!(llm.requests().len(), 1);
 }
@@ -116,9 +149,15 @@ async fn client_errors_are_not_retried() {
 async fn retries_run_out_with_the_last_error() {
     let llm = ScriptedLlm::start().await.expect("llm");
     for _ in 0..4 {
-        llm.push(Reply::Error { status: 500, retry_after: None });
+        llm.push(Reply::Error {
+            status: 500,
+            retry_after: None,
+        });
     }
-    let err = provider(llm.base_url()).chat(&request("hi"), None).await.expect_err("500s");
+    let err = provider(llm.base_url())
+        .chat(&request("hi"), None)
+        .await
+        .expect_err("500s");
     assert!(matches!(err, LlmError::Status { status: 500, .. }), "{err}");
     assert_eq!(llm.requests().len(), 4, "one attempt and three retries");
 }
@@ -128,11 +167,16 @@ async fn a_missing_key_names_the_variable_without_calling() {
     let llm = ScriptedLlm::start().await.expect("llm");
     let provider = OpenAiProvider::new(OpenAiConfig {
         base_url: llm.base_url(),
-        api_key: ApiKey::Missing { variable: "OPENAI_API_KEY".into() },
+        api_key: ApiKey::Missing {
+            variable: "OPENAI_API_KEY".into(),
+        },
         ..OpenAiConfig::default()
     })
     .expect("provider");
-    let err = provider.chat(&request("hi"), None).await.expect_err("no key");
+    let err = provider
+        .chat(&request("hi"), None)
+        .await
+        .expect_err("no key");
     assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
     assert!(llm.requests().is_empty());
 }
@@ -144,11 +188,17 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
     drop(listener);
     let provider = OpenAiProvider::new(OpenAiConfig {
         base_url: format!("http://{addr}/v1"),
-        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        retry: RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        },
         ..OpenAiConfig::default()
     })
     .expect("provider");
-    let err = provider.chat(&request("hi"), None).await.expect_err("refused");
+    let err = provider
+        .chat(&request("hi"), None)
+        .await
+        .expect_err("refused");
     assert!(matches!(err, LlmError::Connect { .. }), "{err}");
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
 }
@@ -160,10 +210,16 @@ async fn a_slow_server_hits_the_first_byte_timeout() {
     let provider = OpenAiProvider::new(OpenAiConfig {
         base_url: llm.base_url(),
         first_byte_timeout: Duration::from_millis(200),
-        retry: RetryPolicy { max_retries: 0, ..RetryPolicy::default() },
+        retry: RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        },
         ..OpenAiConfig::default()
     })
     .expect("provider");
-    let err = provider.chat(&request("hi"), None).await.expect_err("timeout");
+    let err = provider
+        .chat(&request("hi"), None)
+        .await
+        .expect_err("timeout");
     assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
 }

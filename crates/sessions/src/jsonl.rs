@@ -142,7 +142,10 @@ impl SessionStore for JsonlStore {
         serde_json::to_writer(&mut buf, &Record::Usage { usage })?;
         buf.push(b'\n');
         for message in messages {
-            serde_json::to_writer(&mut buf, &Record::Message(std::borrow::Cow::Borrowed(message)))?;
+            serde_json::to_writer(
+                &mut buf,
+                &Record::Message(std::borrow::Cow::Borrowed(message)),
+            )?;
             buf.push(b'\n');
         }
         let mut file = File::create(&tmp).map_err(StoreError::io(&tmp))?;
@@ -234,7 +237,13 @@ mod tests {
         store.append(&key, &messages[..1]).expect("append");
         store.append(&key, &messages[1..]).expect("append");
         store
-            .record_usage(&key, Usage { input_tokens: 5, output_tokens: 2 })
+            .record_usage(
+                &key,
+                Usage {
+                    input_tokens: 5,
+                    output_tokens: 2,
+                },
+            )
             .expect("usage");
         let loaded = store.load(&key).expect("load");
         assert_eq!(loaded.messages, messages);
@@ -252,17 +261,24 @@ mod tests {
     fn a_torn_last_line_is_skipped_and_the_file_repaired() {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
-        store.append(&key, &[ChatMessage::user("q"), ChatMessage::assistant("a")]).expect("append");
+        store
+            .append(&key, &[ChatMessage::user("q"), ChatMessage::assistant("a")])
+            .expect("append");
         let path = store.path_of(&key);
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
         file.write_all(br#"{"role":"user","cont"#).expect("tear");
         drop(file);
 
         let loaded = store.load(&key).expect("load");
-        assert_eq!(loaded.messages, vec![ChatMessage::user("q"), ChatMessage::assistant("a")]);
+        assert_eq!(
+            loaded.messages,
+            vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
+        );
 
         // The next append must not be glued onto the torn line.
-        store.append(&key, &[ChatMessage::user("next")]).expect("append");
+        store
+            .append(&key, &[ChatMessage::user("next")])
+            .expect("append");
         let again = store.load(&key).expect("load");
         assert_eq!(again.messages.len(), 3);
         assert_eq!(again.messages[2], ChatMessage::user("next"));
@@ -272,14 +288,21 @@ mod tests {
     fn a_corrupt_middle_line_is_skipped() {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
-        store.append(&key, &[ChatMessage::user("q")]).expect("append");
+        store
+            .append(&key, &[ChatMessage::user("q")])
+            .expect("append");
         let path = store.path_of(&key);
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
         file.write_all(b"not json\n").expect("write");
         drop(file);
-        store.append(&key, &[ChatMessage::assistant("a")]).expect("append");
+        store
+            .append(&key, &[ChatMessage::assistant("a")])
+            .expect("append");
         let loaded = store.load(&key).expect("load");
-        assert_eq!(loaded.messages, vec![ChatMessage::user("q"), ChatMessage::assistant("a")]);
+        assert_eq!(
+            loaded.messages,
+            vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
+        );
     }
 
     #[test]
@@ -287,11 +310,20 @@ mod tests {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
         for i in 0..10 {
-            store.append(&key, &[ChatMessage::user(format!("q{i}"))]).expect("append");
+            store
+                .append(&key, &[ChatMessage::user(format!("q{i}"))])
+                .expect("append");
         }
         let keep = vec![ChatMessage::user("q9")];
         store
-            .compact(&key, &keep, Usage { input_tokens: 1, output_tokens: 1 })
+            .compact(
+                &key,
+                &keep,
+                Usage {
+                    input_tokens: 1,
+                    output_tokens: 1,
+                },
+            )
             .expect("compact");
         let loaded = store.load(&key).expect("load");
         assert_eq!(loaded.messages, keep);
@@ -303,10 +335,14 @@ mod tests {
     fn archive_starts_the_session_afresh() {
         let (dir, store) = store();
         let key = SessionKey::from("s");
-        store.append(&key, &[ChatMessage::user("q")]).expect("append");
+        store
+            .append(&key, &[ChatMessage::user("q")])
+            .expect("append");
         store.archive(&key).expect("archive");
         assert!(store.load(&key).expect("load").messages.is_empty());
-        let archived = fs::read_dir(dir.path().join("sessions/archive")).expect("dir").count();
+        let archived = fs::read_dir(dir.path().join("sessions/archive"))
+            .expect("dir")
+            .count();
         assert_eq!(archived, 1);
     }
 
@@ -315,6 +351,9 @@ mod tests {
         let (_dir, store) = store();
         let path = store.path_of(&SessionKey::from("websocket_../../etc/passwd"));
         assert_eq!(path.parent(), Some(store.dir.as_path()));
-        assert!(path.file_name().is_some_and(|n| n.to_string_lossy().contains("%2F")));
+        assert!(
+            path.file_name()
+                .is_some_and(|n| n.to_string_lossy().contains("%2F"))
+        );
     }
 }

@@ -111,7 +111,10 @@ mod tests {
     fn extend_trims_to_the_limit_by_whole_turns() {
         let mut session = Session::new("s".into(), 4);
         for i in 0..5 {
-            session.extend([ChatMessage::user(format!("q{i}")), ChatMessage::assistant("a")]);
+            session.extend([
+                ChatMessage::user(format!("q{i}")),
+                ChatMessage::assistant("a"),
+            ]);
         }
         assert_eq!(session.len(), 4);
         assert_eq!(session.messages()[0], ChatMessage::user("q3"));
@@ -134,7 +137,10 @@ mod tests {
             records: 5,
         };
         let session = Session::from_loaded("s".into(), 2, loaded);
-        assert_eq!(session.history(), vec![ChatMessage::user("q2"), ChatMessage::assistant("a2")]);
+        assert_eq!(
+            session.history(),
+            vec![ChatMessage::user("q2"), ChatMessage::assistant("a2")]
+        );
         assert_eq!(session.usage().output_tokens, 4);
     }
 

@@ -173,7 +173,14 @@ mod tests {
 
     #[test]
     fn whole_turns_are_dropped_from_the_front() {
-        let history = vec![user("1"), reply("1"), user("2"), reply("2"), user("3"), reply("3")];
+        let history = vec![
+            user("1"),
+            reply("1"),
+            user("2"),
+            reply("2"),
+            user("3"),
+            reply("3"),
+        ];
         let out = trimmed(history, 5);
         assert_eq!(out, vec![user("2"), reply("2"), user("3"), reply("3")]);
     }
@@ -275,7 +282,10 @@ mod tests {
             reply("final"),
         ];
         let out = trimmed(history, 4);
-        assert_eq!(out, vec![user("q"), calls(&["a"]), result("a"), reply("final")]);
+        assert_eq!(
+            out,
+            vec![user("q"), calls(&["a"]), result("a"), reply("final")]
+        );
     }
 
     #[test]
@@ -348,7 +358,10 @@ mod tests {
             reply("done"),
             result("a"),
         ]);
-        assert_eq!(out, vec![user("q"), calls(&["a"]), result("a"), reply("done")]);
+        assert_eq!(
+            out,
+            vec![user("q"), calls(&["a"]), result("a"), reply("done")]
+        );
     }
 
     #[test]

@@ -11,12 +11,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use axum::{Json, Router};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::{Json, Router};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -107,7 +107,8 @@ impl ScriptedLlm {
         let stop = CancellationToken::new();
         let stopped = stop.clone();
         tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
             let _ = serve.await;
         });
         Ok(Self { addr, script, stop })
@@ -229,7 +230,6 @@ async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
     }
 }
 
-
 fn whole(message: Value, finish_reason: &str) -> Response {
     Json(json!({
         "id": "chatcmpl-scripted",
@@ -262,7 +262,10 @@ fn tool_chunks(calls: &[Value]) -> Vec<Value> {
     let mut chunks = Vec::new();
     for (index, call) in calls.iter().enumerate() {
         let args = call["function"]["arguments"].as_str().unwrap_or("{}");
-        let split = args.char_indices().nth(args.chars().count() / 2).map_or(0, |(i, _)| i);
+        let split = args
+            .char_indices()
+            .nth(args.chars().count() / 2)
+            .map_or(0, |(i, _)| i);
         let (head, tail) = args.split_at(split);
         chunks.push(chunk(
             json!({"tool_calls": [{"index": index, "id": call["id"], "type": "function",

@@ -28,7 +28,11 @@ pub(crate) const BEARER_PROTOCOL: &str = "bearer";
 
 impl WsAuth {
     /// Checks a connection attempt; the error is the reason given to the client.
-    pub(crate) fn check(&self, headers: &HeaderMap, query_token: Option<&str>) -> Result<(), &'static str> {
+    pub(crate) fn check(
+        &self,
+        headers: &HeaderMap,
+        query_token: Option<&str>,
+    ) -> Result<(), &'static str> {
         check_origin(headers)?;
         let Self::Token(expected) = self else {
             return Ok(());
@@ -37,7 +41,9 @@ impl WsAuth {
             .or_else(|| subprotocol_token(headers))
             .or(query_token);
         match presented {
-            None => Err("a token is required: Authorization: Bearer, the `bearer` subprotocol, or ?token="),
+            None => Err(
+                "a token is required: Authorization: Bearer, the `bearer` subprotocol, or ?token=",
+            ),
             Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => Ok(()),
             Some(_) => Err("the token is not valid"),
         }
@@ -69,7 +75,9 @@ fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     let Some(origin) = headers.get(ORIGIN) else {
         return Ok(());
     };
-    let origin = origin.to_str().map_err(|_| "the Origin header is not valid")?;
+    let origin = origin
+        .to_str()
+        .map_err(|_| "the Origin header is not valid")?;
     let host = headers
         .get(HOST)
         .and_then(|h| h.to_str().ok())
@@ -102,8 +110,17 @@ mod tests {
     #[test]
     fn token_is_accepted_three_ways() {
         let auth = WsAuth::Token("s3cret".into());
-        assert!(auth.check(&headers(&[("authorization", "Bearer s3cret")]), None).is_ok());
-        assert!(auth.check(&headers(&[("sec-websocket-protocol", "bearer, s3cret")]), None).is_ok());
+        assert!(
+            auth.check(&headers(&[("authorization", "Bearer s3cret")]), None)
+                .is_ok()
+        );
+        assert!(
+            auth.check(
+                &headers(&[("sec-websocket-protocol", "bearer, s3cret")]),
+                None
+            )
+            .is_ok()
+        );
         assert!(auth.check(&headers(&[]), Some("s3cret")).is_ok());
     }
 
@@ -111,15 +128,24 @@ mod tests {
     fn missing_or_wrong_tokens_are_refused() {
         let auth = WsAuth::Token("s3cret".into());
         assert!(auth.check(&headers(&[]), None).is_err());
-        assert!(auth.check(&headers(&[("authorization", "Bearer nope")]), None).is_err());
+        assert!(
+            auth.check(&headers(&[("authorization", "Bearer nope")]), None)
+                .is_err()
+        );
         assert!(auth.check(&headers(&[]), Some("s3cre")).is_err());
     }
 
     #[test]
     fn browsers_must_come_from_the_same_origin() {
         let auth = WsAuth::None;
-        let same = headers(&[("host", "127.0.0.1:8080"), ("origin", "http://127.0.0.1:8080")]);
-        let other = headers(&[("host", "127.0.0.1:8080"), ("origin", "https://evil.example")]);
+        let same = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "http://127.0.0.1:8080"),
+        ]);
+        let other = headers(&[
+            ("host", "127.0.0.1:8080"),
+            ("origin", "https://evil.example"),
+        ]);
         assert!(auth.check(&same, None).is_ok());
         assert!(auth.check(&other, None).is_err());
         assert!(auth.check(&headers(&[]), None).is_ok());

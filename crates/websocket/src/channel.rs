@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use dashmap::DashMap;
 use serde::Deserialize;
-use switchboard_core::{Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage};
+use switchboard_core::{
+    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
+};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
@@ -37,7 +39,7 @@ pub(crate) struct Subscriber {
     pub conn: u64,
     /// The socket's send queue; its send task owns the receiver.
     pub tx: mpsc::Sender<Utf8Bytes>,
-    /// Cancelled to close the socket (it fell too far behind, or the daemon stops).
+    /// Cancelled to drop the socket at once because it fell too far behind.
     pub kill: CancellationToken,
 }
 
@@ -49,15 +51,24 @@ pub(crate) struct Shared {
     pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
     pub next_conn: AtomicU64,
     pub open: AtomicUsize,
-    /// Cancelled by [`WebSocketChannel::close_all`]; every connection's kill token is a child.
+    /// Cancelled by [`WebSocketChannel::close_all`]: each socket sends what is queued,
+    /// then a going-away close frame.
     pub closing: CancellationToken,
 }
 
 impl Shared {
-    pub(crate) fn subscribe(&self, chats: &Mutex<HashSet<ChatId>>, subscriber: &Subscriber, chat: ChatId) {
+    pub(crate) fn subscribe(
+        &self,
+        chats: &Mutex<HashSet<ChatId>>,
+        subscriber: &Subscriber,
+        chat: ChatId,
+    ) {
         let mut chats = chats.lock().unwrap_or_else(PoisonError::into_inner);
         if chats.insert(chat.clone()) {
-            self.subscribers.entry(chat).or_default().push(subscriber.clone());
+            self.subscribers
+                .entry(chat)
+                .or_default()
+                .push(subscriber.clone());
         }
     }
 
@@ -126,7 +137,11 @@ async fn upgrade(
         return (StatusCode::UNAUTHORIZED, reason).into_response();
     }
     if !shared.hub.is_accepting() || shared.closing.is_cancelled() {
-        return (StatusCode::SERVICE_UNAVAILABLE, "switchboard is shutting down").into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "switchboard is shutting down",
+        )
+            .into_response();
     }
     ws.protocols([BEARER_PROTOCOL])
         .max_message_size(HARD_MESSAGE_LIMIT)

@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
-use futures::stream::{SplitStream, StreamExt};
 use futures::SinkExt;
+use futures::stream::{SplitStream, StreamExt};
 use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::channel::{CHANNEL_NAME, Shared, Subscriber};
 use crate::protocol::{ClientFrame, ServerFrame};
@@ -20,34 +21,47 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     shared.open.fetch_add(1, Ordering::Relaxed);
     let (mut sink, stream) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Utf8Bytes>(shared.config.send_queue.max(8));
-    let kill = shared.closing.child_token();
+    let kill = CancellationToken::new();
     let subscriber = Subscriber {
         conn,
         tx: tx.clone(),
         kill: kill.clone(),
     };
     let chats = Arc::new(Mutex::new(HashSet::new()));
-    let _ = tx.try_send(ServerFrame::Ready { version: env!("CARGO_PKG_VERSION") }.to_json().into());
+    let _ = tx.try_send(
+        ServerFrame::Ready {
+            version: env!("CARGO_PKG_VERSION"),
+        }
+        .to_json()
+        .into(),
+    );
     tracing::debug!(conn, "WebSocket connected");
 
+    let closing = shared.closing.clone();
     let mut send_task = tokio::spawn(async move {
         loop {
             tokio::select! {
-                frame = rx.recv() => match frame {
-                    Some(frame) => {
-                        if sink.send(Message::Text(frame)).await.is_err() {
-                            break;
-                        }
+                biased;
+                // Too slow: drop it now, queued frames and all.
+                () = kill.cancelled() => return,
+                frame = rx.recv() => {
+                    let Some(frame) = frame else { break };
+                    tokio::select! {
+                        biased;
+                        () = kill.cancelled() => return,
+                        sent = sink.send(Message::Text(frame)) => if sent.is_err() { return },
                     }
-                    None => break,
-                },
-                () = kill.cancelled() => {
-                    let close = CloseFrame { code: close_code::AWAY, reason: "closing".into() };
-                    let _ = sink.send(Message::Close(Some(close))).await;
-                    break;
                 }
+                // The daemon is stopping and everything queued was sent: say goodbye.
+                () = closing.cancelled() => break,
             }
         }
+        let close = CloseFrame {
+            code: close_code::AWAY,
+            reason: "switchboard is stopping".into(),
+        };
+        let goodbye = sink.send(Message::Close(Some(close)));
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), goodbye).await;
     });
     let mut recv_task = tokio::spawn(receive(stream, shared.clone(), subscriber, chats.clone()));
     tokio::select! {
@@ -109,8 +123,14 @@ async fn receive(
                     SenderId::from(format!("ws:{}", subscriber.conn)),
                     content,
                 );
-                if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
-                    reply(ServerFrame::Error { chat_id: Some(chat_id), message: err.to_string() }).await;
+                if let Err(err @ CoreError::ShuttingDown) =
+                    shared.hub.publish_inbound(inbound).await
+                {
+                    reply(ServerFrame::Error {
+                        chat_id: Some(chat_id),
+                        message: err.to_string(),
+                    })
+                    .await;
                 }
             }
             ClientFrame::Subscribe { chat_id } => {
@@ -118,7 +138,10 @@ async fn receive(
             }
             ClientFrame::Unsubscribe { chat_id } => {
                 let chat = ChatId::from(chat_id);
-                chats.lock().unwrap_or_else(PoisonError::into_inner).remove(&chat);
+                chats
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&chat);
                 shared.unsubscribe(subscriber.conn, &chat);
             }
             ClientFrame::Ping => reply(ServerFrame::Pong).await,

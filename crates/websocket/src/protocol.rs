@@ -161,7 +161,10 @@ mod tests {
         let frame = ClientFrame::parse(r#"{"type":"message","chat_id":"c1","content":"hi"}"#, 1000);
         assert_eq!(
             frame,
-            Ok(ClientFrame::Message { chat_id: "c1".into(), content: "hi".into() })
+            Ok(ClientFrame::Message {
+                chat_id: "c1".into(),
+                content: "hi".into()
+            })
         );
     }
 
@@ -169,38 +172,81 @@ mod tests {
     fn errors_name_the_problem() {
         let cases = [
             ("not json", "invalid frame"),
-            (r#"{"type":"message","content":"hi"}"#, "missing field `chat_id`"),
-            (r#"{"type":"shout","chat_id":"c"}"#, "unknown variant `shout`"),
-            (r#"{"type":"message","chat_id":"","content":"hi"}"#, "`chat_id` must be"),
-            (r#"{"type":"message","chat_id":"c","content":"  "}"#, "`content` is empty"),
-            (r#"{"type":"message","chat_id":"c","content":"x","extra":1}"#, "unknown field `extra`"),
+            (
+                r#"{"type":"message","content":"hi"}"#,
+                "missing field `chat_id`",
+            ),
+            (
+                r#"{"type":"shout","chat_id":"c"}"#,
+                "unknown variant `shout`",
+            ),
+            (
+                r#"{"type":"message","chat_id":"","content":"hi"}"#,
+                "`chat_id` must be",
+            ),
+            (
+                r#"{"type":"message","chat_id":"c","content":"  "}"#,
+                "`content` is empty",
+            ),
+            (
+                r#"{"type":"message","chat_id":"c","content":"x","extra":1}"#,
+                "unknown field `extra`",
+            ),
         ];
         for (text, expected) in cases {
             let err = ClientFrame::parse(text, 1000).expect_err(text);
             assert!(err.contains(expected), "{text}: {err}");
         }
-        let big = format!(r#"{{"type":"message","chat_id":"c","content":"{}"}}"#, "x".repeat(100));
-        assert!(ClientFrame::parse(&big, 50).expect_err("big").contains("frame too large"));
+        let big = format!(
+            r#"{{"type":"message","chat_id":"c","content":"{}"}}"#,
+            "x".repeat(100)
+        );
+        assert!(
+            ClientFrame::parse(&big, 50)
+                .expect_err("big")
+                .contains("frame too large")
+        );
     }
 
     #[test]
     fn server_frames_serialize_as_documented() {
         let frames = [
-            (ServerFrame::Ready { version: "1" }, r#"{"type":"ready","version":"1"}"#),
             (
-                ServerFrame::Delta { chat_id: "c".into(), text: "t".into() },
+                ServerFrame::Ready { version: "1" },
+                r#"{"type":"ready","version":"1"}"#,
+            ),
+            (
+                ServerFrame::Delta {
+                    chat_id: "c".into(),
+                    text: "t".into(),
+                },
                 r#"{"type":"delta","chat_id":"c","text":"t"}"#,
             ),
             (
-                ServerFrame::Message { chat_id: "c".into(), content: "t".into() },
+                ServerFrame::Message {
+                    chat_id: "c".into(),
+                    content: "t".into(),
+                },
                 r#"{"type":"message","chat_id":"c","content":"t"}"#,
             ),
             (
-                ServerFrame::Tool { chat_id: "c".into(), name: "n".into(), status: "started" },
+                ServerFrame::Tool {
+                    chat_id: "c".into(),
+                    name: "n".into(),
+                    status: "started",
+                },
                 r#"{"type":"tool","chat_id":"c","name":"n","status":"started"}"#,
             ),
-            (ServerFrame::Done { chat_id: "c".into() }, r#"{"type":"done","chat_id":"c"}"#),
-            (ServerFrame::frame_error("bad"), r#"{"type":"error","message":"bad"}"#),
+            (
+                ServerFrame::Done {
+                    chat_id: "c".into(),
+                },
+                r#"{"type":"done","chat_id":"c"}"#,
+            ),
+            (
+                ServerFrame::frame_error("bad"),
+                r#"{"type":"error","message":"bad"}"#,
+            ),
         ];
         for (frame, json) in frames {
             assert_eq!(frame.to_json(), json);

@@ -127,7 +127,9 @@ mod tests {
                 .expect("push");
         }
         assembler
-            .push(chunk(json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}})))
+            .push(chunk(
+                json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
+            ))
             .expect("usage");
         let response = assembler.finish();
         assert_eq!(response.content, "Hello");
@@ -157,8 +159,16 @@ mod tests {
         assert_eq!(
             response.tool_calls,
             vec![
-                ToolCall { id: "a".into(), name: "one".into(), arguments: r#"{"y":2}"#.into() },
-                ToolCall { id: "b".into(), name: "two".into(), arguments: r#"{"x":1}"#.into() },
+                ToolCall {
+                    id: "a".into(),
+                    name: "one".into(),
+                    arguments: r#"{"y":2}"#.into()
+                },
+                ToolCall {
+                    id: "b".into(),
+                    name: "two".into(),
+                    arguments: r#"{"x":1}"#.into()
+                },
             ]
         );
     }
@@ -172,7 +182,12 @@ mod tests {
                     {"id": id, "function": {"name": name, "arguments": "{}"}}]}}]})))
                 .expect("push");
         }
-        let names: Vec<_> = assembler.finish().tool_calls.into_iter().map(|c| c.name).collect();
+        let names: Vec<_> = assembler
+            .finish()
+            .tool_calls
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
         assert_eq!(names, ["one", "two"]);
     }
 

@@ -85,38 +85,40 @@ pub(crate) fn request<'a>(
             content: &request.system,
         });
     }
-    messages.extend(request.messages.iter().map(|message| match message {
-        ChatMessage::User { content } => Message::User { content },
-        ChatMessage::Assistant {
-            content,
-            tool_calls,
-        } => Message::Assistant {
-            // Several servers reject an empty string beside tool calls; null is standard.
-            content: (!content.is_empty() || tool_calls.is_empty()).then_some(content.as_str()),
-            tool_calls: tool_calls
-                .iter()
-                .map(|call| OutCall {
-                    id: &call.id,
-                    kind: "function",
-                    function: OutFunction {
-                        name: &call.name,
-                        arguments: if call.arguments.trim().is_empty() {
-                            "{}"
-                        } else {
-                            &call.arguments
+    messages.extend(request.messages.iter().map(|message| {
+        match message {
+            ChatMessage::User { content } => Message::User { content },
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } => Message::Assistant {
+                // Several servers reject an empty string beside tool calls; null is standard.
+                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content.as_str()),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|call| OutCall {
+                        id: &call.id,
+                        kind: "function",
+                        function: OutFunction {
+                            name: &call.name,
+                            arguments: if call.arguments.trim().is_empty() {
+                                "{}"
+                            } else {
+                                &call.arguments
+                            },
                         },
-                    },
-                })
-                .collect(),
-        },
-        ChatMessage::Tool {
-            tool_call_id,
-            content,
-            ..
-        } => Message::Tool {
-            tool_call_id,
-            content,
-        },
+                    })
+                    .collect(),
+            },
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                ..
+            } => Message::Tool {
+                tool_call_id,
+                content,
+            },
+        }
     }));
     Request {
         model: settings.model,

@@ -15,7 +15,10 @@ async fn main() -> std::io::Result<()> {
     let llm = ScriptedLlm::start_on(addr).await?;
     #[allow(clippy::print_stdout)]
     {
-        println!("fake-llm listening; set llm.base_url = \"{}\"", llm.base_url());
+        println!(
+            "fake-llm listening; set llm.base_url = \"{}\"",
+            llm.base_url()
+        );
     }
     tokio::signal::ctrl_c().await?;
     Ok(())

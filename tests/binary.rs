@@ -1,0 +1,186 @@
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard::config::Config;
+use switchboard_sessions::repair;
+use switchboard_testkit::{Reply, ScriptedLlm};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+use crate::util::{self, WsClient};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_switchboard");
+
+/// Starts the binary with `config`; returns it and the address it serves on (read from
+/// its JSON log). The rest of its log is drained in the background.
+async fn spawn_daemon(config: &Path) -> (Child, std::net::SocketAddr) {
+    let mut child = Command::new(BINARY)
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("binary starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut tx = Some(tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(log) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if log["message"] == "switchboard is serving"
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(log["addr"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    });
+    let addr = tokio::time::timeout(util::PATIENCE, rx)
+        .await
+        .expect("the daemon reports its address in time")
+        .expect("log line");
+    (child, addr.parse().expect("address"))
+}
+
+fn sigterm(child: &Child) {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+async fn exit_code(child: &mut Child) -> std::process::ExitStatus {
+    tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("the daemon exits in time")
+        .expect("wait")
+}
+
+#[tokio::test]
+async fn sigterm_during_a_turn_exits_zero_with_the_session_intact() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::text("far too late").delayed(Duration::from_secs(60)));
+    let config = dir.path().join("config.toml");
+    let text = util::config_text(&llm.base_url(), dir.path(), "")
+        .replace("shutdown_grace_secs = 2", "shutdown_grace_secs = 0.5");
+    std::fs::write(&config, text).expect("write config");
+
+    let (mut child, addr) = spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+    client.send("c", "please wait for me").await;
+    llm.wait_for_requests(1, util::PATIENCE).await;
+
+    sigterm(&child);
+    let turn = client.turn("c").await;
+    assert_eq!(turn.reply(), "Stopped.", "the cancelled turn still answers");
+    assert!(exit_code(&mut child).await.success());
+
+    let records = util::read_session_file(&util::session_file(dir.path(), "c"));
+    assert_eq!(records[0]["role"], "user");
+    assert_eq!(records[0]["content"], "please wait for me");
+    let messages: Vec<switchboard_core::ChatMessage> = records
+        .iter()
+        .filter(|r| r.get("role").is_some())
+        .map(|r| serde_json::from_value(r.clone()).expect("a message"))
+        .collect();
+    assert_eq!(
+        repair(messages.clone()),
+        messages,
+        "the saved session is valid as it is"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_lets_a_running_turn_finish_within_the_grace_period() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::text("just in time").delayed(Duration::from_millis(500)));
+    let config = dir.path().join("config.toml");
+    let text = util::config_text(&llm.base_url(), dir.path(), "")
+        .replace("shutdown_grace_secs = 2", "shutdown_grace_secs = 10");
+    std::fs::write(&config, text).expect("write config");
+
+    let (mut child, addr) = spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+    client.send("c", "answer before you go").await;
+    llm.wait_for_requests(1, util::PATIENCE).await;
+    sigterm(&child);
+    assert_eq!(client.turn("c").await.reply(), "just in time");
+    assert!(exit_code(&mut child).await.success());
+}
+
+#[tokio::test]
+async fn an_unknown_config_key_fails_with_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("bad.toml");
+    std::fs::write(&config, "[agent]\nhistory_limit = 50\nmax_iteratons = 3\n").expect("write");
+    let output = Command::new(BINARY)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let expected = format!(
+        "{}:3:1: agent.max_iteratons: unknown field",
+        config.display()
+    );
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
+#[tokio::test]
+async fn the_example_config_parses() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let config = Config::load(&example).expect("config.example.toml parses");
+    assert_eq!(*config.agent.history_limit.get_ref(), 50);
+    assert_eq!(*config.agent.max_iterations.get_ref(), 40);
+    assert_eq!(config.http.bind.get_ref().to_string(), "127.0.0.1:8080");
+}
+
+#[tokio::test]
+async fn version_is_printed() {
+    let output = Command::new(BINARY)
+        .arg("--version")
+        .output()
+        .await
+        .expect("runs");
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
+}
+
+#[tokio::test]
+async fn agent_m_runs_one_turn_in_the_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::text("hello from the terminal"));
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, util::config_text(&llm.base_url(), dir.path(), "")).expect("write");
+    let output = Command::new(BINARY)
+        .args(["agent", "--config"])
+        .arg(&config)
+        .args(["-m", "hi from the shell"])
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "hello from the terminal"
+    );
+    assert!(dir.path().join("state/sessions/cli_local.jsonl").exists());
+}

@@ -1,0 +1,181 @@
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use switchboard::app;
+use switchboard_testkit::{Reply, ScriptedLlm};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+use crate::util::{self, WsClient};
+
+const TOKEN: &str = "e2e-token-0123456789abcdef";
+
+async fn start_with_token(llm: &ScriptedLlm, dir: &std::path::Path) -> app::Running {
+    let text = util::config_text(&llm.base_url(), dir, "").replace(
+        "auth = \"none\"",
+        &format!("auth = \"token\"\ntoken = \"{TOKEN}\""),
+    );
+    app::start(util::config(&text, dir), util::test_tools())
+        .await
+        .expect("daemon")
+}
+
+#[tokio::test]
+async fn unauthenticated_websockets_are_refused_and_tokens_accepted() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = start_with_token(&llm, dir.path()).await;
+    let url = format!("ws://{}/ws", daemon.addr());
+
+    let refused = WsClient::connect_request(url.as_str().into_client_request().expect("req")).await;
+    let status = match refused {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status(),
+        Err(other) => panic!("expected an HTTP refusal, got {other}"),
+        Ok(_) => panic!("connected without a token"),
+    };
+    assert_eq!(status, 401);
+
+    let wrong = format!("{url}?token=not-the-token");
+    assert!(
+        WsClient::connect_request(wrong.into_client_request().expect("req"))
+            .await
+            .is_err()
+    );
+
+    let mut header = url.as_str().into_client_request().expect("req");
+    let bearer = HeaderValue::from_str(&format!("Bearer {TOKEN}")).expect("header");
+    header.headers_mut().insert("authorization", bearer);
+    let mut client = WsClient::connect_request(header)
+        .await
+        .expect("bearer header accepted");
+    assert_eq!(client.say("c", "hi").await.reply(), "echo: hi");
+
+    let query = format!("{url}?token={TOKEN}");
+    WsClient::connect_request(query.into_client_request().expect("req"))
+        .await
+        .expect("query token");
+
+    let mut protocol = url.as_str().into_client_request().expect("req");
+    let offered = HeaderValue::from_str(&format!("bearer, {TOKEN}")).expect("header");
+    protocol
+        .headers_mut()
+        .insert("sec-websocket-protocol", offered);
+    WsClient::connect_request(protocol)
+        .await
+        .expect("subprotocol token");
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+
+    let cases = [
+        ("{not json".to_owned(), "invalid frame"),
+        (
+            json!({"type": "message", "content": "no chat"}).to_string(),
+            "chat_id",
+        ),
+        (
+            json!({"type": "launch", "chat_id": "c"}).to_string(),
+            "unknown variant `launch`",
+        ),
+        (
+            json!({"type": "message", "chat_id": "c", "content": "x".repeat(70_000)}).to_string(),
+            "frame too large",
+        ),
+    ];
+    for (frame, expected) in cases {
+        client.send_text(&frame).await;
+        let error = client.next_frame().await;
+        assert_eq!(error["type"], "error", "{error}");
+        assert!(
+            error.get("chat_id").is_none(),
+            "a frame error has no chat_id: {error}"
+        );
+        let message = error["message"].as_str().expect("message");
+        assert!(
+            message.contains(expected),
+            "{message} should mention {expected}"
+        );
+    }
+    assert_eq!(
+        client.say("c", "still here").await.reply(),
+        "echo: still here"
+    );
+    assert!(
+        llm.requests().len() == 1,
+        "malformed frames never reach the model"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_429_then_200_still_yields_a_reply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::Error {
+        status: 429,
+        retry_after: Some(1),
+    });
+    llm.push(Reply::text("patience pays"));
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    let started = Instant::now();
+    let turn = client.say("c", "hello?").await;
+    assert_eq!(turn.reply(), "patience pays");
+    assert!(turn.error().is_none());
+    assert_eq!(llm.requests().len(), 2);
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After: 1 was honoured"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_api_key_gets_an_error_naming_the_variable() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let text = util::config_text(&llm.base_url(), dir.path(), "").replace(
+        "model = \"scripted\"",
+        "model = \"scripted\"\napi_key = \"${SWITCHBOARD_E2E_SURELY_UNSET_KEY}\"",
+    );
+    let daemon = app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let mut client = WsClient::connect(daemon.addr()).await;
+    let turn = client.say("c", "hi").await;
+    let error = turn.error().expect("an error frame");
+    assert!(
+        error.contains("SWITCHBOARD_E2E_SURELY_UNSET_KEY"),
+        "{error}"
+    );
+    assert!(llm.requests().is_empty());
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_llm_gets_an_error_naming_the_base_url_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let base_url = format!("http://{}/v1", closed.local_addr().expect("addr"));
+    drop(closed);
+    let text =
+        util::config_text(&base_url, dir.path(), "").replace("max_retries = 3", "max_retries = 0");
+    let daemon = app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let mut client = WsClient::connect(daemon.addr()).await;
+    let turn = client.say("c", "anyone there?").await;
+    let error = turn.error().expect("an error frame");
+    assert!(error.contains("llm.base_url"), "{error}");
+    assert!(
+        error.contains("3 attempts"),
+        "three consecutive failures end the turn: {error}"
+    );
+    daemon.shutdown().await;
+}

@@ -1,0 +1,136 @@
+use serde_json::json;
+use switchboard_testkit::{Reply, ScriptedLlm};
+
+use crate::util::{self, WsClient};
+
+#[tokio::test]
+async fn two_tool_calls_run_concurrently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // Each barrier call waits until the other is waiting too: they only both succeed if
+    // they really ran at the same time (each gives up after 5 s with an error).
+    llm.push(Reply::tools([
+        ("barrier", json!({})),
+        ("barrier", json!({})),
+    ]));
+    llm.push(Reply::text("both arrived"));
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+
+    let turn = client.say("c", "meet at the barrier").await;
+    assert_eq!(turn.reply(), "both arrived");
+    let statuses: Vec<_> = turn
+        .of_type("tool")
+        .iter()
+        .map(|f| f["status"].clone())
+        .collect();
+    assert_eq!(statuses.iter().filter(|s| **s == "started").count(), 2);
+    assert_eq!(
+        statuses.iter().filter(|s| **s == "finished").count(),
+        2,
+        "{statuses:?}"
+    );
+
+    let second = &llm.requests()[1];
+    let results: Vec<_> = util::conversation(second)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 2);
+    for result in results {
+        assert_eq!(result["content"], "all parties arrived", "{result}");
+    }
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn failing_and_unknown_tools_become_error_results_for_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::tools([
+        ("fail", json!({})),
+        ("no_such_tool", json!({"x": 1})),
+        ("echo", json!({"text": "still works"})),
+    ]));
+    llm.push(Reply::text("I saw the errors"));
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+
+    let turn = client.say("c", "use your tools").await;
+    assert_eq!(turn.reply(), "I saw the errors");
+
+    let requests = llm.requests();
+    let conversation = util::conversation(&requests[1]);
+    util::assert_no_orphans(&conversation);
+    let calls = conversation[1]["tool_calls"]
+        .as_array()
+        .expect("tool calls")
+        .clone();
+    let results: Vec<_> = conversation
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .collect();
+    assert_eq!(results.len(), 3);
+    for (call, result) in calls.iter().zip(&results) {
+        assert_eq!(
+            result["tool_call_id"], call["id"],
+            "results in call order with their ids"
+        );
+    }
+    assert!(
+        results[0]["content"]
+            .as_str()
+            .expect("text")
+            .contains("this tool always fails")
+    );
+    let unknown = results[1]["content"].as_str().expect("text");
+    assert!(unknown.contains("unknown tool `no_such_tool`"), "{unknown}");
+    assert!(unknown.contains("echo"), "lists the real tools: {unknown}");
+    assert_eq!(results[2]["content"], "still works");
+    let failed = turn
+        .of_type("tool")
+        .iter()
+        .filter(|f| f["status"] == "failed")
+        .count();
+    assert_eq!(failed, 2);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_arguments_are_an_error_result_not_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::tool("echo", json!({"text": 42})));
+    llm.push(Reply::text("fine"));
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    assert_eq!(client.say("c", "go").await.reply(), "fine");
+    let result = util::conversation(&llm.requests()[1])
+        .into_iter()
+        .find(|m| m["role"] == "tool");
+    let content = result.expect("result")["content"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    assert!(content.starts_with("error: invalid arguments"), "{content}");
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_iterations_ends_the_turn_and_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    for _ in 0..3 {
+        llm.push(Reply::tool("echo", json!({"text": "again"})));
+    }
+    let daemon = util::start(&llm, dir.path(), "max_iterations = 3").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    let turn = client.say("c", "loop forever").await;
+    assert!(
+        turn.reply().contains("agent.max_iterations = 3"),
+        "{}",
+        turn.reply()
+    );
+    assert_eq!(llm.requests().len(), 3);
+    daemon.shutdown().await;
+}

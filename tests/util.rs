@@ -1,0 +1,269 @@
+//! Helpers for the end-to-end tests: a daemon on 127.0.0.1:0 against the scripted LLM, a
+//! WebSocket client that reads frames the way a user's client would, and checks of the
+//! invariants every saved or sent history must hold.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use switchboard::app::{self, Running};
+use switchboard::config::Config;
+use switchboard_testkit::{BarrierTool, EchoTool, FailTool, ScriptedLlm, SleepTool};
+use switchboard_tools::ToolRegistry;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// How long any single expected event may take before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// Config text for a daemon in `dir` using `llm`, with `extra` TOML appended to the
+/// `[agent]` table (e.g. `history_limit = 50`).
+pub fn config_text(llm_base_url: &str, dir: &Path, agent_extra: &str) -> String {
+    format!(
+        r#"
+[agent]
+workspace = "{workspace}"
+state_dir = "{state}"
+{agent_extra}
+
+[llm]
+base_url = "{llm_base_url}"
+model = "scripted"
+max_retries = 3
+
+[http]
+bind = "127.0.0.1:0"
+
+[channels.websocket]
+auth = "none"
+
+[daemon]
+shutdown_grace_secs = 2
+"#,
+        workspace = dir.join("workspace").display(),
+        state = dir.join("state").display(),
+    )
+}
+
+/// Parses config text as if read from `dir/config.toml`.
+pub fn config(text: &str, dir: &Path) -> Config {
+    Config::parse(text, &dir.join("config.toml")).expect("test config parses")
+}
+
+/// The tools of the test daemon: echo, fail, sleep, and a two-party barrier.
+pub fn test_tools() -> ToolRegistry {
+    ToolRegistry::new()
+        .with(Arc::new(EchoTool))
+        .with(Arc::new(FailTool))
+        .with(Arc::new(SleepTool))
+        .with(Arc::new(BarrierTool::new(2, Duration::from_secs(5))))
+}
+
+/// Starts a daemon in `dir` against `llm` with the test tools.
+pub async fn start(llm: &ScriptedLlm, dir: &Path, agent_extra: &str) -> Running {
+    let text = config_text(&llm.base_url(), dir, agent_extra);
+    app::start(config(&text, dir), test_tools())
+        .await
+        .expect("daemon starts")
+}
+
+/// The session file of a WebSocket chat.
+pub fn session_file(dir: &Path, chat_id: &str) -> PathBuf {
+    dir.join("state/sessions")
+        .join(format!("websocket_{chat_id}.jsonl"))
+}
+
+/// A WebSocket client of the daemon.
+pub struct WsClient {
+    socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+}
+
+/// The frames of one turn, up to and including its `done`.
+#[derive(Debug)]
+pub struct TurnFrames {
+    pub frames: Vec<Value>,
+}
+
+impl TurnFrames {
+    /// The `content` of the turn's `message` frame.
+    pub fn reply(&self) -> &str {
+        self.of_type("message")
+            .last()
+            .and_then(|f| f["content"].as_str())
+            .unwrap_or_else(|| panic!("no message frame in {:?}", self.frames))
+    }
+
+    /// The streamed text, concatenated.
+    pub fn streamed(&self) -> String {
+        self.of_type("delta")
+            .iter()
+            .filter_map(|f| f["text"].as_str())
+            .collect()
+    }
+
+    /// The `message` of the turn's `error` frame, if any.
+    pub fn error(&self) -> Option<&str> {
+        self.of_type("error")
+            .first()
+            .and_then(|f| f["message"].as_str())
+    }
+
+    /// The frames of one type.
+    pub fn of_type(&self, kind: &str) -> Vec<&Value> {
+        self.frames.iter().filter(|f| f["type"] == kind).collect()
+    }
+}
+
+impl WsClient {
+    /// Connects to `/ws` without credentials and waits for `ready`.
+    pub async fn connect(addr: std::net::SocketAddr) -> Self {
+        let request = format!("ws://{addr}/ws")
+            .into_client_request()
+            .expect("request");
+        Self::connect_request(request)
+            .await
+            .expect("WebSocket connects")
+    }
+
+    /// Connects with a prepared request; the error is the handshake's.
+    pub async fn connect_request(
+        request: tokio_tungstenite::tungstenite::handshake::client::Request,
+    ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
+        let (socket, _) = tokio_tungstenite::connect_async(request).await?;
+        let mut client = Self { socket };
+        let ready = client.next_frame().await;
+        assert_eq!(ready["type"], "ready", "first frame must be ready: {ready}");
+        Ok(client)
+    }
+
+    /// Sends a raw text frame.
+    pub async fn send_text(&mut self, text: &str) {
+        self.socket.send(Message::text(text)).await.expect("send");
+    }
+
+    /// Sends a JSON frame.
+    pub async fn send_json(&mut self, value: Value) {
+        self.send_text(&value.to_string()).await;
+    }
+
+    /// Sends a chat message.
+    pub async fn send(&mut self, chat_id: &str, content: &str) {
+        self.send_json(json!({"type": "message", "chat_id": chat_id, "content": content}))
+            .await;
+    }
+
+    /// The next text frame as JSON; fails the test after [`PATIENCE`] or on close.
+    pub async fn next_frame(&mut self) -> Value {
+        self.try_next_frame(PATIENCE)
+            .await
+            .unwrap_or_else(|| panic!("no frame within {PATIENCE:?}"))
+    }
+
+    /// The next text frame, or `None` if the socket closed or nothing came in `wait`.
+    pub async fn try_next_frame(&mut self, wait: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let message = tokio::time::timeout_at(deadline, self.socket.next())
+                .await
+                .ok()??;
+            match message.ok()? {
+                Message::Text(text) => {
+                    return Some(serde_json::from_str(text.as_str()).expect("frames are JSON"));
+                }
+                Message::Close(_) => return None,
+                _ => continue,
+            }
+        }
+    }
+
+    /// Reads frames of `chat_id` until its `done`.
+    pub async fn turn(&mut self, chat_id: &str) -> TurnFrames {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.next_frame().await;
+            if frame["chat_id"] != chat_id {
+                continue;
+            }
+            let done = frame["type"] == "done";
+            frames.push(frame);
+            if done {
+                return TurnFrames { frames };
+            }
+        }
+    }
+
+    /// Sends a message and reads its turn.
+    pub async fn say(&mut self, chat_id: &str, content: &str) -> TurnFrames {
+        self.send(chat_id, content).await;
+        self.turn(chat_id).await
+    }
+
+    /// Reads frames until one of `kind` arrives.
+    pub async fn wait_for(&mut self, kind: &str) -> Value {
+        loop {
+            let frame = self.next_frame().await;
+            if frame["type"] == kind {
+                return frame;
+            }
+        }
+    }
+}
+
+/// The messages of an LLM request after the system prompt.
+pub fn conversation(request: &Value) -> Vec<Value> {
+    request["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .cloned()
+        .collect()
+}
+
+/// Asserts a conversation as sent to the LLM is valid: it starts with a user message and
+/// every tool result directly answers a call of the assistant message before it.
+pub fn assert_no_orphans(messages: &[Value]) {
+    assert_eq!(
+        messages.first().map(|m| &m["role"]),
+        Some(&json!("user")),
+        "{messages:?}"
+    );
+    let mut open: Vec<String> = Vec::new();
+    for message in messages {
+        if message["role"] == "tool" {
+            let id = message["tool_call_id"].as_str().expect("tool_call_id");
+            let position = open.iter().position(|o| o == id);
+            assert!(
+                position.is_some(),
+                "orphaned tool result {id} in {messages:#?}"
+            );
+            open.retain(|o| o != id);
+        } else {
+            assert!(
+                open.is_empty(),
+                "calls {open:?} have no results in {messages:#?}"
+            );
+            open = message["tool_calls"]
+                .as_array()
+                .map(|calls| {
+                    calls
+                        .iter()
+                        .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+    }
+}
+
+/// Reads a session file line by line; every line must be valid JSON.
+pub fn read_session_file(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("session file exists");
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line}: {e}")))
+        .collect()
+}
