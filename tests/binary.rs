@@ -184,3 +184,43 @@ async fn agent_m_runs_one_turn_in_the_terminal() {
     );
     assert!(dir.path().join("state/sessions/cli_local.jsonl").exists());
 }
+
+#[tokio::test]
+async fn interactive_agent_reads_lines_until_quit() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, util::config_text(&llm.base_url(), dir.path(), "")).expect("write");
+    let mut child = Command::new(BINARY)
+        .args(["agent", "--config"])
+        .arg(&config)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"first line\nsecond line\n/quit\n")
+        .await
+        .expect("write");
+    drop(stdin);
+    let output = tokio::time::timeout(util::PATIENCE, child.wait_with_output())
+        .await
+        .expect("exits in time")
+        .expect("output");
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        ["echo: first line", "echo: second line"]
+    );
+    let second = util::conversation(&llm.requests()[1]);
+    assert_eq!(
+        second.len(),
+        3,
+        "the second turn carries the first: {second:?}"
+    );
+}

@@ -103,3 +103,28 @@ async fn a_conversation_survives_many_restarts_and_compaction() {
         ["r2 m7", "echo: r2 m7", "r2 m8", "echo: r2 m8", "r2 m9"]
     );
 }
+
+#[tokio::test]
+async fn an_idle_session_leaves_memory_and_is_read_back() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = util::start(&llm, dir.path(), "idle_timeout_secs = 0.2").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    client.say("c", "the code word is heron").await;
+    assert_eq!(util::health(daemon.addr()).await["active_sessions"], 1);
+
+    let deadline = tokio::time::Instant::now() + util::PATIENCE;
+    while util::health(daemon.addr()).await["active_sessions"] != 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the idle worker never exited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    client.say("c", "what was the code word?").await;
+    let conversation = util::conversation(llm.requests().last().expect("request"));
+    assert_eq!(conversation[0]["content"], "the code word is heron");
+    assert_eq!(conversation.len(), 3);
+    daemon.shutdown().await;
+}

@@ -1,3 +1,7 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
 use serde_json::json;
 use switchboard_testkit::{Reply, ScriptedLlm};
 
@@ -132,5 +136,94 @@ async fn max_iterations_ends_the_turn_and_says_so() {
         turn.reply()
     );
     assert_eq!(llm.requests().len(), 3);
+    daemon.shutdown().await;
+}
+
+fn probes(hold_ms: u64) -> (Arc<AtomicUsize>, Vec<Arc<dyn switchboard_tools::Tool>>) {
+    let running = Arc::new(AtomicUsize::new(0));
+    let max_seen = Arc::new(AtomicUsize::new(0));
+    let probe = |name, exclusive| -> Arc<dyn switchboard_tools::Tool> {
+        Arc::new(util::Probe {
+            name,
+            exclusive,
+            hold: Duration::from_millis(hold_ms),
+            running: running.clone(),
+            max_seen: max_seen.clone(),
+        })
+    };
+    let tools = vec![probe("probe", false), probe("exclusive_probe", true)];
+    (max_seen, tools)
+}
+
+#[tokio::test]
+async fn an_exclusive_tool_runs_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::tools([
+        ("probe", json!({})),
+        ("probe", json!({})),
+        ("exclusive_probe", json!({})),
+        ("probe", json!({})),
+    ]));
+    llm.push(Reply::text("done"));
+    let (max_seen, tools) = probes(150);
+    let daemon = util::start_with_tools(&llm, dir.path(), "", tools).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    assert_eq!(client.say("c", "probe").await.reply(), "done");
+
+    let results: Vec<String> = util::conversation(&llm.requests()[1])
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results[2], "exclusive_probe saw 1 running", "{results:?}");
+    assert_eq!(
+        max_seen.load(Ordering::SeqCst),
+        2,
+        "the first two probes ran together"
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn sessions_run_concurrently() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // One barrier call in each of two chats: both succeed only if the chats' turns overlap.
+    llm.push(Reply::tool("barrier", json!({})));
+    llm.push(Reply::tool("barrier", json!({})));
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    client.send("a", "meet").await;
+    client.send("b", "meet").await;
+    let (a, b) = (client.turn("a").await, client.turn("b").await);
+    for turn in [a, b] {
+        let failed = turn
+            .of_type("tool")
+            .iter()
+            .filter(|f| f["status"] == "failed")
+            .count();
+        assert_eq!(failed, 0, "{:?}", turn.frames);
+    }
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_global_turn_limit_holds_across_sessions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    for _ in 0..3 {
+        llm.push(Reply::tool("probe", json!({})));
+    }
+    let (max_seen, tools) = probes(100);
+    let daemon = util::start_with_tools(&llm, dir.path(), "max_concurrent_turns = 1", tools).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    for chat in ["a", "b", "c"] {
+        client.send(chat, "probe").await;
+    }
+    for chat in ["a", "b", "c"] {
+        client.turn(chat).await;
+    }
+    assert_eq!(max_seen.load(Ordering::SeqCst), 1, "one turn at a time");
     daemon.shutdown().await;
 }

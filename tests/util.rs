@@ -80,6 +80,8 @@ pub fn session_file(dir: &Path, chat_id: &str) -> PathBuf {
 /// A WebSocket client of the daemon.
 pub struct WsClient {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
+    /// Frames read while waiting for another chat's turn, kept for later readers.
+    pending: std::collections::VecDeque<Value>,
 }
 
 /// The frames of one turn, up to and including its `done`.
@@ -134,7 +136,10 @@ impl WsClient {
         request: tokio_tungstenite::tungstenite::handshake::client::Request,
     ) -> Result<Self, tokio_tungstenite::tungstenite::Error> {
         let (socket, _) = tokio_tungstenite::connect_async(request).await?;
-        let mut client = Self { socket };
+        let mut client = Self {
+            socket,
+            pending: Default::default(),
+        };
         let ready = client.next_frame().await;
         assert_eq!(ready["type"], "ready", "first frame must be ready: {ready}");
         Ok(client)
@@ -165,6 +170,9 @@ impl WsClient {
 
     /// The next text frame, or `None` if the socket closed or nothing came in `wait`.
     pub async fn try_next_frame(&mut self, wait: Duration) -> Option<Value> {
+        if let Some(frame) = self.pending.pop_front() {
+            return Some(frame);
+        }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let message = tokio::time::timeout_at(deadline, self.socket.next())
@@ -180,17 +188,30 @@ impl WsClient {
         }
     }
 
-    /// Reads frames of `chat_id` until its `done`.
+    /// Reads frames of `chat_id` until its `done`; other chats' frames are kept for later.
     pub async fn turn(&mut self, chat_id: &str) -> TurnFrames {
         let mut frames = Vec::new();
+        let mut queued: Vec<Value> = self.pending.drain(..).collect();
+        queued.reverse();
+        let mut others = std::collections::VecDeque::new();
         loop {
-            let frame = self.next_frame().await;
+            let frame = match queued.pop() {
+                Some(frame) => frame,
+                None => {
+                    let frame = self.try_next_frame(PATIENCE).await;
+                    frame.unwrap_or_else(|| panic!("no frame within {PATIENCE:?}"))
+                }
+            };
             if frame["chat_id"] != chat_id {
+                others.push_back(frame);
                 continue;
             }
             let done = frame["type"] == "done";
             frames.push(frame);
             if done {
+                queued.reverse();
+                others.extend(queued);
+                self.pending = others;
                 return TurnFrames { frames };
             }
         }
@@ -266,4 +287,67 @@ pub fn read_session_file(path: &Path) -> Vec<Value> {
     text.lines()
         .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line}: {e}")))
         .collect()
+}
+
+/// A tool that holds for a while and records how many probe calls ran at once.
+pub struct Probe {
+    pub name: &'static str,
+    pub exclusive: bool,
+    pub hold: Duration,
+    /// Probe calls running now, shared by every probe of a test.
+    pub running: Arc<std::sync::atomic::AtomicUsize>,
+    /// The most probe calls seen running at once.
+    pub max_seen: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl switchboard_tools::Tool for Probe {
+    fn name(&self) -> &str {
+        self.name
+    }
+    fn description(&self) -> &str {
+        "Records concurrency."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn exclusive(&self) -> bool {
+        self.exclusive
+    }
+    async fn call(
+        &self,
+        _: Value,
+        _: &switchboard_tools::ToolContext,
+    ) -> Result<String, switchboard_tools::ToolError> {
+        use std::sync::atomic::Ordering;
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_seen.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(self.hold).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        Ok(format!("{} saw {now} running", self.name))
+    }
+}
+
+/// Starts a daemon with the test tools plus `extra`.
+pub async fn start_with_tools(
+    llm: &ScriptedLlm,
+    dir: &Path,
+    agent_extra: &str,
+    extra: Vec<Arc<dyn switchboard_tools::Tool>>,
+) -> Running {
+    let text = config_text(&llm.base_url(), dir, agent_extra);
+    let mut tools = test_tools();
+    for tool in extra {
+        tools.register(tool);
+    }
+    app::start(config(&text, dir), tools)
+        .await
+        .expect("daemon starts")
+}
+
+/// `GET /healthz` as JSON.
+pub async fn health(addr: std::net::SocketAddr) -> Value {
+    let response = crate::chat::http_get(addr, "/healthz").await;
+    let body = response.split("\r\n\r\n").nth(1).expect("body");
+    serde_json::from_str(body).expect("JSON")
 }

@@ -152,6 +152,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             hub.clone(),
         );
         router = router.merge(channel.router());
+        let sockets = channel.clone();
+        health.gauge(
+            "websocket_connections",
+            Box::new(move || sockets.connections()),
+        );
         let outbound = hub.register_channel(channel.name(), OUTBOUND_QUEUE);
         supervisor::spawn_channel(
             Arc::new(channel.clone()),
@@ -165,6 +170,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     }
 
     let dispatcher = Arc::new(Dispatcher::new(agent, hub.clone(), shutdown.clone()));
+    let sessions = dispatcher.clone();
+    health.gauge(
+        "active_sessions",
+        Box::new(move || sessions.active_sessions()),
+    );
     shutdown.tracker().spawn(async move {
         if let Err(err) = dispatcher.run().await {
             tracing::error!(error = %err, "dispatcher stopped");

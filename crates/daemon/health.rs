@@ -46,7 +46,12 @@ struct Inner {
     channels: Mutex<BTreeMap<String, ChannelState>>,
     /// Set when shutdown begins.
     stopping: std::sync::atomic::AtomicBool,
+    /// Gauges shown in `/healthz` (active sessions, open sockets), registered at start.
+    gauges: Mutex<BTreeMap<&'static str, Gauge>>,
 }
+
+/// A number read when `/healthz` is asked.
+pub type Gauge = Box<dyn Fn() -> usize + Send + Sync>;
 
 impl Default for Health {
     fn default() -> Self {
@@ -62,6 +67,7 @@ impl Health {
                 started: Instant::now(),
                 channels: Mutex::new(BTreeMap::new()),
                 stopping: Default::default(),
+                gauges: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -83,6 +89,15 @@ impl Health {
             .unwrap_or_else(PoisonError::into_inner)
             .get(channel)
             .cloned()
+    }
+
+    /// Registers a gauge shown under its name in `/healthz`.
+    pub fn gauge(&self, name: &'static str, read: Gauge) {
+        self.inner
+            .gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name, read);
     }
 
     /// Marks the daemon as stopping.
@@ -127,11 +142,20 @@ async fn healthz(State(health): State<Health>) -> impl IntoResponse {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let body = json!({
+    let mut body = json!({
         "status": status,
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": health.inner.started.elapsed().as_secs(),
         "channels": channels,
     });
+    for (name, read) in health
+        .inner
+        .gauges
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
+        body[*name] = json!(read());
+    }
     (code, Json(body))
 }
