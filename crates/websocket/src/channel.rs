@@ -111,6 +111,7 @@ impl WebSocketChannel {
         Router::new()
             .route("/ws", get(upgrade))
             .route("/", get(page::chat_page))
+            .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
             .with_state(self.shared.clone())
     }
 
