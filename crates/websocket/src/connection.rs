@@ -46,10 +46,18 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
                 () = kill.cancelled() => return,
                 frame = rx.recv() => {
                     let Some(frame) = frame else { break };
+                    // Everything already queued goes out in one write.
+                    let batch = async {
+                        sink.feed(Message::Text(frame)).await?;
+                        while let Ok(more) = rx.try_recv() {
+                            sink.feed(Message::Text(more)).await?;
+                        }
+                        sink.flush().await
+                    };
                     tokio::select! {
                         biased;
                         () = kill.cancelled() => return,
-                        sent = sink.send(Message::Text(frame)) => if sent.is_err() { return },
+                        sent = batch => if sent.is_err() { return },
                     }
                 }
                 // The daemon is stopping and everything queued was sent: say goodbye.

@@ -1,0 +1,183 @@
+//! The daemon under test: a release binary started with a generated config, a notify
+//! socket to time READY=1, and /proc to read its memory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// A running daemon.
+pub struct Daemon {
+    child: Child,
+    pub addr: SocketAddr,
+    pub pid: u32,
+}
+
+/// How long the daemon took to start.
+pub struct StartTimes {
+    /// exec → READY=1 on the notify socket.
+    pub ready: Duration,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Writes a config into `dir` for a daemon talking to `llm_url`.
+pub fn write_config(dir: &Path, llm_url: &str, port: u16) -> anyhow::Result<PathBuf> {
+    let config = format!(
+        r#"[agent]
+workspace = "{dir}/workspace"
+state_dir = "{dir}/state"
+history_limit = 50
+max_concurrent_turns = 256
+idle_timeout_secs = 3600
+
+[llm]
+base_url = "{llm_url}"
+model = "scripted"
+
+[http]
+bind = "127.0.0.1:{port}"
+
+[channels.websocket]
+auth = "none"
+
+[daemon]
+shutdown_grace_secs = 5
+"#,
+        dir = dir.display()
+    );
+    let path = dir.join("config.toml");
+    std::fs::write(&path, config)?;
+    Ok(path)
+}
+
+/// Starts the daemon from `binary` with its state in `dir`; returns once READY=1 arrived.
+pub async fn start(
+    binary: &Path,
+    dir: &Path,
+    llm_url: &str,
+) -> anyhow::Result<(Daemon, StartTimes)> {
+    let port = free_port()?;
+    let config = write_config(dir, llm_url, port)?;
+    let notify_path = dir.join("notify.sock");
+    let _ = std::fs::remove_file(&notify_path);
+    let notify = tokio::net::UnixDatagram::bind(&notify_path)?;
+
+    let started = Instant::now();
+    let child = Command::new(binary)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &notify_path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", binary.display()))?;
+    let mut buf = vec![0u8; 4096];
+    let ready = loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), notify.recv(&mut buf))
+            .await
+            .context("no READY=1 within 10 s")??;
+        if String::from_utf8_lossy(&buf[..n])
+            .lines()
+            .any(|l| l == "READY=1")
+        {
+            break started.elapsed();
+        }
+    };
+    let pid = child.id().context("daemon exited")?;
+    let daemon = Daemon {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        pid,
+    };
+    Ok((daemon, StartTimes { ready }))
+}
+
+/// exec → first `/healthz` 200, polling every 0.5 ms.
+pub async fn time_to_healthz(binary: &Path, dir: &Path, llm_url: &str) -> anyhow::Result<Duration> {
+    let port = free_port()?;
+    let config = write_config(dir, llm_url, port)?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    let mut child = Command::new(binary)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("NOTIFY_SOCKET")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()?;
+    let elapsed = loop {
+        if started.elapsed() > Duration::from_secs(10) {
+            bail!("/healthz never answered");
+        }
+        if healthz_ok(addr).await {
+            break started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_micros(500)).await;
+    };
+    terminate(&mut child).await?;
+    Ok(elapsed)
+}
+
+async fn healthz_ok(addr: SocketAddr) -> bool {
+    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+        return false;
+    };
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    response.starts_with(b"HTTP/1.1 200")
+}
+
+async fn terminate(child: &mut Child) -> anyhow::Result<()> {
+    if let Some(pid) = child.id() {
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()?;
+    }
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .context("daemon did not exit after SIGTERM")??;
+    if !status.success() {
+        bail!("daemon exited with {status}");
+    }
+    Ok(())
+}
+
+impl Daemon {
+    /// Resident memory in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        rss_kib(self.pid)
+    }
+
+    /// SIGTERM and wait for exit 0.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        terminate(&mut self.child).await
+    }
+}
+
+/// VmRSS of a process, in KiB (0 if unreadable).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,170 @@
+//! `switchboard-bench`: what switchboard costs, measured against a release daemon and the
+//! testkit's scripted LLM (answering instantly). Writes a JSON result file and prints a
+//! Markdown table with the previous run's numbers beside this run's.
+//!
+//! Usage: `scripts/bench.sh` (builds, raises the fd limit, runs this).
+
+mod daemon;
+mod load;
+mod scale;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use switchboard_testkit::ScriptedLlm;
+
+#[derive(Parser)]
+#[command(about = "Measure switchboard: startup, memory, per-turn overhead, throughput, scale")]
+struct Args {
+    /// The release daemon binary.
+    #[arg(long, default_value = "target/release/switchboard")]
+    daemon: PathBuf,
+    /// Where results are written (the previous file there is the comparison).
+    #[arg(long, default_value = "docs/benchmarks/latest.json")]
+    out: PathBuf,
+    /// Messages per session in the latency runs.
+    #[arg(long, default_value_t = 2000)]
+    messages: usize,
+    /// Sessions on disk in the scale run.
+    #[arg(long, default_value_t = 10_000)]
+    disk_sessions: usize,
+    /// Active sessions in the scale run.
+    #[arg(long, default_value_t = 1_000)]
+    active_sessions: usize,
+    /// Idle WebSocket connections in the scale run.
+    #[arg(long, default_value_t = 10_000)]
+    idle_connections: usize,
+    /// Startup repetitions.
+    #[arg(long, default_value_t = 20)]
+    starts: usize,
+}
+
+type Results = BTreeMap<String, f64>;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let llm = ScriptedLlm::start().await?;
+    let llm_url = llm.base_url();
+    let mut results = Results::new();
+
+    // Binary size.
+    let size = std::fs::metadata(&args.daemon)?.len();
+    results.insert("binary_mib".into(), size as f64 / (1024.0 * 1024.0));
+
+    // Startup.
+    let mut ready = Vec::new();
+    let mut healthz = Vec::new();
+    for _ in 0..args.starts {
+        let dir = tempfile::tempdir()?;
+        let (daemon, times) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        ready.push(times.ready);
+        daemon.stop().await?;
+        let dir = tempfile::tempdir()?;
+        healthz.push(daemon::time_to_healthz(&args.daemon, dir.path(), &llm_url).await?);
+    }
+    results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
+    results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
+
+    // Footprint and latency against one daemon.
+    let dir = tempfile::tempdir()?;
+    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
+
+    // Warm both paths, then measure: 1 session, then 100 sessions.
+    load::floor(&llm_url, 1, 200).await?;
+    load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
+    for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
+        let floor = load::floor(&llm_url, sessions, messages).await?;
+        let run = load::through_daemon(
+            daemon.addr,
+            daemon.pid,
+            sessions,
+            messages,
+            &format!("s{sessions}"),
+        )
+        .await?;
+        let key = |name: &str| format!("{name}_{sessions}s");
+        results.insert(key("floor_ms_p50"), floor.p(0.5));
+        results.insert(key("floor_ms_p99"), floor.p(0.99));
+        results.insert(key("daemon_ms_p50"), run.p(0.5));
+        results.insert(key("daemon_ms_p99"), run.p(0.99));
+        results.insert(key("overhead_ms_p50"), run.p(0.5) - floor.p(0.5));
+        results.insert(key("overhead_ms_p99"), run.p(0.99) - floor.p(0.99));
+        results.insert(key("turns_per_sec"), run.turns_per_sec());
+        results.insert(key("floor_turns_per_sec"), floor.turns_per_sec());
+        results.insert(key("rss_under_load_mib"), mib(run.max_rss_kib));
+    }
+    results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
+    daemon.stop().await?;
+
+    // Scale: sessions on disk, some active.
+    let dir = tempfile::tempdir()?;
+    scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
+    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+    let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
+    results.insert("scale_activate_secs".into(), took.as_secs_f64());
+    results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
+    let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
+    results.insert("scale_turn_ms_p50".into(), one.p(0.5));
+    results.insert("scale_turn_ms_p99".into(), one.p(0.99));
+    daemon.stop().await?;
+
+    // Scale: idle WebSocket connections.
+    let dir = tempfile::tempdir()?;
+    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+    let base = daemon.rss_kib();
+    let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss = daemon.rss_kib();
+    results.insert("idle_ws_rss_mib".into(), mib(rss));
+    results.insert(
+        "idle_ws_kib_per_conn".into(),
+        (rss - base.min(rss)) as f64 / args.idle_connections as f64,
+    );
+    drop(sockets);
+    daemon.stop().await?;
+
+    report(&args, &results)
+}
+
+fn median_ms(samples: &mut [Duration]) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1000.0
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// Prints the table and writes the results, comparing with the previous file.
+fn report(args: &Args, results: &Results) -> anyhow::Result<()> {
+    let previous: Results = std::fs::read_to_string(&args.out)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let mut table =
+        String::from("| metric | this run | previous | change |\n|---|---:|---:|---:|\n");
+    for (name, value) in results {
+        let (before, change) = match previous.get(name) {
+            Some(before) if *before != 0.0 => (
+                format!("{before:.3}"),
+                format!("{:+.1}%", (value - before) / before * 100.0),
+            ),
+            _ => ("–".into(), "–".into()),
+        };
+        table.push_str(&format!("| {name} | {value:.3} | {before} | {change} |\n"));
+    }
+    if let Some(parent) = args.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(results)?)?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("{table}");
+    }
+    Ok(())
+}

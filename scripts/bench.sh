@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Reproduces docs/benchmarks.md's table: builds the release daemon and the bench, raises
+# the open-file limit (10,000 WebSocket connections on both ends), and runs every scenario.
+# Extra arguments go to switchboard-bench (e.g. --messages 500 for a quicker run).
+# With --clean-build first, also times a clean release build of the daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == "--clean-build" ]]; then
+  shift
+  tmp=$(mktemp -d)
+  start=$(date +%s.%N)
+  CARGO_TARGET_DIR="$tmp" cargo build --release --locked -p switchboard >/dev/null 2>&1
+  end=$(date +%s.%N)
+  echo "clean release build: $(echo "$end - $start" | bc) s"
+  rm -rf "$tmp"
+fi
+
+cargo build --release --locked -p switchboard -p switchboard-bench
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r)"
+exec target/release/switchboard-bench --daemon target/release/switchboard "$@"
