@@ -39,6 +39,17 @@ struct Args {
     /// Startup repetitions.
     #[arg(long, default_value_t = 20)]
     starts: usize,
+    /// Run only these scenarios (default: all).
+    #[arg(long, value_enum)]
+    only: Vec<Scenario>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Scenario {
+    Startup,
+    Load,
+    Disk,
+    Idle,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -54,79 +65,89 @@ async fn main() -> anyhow::Result<()> {
     let size = std::fs::metadata(&args.daemon)?.len();
     results.insert("binary_mib".into(), size as f64 / (1024.0 * 1024.0));
 
+    let run = |scenario| args.only.is_empty() || args.only.contains(&scenario);
+
     // Startup.
-    let mut ready = Vec::new();
-    let mut healthz = Vec::new();
-    for _ in 0..args.starts {
-        let dir = tempfile::tempdir()?;
-        let (daemon, times) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
-        ready.push(times.ready);
-        daemon.stop().await?;
-        let dir = tempfile::tempdir()?;
-        healthz.push(daemon::time_to_healthz(&args.daemon, dir.path(), &llm_url).await?);
+    if run(Scenario::Startup) {
+        let mut ready = Vec::new();
+        let mut healthz = Vec::new();
+        for _ in 0..args.starts {
+            let dir = tempfile::tempdir()?;
+            let (daemon, times) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+            ready.push(times.ready);
+            daemon.stop().await?;
+            let dir = tempfile::tempdir()?;
+            healthz.push(daemon::time_to_healthz(&args.daemon, dir.path(), &llm_url).await?);
+        }
+        results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
+        results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
     }
-    results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
-    results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
 
     // Footprint and latency against one daemon.
-    let dir = tempfile::tempdir()?;
-    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
+    if run(Scenario::Load) {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
 
-    // Warm both paths, then measure: 1 session, then 100 sessions.
-    load::floor(&llm_url, 1, 200).await?;
-    load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
-    for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
-        let floor = load::floor(&llm_url, sessions, messages).await?;
-        let run = load::through_daemon(
-            daemon.addr,
-            daemon.pid,
-            sessions,
-            messages,
-            &format!("s{sessions}"),
-        )
-        .await?;
-        let key = |name: &str| format!("{name}_{sessions}s");
-        results.insert(key("floor_ms_p50"), floor.p(0.5));
-        results.insert(key("floor_ms_p99"), floor.p(0.99));
-        results.insert(key("daemon_ms_p50"), run.p(0.5));
-        results.insert(key("daemon_ms_p99"), run.p(0.99));
-        results.insert(key("overhead_ms_p50"), run.p(0.5) - floor.p(0.5));
-        results.insert(key("overhead_ms_p99"), run.p(0.99) - floor.p(0.99));
-        results.insert(key("turns_per_sec"), run.turns_per_sec());
-        results.insert(key("floor_turns_per_sec"), floor.turns_per_sec());
-        results.insert(key("rss_under_load_mib"), mib(run.max_rss_kib));
+        // Warm both paths, then measure: 1 session, then 100 sessions.
+        load::floor(&llm_url, 1, 200).await?;
+        load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
+        for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
+            let floor = load::floor(&llm_url, sessions, messages).await?;
+            let run = load::through_daemon(
+                daemon.addr,
+                daemon.pid,
+                sessions,
+                messages,
+                &format!("s{sessions}"),
+            )
+            .await?;
+            let key = |name: &str| format!("{name}_{sessions}s");
+            results.insert(key("floor_ms_p50"), floor.p(0.5));
+            results.insert(key("floor_ms_p99"), floor.p(0.99));
+            results.insert(key("daemon_ms_p50"), run.p(0.5));
+            results.insert(key("daemon_ms_p99"), run.p(0.99));
+            results.insert(key("overhead_ms_p50"), run.p(0.5) - floor.p(0.5));
+            results.insert(key("overhead_ms_p99"), run.p(0.99) - floor.p(0.99));
+            results.insert(key("turns_per_sec"), run.turns_per_sec());
+            results.insert(key("floor_turns_per_sec"), floor.turns_per_sec());
+            results.insert(key("rss_under_load_mib"), mib(run.max_rss_kib));
+        }
+        results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
+        daemon.stop().await?;
     }
-    results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
-    daemon.stop().await?;
 
     // Scale: sessions on disk, some active.
-    let dir = tempfile::tempdir()?;
-    scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
-    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
-    let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
-    results.insert("scale_activate_secs".into(), took.as_secs_f64());
-    results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
-    let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
-    results.insert("scale_turn_ms_p50".into(), one.p(0.5));
-    results.insert("scale_turn_ms_p99".into(), one.p(0.99));
-    daemon.stop().await?;
+    if run(Scenario::Disk) {
+        let dir = tempfile::tempdir()?;
+        scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
+        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
+        results.insert("scale_activate_secs".into(), took.as_secs_f64());
+        results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
+        let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
+        results.insert("scale_turn_ms_p50".into(), one.p(0.5));
+        results.insert("scale_turn_ms_p99".into(), one.p(0.99));
+        daemon.stop().await?;
+    }
 
     // Scale: idle WebSocket connections.
-    let dir = tempfile::tempdir()?;
-    let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
-    let base = daemon.rss_kib();
-    let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let rss = daemon.rss_kib();
-    results.insert("idle_ws_rss_mib".into(), mib(rss));
-    results.insert(
-        "idle_ws_kib_per_conn".into(),
-        (rss - base.min(rss)) as f64 / args.idle_connections as f64,
-    );
-    drop(sockets);
-    daemon.stop().await?;
+    if run(Scenario::Idle) {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        let base = daemon.rss_kib();
+        let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let rss = daemon.rss_kib();
+        results.insert("idle_ws_rss_mib".into(), mib(rss));
+        results.insert(
+            "idle_ws_kib_per_conn".into(),
+            (rss - base.min(rss)) as f64 / args.idle_connections as f64,
+        );
+        drop(sockets);
+        daemon.stop().await?;
+    }
 
     report(&args, &results)
 }

@@ -34,7 +34,7 @@ pub const CHANNEL_NAME: &str = "websocket";
 const HARD_MESSAGE_LIMIT: usize = 1024 * 1024;
 
 /// Initial read buffer of a socket.
-const READ_BUFFER: usize = 4 * 1024;
+const READ_BUFFER: usize = 1024;
 /// Frames are buffered up to this before a write; each batch is flushed anyway.
 const WRITE_BUFFER: usize = 64 * 1024;
 

@@ -1,6 +1,6 @@
-//! One WebSocket connection: a send task draining the socket's queue and a receive task
-//! reading client frames. When either ends, the other is aborted and the socket leaves
-//! every chat it was subscribed to.
+//! One WebSocket connection: a send half draining the socket's queue and a receive half
+//! reading client frames, raced in one task. When either ends, the other is dropped and
+//! the socket leaves every chat it was subscribed to.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
 use futures::SinkExt;
-use futures::stream::{SplitStream, StreamExt};
+use futures::stream::{SplitSink, SplitStream, StreamExt};
 use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -19,8 +19,8 @@ use crate::protocol::{ClientFrame, ServerFrame};
 pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     shared.open.fetch_add(1, Ordering::Relaxed);
-    let (mut sink, stream) = socket.split();
-    let (tx, mut rx) = mpsc::channel::<Utf8Bytes>(shared.config.send_queue.max(8));
+    let (sink, stream) = socket.split();
+    let (tx, rx) = mpsc::channel::<Utf8Bytes>(shared.config.send_queue.max(8));
     let kill = CancellationToken::new();
     let subscriber = Subscriber {
         conn,
@@ -37,44 +37,13 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     );
     tracing::debug!(conn, "WebSocket connected");
 
-    let closing = shared.closing.clone();
-    let mut send_task = tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                biased;
-                // Too slow: drop it now, queued frames and all.
-                () = kill.cancelled() => return,
-                frame = rx.recv() => {
-                    let Some(frame) = frame else { break };
-                    // Everything already queued goes out in one write.
-                    let batch = async {
-                        sink.feed(Message::Text(frame)).await?;
-                        while let Ok(more) = rx.try_recv() {
-                            sink.feed(Message::Text(more)).await?;
-                        }
-                        sink.flush().await
-                    };
-                    tokio::select! {
-                        biased;
-                        () = kill.cancelled() => return,
-                        sent = batch => if sent.is_err() { return },
-                    }
-                }
-                // The daemon is stopping and everything queued was sent: say goodbye.
-                () = closing.cancelled() => break,
-            }
-        }
-        let close = CloseFrame {
-            code: close_code::AWAY,
-            reason: "switchboard is stopping".into(),
-        };
-        let goodbye = sink.send(Message::Close(Some(close)));
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), goodbye).await;
-    });
-    let mut recv_task = tokio::spawn(receive(stream, shared.clone(), subscriber, chats.clone()));
+    let send = std::pin::pin!(send(sink, rx, kill, shared.closing.clone()));
+    let receive = std::pin::pin!(receive(stream, shared.clone(), subscriber, chats.clone()));
+    // The two halves run side by side in this one task (a spawned task per half would
+    // cost memory on every idle socket); when one ends, the other is dropped.
     tokio::select! {
-        _ = &mut send_task => recv_task.abort(),
-        _ = &mut recv_task => send_task.abort(),
+        () = send => {}
+        () = receive => {}
     }
 
     let chats = std::mem::take(&mut *chats.lock().unwrap_or_else(PoisonError::into_inner));
@@ -85,26 +54,60 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     tracing::debug!(conn, "WebSocket disconnected");
 }
 
+/// Writes queued frames to the socket until the queue closes, the socket is killed for
+/// being too slow, or the daemon stops (then a going-away close frame follows).
+async fn send(
+    mut sink: SplitSink<WebSocket, Message>,
+    mut rx: mpsc::Receiver<Utf8Bytes>,
+    kill: CancellationToken,
+    closing: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            // Too slow: drop it now, queued frames and all.
+            () = kill.cancelled() => return,
+            frame = rx.recv() => {
+                let Some(frame) = frame else { break };
+                // Everything already queued goes out in one write.
+                let batch = Box::pin(async {
+                    sink.feed(Message::Text(frame)).await?;
+                    while let Ok(more) = rx.try_recv() {
+                        sink.feed(Message::Text(more)).await?;
+                    }
+                    sink.flush().await
+                });
+                tokio::select! {
+                    biased;
+                    () = kill.cancelled() => return,
+                    sent = batch => if sent.is_err() { return },
+                }
+            }
+            // The daemon is stopping and everything queued was sent: say goodbye.
+            () = closing.cancelled() => break,
+        }
+    }
+    let close = CloseFrame {
+        code: close_code::AWAY,
+        reason: "switchboard is stopping".into(),
+    };
+    let goodbye = sink.send(Message::Close(Some(close)));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), goodbye).await;
+}
+
+/// Reads client frames and acts on them until the socket closes.
 async fn receive(
     mut stream: SplitStream<WebSocket>,
     shared: Arc<Shared>,
     subscriber: Subscriber,
     chats: Arc<Mutex<HashSet<ChatId>>>,
 ) {
-    let reply = |frame: ServerFrame| {
-        let tx = subscriber.tx.clone();
-        async move {
-            let _ = tx.send(frame.to_json().into()).await;
-        }
-    };
     while let Some(message) = stream.next().await {
         let text = match message {
             Ok(Message::Text(text)) => text,
             Ok(Message::Binary(_)) => {
-                reply(ServerFrame::frame_error(
-                    "binary frames are not supported; send JSON text frames",
-                ))
-                .await;
+                let problem = "binary frames are not supported; send JSON text frames";
+                reply(&subscriber, ServerFrame::frame_error(problem)).await;
                 continue;
             }
             Ok(Message::Close(_)) => break,
@@ -114,45 +117,57 @@ async fn receive(
                 break;
             }
         };
-        let frame = match ClientFrame::parse(text.as_str(), shared.config.max_frame_bytes) {
-            Ok(frame) => frame,
-            Err(problem) => {
-                reply(ServerFrame::frame_error(problem)).await;
-                continue;
-            }
-        };
-        match frame {
-            ClientFrame::Message { chat_id, content } => {
-                let chat = ChatId::from(chat_id.as_str());
-                shared.subscribe(&chats, &subscriber, chat.clone());
-                let inbound = InboundMessage::text(
-                    CHANNEL_NAME.into(),
-                    chat,
-                    SenderId::from(format!("ws:{}", subscriber.conn)),
-                    content,
-                );
-                if let Err(err @ CoreError::ShuttingDown) =
-                    shared.hub.publish_inbound(inbound).await
-                {
-                    reply(ServerFrame::Error {
-                        chat_id: Some(chat_id),
-                        message: err.to_string(),
-                    })
-                    .await;
-                }
-            }
-            ClientFrame::Subscribe { chat_id } => {
-                shared.subscribe(&chats, &subscriber, ChatId::from(chat_id));
-            }
-            ClientFrame::Unsubscribe { chat_id } => {
-                let chat = ChatId::from(chat_id);
-                chats
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&chat);
-                shared.unsubscribe(subscriber.conn, &chat);
-            }
-            ClientFrame::Ping => reply(ServerFrame::Pong).await,
-        }
+        // Boxed: the state of handling a frame exists only while one is handled, so an
+        // idle socket's task stays small.
+        Box::pin(handle(text.as_str(), &shared, &subscriber, &chats)).await;
     }
+}
+
+/// Acts on one client text frame.
+async fn handle(
+    text: &str,
+    shared: &Shared,
+    subscriber: &Subscriber,
+    chats: &Mutex<HashSet<ChatId>>,
+) {
+    let frame = match ClientFrame::parse(text, shared.config.max_frame_bytes) {
+        Ok(frame) => frame,
+        Err(problem) => return reply(subscriber, ServerFrame::frame_error(problem)).await,
+    };
+    match frame {
+        ClientFrame::Message { chat_id, content } => {
+            let chat = ChatId::from(chat_id.as_str());
+            shared.subscribe(chats, subscriber, chat.clone());
+            let inbound = InboundMessage::text(
+                CHANNEL_NAME.into(),
+                chat,
+                SenderId::from(format!("ws:{}", subscriber.conn)),
+                content,
+            );
+            if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
+                let frame = ServerFrame::Error {
+                    chat_id: Some(chat_id),
+                    message: err.to_string(),
+                };
+                reply(subscriber, frame).await;
+            }
+        }
+        ClientFrame::Subscribe { chat_id } => {
+            shared.subscribe(chats, subscriber, ChatId::from(chat_id));
+        }
+        ClientFrame::Unsubscribe { chat_id } => {
+            let chat = ChatId::from(chat_id);
+            chats
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&chat);
+            shared.unsubscribe(subscriber.conn, &chat);
+        }
+        ClientFrame::Ping => reply(subscriber, ServerFrame::Pong).await,
+    }
+}
+
+/// Queues a frame for this socket only.
+async fn reply(subscriber: &Subscriber, frame: ServerFrame) {
+    let _ = subscriber.tx.send(frame.to_json().into()).await;
 }
