@@ -93,7 +93,6 @@ impl Turn<'_> {
                 } else {
                     response.content
                 };
-                self.save(vec![ChatMessage::assistant(reply.clone())]);
                 return End::Reply(reply, TurnEnd::Answered);
             }
 
@@ -120,7 +119,6 @@ impl Turn<'_> {
             "I stopped after {max} rounds of tool calls without a final answer \
              (the limit is agent.max_iterations = {max}). Ask me to continue if you want more."
         );
-        self.save(vec![ChatMessage::assistant(reply.clone())]);
         End::Reply(reply, TurnEnd::IterationLimit)
     }
 
@@ -171,32 +169,43 @@ impl Turn<'_> {
     }
 
     fn stopped(&mut self) -> End {
-        self.save(vec![ChatMessage::assistant(STOPPED_NOTE)]);
         End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled)
     }
 
     /// Appends messages to the store, then to this turn.
     fn save(&mut self, messages: Vec<ChatMessage>) {
-        if let Err(err) = self.agent.store.append(self.session.key(), &messages) {
+        if let Err(err) = self.agent.store.append(self.session.key(), &messages, None) {
             tracing::error!(session = %self.session.key(), error = %err,
                 "could not save session messages");
         }
         self.new.extend(messages);
     }
 
-    /// Moves the turn into the session, saves usage, compacts when due, and reports.
+    /// Saves the final message with the turn's usage (one write, before the reply is
+    /// published), moves the turn into the session, compacts when due, and reports.
     fn finish(self, end: End, events: &EventSink) {
         let Turn {
             agent,
             session,
-            new,
+            mut new,
             usage,
         } = self;
+        let last = match &end {
+            End::Reply(_, TurnEnd::Cancelled) => Some(ChatMessage::assistant(STOPPED_NOTE)),
+            End::Reply(reply, _) => Some(ChatMessage::assistant(reply.clone())),
+            End::Failed(_) => None,
+        };
+        let last: Vec<ChatMessage> = last.into_iter().collect();
+        let spent = (usage != Usage::default()).then_some(usage);
+        if (!last.is_empty() || spent.is_some())
+            && let Err(err) = agent.store.append(session.key(), &last, spent)
+        {
+            tracing::error!(session = %session.key(), error = %err,
+                "could not save the end of the turn");
+        }
+        new.extend(last);
         session.extend(new);
-        if usage != Usage::default() {
-            if let Err(err) = agent.store.record_usage(session.key(), usage) {
-                tracing::error!(session = %session.key(), error = %err, "could not save usage");
-            }
+        if let Some(usage) = spent {
             session.add_usage(usage);
         }
         if session.needs_compaction() {

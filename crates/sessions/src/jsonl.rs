@@ -118,16 +118,18 @@ impl SessionStore for JsonlStore {
         Ok(loaded)
     }
 
-    fn append(&self, key: &SessionKey, messages: &[ChatMessage]) -> Result<(), StoreError> {
+    fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[ChatMessage],
+        usage: Option<Usage>,
+    ) -> Result<(), StoreError> {
         let records: Vec<Record<'_>> = messages
             .iter()
             .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
+            .chain(usage.map(|usage| Record::Usage { usage }))
             .collect();
         self.append_records(key, &records)
-    }
-
-    fn record_usage(&self, key: &SessionKey, usage: Usage) -> Result<(), StoreError> {
-        self.append_records(key, &[Record::Usage { usage }])
     }
 
     fn compact(
@@ -234,17 +236,17 @@ mod tests {
             ChatMessage::tool_result(&call, "r", false),
             ChatMessage::assistant("a"),
         ];
-        store.append(&key, &messages[..1]).expect("append");
-        store.append(&key, &messages[1..]).expect("append");
+        store.append(&key, &messages[..1], None).expect("append");
         store
-            .record_usage(
+            .append(
                 &key,
-                Usage {
+                &messages[1..],
+                Some(Usage {
                     input_tokens: 5,
                     output_tokens: 2,
-                },
+                }),
             )
-            .expect("usage");
+            .expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(loaded.messages, messages);
         assert_eq!(loaded.usage.input_tokens, 5);
@@ -262,7 +264,11 @@ mod tests {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q"), ChatMessage::assistant("a")])
+            .append(
+                &key,
+                &[ChatMessage::user("q"), ChatMessage::assistant("a")],
+                None,
+            )
             .expect("append");
         let path = store.path_of(&key);
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
@@ -277,7 +283,7 @@ mod tests {
 
         // The next append must not be glued onto the torn line.
         store
-            .append(&key, &[ChatMessage::user("next")])
+            .append(&key, &[ChatMessage::user("next")], None)
             .expect("append");
         let again = store.load(&key).expect("load");
         assert_eq!(again.messages.len(), 3);
@@ -289,14 +295,14 @@ mod tests {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q")])
+            .append(&key, &[ChatMessage::user("q")], None)
             .expect("append");
         let path = store.path_of(&key);
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
         file.write_all(b"not json\n").expect("write");
         drop(file);
         store
-            .append(&key, &[ChatMessage::assistant("a")])
+            .append(&key, &[ChatMessage::assistant("a")], None)
             .expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(
@@ -311,7 +317,7 @@ mod tests {
         let key = SessionKey::from("s");
         for i in 0..10 {
             store
-                .append(&key, &[ChatMessage::user(format!("q{i}"))])
+                .append(&key, &[ChatMessage::user(format!("q{i}"))], None)
                 .expect("append");
         }
         let keep = vec![ChatMessage::user("q9")];
@@ -336,7 +342,7 @@ mod tests {
         let (dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q")])
+            .append(&key, &[ChatMessage::user("q")], None)
             .expect("append");
         store.archive(&key).expect("archive");
         assert!(store.load(&key).expect("load").messages.is_empty());

@@ -21,11 +21,14 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Reads a session back; a session never written loads empty.
     fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
 
-    /// Appends messages; they are written through to the OS before this returns.
-    fn append(&self, key: &SessionKey, messages: &[ChatMessage]) -> Result<(), StoreError>;
-
-    /// Records tokens spent by a turn.
-    fn record_usage(&self, key: &SessionKey, usage: Usage) -> Result<(), StoreError>;
+    /// Appends messages and, when given, the tokens a turn spent, in one write; they are
+    /// with the OS before this returns.
+    fn append(
+        &self,
+        key: &SessionKey,
+        messages: &[ChatMessage],
+        usage: Option<Usage>,
+    ) -> Result<(), StoreError>;
 
     /// Replaces the session's records with `messages` and the usage total, atomically.
     fn compact(
