@@ -48,6 +48,17 @@ async fn spawn_daemon(config: &Path) -> (Child, std::net::SocketAddr) {
     (child, addr.parse().expect("address"))
 }
 
+/// Writes the test config to `dir/config.toml` with the given shutdown grace (seconds).
+fn write_config(dir: &Path, llm: &ScriptedLlm, grace_secs: &str) -> std::path::PathBuf {
+    let config = dir.join("config.toml");
+    let text = util::config_text(&llm.base_url(), dir, "").replace(
+        "shutdown_grace_secs = 2",
+        &format!("shutdown_grace_secs = {grace_secs}"),
+    );
+    std::fs::write(&config, text).expect("write config");
+    config
+}
+
 fn sigterm(child: &Child) {
     let pid = child.id().expect("running").to_string();
     let status = std::process::Command::new("kill")
@@ -69,12 +80,7 @@ async fn sigterm_during_a_turn_exits_zero_with_the_session_intact() {
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("far too late").delayed(Duration::from_secs(60)));
-    let config = dir.path().join("config.toml");
-    let text = util::config_text(&llm.base_url(), dir.path(), "")
-        .replace("shutdown_grace_secs = 2", "shutdown_grace_secs = 0.5");
-    std::fs::write(&config, text).expect("write config");
-
-    let (mut child, addr) = spawn_daemon(&config).await;
+    let (mut child, addr) = spawn_daemon(&write_config(dir.path(), &llm, "0.5")).await;
     let mut client = WsClient::connect(addr).await;
     client.send("c", "please wait for me").await;
     llm.wait_for_requests(1, util::PATIENCE).await;
@@ -104,12 +110,7 @@ async fn sigterm_lets_a_running_turn_finish_within_the_grace_period() {
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("just in time").delayed(Duration::from_millis(500)));
-    let config = dir.path().join("config.toml");
-    let text = util::config_text(&llm.base_url(), dir.path(), "")
-        .replace("shutdown_grace_secs = 2", "shutdown_grace_secs = 10");
-    std::fs::write(&config, text).expect("write config");
-
-    let (mut child, addr) = spawn_daemon(&config).await;
+    let (mut child, addr) = spawn_daemon(&write_config(dir.path(), &llm, "10")).await;
     let mut client = WsClient::connect(addr).await;
     client.send("c", "answer before you go").await;
     llm.wait_for_requests(1, util::PATIENCE).await;

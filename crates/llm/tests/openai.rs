@@ -25,6 +25,18 @@ fn provider(base_url: String) -> OpenAiProvider {
     .expect("provider")
 }
 
+/// A provider that gives up after its first attempt.
+fn without_retries(config: OpenAiConfig) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig {
+        retry: RetryPolicy {
+            max_retries: 0,
+            ..RetryPolicy::default()
+        },
+        ..config
+    })
+    .expect("provider")
+}
+
 fn request(text: &str) -> ChatRequest {
     ChatRequest {
         system: "system prompt".into(),
@@ -186,15 +198,10 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     drop(listener);
-    let provider = OpenAiProvider::new(OpenAiConfig {
+    let provider = without_retries(OpenAiConfig {
         base_url: format!("http://{addr}/v1"),
-        retry: RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        },
         ..OpenAiConfig::default()
-    })
-    .expect("provider");
+    });
     let err = provider
         .chat(&request("hi"), None)
         .await
@@ -207,16 +214,11 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
 async fn a_slow_server_hits_the_first_byte_timeout() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("late").delayed(Duration::from_secs(30)));
-    let provider = OpenAiProvider::new(OpenAiConfig {
+    let provider = without_retries(OpenAiConfig {
         base_url: llm.base_url(),
         first_byte_timeout: Duration::from_millis(200),
-        retry: RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        },
         ..OpenAiConfig::default()
-    })
-    .expect("provider");
+    });
     let err = provider
         .chat(&request("hi"), None)
         .await
