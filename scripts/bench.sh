@@ -19,4 +19,6 @@ fi
 cargo build --release --locked -p switchboard -p switchboard-bench
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r)"
-exec target/release/switchboard-bench --daemon target/release/switchboard "$@"
+# The daemon gets core 1, the load generator and the scripted LLM core 0, so neither
+# measures the other's CPU use. Pass --daemon-cpus 0-1 (and drop taskset) to share.
+exec taskset -c 0 target/release/switchboard-bench --daemon target/release/switchboard --daemon-cpus 1 "$@"

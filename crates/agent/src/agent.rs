@@ -9,6 +9,7 @@ use switchboard_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AgentConfig;
+use crate::context::ContextCache;
 use crate::events::EventSink;
 use crate::turn;
 
@@ -18,6 +19,8 @@ pub struct Agent {
     pub(crate) tools: ToolRegistry,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
+    /// The system prompt built from the workspace files, reused for a moment.
+    pub(crate) context: ContextCache,
 }
 
 impl Agent {
@@ -33,6 +36,7 @@ impl Agent {
             tools,
             store,
             config,
+            context: ContextCache::default(),
         }
     }
 
@@ -54,6 +58,11 @@ impl Agent {
             self.config.history_limit,
             loaded,
         ))
+    }
+
+    /// Lets the store drop what it keeps for a session that left memory.
+    pub fn release_session(&self, key: &SessionKey) {
+        self.store.release(key);
     }
 
     /// Archives the session's history and empties it (`/new`).

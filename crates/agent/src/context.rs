@@ -1,6 +1,39 @@
 //! The system prompt: the configured opening, then the workspace's context files.
 
 use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// How long a built system prompt is reused before the files are read again. Turns that
+/// ran tools drop it at once, since a tool may have edited the files.
+const REUSE_FOR: Duration = Duration::from_secs(1);
+
+/// The last system prompt and when it was built.
+#[derive(Default)]
+pub(crate) struct ContextCache {
+    /// Held only to copy or replace the prompt, never across a file read.
+    last: Mutex<Option<(Instant, String)>>,
+}
+
+impl ContextCache {
+    /// The system prompt, rebuilt when older than [`REUSE_FOR`].
+    pub(crate) fn get(&self, opening: &str, workspace: &Path, max_bytes: usize) -> String {
+        let now = Instant::now();
+        if let Some((built, prompt)) = &*self.last.lock().unwrap_or_else(PoisonError::into_inner)
+            && now.duration_since(*built) < REUSE_FOR
+        {
+            return prompt.clone();
+        }
+        let prompt = system_prompt(opening, workspace, max_bytes);
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, prompt.clone()));
+        prompt
+    }
+
+    /// Forgets the prompt, so the next turn reads the files again.
+    pub(crate) fn invalidate(&self) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
 
 /// The workspace files that make up the agent's standing context, in prompt order.
 pub const CONTEXT_FILES: [&str; 5] = ["SOUL.md", "AGENTS.md", "USER.md", "TOOLS.md", "MEMORY.md"];
@@ -58,6 +91,20 @@ mod tests {
         assert!(prompt.starts_with("Opening."));
         assert!(soul < memory);
         assert!(!prompt.contains("USER.md"));
+    }
+
+    #[test]
+    fn the_cache_rereads_files_after_invalidation() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = ContextCache::default();
+        assert!(!cache.get("", dir.path(), 100).contains("MEMORY.md"));
+        std::fs::write(dir.path().join("MEMORY.md"), "new fact").expect("write");
+        assert!(
+            !cache.get("", dir.path(), 100).contains("new fact"),
+            "reused within a second"
+        );
+        cache.invalidate();
+        assert!(cache.get("", dir.path(), 100).contains("new fact"));
     }
 
     #[test]

@@ -193,6 +193,7 @@ impl Worker {
                         refuse_shutting_down(&self.hub, &message).await;
                     }
                     self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
+                    self.agent.release_session(&self.key);
                     return;
                 }
                 () = tokio::time::sleep(self.agent.config.idle_timeout) => {
@@ -201,12 +202,16 @@ impl Worker {
                         .remove_if(&self.key, |_, worker| worker.id == self.id && rx.is_empty());
                     if removed.is_some() {
                         tracing::debug!(session = %self.key, "idle session worker exits");
+                        self.agent.release_session(&self.key);
                         return;
                     }
                     continue;
                 }
             };
-            let Some(message) = message else { return };
+            let Some(message) = message else {
+                self.agent.release_session(&self.key);
+                return;
+            };
             if !self.hub.is_accepting() {
                 refuse_shutting_down(&self.hub, &message).await;
                 continue;
@@ -277,9 +282,30 @@ impl Worker {
 
         let (events, mut rx) = mpsc::unbounded_channel();
         let forward = async {
-            while let Some(event) = rx.recv().await {
+            let mut next = rx.recv().await;
+            while let Some(event) = next.take() {
+                let event = match event {
+                    // Text that arrived while the last frame was being delivered goes out
+                    // as one delta: fewer frames when the model is faster than the socket.
+                    AgentEvent::TextDelta(mut text) => {
+                        while let Ok(more) = rx.try_recv() {
+                            match more {
+                                AgentEvent::TextDelta(piece) => text.push_str(&piece),
+                                other => {
+                                    next = Some(other);
+                                    break;
+                                }
+                            }
+                        }
+                        AgentEvent::TextDelta(text)
+                    }
+                    other => other,
+                };
                 for kind in outbound_of(event) {
                     reply(&self.hub, &message, kind).await;
+                }
+                if next.is_none() {
+                    next = rx.recv().await;
                 }
             }
         };

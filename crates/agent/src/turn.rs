@@ -14,7 +14,6 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::batch;
-use crate::context;
 use crate::events::{AgentEvent, EventSink, TurnEnd};
 
 /// What the person sees when a turn is stopped.
@@ -66,7 +65,7 @@ impl Turn<'_> {
         self.save(vec![ChatMessage::user(text)]);
 
         let mut request = ChatRequest {
-            system: context::system_prompt(
+            system: agent.context.get(
                 &config.system_prompt,
                 &config.workspace,
                 config.context_file_max_bytes,
@@ -98,6 +97,7 @@ impl Turn<'_> {
 
             let assistant = response.to_message();
             let outcome = batch::run(self.agent, &response.tool_calls, &ctx, events).await;
+            agent.context.invalidate();
             tracing::info!(
                 iteration,
                 calls = response.tool_calls.len(),

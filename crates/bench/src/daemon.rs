@@ -58,9 +58,29 @@ shutdown_grace_secs = 5
     Ok(path)
 }
 
-/// Starts the daemon from `binary` with its state in `dir`; returns once READY=1 arrived.
+/// How to start the daemon: its binary, and the CPUs to pin it to (`taskset -c`), so the
+/// load generator and the daemon do not compete for the same core.
+pub struct Launcher {
+    pub binary: PathBuf,
+    pub cpus: Option<String>,
+}
+
+impl Launcher {
+    fn command(&self) -> Command {
+        match &self.cpus {
+            Some(cpus) => {
+                let mut command = Command::new("taskset");
+                command.args(["-c", cpus]).arg(&self.binary);
+                command
+            }
+            None => Command::new(&self.binary),
+        }
+    }
+}
+
+/// Starts the daemon with its state in `dir`; returns once READY=1 arrived.
 pub async fn start(
-    binary: &Path,
+    launcher: &Launcher,
     dir: &Path,
     llm_url: &str,
 ) -> anyhow::Result<(Daemon, StartTimes)> {
@@ -71,7 +91,8 @@ pub async fn start(
     let notify = tokio::net::UnixDatagram::bind(&notify_path)?;
 
     let started = Instant::now();
-    let child = Command::new(binary)
+    let child = launcher
+        .command()
         .args(["run", "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &notify_path)
@@ -80,7 +101,7 @@ pub async fn start(
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()
-        .with_context(|| format!("cannot start {}", binary.display()))?;
+        .with_context(|| format!("cannot start {}", launcher.binary.display()))?;
     let mut buf = vec![0u8; 4096];
     let ready = loop {
         let n = tokio::time::timeout(Duration::from_secs(10), notify.recv(&mut buf))
@@ -103,12 +124,17 @@ pub async fn start(
 }
 
 /// exec → first `/healthz` 200, polling every 0.5 ms.
-pub async fn time_to_healthz(binary: &Path, dir: &Path, llm_url: &str) -> anyhow::Result<Duration> {
+pub async fn time_to_healthz(
+    launcher: &Launcher,
+    dir: &Path,
+    llm_url: &str,
+) -> anyhow::Result<Duration> {
     let port = free_port()?;
     let config = write_config(dir, llm_url, port)?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let started = Instant::now();
-    let mut child = Command::new(binary)
+    let mut child = launcher
+        .command()
         .args(["run", "--config"])
         .arg(&config)
         .env_remove("NOTIFY_SOCKET")

@@ -35,6 +35,24 @@ impl LoadResult {
     }
 }
 
+/// The numbers of a run that travel between bench processes.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub p50: f64,
+    pub p99: f64,
+    pub turns_per_sec: f64,
+}
+
+impl Summary {
+    pub fn of(result: &LoadResult) -> Self {
+        Self {
+            p50: result.p(0.5),
+            p99: result.p(0.99),
+            turns_per_sec: result.turns_per_sec(),
+        }
+    }
+}
+
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid bounds")
 }

@@ -21,6 +21,9 @@ struct Args {
     /// The release daemon binary.
     #[arg(long, default_value = "target/release/switchboard")]
     daemon: PathBuf,
+    /// Pin the daemon to these CPUs (`taskset -c` list); run the bench itself on others.
+    #[arg(long)]
+    daemon_cpus: Option<String>,
     /// Where results are written (the previous file there is the comparison).
     #[arg(long, default_value = "docs/benchmarks/latest.json")]
     out: PathBuf,
@@ -39,6 +42,13 @@ struct Args {
     /// Startup repetitions.
     #[arg(long, default_value_t = 20)]
     starts: usize,
+    /// Internal: run only the floor's clients against this LLM URL and print a summary
+    /// (the bench starts itself this way, pinned where the daemon would run).
+    #[arg(long, hide = true)]
+    floor_client: Option<String>,
+    /// Internal: sessions of `--floor-client`.
+    #[arg(long, hide = true, default_value_t = 1)]
+    floor_sessions: usize,
     /// Run only these scenarios (default: all).
     #[arg(long, value_enum)]
     only: Vec<Scenario>,
@@ -57,9 +67,22 @@ type Results = BTreeMap<String, f64>;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(url) = &args.floor_client {
+        let floor = load::floor(url, args.floor_sessions, args.messages).await?;
+        let summary = load::Summary::of(&floor);
+        #[allow(clippy::print_stdout)]
+        {
+            println!("{}", serde_json::to_string(&summary)?);
+        }
+        return Ok(());
+    }
     let llm = ScriptedLlm::start().await?;
     let llm_url = llm.base_url();
     let mut results = Results::new();
+    let launcher = daemon::Launcher {
+        binary: args.daemon.clone(),
+        cpus: args.daemon_cpus.clone(),
+    };
 
     // Binary size.
     let size = std::fs::metadata(&args.daemon)?.len();
@@ -73,11 +96,11 @@ async fn main() -> anyhow::Result<()> {
         let mut healthz = Vec::new();
         for _ in 0..args.starts {
             let dir = tempfile::tempdir()?;
-            let (daemon, times) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+            let (daemon, times) = daemon::start(&launcher, dir.path(), &llm_url).await?;
             ready.push(times.ready);
             daemon.stop().await?;
             let dir = tempfile::tempdir()?;
-            healthz.push(daemon::time_to_healthz(&args.daemon, dir.path(), &llm_url).await?);
+            healthz.push(daemon::time_to_healthz(&launcher, dir.path(), &llm_url).await?);
         }
         results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
         results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
@@ -86,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
     // Footprint and latency against one daemon.
     if run(Scenario::Load) {
         let dir = tempfile::tempdir()?;
-        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
 
@@ -94,7 +117,7 @@ async fn main() -> anyhow::Result<()> {
         load::floor(&llm_url, 1, 200).await?;
         load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
         for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
-            let floor = load::floor(&llm_url, sessions, messages).await?;
+            let floor = floor(&args, &llm_url, sessions, messages).await?;
             let run = load::through_daemon(
                 daemon.addr,
                 daemon.pid,
@@ -104,14 +127,14 @@ async fn main() -> anyhow::Result<()> {
             )
             .await?;
             let key = |name: &str| format!("{name}_{sessions}s");
-            results.insert(key("floor_ms_p50"), floor.p(0.5));
-            results.insert(key("floor_ms_p99"), floor.p(0.99));
+            results.insert(key("floor_ms_p50"), floor.p50);
+            results.insert(key("floor_ms_p99"), floor.p99);
             results.insert(key("daemon_ms_p50"), run.p(0.5));
             results.insert(key("daemon_ms_p99"), run.p(0.99));
-            results.insert(key("overhead_ms_p50"), run.p(0.5) - floor.p(0.5));
-            results.insert(key("overhead_ms_p99"), run.p(0.99) - floor.p(0.99));
+            results.insert(key("overhead_ms_p50"), run.p(0.5) - floor.p50);
+            results.insert(key("overhead_ms_p99"), run.p(0.99) - floor.p99);
             results.insert(key("turns_per_sec"), run.turns_per_sec());
-            results.insert(key("floor_turns_per_sec"), floor.turns_per_sec());
+            results.insert(key("floor_turns_per_sec"), floor.turns_per_sec);
             results.insert(key("rss_under_load_mib"), mib(run.max_rss_kib));
         }
         results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
@@ -122,7 +145,7 @@ async fn main() -> anyhow::Result<()> {
     if run(Scenario::Disk) {
         let dir = tempfile::tempdir()?;
         scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
-        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
         let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
         results.insert("scale_activate_secs".into(), took.as_secs_f64());
         results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
@@ -135,7 +158,7 @@ async fn main() -> anyhow::Result<()> {
     // Scale: idle WebSocket connections.
     if run(Scenario::Idle) {
         let dir = tempfile::tempdir()?;
-        let (daemon, _) = daemon::start(&args.daemon, dir.path(), &llm_url).await?;
+        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
         let base = daemon.rss_kib();
         let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -150,6 +173,37 @@ async fn main() -> anyhow::Result<()> {
     }
 
     report(&args, &results)
+}
+
+/// The floor: the daemon's request pattern sent straight to the LLM by a client that runs
+/// where the daemon would (on `--daemon-cpus`, as a second bench process), so both runs put
+/// the same work on the same cores.
+async fn floor(
+    args: &Args,
+    llm_url: &str,
+    sessions: usize,
+    messages: usize,
+) -> anyhow::Result<load::Summary> {
+    let Some(cpus) = &args.daemon_cpus else {
+        return Ok(load::Summary::of(
+            &load::floor(llm_url, sessions, messages).await?,
+        ));
+    };
+    let me = std::env::current_exe()?;
+    let output = tokio::process::Command::new("taskset")
+        .args(["-c", cpus])
+        .arg(me)
+        .args(["--floor-client", llm_url])
+        .args(["--floor-sessions", &sessions.to_string()])
+        .args(["--messages", &messages.to_string()])
+        .output()
+        .await?;
+    anyhow::ensure!(
+        output.status.success(),
+        "floor client failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(serde_json::from_slice(&output.stdout)?)
 }
 
 fn median_ms(samples: &mut [Duration]) -> f64 {

@@ -6,9 +6,11 @@
 //! most the last records. Compaction writes a temp file, fsyncs it and renames it over the
 //! old one, so a file is always either the old or the new version.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -28,10 +30,18 @@ enum Record<'a> {
     Message(std::borrow::Cow<'a, ChatMessage>),
 }
 
+/// At most this many session files are kept open between appends (one per active session);
+/// past it, appends open and close the file each time.
+const OPEN_FILES: usize = 256;
+
 /// The on-disk session store.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct JsonlStore {
     dir: PathBuf,
+    /// Files of active sessions, kept open so an append is one `write`. An entry is
+    /// dropped when its session's worker exits (`release`) and before its file is replaced
+    /// (compaction) or moved (archive). Held only to look up, insert or remove.
+    open: Mutex<HashMap<SessionKey, Arc<File>>>,
 }
 
 impl JsonlStore {
@@ -39,7 +49,10 @@ impl JsonlStore {
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         let dir = state_dir.join("sessions");
         create_private_dir(&dir)?;
-        Ok(Self { dir })
+        Ok(Self {
+            dir,
+            open: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The file of a session.
@@ -54,12 +67,36 @@ impl JsonlStore {
             buf.push(b'\n');
         }
         let path = self.path_of(key);
-        let mut file = OpenOptions::new()
+        let file = self.file(key, &path)?;
+        (&*file).write_all(&buf).map_err(|err| {
+            self.forget(key);
+            StoreError::io(&path)(err)
+        })
+    }
+
+    /// The session's file, opened for appending (kept open while there is room).
+    fn file(&self, key: &SessionKey, path: &Path) -> Result<Arc<File>, StoreError> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(file) = open.get(key) {
+            return Ok(file.clone());
+        }
+        let file = OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&path)
-            .map_err(StoreError::io(&path))?;
-        file.write_all(&buf).map_err(StoreError::io(&path))
+            .open(path)
+            .map(Arc::new)
+            .map_err(StoreError::io(path))?;
+        if open.len() < OPEN_FILES {
+            open.insert(key.clone(), file.clone());
+        }
+        Ok(file)
+    }
+
+    fn forget(&self, key: &SessionKey) {
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
     }
 }
 
@@ -132,12 +169,17 @@ impl SessionStore for JsonlStore {
         self.append_records(key, &records)
     }
 
+    fn release(&self, key: &SessionKey) {
+        self.forget(key);
+    }
+
     fn compact(
         &self,
         key: &SessionKey,
         messages: &[ChatMessage],
         usage: Usage,
     ) -> Result<(), StoreError> {
+        self.forget(key);
         let path = self.path_of(key);
         let tmp = path.with_extension("jsonl.tmp");
         let mut buf = Vec::new();
@@ -159,6 +201,7 @@ impl SessionStore for JsonlStore {
     }
 
     fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+        self.forget(key);
         let path = self.path_of(key);
         if !path.exists() {
             return Ok(());
@@ -335,6 +378,37 @@ mod tests {
         assert_eq!(loaded.messages, keep);
         assert_eq!(loaded.usage.input_tokens, 1);
         assert!(!store.path_of(&key).with_extension("jsonl.tmp").exists());
+    }
+
+    #[test]
+    fn appends_after_compaction_and_archive_reach_the_new_file() {
+        let (_dir, store) = store();
+        let key = SessionKey::from("s");
+        // The first append keeps the file open; compaction and archive replace the file,
+        // so a later append must not go to the old, unlinked one.
+        store
+            .append(&key, &[ChatMessage::user("1")], None)
+            .expect("append");
+        store
+            .compact(&key, &[ChatMessage::user("1")], Usage::default())
+            .expect("compact");
+        store
+            .append(&key, &[ChatMessage::user("2")], None)
+            .expect("append");
+        let loaded = store.load(&key).expect("load");
+        assert_eq!(
+            loaded.messages,
+            vec![ChatMessage::user("1"), ChatMessage::user("2")]
+        );
+
+        store.archive(&key).expect("archive");
+        store
+            .append(&key, &[ChatMessage::user("3")], None)
+            .expect("append");
+        assert_eq!(
+            store.load(&key).expect("load").messages,
+            vec![ChatMessage::user("3")]
+        );
     }
 
     #[test]

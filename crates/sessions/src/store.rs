@@ -38,6 +38,9 @@ pub trait SessionStore: Send + Sync + 'static {
         usage: Usage,
     ) -> Result<(), StoreError>;
 
+    /// The session left memory (its worker exited): drop what is kept open for it.
+    fn release(&self, _key: &SessionKey) {}
+
     /// Moves the session aside (for `/new`); the next load starts empty.
     fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
 }

@@ -17,6 +17,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,9 @@ pub enum Reply {
     },
     /// Waits, then answers with the inner reply.
     Delayed(Duration, Box<Reply>),
+    /// A final text answer whose streamed chunks are sent `gap` apart, as a real model's
+    /// tokens are (whole responses ignore the gap).
+    Paced(String, Duration),
 }
 
 impl Reply {
@@ -58,6 +62,11 @@ impl Reply {
                 .map(|(name, args)| (name.to_owned(), args))
                 .collect(),
         )
+    }
+
+    /// A text answer streamed one word every `gap`.
+    pub fn paced(text: impl Into<String>, gap: Duration) -> Self {
+        Self::Paced(text.into(), gap)
     }
 
     /// This reply after a delay.
@@ -206,8 +215,11 @@ async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
             }
             response
         }
-        Reply::Text(text) if stream => sse(text_chunks(&text)),
-        Reply::Text(text) => whole(json!({"role": "assistant", "content": text}), "stop"),
+        Reply::Text(text) if stream => sse(text_chunks(&text), Duration::ZERO),
+        Reply::Paced(text, gap) if stream => sse(text_chunks(&text), gap),
+        Reply::Text(text) | Reply::Paced(text, _) => {
+            whole(json!({"role": "assistant", "content": text}), "stop")
+        }
         Reply::ToolCalls(calls) => {
             let calls: Vec<Value> = calls
                 .iter()
@@ -218,7 +230,7 @@ async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
                 })
                 .collect();
             if stream {
-                sse(tool_chunks(&calls))
+                sse(tool_chunks(&calls), Duration::ZERO)
             } else {
                 whole(
                     json!({"role": "assistant", "content": null, "tool_calls": calls}),
@@ -281,19 +293,25 @@ fn tool_chunks(calls: &[Value]) -> Vec<Value> {
     chunks
 }
 
-fn sse(chunks: Vec<Value>) -> Response {
+fn sse(chunks: Vec<Value>, gap: Duration) -> Response {
     let usage = json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
-    let events: Vec<Result<String, Infallible>> = chunks
+    let events: Vec<String> = chunks
         .into_iter()
         .chain(std::iter::once(usage))
-        .map(|chunk| Ok(format!("data: {chunk}\n\n")))
-        .chain(std::iter::once(Ok("data: [DONE]\n\n".to_owned())))
+        .map(|chunk| format!("data: {chunk}\n\n"))
+        .chain(std::iter::once("data: [DONE]\n\n".to_owned()))
         .collect();
+    let events = futures::stream::iter(events).then(move |event| async move {
+        if !gap.is_zero() {
+            tokio::time::sleep(gap).await;
+        }
+        Ok::<_, Infallible>(event)
+    });
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(futures::stream::iter(events)))
+        .body(Body::from_stream(events))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
