@@ -24,12 +24,16 @@ use crate::events::AgentEvent;
 /// Messages a worker may have queued before the dispatcher waits for it.
 const WORKER_QUEUE: usize = 32;
 
+/// A message in a worker's queue. Boxed: a queue allocates its slots 32 at a time, and a
+/// thousand idle workers should not each hold 32 whole messages' worth of memory.
+type Queued = Box<InboundMessage>;
+
 /// What the dispatcher keeps of a running worker.
 struct WorkerHandle {
     /// Tells this worker apart from a successor under the same key.
     id: u64,
     /// The worker's queue; the worker owns the receiver and closes it when it exits.
-    tx: mpsc::Sender<InboundMessage>,
+    tx: mpsc::Sender<Queued>,
     /// The token of the turn running now; set and cleared by the worker, cancelled by
     /// `/stop`. Held only for a moment, never across an await.
     running: Arc<Mutex<Option<CancellationToken>>>,
@@ -91,6 +95,7 @@ impl Dispatcher {
 
     async fn route(&self, message: InboundMessage) {
         let key = message.session_key();
+        let message = Box::new(message);
         if Command::parse(&message.content) == Some(Command::Stop) {
             self.stop(&key, &message).await;
             return;
@@ -117,7 +122,7 @@ impl Dispatcher {
     }
 
     /// Starts a worker for `key` and queues its first message.
-    fn spawn_for(&self, key: SessionKey, first: InboundMessage) {
+    fn spawn_for(&self, key: SessionKey, first: Queued) {
         let (tx, rx) = mpsc::channel(WORKER_QUEUE);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let running = Arc::new(Mutex::new(None));
@@ -180,7 +185,7 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self, mut rx: mpsc::Receiver<InboundMessage>) {
+    async fn run(self, mut rx: mpsc::Receiver<Queued>) {
         let mut session: Option<Session> = None;
         loop {
             let message = tokio::select! {
@@ -229,7 +234,7 @@ impl Worker {
                     }
                 },
             };
-            self.handle(session, message).await;
+            self.handle(session, *message).await;
         }
     }
 

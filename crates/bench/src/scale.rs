@@ -31,6 +31,8 @@ pub fn write_sessions(
         }
         file.flush()?;
     }
+    // Write the files back now, or the kernel does it during the measurement.
+    std::process::Command::new("sync").status()?;
     Ok(())
 }
 
