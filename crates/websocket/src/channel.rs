@@ -38,12 +38,16 @@ const READ_BUFFER: usize = 1024;
 /// Frames are buffered up to this before a write; each batch is flushed anyway.
 const WRITE_BUFFER: usize = 64 * 1024;
 
+/// A frame queued for a socket. Boxed: the queue allocates its slots 32 at a time, so the
+/// slot size is paid by every idle socket.
+pub(crate) type Frame = Box<Utf8Bytes>;
+
 /// A socket that receives a chat's frames.
 #[derive(Clone)]
 pub(crate) struct Subscriber {
     pub conn: u64,
     /// The socket's send queue; its send task owns the receiver.
-    pub tx: mpsc::Sender<Utf8Bytes>,
+    pub tx: mpsc::Sender<Frame>,
     /// Cancelled to drop the socket at once because it fell too far behind.
     pub kill: CancellationToken,
 }
@@ -178,7 +182,7 @@ impl Channel for WebSocketChannel {
             return Ok(());
         };
         for subscriber in subscribers.iter() {
-            match subscriber.tx.try_send(frame.clone()) {
+            match subscriber.tx.try_send(Box::new(frame.clone())) {
                 Ok(()) | Err(TrySendError::Closed(_)) => {}
                 Err(TrySendError::Full(_)) => {
                     tracing::warn!(conn = subscriber.conn, chat = %chat,

@@ -6,21 +6,21 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::extract::ws::{CloseFrame, Message, Utf8Bytes, WebSocket, close_code};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures::SinkExt;
 use futures::stream::{SplitSink, SplitStream, StreamExt};
 use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{CHANNEL_NAME, Shared, Subscriber};
+use crate::channel::{CHANNEL_NAME, Frame, Shared, Subscriber};
 use crate::protocol::{ClientFrame, ServerFrame};
 
 pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
     shared.open.fetch_add(1, Ordering::Relaxed);
     let (sink, stream) = socket.split();
-    let (tx, rx) = mpsc::channel::<Utf8Bytes>(shared.config.send_queue.max(8));
+    let (tx, rx) = mpsc::channel::<Frame>(shared.config.send_queue.max(8));
     let kill = CancellationToken::new();
     let subscriber = Subscriber {
         conn,
@@ -28,13 +28,10 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
         kill: kill.clone(),
     };
     let chats = Arc::new(Mutex::new(HashSet::new()));
-    let _ = tx.try_send(
-        ServerFrame::Ready {
-            version: env!("CARGO_PKG_VERSION"),
-        }
-        .to_json()
-        .into(),
-    );
+    let ready = ServerFrame::Ready {
+        version: env!("CARGO_PKG_VERSION"),
+    };
+    let _ = tx.try_send(Box::new(ready.to_json().into()));
     tracing::debug!(conn, "WebSocket connected");
 
     let send = std::pin::pin!(send(sink, rx, kill, shared.closing.clone()));
@@ -58,7 +55,7 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
 /// being too slow, or the daemon stops (then a going-away close frame follows).
 async fn send(
     mut sink: SplitSink<WebSocket, Message>,
-    mut rx: mpsc::Receiver<Utf8Bytes>,
+    mut rx: mpsc::Receiver<Frame>,
     kill: CancellationToken,
     closing: CancellationToken,
 ) {
@@ -71,9 +68,9 @@ async fn send(
                 let Some(frame) = frame else { break };
                 // Everything already queued goes out in one write.
                 let batch = Box::pin(async {
-                    sink.feed(Message::Text(frame)).await?;
+                    sink.feed(Message::Text(*frame)).await?;
                     while let Ok(more) = rx.try_recv() {
-                        sink.feed(Message::Text(more)).await?;
+                        sink.feed(Message::Text(*more)).await?;
                     }
                     sink.flush().await
                 });
@@ -169,5 +166,5 @@ async fn handle(
 
 /// Queues a frame for this socket only.
 async fn reply(subscriber: &Subscriber, frame: ServerFrame) {
-    let _ = subscriber.tx.send(frame.to_json().into()).await;
+    let _ = subscriber.tx.send(Box::new(frame.to_json().into())).await;
 }
