@@ -5,6 +5,8 @@
 //! file never holds a tool call without its results and the reply never leaves before it
 //! is saved.
 
+use std::sync::Arc;
+
 use switchboard_core::{ChatMessage, Usage};
 use switchboard_llm::{ChatRequest, ChatResponse, LlmError};
 use switchboard_sessions::Session;
@@ -54,7 +56,7 @@ struct Turn<'a> {
     agent: &'a Agent,
     session: &'a mut Session,
     /// This turn's messages, all saved already; they join the session at the end.
-    new: Vec<ChatMessage>,
+    new: Vec<Arc<ChatMessage>>,
     usage: Usage,
 }
 
@@ -107,8 +109,7 @@ impl Turn<'_> {
             let mut step = Vec::with_capacity(outcome.results.len() + 1);
             step.push(assistant);
             step.extend(outcome.results);
-            request.messages.extend(step.iter().cloned());
-            self.save(step);
+            request.messages.extend(self.save(step).iter().cloned());
             if outcome.cancelled {
                 return self.stopped();
             }
@@ -172,13 +173,15 @@ impl Turn<'_> {
         End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled)
     }
 
-    /// Appends messages to the store, then to this turn.
-    fn save(&mut self, messages: Vec<ChatMessage>) {
+    /// Appends messages to the store, then to this turn; returns them as saved.
+    fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
         if let Err(err) = self.agent.store.append(self.session.key(), &messages, None) {
             tracing::error!(session = %self.session.key(), error = %err,
                 "could not save session messages");
         }
-        self.new.extend(messages);
+        let start = self.new.len();
+        self.new.extend(messages.into_iter().map(Arc::new));
+        &self.new[start..]
     }
 
     /// Saves the final message with the turn's usage (one write, before the reply is
@@ -203,13 +206,14 @@ impl Turn<'_> {
             tracing::error!(session = %session.key(), error = %err,
                 "could not save the end of the turn");
         }
-        new.extend(last);
+        new.extend(last.into_iter().map(Arc::new));
         session.extend(new);
         if let Some(usage) = spent {
             session.add_usage(usage);
         }
         if session.needs_compaction() {
-            let messages: Vec<ChatMessage> = session.history();
+            let messages: Vec<ChatMessage> =
+                session.messages().iter().map(|m| (**m).clone()).collect();
             match agent
                 .store
                 .compact(session.key(), &messages, session.usage())

@@ -1,5 +1,7 @@
 //! The [`LlmProvider`] trait and the provider-neutral request and response.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use switchboard_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
 
@@ -13,8 +15,9 @@ pub type DeltaSink<'a> = dyn Fn(String) + Send + Sync + 'a;
 pub struct ChatRequest {
     /// The system prompt (may be empty).
     pub system: String,
-    /// History and the new messages, oldest first.
-    pub messages: Vec<ChatMessage>,
+    /// History and the new messages, oldest first. Shared, so building a request from a
+    /// session's history copies pointers, not text.
+    pub messages: Vec<Arc<ChatMessage>>,
     /// The tools the model may call.
     pub tools: Vec<ToolDefinition>,
 }

@@ -40,7 +40,7 @@ fn without_retries(config: OpenAiConfig) -> OpenAiProvider {
 fn request(text: &str) -> ChatRequest {
     ChatRequest {
         system: "system prompt".into(),
-        messages: vec![ChatMessage::user(text)],
+        messages: vec![ChatMessage::user(text).into()],
         tools: vec![ToolDefinition {
             name: "echo".into(),
             description: "echo".into(),

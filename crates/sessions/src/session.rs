@@ -1,6 +1,7 @@
 //! [`Session`]: the window of a conversation the agent sends to the model.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use switchboard_core::{ChatMessage, SessionKey, Usage};
 
@@ -11,7 +12,8 @@ use crate::trim::{repair, trim};
 #[derive(Clone, Debug)]
 pub struct Session {
     key: SessionKey,
-    messages: VecDeque<ChatMessage>,
+    /// Shared with the requests built from it, so a turn copies pointers, not text.
+    messages: VecDeque<Arc<ChatMessage>>,
     limit: usize,
     usage: Usage,
     /// Records in the session's file; compaction is due when it outgrows the window.
@@ -33,7 +35,7 @@ impl Session {
     /// A session from what the store read back, repaired and trimmed.
     pub fn from_loaded(key: SessionKey, limit: usize, loaded: Loaded) -> Self {
         let mut session = Self::new(key, limit);
-        session.messages = repair(loaded.messages).into();
+        session.messages = repair(loaded.messages).into_iter().map(Arc::new).collect();
         trim(&mut session.messages, session.limit);
         session.usage = loaded.usage;
         session.records = loaded.records;
@@ -46,12 +48,12 @@ impl Session {
     }
 
     /// The messages, oldest first.
-    pub fn messages(&self) -> &VecDeque<ChatMessage> {
+    pub fn messages(&self) -> &VecDeque<Arc<ChatMessage>> {
         &self.messages
     }
 
-    /// A copy of the history for a request.
-    pub fn history(&self) -> Vec<ChatMessage> {
+    /// The history for a request (shared, not copied).
+    pub fn history(&self) -> Vec<Arc<ChatMessage>> {
         self.messages.iter().cloned().collect()
     }
 
@@ -71,7 +73,7 @@ impl Session {
     }
 
     /// Appends the messages of a turn (already persisted) and trims.
-    pub fn extend(&mut self, messages: impl IntoIterator<Item = ChatMessage>) {
+    pub fn extend(&mut self, messages: impl IntoIterator<Item = Arc<ChatMessage>>) {
         let before = self.messages.len();
         self.messages.extend(messages);
         self.records += self.messages.len() - before;
@@ -112,12 +114,12 @@ mod tests {
         let mut session = Session::new("s".into(), 4);
         for i in 0..5 {
             session.extend([
-                ChatMessage::user(format!("q{i}")),
-                ChatMessage::assistant("a"),
+                ChatMessage::user(format!("q{i}")).into(),
+                ChatMessage::assistant("a").into(),
             ]);
         }
         assert_eq!(session.len(), 4);
-        assert_eq!(session.messages()[0], ChatMessage::user("q3"));
+        assert_eq!(*session.messages()[0], ChatMessage::user("q3"));
     }
 
     #[test]
@@ -139,7 +141,10 @@ mod tests {
         let session = Session::from_loaded("s".into(), 2, loaded);
         assert_eq!(
             session.history(),
-            vec![ChatMessage::user("q2"), ChatMessage::assistant("a2")]
+            vec![
+                ChatMessage::user("q2").into(),
+                ChatMessage::assistant("a2").into()
+            ]
         );
         assert_eq!(session.usage().output_tokens, 4);
     }
@@ -148,7 +153,10 @@ mod tests {
     fn compaction_is_due_after_several_windows() {
         let mut session = Session::new("s".into(), 2);
         for _ in 0..8 {
-            session.extend([ChatMessage::user("q"), ChatMessage::assistant("a")]);
+            session.extend([
+                ChatMessage::user("q").into(),
+                ChatMessage::assistant("a").into(),
+            ]);
         }
         assert!(session.needs_compaction());
         session.compacted();

@@ -4,6 +4,7 @@
 //! until the next user message. A *step* is an assistant message with tool calls followed
 //! by its results.
 
+use std::borrow::Borrow;
 use std::collections::{HashSet, VecDeque};
 
 use switchboard_core::ChatMessage;
@@ -17,10 +18,10 @@ pub const MISSING_RESULT: &str =
 /// Whole turns are dropped from the front. When one turn alone is longer than the limit,
 /// its user message and final reply stay and its middle is dropped a step (a call with its
 /// results) at a time, oldest first.
-pub fn trim(messages: &mut VecDeque<ChatMessage>, limit: usize) {
+pub fn trim<M: Borrow<ChatMessage>>(messages: &mut VecDeque<M>, limit: usize) {
     let limit = limit.max(2);
     while messages.len() > limit {
-        match messages.iter().skip(1).position(ChatMessage::is_user) {
+        match messages.iter().skip(1).position(|m| m.borrow().is_user()) {
             Some(next_turn) => {
                 messages.drain(..=next_turn);
             }
@@ -30,11 +31,11 @@ pub fn trim(messages: &mut VecDeque<ChatMessage>, limit: usize) {
     while messages.len() > limit {
         // One turn remains: [user, step.., final?]. Drop the oldest step of the middle.
         let has_final = matches!(
-            messages.back(),
+            messages.back().map(Borrow::borrow),
             Some(ChatMessage::Assistant { tool_calls, .. }) if tool_calls.is_empty()
         ) && messages.len() > 1;
         let middle_end = messages.len() - usize::from(has_final);
-        let start = usize::from(messages.front().is_some_and(ChatMessage::is_user));
+        let start = usize::from(messages.front().is_some_and(|m| m.borrow().is_user()));
         if start >= middle_end {
             // Nothing but the ends is left (a history with no user message at all): keep
             // the newest messages.
@@ -43,7 +44,7 @@ pub fn trim(messages: &mut VecDeque<ChatMessage>, limit: usize) {
             break;
         }
         let mut end = start + 1;
-        while end < middle_end && messages[end].tool_call_id().is_some() {
+        while end < middle_end && messages[end].borrow().tool_call_id().is_some() {
             end += 1;
         }
         messages.drain(start..end);

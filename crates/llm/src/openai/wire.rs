@@ -86,7 +86,7 @@ pub(crate) fn request<'a>(
         });
     }
     messages.extend(request.messages.iter().map(|message| {
-        match message {
+        match &**message {
             ChatMessage::User { content } => Message::User { content },
             ChatMessage::Assistant {
                 content,
@@ -264,13 +264,14 @@ mod tests {
         let request = ChatRequest {
             system: "be brief".into(),
             messages: vec![
-                ChatMessage::user("hi"),
+                ChatMessage::user("hi").into(),
                 ChatMessage::Assistant {
                     content: String::new(),
                     tool_calls: vec![call.clone()],
-                },
-                ChatMessage::tool_result(&call, "out", false),
-                ChatMessage::assistant("done"),
+                }
+                .into(),
+                ChatMessage::tool_result(&call, "out", false).into(),
+                ChatMessage::assistant("done").into(),
             ],
             tools: vec![ToolDefinition {
                 name: "echo".into(),
