@@ -1,18 +1,16 @@
 use switchboard_testkit::{Reply, ScriptedLlm};
 
-use crate::util::{self, WsClient};
+use crate::util::{self, Harness, WsClient};
 
 #[tokio::test]
 async fn a_message_is_answered_and_deltas_concatenate_to_the_reply() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::text(
+    let mut h = Harness::start("").await;
+    // Words 20 ms apart, as a real model streams them.
+    h.llm.push(Reply::paced(
         "Hello from the scripted model, streamed word by word.",
+        std::time::Duration::from_millis(20),
     ));
-    let daemon = util::start(&llm, dir.path(), "").await;
-
-    let mut client = WsClient::connect(daemon.addr()).await;
-    let turn = client.say("c1", "hi there").await;
+    let turn = h.client.say("c1", "hi there").await;
 
     assert_eq!(
         turn.reply(),
@@ -24,25 +22,22 @@ async fn a_message_is_answered_and_deltas_concatenate_to_the_reply() {
         turn.frames
     );
     assert_eq!(turn.streamed(), turn.reply());
-    let request = &llm.requests()[0];
+    let request = &h.llm.requests()[0];
     assert_eq!(request["stream"], true);
     let last = util::conversation(request).pop().expect("a message");
     assert_eq!(last["content"], "hi there");
-    assert!(daemon.shutdown().await);
+    assert!(h.daemon.shutdown().await);
 }
 
 #[tokio::test]
 async fn one_socket_carries_many_chats_and_each_gets_its_own_reply() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let mut h = Harness::start("").await;
 
-    client.send("alpha", "first chat").await;
-    client.send("beta", "second chat").await;
+    h.client.send("alpha", "first chat").await;
+    h.client.send("beta", "second chat").await;
     let (mut alpha, mut beta) = (None, None);
     while alpha.is_none() || beta.is_none() {
-        let frame = client.next_frame().await;
+        let frame = h.client.next_frame().await;
         if frame["type"] == "message" {
             let content = frame["content"].as_str().expect("content").to_owned();
             match frame["chat_id"].as_str() {
@@ -54,9 +49,9 @@ async fn one_socket_carries_many_chats_and_each_gets_its_own_reply() {
     }
     assert_eq!(alpha.as_deref(), Some("echo: first chat"));
     assert_eq!(beta.as_deref(), Some("echo: second chat"));
-    assert!(util::session_file(dir.path(), "alpha").exists());
-    assert!(util::session_file(dir.path(), "beta").exists());
-    daemon.shutdown().await;
+    assert!(util::session_file(h.dir.path(), "alpha").exists());
+    assert!(util::session_file(h.dir.path(), "beta").exists());
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
@@ -82,20 +77,17 @@ async fn every_socket_on_a_chat_receives_its_frames() {
 
 #[tokio::test]
 async fn help_and_new_are_commands_not_prompts() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let mut h = Harness::start("").await;
 
-    assert!(client.say("c", "/help").await.reply().contains("/stop"));
-    client.say("c", "remember this").await;
+    assert!(h.client.say("c", "/help").await.reply().contains("/stop"));
+    h.client.say("c", "remember this").await;
     assert_eq!(
-        client.say("c", "/new").await.reply(),
+        h.client.say("c", "/new").await.reply(),
         "Started a new session."
     );
-    client.say("c", "fresh start").await;
+    h.client.say("c", "fresh start").await;
 
-    let requests = llm.requests();
+    let requests = h.llm.requests();
     assert_eq!(requests.len(), 2, "commands never reach the model");
     let after_new = util::conversation(&requests[1]);
     assert_eq!(
@@ -104,14 +96,15 @@ async fn help_and_new_are_commands_not_prompts() {
         "history is empty after /new: {after_new:?}"
     );
     assert!(
-        dir.path()
+        h.dir
+            .path()
             .join("state/sessions/archive")
             .read_dir()
             .expect("archive")
             .count()
             == 1
     );
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]

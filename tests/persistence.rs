@@ -1,7 +1,7 @@
 use serde_json::json;
 use switchboard_testkit::{Reply, ScriptedLlm};
 
-use crate::util::{self, WsClient};
+use crate::util::{self, Harness, WsClient};
 
 #[tokio::test]
 async fn after_a_restart_the_next_request_carries_the_earlier_history() {
@@ -43,24 +43,21 @@ async fn after_a_restart_the_next_request_carries_the_earlier_history() {
 
 #[tokio::test]
 async fn sixty_exchanges_keep_at_most_fifty_history_messages_and_no_orphans() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "history_limit = 50").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let mut h = Harness::start("history_limit = 50").await;
 
     for exchange in 0..60 {
         if exchange % 4 == 1 {
             // Some turns call tools (two at once, so a turn is four messages).
-            llm.push(Reply::tools([
+            h.llm.push(Reply::tools([
                 ("echo", json!({"text": format!("a{exchange}")})),
                 ("echo", json!({"text": format!("b{exchange}")})),
             ]));
-            llm.push(Reply::text(format!("tools done {exchange}")));
+            h.llm.push(Reply::text(format!("tools done {exchange}")));
         }
-        let turn = client.say("long", &format!("message {exchange}")).await;
+        let turn = h.client.say("long", &format!("message {exchange}")).await;
         assert!(turn.error().is_none(), "{:?}", turn.frames);
     }
-    let requests = llm.requests();
+    let requests = h.llm.requests();
     let last = util::conversation(requests.last().expect("request"));
     let history = &last[..last.len() - 1];
     assert!(history.len() <= 50, "history of {} messages", history.len());
@@ -71,7 +68,7 @@ async fn sixty_exchanges_keep_at_most_fifty_history_messages_and_no_orphans() {
     );
     util::assert_no_orphans(&last);
     assert_eq!(last.last().expect("new message")["content"], "message 59");
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
@@ -106,15 +103,12 @@ async fn a_conversation_survives_many_restarts_and_compaction() {
 
 #[tokio::test]
 async fn an_idle_session_leaves_memory_and_is_read_back() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "idle_timeout_secs = 0.2").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    client.say("c", "the code word is heron").await;
-    assert_eq!(util::health(daemon.addr()).await["active_sessions"], 1);
+    let mut h = Harness::start("idle_timeout_secs = 0.2").await;
+    h.client.say("c", "the code word is heron").await;
+    assert_eq!(util::health(h.daemon.addr()).await["active_sessions"], 1);
 
     let deadline = tokio::time::Instant::now() + util::PATIENCE;
-    while util::health(daemon.addr()).await["active_sessions"] != 0 {
+    while util::health(h.daemon.addr()).await["active_sessions"] != 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the idle worker never exited"
@@ -122,9 +116,9 @@ async fn an_idle_session_leaves_memory_and_is_read_back() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 
-    client.say("c", "what was the code word?").await;
-    let conversation = util::conversation(llm.requests().last().expect("request"));
+    h.client.say("c", "what was the code word?").await;
+    let conversation = util::conversation(h.llm.requests().last().expect("request"));
     assert_eq!(conversation[0]["content"], "the code word is heron");
     assert_eq!(conversation.len(), 3);
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }

@@ -6,7 +6,7 @@ use switchboard_testkit::{Reply, ScriptedLlm};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 
-use crate::util::{self, WsClient};
+use crate::util::{self, Harness, WsClient};
 
 const TOKEN: &str = "e2e-token-0123456789abcdef";
 
@@ -68,10 +68,7 @@ async fn unauthenticated_websockets_are_refused_and_tokens_accepted() {
 
 #[tokio::test]
 async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let mut h = Harness::start("").await;
 
     let cases = [
         ("{not json".to_owned(), "invalid frame"),
@@ -89,8 +86,8 @@ async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
         ),
     ];
     for (frame, expected) in cases {
-        client.send_text(&frame).await;
-        let error = client.next_frame().await;
+        h.client.send_text(&frame).await;
+        let error = h.client.next_frame().await;
         assert_eq!(error["type"], "error", "{error}");
         assert!(
             error.get("chat_id").is_none(),
@@ -103,37 +100,34 @@ async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
         );
     }
     assert_eq!(
-        client.say("c", "still here").await.reply(),
+        h.client.say("c", "still here").await.reply(),
         "echo: still here"
     );
     assert!(
-        llm.requests().len() == 1,
+        h.llm.requests().len() == 1,
         "malformed frames never reach the model"
     );
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_429_then_200_still_yields_a_reply() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::Error {
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::Error {
         status: 429,
         retry_after: Some(1),
     });
-    llm.push(Reply::text("patience pays"));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    h.llm.push(Reply::text("patience pays"));
     let started = Instant::now();
-    let turn = client.say("c", "hello?").await;
+    let turn = h.client.say("c", "hello?").await;
     assert_eq!(turn.reply(), "patience pays");
     assert!(turn.error().is_none());
-    assert_eq!(llm.requests().len(), 2);
+    assert_eq!(h.llm.requests().len(), 2);
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "Retry-After: 1 was honoured"
     );
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]

@@ -2,31 +2,28 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use switchboard_sessions::{JsonlStore, SessionStore, repair};
-use switchboard_testkit::{Reply, ScriptedLlm};
+use switchboard_testkit::Reply;
 
-use crate::util::{self, WsClient};
+use crate::util::{self, Harness};
 
 #[tokio::test]
 async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::tools([
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tools([
         ("sleep", json!({"ms": 60_000})),
         ("echo", json!({"text": "quick"})),
     ]));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
 
-    client.send("c", "take your time").await;
+    h.client.send("c", "take your time").await;
     loop {
-        let frame = client.next_frame().await;
+        let frame = h.client.next_frame().await;
         if frame["type"] == "tool" && frame["name"] == "sleep" && frame["status"] == "started" {
             break;
         }
     }
     let stopped_at = Instant::now();
-    client.send("c", "/stop").await;
-    let turn = client.turn("c").await;
+    h.client.send("c", "/stop").await;
+    let turn = h.client.turn("c").await;
     assert!(
         stopped_at.elapsed() < Duration::from_secs(1),
         "took {:?}",
@@ -35,7 +32,7 @@ async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
     assert_eq!(turn.reply(), "Stopped.");
 
     // The saved session is valid: the sleep call has a (synthetic) result.
-    let store = JsonlStore::open(&dir.path().join("state")).expect("store");
+    let store = JsonlStore::open(&h.dir.path().join("state")).expect("store");
     let loaded = store.load(&"websocket_c".into()).expect("load");
     assert_eq!(
         repair(loaded.messages.clone()),
@@ -44,8 +41,8 @@ async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
     );
 
     // The next request carries the call and its cancellation result.
-    client.say("c", "never mind").await;
-    let conversation = util::conversation(llm.requests().last().expect("request"));
+    h.client.say("c", "never mind").await;
+    let conversation = util::conversation(h.llm.requests().last().expect("request"));
     util::assert_no_orphans(&conversation);
     let sleep_result = conversation.iter().find(|m| {
         m["role"] == "tool"
@@ -54,32 +51,27 @@ async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
                 .is_some_and(|c| c.contains("cancelled"))
     });
     assert!(sleep_result.is_some(), "{conversation:#?}");
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn stop_with_nothing_running_says_so() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    assert_eq!(client.say("c", "/stop").await.reply(), "Nothing to stop.");
-    assert!(llm.requests().is_empty());
-    daemon.shutdown().await;
+    let mut h = Harness::start("").await;
+    assert_eq!(h.client.say("c", "/stop").await.reply(), "Nothing to stop.");
+    assert!(h.llm.requests().is_empty());
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn stop_while_the_model_is_thinking_cancels_the_llm_call() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::text("too late").delayed(Duration::from_secs(60)));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    client.send("c", "think hard").await;
-    llm.wait_for_requests(1, util::PATIENCE).await;
+    let mut h = Harness::start("").await;
+    h.llm
+        .push(Reply::text("too late").delayed(Duration::from_secs(60)));
+    h.client.send("c", "think hard").await;
+    h.llm.wait_for_requests(1, util::PATIENCE).await;
     let stopped_at = Instant::now();
-    client.send("c", "/stop").await;
-    assert_eq!(client.turn("c").await.reply(), "Stopped.");
+    h.client.send("c", "/stop").await;
+    assert_eq!(h.client.turn("c").await.reply(), "Stopped.");
     assert!(stopped_at.elapsed() < Duration::from_secs(1));
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }

@@ -3,25 +3,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use switchboard_testkit::{Reply, ScriptedLlm};
+use switchboard_testkit::Reply;
 
-use crate::util::{self, WsClient};
+use crate::util::{self, Harness};
 
 #[tokio::test]
 async fn two_tool_calls_run_concurrently() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
+    let mut h = Harness::start("").await;
     // Each barrier call waits until the other is waiting too: they only both succeed if
     // they really ran at the same time (each gives up after 5 s with an error).
-    llm.push(Reply::tools([
+    h.llm.push(Reply::tools([
         ("barrier", json!({})),
         ("barrier", json!({})),
     ]));
-    llm.push(Reply::text("both arrived"));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    h.llm.push(Reply::text("both arrived"));
 
-    let turn = client.say("c", "meet at the barrier").await;
+    let turn = h.client.say("c", "meet at the barrier").await;
     assert_eq!(turn.reply(), "both arrived");
     let statuses: Vec<_> = turn
         .of_type("tool")
@@ -35,7 +32,7 @@ async fn two_tool_calls_run_concurrently() {
         "{statuses:?}"
     );
 
-    let second = &llm.requests()[1];
+    let second = &h.llm.requests()[1];
     let results: Vec<_> = util::conversation(second)
         .into_iter()
         .filter(|m| m["role"] == "tool")
@@ -44,26 +41,23 @@ async fn two_tool_calls_run_concurrently() {
     for result in results {
         assert_eq!(result["content"], "all parties arrived", "{result}");
     }
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn failing_and_unknown_tools_become_error_results_for_the_model() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::tools([
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tools([
         ("fail", json!({})),
         ("no_such_tool", json!({"x": 1})),
         ("echo", json!({"text": "still works"})),
     ]));
-    llm.push(Reply::text("I saw the errors"));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    h.llm.push(Reply::text("I saw the errors"));
 
-    let turn = client.say("c", "use your tools").await;
+    let turn = h.client.say("c", "use your tools").await;
     assert_eq!(turn.reply(), "I saw the errors");
 
-    let requests = llm.requests();
+    let requests = h.llm.requests();
     let conversation = util::conversation(&requests[1]);
     util::assert_no_orphans(&conversation);
     let calls = conversation[1]["tool_calls"]
@@ -97,19 +91,16 @@ async fn failing_and_unknown_tools_become_error_results_for_the_model() {
         .filter(|f| f["status"] == "failed")
         .count();
     assert_eq!(failed, 2);
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn invalid_arguments_are_an_error_result_not_a_crash() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::tool("echo", json!({"text": 42})));
-    llm.push(Reply::text("fine"));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    assert_eq!(client.say("c", "go").await.reply(), "fine");
-    let result = util::conversation(&llm.requests()[1])
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tool("echo", json!({"text": 42})));
+    h.llm.push(Reply::text("fine"));
+    assert_eq!(h.client.say("c", "go").await.reply(), "fine");
+    let result = util::conversation(&h.llm.requests()[1])
         .into_iter()
         .find(|m| m["role"] == "tool");
     let content = result.expect("result")["content"]
@@ -117,26 +108,23 @@ async fn invalid_arguments_are_an_error_result_not_a_crash() {
         .expect("text")
         .to_owned();
     assert!(content.starts_with("error: invalid arguments"), "{content}");
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn max_iterations_ends_the_turn_and_says_so() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
+    let mut h = Harness::start("max_iterations = 3").await;
     for _ in 0..3 {
-        llm.push(Reply::tool("echo", json!({"text": "again"})));
+        h.llm.push(Reply::tool("echo", json!({"text": "again"})));
     }
-    let daemon = util::start(&llm, dir.path(), "max_iterations = 3").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    let turn = client.say("c", "loop forever").await;
+    let turn = h.client.say("c", "loop forever").await;
     assert!(
         turn.reply().contains("agent.max_iterations = 3"),
         "{}",
         turn.reply()
     );
-    assert_eq!(llm.requests().len(), 3);
-    daemon.shutdown().await;
+    assert_eq!(h.llm.requests().len(), 3);
+    h.daemon.shutdown().await;
 }
 
 fn probes(hold_ms: u64) -> (Arc<AtomicUsize>, Vec<Arc<dyn switchboard_tools::Tool>>) {
@@ -157,21 +145,18 @@ fn probes(hold_ms: u64) -> (Arc<AtomicUsize>, Vec<Arc<dyn switchboard_tools::Too
 
 #[tokio::test]
 async fn an_exclusive_tool_runs_alone() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    llm.push(Reply::tools([
+    let (max_seen, tools) = probes(150);
+    let mut h = Harness::with_tools("", tools).await;
+    h.llm.push(Reply::tools([
         ("probe", json!({})),
         ("probe", json!({})),
         ("exclusive_probe", json!({})),
         ("probe", json!({})),
     ]));
-    llm.push(Reply::text("done"));
-    let (max_seen, tools) = probes(150);
-    let daemon = util::start_with_tools(&llm, dir.path(), "", tools).await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    assert_eq!(client.say("c", "probe").await.reply(), "done");
+    h.llm.push(Reply::text("done"));
+    assert_eq!(h.client.say("c", "probe").await.reply(), "done");
 
-    let results: Vec<String> = util::conversation(&llm.requests()[1])
+    let results: Vec<String> = util::conversation(&h.llm.requests()[1])
         .into_iter()
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
@@ -182,21 +167,18 @@ async fn an_exclusive_tool_runs_alone() {
         2,
         "the first two probes ran together"
     );
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn sessions_run_concurrently() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
+    let mut h = Harness::start("").await;
     // One barrier call in each of two chats: both succeed only if the chats' turns overlap.
-    llm.push(Reply::tool("barrier", json!({})));
-    llm.push(Reply::tool("barrier", json!({})));
-    let daemon = util::start(&llm, dir.path(), "").await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    client.send("a", "meet").await;
-    client.send("b", "meet").await;
-    let (a, b) = (client.turn("a").await, client.turn("b").await);
+    h.llm.push(Reply::tool("barrier", json!({})));
+    h.llm.push(Reply::tool("barrier", json!({})));
+    h.client.send("a", "meet").await;
+    h.client.send("b", "meet").await;
+    let (a, b) = (h.client.turn("a").await, h.client.turn("b").await);
     for turn in [a, b] {
         let failed = turn
             .of_type("tool")
@@ -205,25 +187,22 @@ async fn sessions_run_concurrently() {
             .count();
         assert_eq!(failed, 0, "{:?}", turn.frames);
     }
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_global_turn_limit_holds_across_sessions() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    for _ in 0..3 {
-        llm.push(Reply::tool("probe", json!({})));
-    }
     let (max_seen, tools) = probes(100);
-    let daemon = util::start_with_tools(&llm, dir.path(), "max_concurrent_turns = 1", tools).await;
-    let mut client = WsClient::connect(daemon.addr()).await;
-    for chat in ["a", "b", "c"] {
-        client.send(chat, "probe").await;
+    let mut h = Harness::with_tools("max_concurrent_turns = 1", tools).await;
+    for _ in 0..3 {
+        h.llm.push(Reply::tool("probe", json!({})));
     }
     for chat in ["a", "b", "c"] {
-        client.turn(chat).await;
+        h.client.send(chat, "probe").await;
+    }
+    for chat in ["a", "b", "c"] {
+        h.client.turn(chat).await;
     }
     assert_eq!(max_seen.load(Ordering::SeqCst), 1, "one turn at a time");
-    daemon.shutdown().await;
+    h.daemon.shutdown().await;
 }

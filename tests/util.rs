@@ -351,3 +351,36 @@ pub async fn health(addr: std::net::SocketAddr) -> Value {
     let body = response.split("\r\n\r\n").nth(1).expect("body");
     serde_json::from_str(body).expect("JSON")
 }
+
+/// A daemon in its own temporary directory against a fresh scripted LLM, with one
+/// connected WebSocket client: the setup most tests share.
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub llm: ScriptedLlm,
+    pub daemon: Running,
+    pub client: WsClient,
+}
+
+impl Harness {
+    /// Starts with the test tools and `agent_extra` in the `[agent]` table.
+    pub async fn start(agent_extra: &str) -> Self {
+        Self::with_tools(agent_extra, Vec::new()).await
+    }
+
+    /// Starts with the test tools plus `extra`.
+    pub async fn with_tools(
+        agent_extra: &str,
+        extra: Vec<Arc<dyn switchboard_tools::Tool>>,
+    ) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("scripted LLM");
+        let daemon = start_with_tools(&llm, dir.path(), agent_extra, extra).await;
+        let client = WsClient::connect(daemon.addr()).await;
+        Self {
+            dir,
+            llm,
+            daemon,
+            client,
+        }
+    }
+}
