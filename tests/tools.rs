@@ -206,3 +206,48 @@ async fn the_global_turn_limit_holds_across_sessions() {
     assert_eq!(max_seen.load(Ordering::SeqCst), 1, "one turn at a time");
     h.daemon.shutdown().await;
 }
+
+/// A tool with a bug: it panics.
+struct Panics;
+
+#[async_trait::async_trait]
+impl switchboard_tools::Tool for Panics {
+    fn name(&self) -> &str {
+        "panics"
+    }
+    fn description(&self) -> &str {
+        "Always panics."
+    }
+    fn parameters(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    async fn call(
+        &self,
+        _: serde_json::Value,
+        _: &switchboard_tools::ToolContext,
+    ) -> Result<String, switchboard_tools::ToolError> {
+        panic!("index out of bounds in a buggy tool")
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_an_error_result_and_the_daemon_goes_on() {
+    let mut h = Harness::with_tools("", vec![Arc::new(Panics)]).await;
+    h.llm.push(Reply::tool("panics", json!({})));
+    h.llm.push(Reply::text("recovered"));
+    assert_eq!(h.client.say("c", "try it").await.reply(), "recovered");
+    let result = util::conversation(&h.llm.requests()[1])
+        .into_iter()
+        .find(|m| m["role"] == "tool")
+        .expect("a result");
+    let text = result["content"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("the tool crashed: index out of bounds"),
+        "{text}"
+    );
+    assert_eq!(
+        h.client.say("c", "still there?").await.reply(),
+        "echo: still there?"
+    );
+    h.daemon.shutdown().await;
+}

@@ -8,7 +8,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::panic::AssertUnwindSafe;
+
 use dashmap::DashMap;
+use futures::FutureExt;
 use switchboard_core::{
     ChatHub, InboundMessage, OutboundKind, OutboundMessage, SessionKey, Shutdown, ToolStatus,
 };
@@ -221,10 +224,11 @@ impl Worker {
                 refuse_shutting_down(&self.hub, &message).await;
                 continue;
             }
-            let session = match &mut session {
+            let session_slot = &mut session;
+            let session = match session_slot {
                 Some(session) => session,
                 None => match self.agent.load_session(&self.key) {
-                    Ok(loaded) => session.insert(loaded),
+                    Ok(loaded) => session_slot.insert(loaded),
                     Err(err) => {
                         tracing::error!(session = %self.key, error = %err, "could not load session");
                         let text = format!("Could not read this chat's history: {err}");
@@ -234,7 +238,22 @@ impl Worker {
                     }
                 },
             };
-            self.handle(session, *message).await;
+            let to = message.as_ref().clone();
+            let handled = AssertUnwindSafe(self.handle(session, *message))
+                .catch_unwind()
+                .await;
+            if handled.is_err() {
+                // A bug, not an input: say so in the chat, forget the in-memory session
+                // (it is read back from disk, repaired, on the next message) and go on.
+                tracing::error!(session = %self.key, "a turn panicked");
+                let text = "Something went wrong inside switchboard while answering; the \
+                            conversation is kept. Please try again.";
+                reply(&self.hub, &to, OutboundKind::Error(text.into())).await;
+                reply(&self.hub, &to, OutboundKind::Done).await;
+                *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                self.agent.release_session(&self.key);
+                *session_slot = None;
+            }
         }
     }
 
