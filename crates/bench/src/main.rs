@@ -80,6 +80,7 @@ async fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let llm = ScriptedLlm::start().await?;
+    llm.stop_recording();
     let llm_url = llm.base_url();
     let mut results = Results::new();
     let launcher = daemon::Launcher {

@@ -77,7 +77,13 @@ impl Reply {
 
 struct Script {
     replies: Mutex<VecDeque<Reply>>,
+    /// Request bodies, while `record` is on.
     requests: Mutex<Vec<Value>>,
+    /// Off for long runs (benchmarks, `fake-llm`), where keeping every body would grow
+    /// without bound.
+    record: std::sync::atomic::AtomicBool,
+    /// Requests received, recorded or not.
+    received: std::sync::atomic::AtomicUsize,
     /// Woken whenever a request is recorded; tests wait on it instead of sleeping.
     recorded: Notify,
 }
@@ -105,6 +111,8 @@ impl ScriptedLlm {
         let script = Arc::new(Script {
             replies: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
+            record: std::sync::atomic::AtomicBool::new(true),
+            received: std::sync::atomic::AtomicUsize::new(0),
             recorded: Notify::new(),
         });
         let app = Router::new()
@@ -139,7 +147,22 @@ impl ScriptedLlm {
         self
     }
 
-    /// Every request body received so far.
+    /// Stops keeping request bodies (for long runs); `requests` returns what was kept.
+    pub fn stop_recording(&self) -> &Self {
+        self.script
+            .record
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// How many requests arrived, recorded or not.
+    pub fn received(&self) -> usize {
+        self.script
+            .received
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Every request body received so far (while recording).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
     }
@@ -183,11 +206,13 @@ async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
     let reply = lock(&script.replies)
         .pop_front()
         .unwrap_or_else(|| Reply::Text(format!("echo: {}", last_user_text(&request))));
-    let number = {
-        let mut requests = lock(&script.requests);
-        requests.push(request);
-        requests.len()
-    };
+    let number = script
+        .received
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        + 1;
+    if script.record.load(std::sync::atomic::Ordering::Relaxed) {
+        lock(&script.requests).push(request);
+    }
     script.recorded.notify_waiters();
     respond(reply, number, stream).await
 }

@@ -13,6 +13,7 @@ async fn main() -> std::io::Result<()> {
         .parse()
         .map_err(std::io::Error::other)?;
     let llm = ScriptedLlm::start_on(addr).await?;
+    llm.stop_recording();
     #[allow(clippy::print_stdout)]
     {
         println!(
