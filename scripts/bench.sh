@@ -12,7 +12,7 @@ if [[ "${1:-}" == "--clean-build" ]]; then
   start=$(date +%s.%N)
   CARGO_TARGET_DIR="$tmp" cargo build --release --locked -p switchboard >/dev/null 2>&1
   end=$(date +%s.%N)
-  echo "clean release build: $(echo "$end - $start" | bc) s"
+  echo "clean release build: $(awk "BEGIN { printf \"%.1f\", $end - $start }") s"
   rm -rf "$tmp"
 fi
 
