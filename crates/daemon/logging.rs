@@ -5,9 +5,10 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::LogFormat;
 
 /// Installs the global subscriber (and the `log` bridge, for libraries that use `log`).
-/// `quiet` (the terminal agent) logs warnings only unless `RUST_LOG` says otherwise.
+/// `quiet` (the terminal agent, which prints its own errors) logs errors only unless
+/// `RUST_LOG` says otherwise.
 pub fn init(format: LogFormat, quiet: bool) {
-    let default = if quiet { "warn" } else { "info" };
+    let default = if quiet { "error" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
