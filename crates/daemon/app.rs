@@ -94,7 +94,7 @@ fn build_llm(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
         },
     };
     let provider = OpenAiProvider::new(OpenAiConfig {
-        base_url: llm.base_url.clone(),
+        base_url: llm.base_url.get_ref().clone(),
         api_key,
         model: llm.model.clone(),
         temperature: llm.temperature,
@@ -196,7 +196,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             .with_graceful_shutdown(http_stop.clone().cancelled_owned())
             .into_future(),
     );
-    tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url,
+    tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url.get_ref(),
         websocket = ws_section.enabled, "switchboard is serving");
 
     Ok(Running {

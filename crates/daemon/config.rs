@@ -128,7 +128,7 @@ pub struct LlmSection {
     /// The API the server speaks.
     pub provider: Spanned<ProviderKind>,
     /// The API root.
-    pub base_url: String,
+    pub base_url: Spanned<String>,
     /// The key, usually `${SOME_ENV_VAR}`; absent for local servers.
     pub api_key: Option<Spanned<String>>,
     /// The model.
@@ -149,7 +149,7 @@ impl Default for LlmSection {
     fn default() -> Self {
         Self {
             provider: Spanned::new(0..0, ProviderKind::Openai),
-            base_url: "https://api.openai.com/v1".into(),
+            base_url: Spanned::new(0..0, "https://api.openai.com/v1".into()),
             api_key: None,
             model: "gpt-4o-mini".into(),
             temperature: None,
@@ -305,6 +305,20 @@ impl Config {
                 self.source
                     .error_at(Some(value.span()), key.into(), message)
             })?;
+        }
+        let base_url = self.llm.base_url.get_ref();
+        let host = base_url
+            .strip_prefix("http://")
+            .or_else(|| base_url.strip_prefix("https://"));
+        if host.is_none_or(|rest| rest.is_empty() || rest.starts_with('/')) {
+            return Err(self.source.error_at(
+                Some(self.llm.base_url.span()),
+                "llm.base_url".into(),
+                format!(
+                    "`{base_url}` is not an http:// or https:// URL with a host, e.g. \
+                     \"http://127.0.0.1:11434/v1\""
+                ),
+            ));
         }
         if *self.llm.provider.get_ref() == ProviderKind::Anthropic {
             return Err(self.source.error_at(
@@ -533,6 +547,15 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.line, Some(2));
+    }
+
+    #[test]
+    fn a_base_url_without_scheme_is_refused_with_its_line() {
+        let err =
+            parse("[channels.websocket]\nauth = \"none\"\n[llm]\nbase_url = \"localhost:11434\"\n")
+                .expect_err("no scheme");
+        assert_eq!(err.key, "llm.base_url");
+        assert_eq!(err.line, Some(4), "{err}");
     }
 
     #[test]

@@ -12,6 +12,14 @@ pub enum LlmError {
         /// The variable to set.
         variable: String,
     },
+    /// The configured base URL is not a URL.
+    #[error("llm.base_url `{url}` is not a valid URL: {message}")]
+    InvalidBaseUrl {
+        /// The configured value.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The server could not be reached.
     #[error("cannot reach the LLM at {url} (config key llm.base_url): {message}")]
     Connect {
@@ -74,7 +82,10 @@ impl LlmError {
             Self::Connect { .. } | Self::Timeout { .. } | Self::RateLimited { .. } => true,
             Self::Stream(_) => true,
             Self::Status { status, .. } => *status >= 500 || *status == 408,
-            Self::MissingApiKey { .. } | Self::Unauthorized { .. } | Self::Decode(_) => false,
+            Self::MissingApiKey { .. }
+            | Self::InvalidBaseUrl { .. }
+            | Self::Unauthorized { .. }
+            | Self::Decode(_) => false,
         }
     }
 

@@ -225,3 +225,15 @@ async fn a_slow_server_hits_the_first_byte_timeout() {
         .expect_err("timeout");
     assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
 }
+
+#[test]
+fn an_invalid_base_url_is_refused_at_construction() {
+    for bad in ["not a url", "ftp://example.com/v1", ""] {
+        let err = OpenAiProvider::new(OpenAiConfig {
+            base_url: bad.into(),
+            ..OpenAiConfig::default()
+        })
+        .expect_err(bad);
+        assert!(err.to_string().contains("llm.base_url"), "{err}");
+    }
+}

@@ -81,7 +81,8 @@ impl Default for OpenAiConfig {
 #[derive(Clone, Debug)]
 pub struct OpenAiProvider {
     http: reqwest::Client,
-    url: String,
+    /// `{base_url}/chat/completions`, parsed once.
+    url: reqwest::Url,
     config: OpenAiConfig,
 }
 
@@ -99,6 +100,13 @@ impl OpenAiProvider {
                 message: error_chain(&err),
             })?;
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        let url = reqwest::Url::parse(&url)
+            .ok()
+            .filter(|url| matches!(url.scheme(), "http" | "https"))
+            .ok_or_else(|| LlmError::InvalidBaseUrl {
+                url: config.base_url.clone(),
+                message: "expected http:// or https:// followed by a host".into(),
+            })?;
         Ok(Self { http, url, config })
     }
 
@@ -114,7 +122,7 @@ impl OpenAiProvider {
         let deadline = Instant::now() + self.config.request_timeout;
         let mut builder = self
             .http
-            .post(&self.url)
+            .post(self.url.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body.to_vec());
         if let Some(key) = key {
@@ -216,7 +224,7 @@ impl OpenAiProvider {
             }
         } else {
             LlmError::Connect {
-                url: self.url.clone(),
+                url: self.url.to_string(),
                 message: error_chain(err),
             }
         }
