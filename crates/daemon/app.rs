@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::serve::ListenerExt;
-use switchboard_agent::{Agent, AgentConfig, Dispatcher};
+use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{Channel, ChannelContext, ChatHub, Shutdown};
 use switchboard_llm::{ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, RetryPolicy};
 use switchboard_sessions::JsonlStore;
@@ -69,7 +69,7 @@ pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<A
         system_prompt: section
             .system_prompt
             .clone()
-            .unwrap_or_else(|| AgentConfig::default().system_prompt),
+            .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
         ..AgentConfig::default()
     };
     Ok(Arc::new(Agent::new(
@@ -216,11 +216,6 @@ impl Running {
     /// The address the HTTP listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// The daemon's shutdown handle (tests use it to stop intake or cancel turns).
-    pub fn shutdown_handle(&self) -> &Shutdown {
-        &self.shutdown
     }
 
     /// Stops the daemon in order and waits for it. Returns whether every turn ended within

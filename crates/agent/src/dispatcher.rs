@@ -238,7 +238,8 @@ impl Worker {
                     }
                 },
             };
-            let to = message.as_ref().clone();
+            // Only where the reply goes is kept, for the rare panic below.
+            let (channel, chat_id) = (message.channel.clone(), message.chat_id.clone());
             let handled = AssertUnwindSafe(self.handle(session, *message))
                 .catch_unwind()
                 .await;
@@ -248,8 +249,16 @@ impl Worker {
                 tracing::error!(session = %self.key, "a turn panicked");
                 let text = "Something went wrong inside switchboard while answering; the \
                             conversation is kept. Please try again.";
-                reply(&self.hub, &to, OutboundKind::Error(text.into())).await;
-                reply(&self.hub, &to, OutboundKind::Done).await;
+                for kind in [OutboundKind::Error(text.into()), OutboundKind::Done] {
+                    let outbound = OutboundMessage {
+                        channel: channel.clone(),
+                        chat_id: chat_id.clone(),
+                        kind,
+                    };
+                    if let Err(err) = self.hub.publish_outbound(outbound).await {
+                        tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
+                    }
+                }
                 *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 self.agent.release_session(&self.key);
                 *session_slot = None;

@@ -29,7 +29,7 @@ mod turn;
 
 pub use agent::Agent;
 pub use command::Command;
-pub use config::AgentConfig;
+pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink, TurnEnd};

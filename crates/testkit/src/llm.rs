@@ -155,13 +155,6 @@ impl ScriptedLlm {
         self
     }
 
-    /// How many requests arrived, recorded or not.
-    pub fn received(&self) -> usize {
-        self.script
-            .received
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     /// Every request body received so far (while recording).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
