@@ -2,7 +2,8 @@
 //!
 //! [`start`] wires store → LLM → agent → hub → channels → dispatcher → HTTP and returns a
 //! [`Running`] daemon; [`Running::shutdown`] stops it in order: intake first, then running
-//! turns (after a grace period), then outbound delivery, then sockets and the listener.
+//! turns (after a grace period), then outbound delivery, then every socket (each sends what
+//! is queued for it and a close frame, and is waited for), then the listener.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,19 +12,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
+use serde_json::json;
 use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{Channel, ChannelContext, ChatHub, Shutdown};
-use switchboard_llm::{ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, RetryPolicy};
-use switchboard_sessions::JsonlStore;
+use switchboard_llm::{
+    ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
+};
+use switchboard_sessions::{JsonlStore, StoreHealth};
 use switchboard_tools::ToolRegistry;
 use switchboard_websocket::{WebSocketChannel, WsAuth, WsConfig};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{AuthMode, Config, expand_env};
 use crate::health::Health;
+use crate::server::{self, Server};
 use crate::{cli, notify, supervisor};
 
 /// Outbound messages queued per channel before the agent waits for the adapter.
@@ -42,19 +45,24 @@ pub struct Running {
     channels: TaskTracker,
     /// Cancelled once the turns are done, so delivery loops flush and end.
     delivery_stop: CancellationToken,
-    /// Cancelled last, to stop the HTTP listener.
-    http_stop: CancellationToken,
-    http: JoinHandle<std::io::Result<()>>,
+    /// Stopped last.
+    server: Server,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM and the agent itself.
+/// Fails when the state directory cannot be written (a read-only or full file system):
+/// better to refuse to start than to answer messages that are then lost.
 pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<Agent>> {
     let state_dir = config.path(&config.agent.state_dir);
     let workspace = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
     create_dir(&workspace, "agent.workspace")?;
-    let store = JsonlStore::open(&state_dir)
-        .with_context(|| format!("cannot open the session store in {}", state_dir.display()))?;
+    let store = JsonlStore::open(&state_dir).with_context(|| {
+        format!(
+            "cannot keep sessions in {} (agent.state_dir)",
+            state_dir.display()
+        )
+    })?;
     let llm = build_llm(config)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
@@ -70,7 +78,7 @@ pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<A
             .system_prompt
             .clone()
             .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
-        ..AgentConfig::default()
+        max_queued_messages: *section.max_queued_messages.get_ref(),
     };
     Ok(Arc::new(Agent::new(
         llm,
@@ -93,20 +101,30 @@ fn build_llm(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
             }
         },
     };
-    let provider = OpenAiProvider::new(OpenAiConfig {
+    let client = OpenAiProvider::new(OpenAiConfig {
         base_url: llm.base_url.get_ref().clone(),
         api_key,
         model: llm.model.clone(),
         temperature: llm.temperature,
         max_tokens: llm.max_tokens,
         first_byte_timeout: Config::duration(&llm.timeout_secs),
-        request_timeout: Config::duration(&llm.request_timeout_secs),
-        retry: RetryPolicy {
+        idle_timeout: Config::duration(&llm.idle_timeout_secs),
+        limits: ResponseLimits {
+            max_response_bytes: *llm.max_response_bytes.get_ref(),
+            max_reply_bytes: *llm.max_reply_bytes.get_ref(),
+            max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
+        },
+    })?;
+    let retrying = Retrying::new(
+        Arc::new(client),
+        RetryPolicy {
             max_retries: llm.max_retries,
             ..RetryPolicy::default()
         },
-    })?;
-    Ok(Arc::new(provider))
+        Config::duration(&llm.request_timeout_secs),
+    )
+    .with_slow_notice(Config::duration(&llm.slow_notice_secs));
+    Ok(Arc::new(retrying))
 }
 
 fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
@@ -128,6 +146,17 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let agent = build_agent(&config, tools)?;
     let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
     let health = Health::new();
+    let store = agent.store();
+    health.check(
+        "store",
+        Box::new(move || match store.health() {
+            StoreHealth::Ok => Ok(()),
+            StoreHealth::Degraded {
+                error,
+                failed_writes,
+            } => Err(json!({"error": error, "failed_writes": failed_writes})),
+        }),
+    );
     let channels = TaskTracker::new();
     let delivery_stop = CancellationToken::new();
     let ctx = ChannelContext {
@@ -146,7 +175,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         let channel = WebSocketChannel::new(
             WsConfig {
                 auth,
-                max_frame_bytes: ws_section.max_frame_bytes,
+                max_frame_bytes: *ws_section.max_frame_bytes.get_ref(),
+                allowed_hosts: config.http.allowed_hosts.clone(),
                 ..WsConfig::default()
             },
             hub.clone(),
@@ -182,22 +212,24 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     });
 
     let bind = *config.http.bind.get_ref();
-    let listener = tokio::net::TcpListener::bind(bind)
+    let mut limits = server::Limits {
+        header_timeout: Config::duration(&config.http.header_timeout_secs),
+        max_connections: *config.http.max_connections.get_ref(),
+        max_pending: *config.http.max_pending_connections.get_ref(),
+    };
+    let (descriptors, reserve) = server::fit_to_descriptors(&mut limits);
+    let server = Server::bind(bind, router, limits)
         .await
         .with_context(|| format!("cannot listen on {bind} (http.bind)"))?;
-    let addr = listener.local_addr()?;
-    // Small frames must not wait for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let http_stop = CancellationToken::new();
-    let http = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(http_stop.clone().cancelled_owned())
-            .into_future(),
+    let addr = server.addr();
+    health.gauge("http_connections", Box::new(server.open_connections()));
+    health.gauge(
+        "http_refused_connections",
+        Box::new(server.refused_connections()),
     );
     tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url.get_ref(),
-        websocket = ws_section.enabled, "switchboard is serving");
+        websocket = ws_section.enabled, max_connections = limits.max_connections,
+        descriptors, descriptor_reserve = reserve, "switchboard is serving");
 
     Ok(Running {
         addr,
@@ -207,8 +239,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         websocket,
         channels,
         delivery_stop,
-        http_stop,
-        http,
+        server,
     })
 }
 
@@ -216,6 +247,11 @@ impl Running {
     /// The address the HTTP listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The `/healthz` state (tests look at it without HTTP).
+    pub fn health(&self) -> &Health {
+        &self.health
     }
 
     /// Stops the daemon in order and waits for it. Returns whether every turn ended within
@@ -236,15 +272,15 @@ impl Running {
         {
             tracing::warn!("channels did not stop in time");
         }
-        if let Some(websocket) = &self.websocket {
-            websocket.close_all();
+        // Every socket sends what was queued for it, then its close frame, and is waited
+        // for: exiting before that would cut the final replies off.
+        if let Some(websocket) = &self.websocket
+            && !websocket.close(CANCEL_DEADLINE).await
+        {
+            tracing::warn!("some WebSocket connections did not close in time");
         }
-        self.http_stop.cancel();
-        match tokio::time::timeout(CANCEL_DEADLINE, self.http).await {
-            Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "HTTP server ended with an error"),
-            Ok(Err(err)) => tracing::warn!(error = %err, "HTTP server task failed"),
-            Err(_) => tracing::warn!("HTTP connections did not close in time"),
+        if !self.server.shutdown(CANCEL_DEADLINE).await {
+            tracing::warn!("HTTP connections did not close in time");
         }
         tracing::info!(clean, "stopped");
         clean
@@ -252,8 +288,11 @@ impl Running {
 }
 
 /// `switchboard run`: starts the daemon and stops it on SIGTERM or ctrl-c. A second
-/// signal cancels running turns at once.
+/// signal cancels running turns at once. The signal handlers are installed before anything
+/// starts, so a signal that arrives while the daemon starts (or right after it announced
+/// readiness) stops it cleanly instead of killing it.
 pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    let mut signals = Signals::install()?;
     let path = cli::resolve_config(config)?;
     let config = Config::load(&path)?;
     let running = start(config, ToolRegistry::new()).await?;
@@ -261,14 +300,13 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     let watchdog = CancellationToken::new();
     notify::spawn_watchdog(watchdog.clone());
 
-    wait_for_signal().await?;
+    signals.next().await;
     notify::stopping();
     let turns = running.shutdown.clone();
     let hurry = tokio::spawn(async move {
-        if wait_for_signal().await.is_ok() {
-            tracing::warn!("second signal: cancelling running turns now");
-            turns.cancel_turns();
-        }
+        signals.next().await;
+        tracing::warn!("second signal: cancelling running turns now");
+        turns.cancel_turns();
     });
     running.shutdown().await;
     hurry.abort();
@@ -276,22 +314,37 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// SIGTERM and SIGINT, listened for from the moment this is made (signals that arrive
+/// before [`Signals::next`] is awaited are kept, not lost).
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("cannot listen for SIGTERM")?;
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            result = tokio::signal::ctrl_c() => {
-                result.context("cannot listen for ctrl-c")?;
-                tracing::info!("interrupt received");
-            }
+    term: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Self {
+                term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
+                interrupt: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Self {})
     }
-    #[cfg(not(unix))]
-    tokio::signal::ctrl_c()
-        .await
-        .context("cannot listen for ctrl-c")?;
-    Ok(())
+
+    /// Waits for the next signal.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.term.recv() => tracing::info!("SIGTERM received"),
+            _ = self.interrupt.recv() => tracing::info!("interrupt received"),
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

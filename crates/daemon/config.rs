@@ -92,6 +92,8 @@ pub struct AgentSection {
     pub stream: bool,
     /// Replaces the opening of the system prompt.
     pub system_prompt: Option<String>,
+    /// Messages one chat may have waiting behind its running turn.
+    pub max_queued_messages: Spanned<usize>,
 }
 
 impl Default for AgentSection {
@@ -107,6 +109,7 @@ impl Default for AgentSection {
             idle_timeout_secs: Spanned::new(0..0, 300.0),
             stream: true,
             system_prompt: None,
+            max_queued_messages: Spanned::new(0..0, 32),
         }
     }
 }
@@ -139,10 +142,20 @@ pub struct LlmSection {
     pub max_tokens: Option<u32>,
     /// Seconds to wait for the first byte of a response.
     pub timeout_secs: Spanned<f64>,
-    /// Seconds a whole response (streamed or not) may take.
+    /// Seconds to wait between two chunks of a response.
+    pub idle_timeout_secs: Spanned<f64>,
+    /// Seconds a whole call may take, retries and their waits included.
     pub request_timeout_secs: Spanned<f64>,
+    /// Seconds of silence after which the chat is told the model is slow.
+    pub slow_notice_secs: Spanned<f64>,
     /// Retries of timeouts, connection errors, 429 and 5xx.
     pub max_retries: u32,
+    /// Bytes read from the server for one response.
+    pub max_response_bytes: Spanned<usize>,
+    /// Bytes of a reply's text.
+    pub max_reply_bytes: Spanned<usize>,
+    /// Bytes of one response's tool calls.
+    pub max_tool_arguments_bytes: Spanned<usize>,
 }
 
 impl Default for LlmSection {
@@ -155,8 +168,13 @@ impl Default for LlmSection {
             temperature: None,
             max_tokens: None,
             timeout_secs: Spanned::new(0..0, 30.0),
+            idle_timeout_secs: Spanned::new(0..0, 60.0),
             request_timeout_secs: Spanned::new(0..0, 300.0),
+            slow_notice_secs: Spanned::new(0..0, 15.0),
             max_retries: 3,
+            max_response_bytes: Spanned::new(0..0, 32 * 1024 * 1024),
+            max_reply_bytes: Spanned::new(0..0, 1024 * 1024),
+            max_tool_arguments_bytes: Spanned::new(0..0, 1024 * 1024),
         }
     }
 }
@@ -167,12 +185,24 @@ impl Default for LlmSection {
 pub struct HttpSection {
     /// Where `/ws`, `/` and `/healthz` listen.
     pub bind: Spanned<SocketAddr>,
+    /// Seconds a client has to send a request's headers.
+    pub header_timeout_secs: Spanned<f64>,
+    /// Client connections open at once, WebSockets included.
+    pub max_connections: Spanned<usize>,
+    /// Of those, plain HTTP connections (not, or not yet, an accepted WebSocket).
+    pub max_pending_connections: Spanned<usize>,
+    /// Host names besides loopback ones that may reach the page and `/ws` without a token.
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for HttpSection {
     fn default() -> Self {
         Self {
             bind: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 8080))),
+            header_timeout_secs: Spanned::new(0..0, 10.0),
+            max_connections: Spanned::new(0..0, 4096),
+            max_pending_connections: Spanned::new(0..0, 256),
+            allowed_hosts: Vec::new(),
         }
     }
 }
@@ -206,8 +236,8 @@ pub struct WebSocketSection {
     pub auth: Spanned<AuthMode>,
     /// The token, usually `${SWITCHBOARD_WS_TOKEN}`.
     pub token: Option<Spanned<String>>,
-    /// Larger client frames get an error frame.
-    pub max_frame_bytes: usize,
+    /// The largest client frame; a larger one closes the socket (after an error frame).
+    pub max_frame_bytes: Spanned<usize>,
 }
 
 impl Default for WebSocketSection {
@@ -216,7 +246,7 @@ impl Default for WebSocketSection {
             enabled: true,
             auth: Spanned::new(0..0, AuthMode::Token),
             token: None,
-            max_frame_bytes: 64 * 1024,
+            max_frame_bytes: Spanned::new(0..0, 64 * 1024),
         }
     }
 }
@@ -285,6 +315,36 @@ impl Config {
             }
         };
         at_least(&self.agent.max_iterations, 1, "agent.max_iterations")?;
+        at_least(
+            &self.agent.max_queued_messages,
+            1,
+            "agent.max_queued_messages",
+        )?;
+        for (value, key) in [
+            (&self.llm.max_response_bytes, "llm.max_response_bytes"),
+            (&self.llm.max_reply_bytes, "llm.max_reply_bytes"),
+            (
+                &self.llm.max_tool_arguments_bytes,
+                "llm.max_tool_arguments_bytes",
+            ),
+        ] {
+            at_least(value, 1024, key)?;
+        }
+        at_least(&self.http.max_connections, 1, "http.max_connections")?;
+        at_least(
+            &self.http.max_pending_connections,
+            1,
+            "http.max_pending_connections",
+        )?;
+        let frame = &self.channels.websocket.max_frame_bytes;
+        let hard = switchboard_websocket::MAX_FRAME_BYTES_LIMIT;
+        if !(1..=hard).contains(frame.get_ref()) {
+            return Err(self.source.error_at(
+                Some(frame.span()),
+                "channels.websocket.max_frame_bytes".into(),
+                format!("must be from 1 to {hard} (1 MiB), got {}", frame.get_ref()),
+            ));
+        }
         at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
         at_least(
             &self.agent.max_concurrent_turns,
@@ -295,7 +355,10 @@ impl Config {
             (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),
             (&self.agent.idle_timeout_secs, "agent.idle_timeout_secs"),
             (&self.llm.timeout_secs, "llm.timeout_secs"),
+            (&self.llm.idle_timeout_secs, "llm.idle_timeout_secs"),
             (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
+            (&self.llm.slow_notice_secs, "llm.slow_notice_secs"),
+            (&self.http.header_timeout_secs, "http.header_timeout_secs"),
             (
                 &self.daemon.shutdown_grace_secs,
                 "daemon.shutdown_grace_secs",
@@ -555,6 +618,31 @@ mod tests {
             parse("[channels.websocket]\nauth = \"none\"\n[llm]\nbase_url = \"localhost:11434\"\n")
                 .expect_err("no scheme");
         assert_eq!(err.key, "llm.base_url");
+        assert_eq!(err.line, Some(4), "{err}");
+    }
+
+    #[test]
+    fn a_frame_limit_of_zero_or_above_the_hard_cap_is_refused_with_its_line() {
+        for bad in ["0", "2097152"] {
+            let text = format!("[channels.websocket]\nauth = \"none\"\nmax_frame_bytes = {bad}\n");
+            let err = parse(&text).expect_err(bad);
+            assert_eq!(err.key, "channels.websocket.max_frame_bytes", "{err}");
+            assert_eq!(err.line, Some(3), "{err}");
+            assert!(err.message.contains("1048576"), "{err}");
+        }
+        let fine = parse("[channels.websocket]\nauth = \"none\"\nmax_frame_bytes = 1048576\n")
+            .expect("the hard cap itself is allowed");
+        assert_eq!(
+            *fine.channels.websocket.max_frame_bytes.get_ref(),
+            1024 * 1024
+        );
+    }
+
+    #[test]
+    fn response_limits_below_a_kibibyte_are_refused() {
+        let err = parse("[channels.websocket]\nauth = \"none\"\n[llm]\nmax_reply_bytes = 10\n")
+            .expect_err("tiny");
+        assert_eq!(err.key, "llm.max_reply_bytes");
         assert_eq!(err.line, Some(4), "{err}");
     }
 

@@ -1,5 +1,6 @@
 //! `/healthz`: the daemon's and each channel's state, 200 when all is well, 503 when a
-//! channel is failing or the daemon is stopping.
+//! channel is failing, a check (the session store) reports trouble, or the daemon is
+//! stopping.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,10 +49,15 @@ struct Inner {
     stopping: std::sync::atomic::AtomicBool,
     /// Gauges shown in `/healthz` (active sessions, open sockets), registered at start.
     gauges: Mutex<BTreeMap<&'static str, Gauge>>,
+    /// Checks shown under `checks` in `/healthz` (the session store), registered at start.
+    checks: Mutex<BTreeMap<&'static str, Check>>,
 }
 
 /// A number read when `/healthz` is asked.
 pub type Gauge = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// A check run when `/healthz` is asked: `Ok`, or what is wrong (a JSON object).
+pub type Check = Box<dyn Fn() -> Result<(), serde_json::Value> + Send + Sync>;
 
 impl Default for Health {
     fn default() -> Self {
@@ -68,6 +74,7 @@ impl Health {
                 channels: Mutex::new(BTreeMap::new()),
                 stopping: Default::default(),
                 gauges: Mutex::new(BTreeMap::new()),
+                checks: Mutex::new(BTreeMap::new()),
             }),
         }
     }
@@ -100,6 +107,16 @@ impl Health {
             .insert(name, read);
     }
 
+    /// Registers a check shown under `checks` in `/healthz`; a failing one makes the
+    /// daemon `degraded`.
+    pub fn check(&self, name: &'static str, check: Check) {
+        self.inner
+            .checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name, check);
+    }
+
     /// Marks the daemon as stopping.
     pub fn set_stopping(&self) {
         self.inner
@@ -126,7 +143,27 @@ async fn healthz(State(health): State<Health>) -> impl IntoResponse {
         .inner
         .stopping
         .load(std::sync::atomic::Ordering::Relaxed);
+    let mut checks = serde_json::Map::new();
+    let mut checks_ok = true;
+    for (name, check) in health
+        .inner
+        .checks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+    {
+        let value = match check() {
+            Ok(()) => json!({"state": "ok"}),
+            Err(mut problem) => {
+                checks_ok = false;
+                problem["state"] = json!("degraded");
+                problem
+            }
+        };
+        checks.insert((*name).to_owned(), value);
+    }
     let healthy = !stopping
+        && checks_ok
         && channels
             .values()
             .all(|state| matches!(state, ChannelState::Running { .. }));
@@ -147,6 +184,7 @@ async fn healthz(State(health): State<Health>) -> impl IntoResponse {
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_secs": health.inner.started.elapsed().as_secs(),
         "channels": channels,
+        "checks": checks,
     });
     for (name, read) in health
         .inner

@@ -7,6 +7,7 @@
 //! - `app`: builds everything from a [`config::Config`] and runs it; graceful shutdown.
 //! - `config`: the TOML config, `${ENV}` secrets, located errors.
 //! - `cli`: the command line (clap).
+//! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
 //! - `health`: `/healthz` and the channel states behind it.
 //! - `terminal`: `switchboard agent`, turns in the terminal.
@@ -19,5 +20,9 @@ pub mod config;
 pub mod health;
 pub mod logging;
 pub mod notify;
+pub mod server;
 pub mod supervisor;
 pub mod terminal;
+
+#[cfg(test)]
+mod config_properties;

@@ -103,6 +103,16 @@ async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
                     let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
+                AgentEvent::TextReset => {
+                    // Printed text cannot be taken back: mark where the answer starts again.
+                    if streamed {
+                        let _ = writeln!(stdout);
+                        eprintln!("[the model's answer broke off; it starts again]");
+                    }
+                    streamed = false;
+                }
+                AgentEvent::Status(text) => eprintln!("[{text}]"),
+                AgentEvent::Notice(text) => eprintln!("note: {text}"),
                 AgentEvent::ToolStarted { name, .. } => eprintln!("[tool {name} started]"),
                 AgentEvent::ToolFinished { name, ok, .. } => {
                     eprintln!("[tool {name} {}]", if ok { "finished" } else { "failed" });

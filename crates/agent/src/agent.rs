@@ -50,6 +50,11 @@ impl Agent {
         &self.tools
     }
 
+    /// The session store (the daemon reads its health).
+    pub fn store(&self) -> Arc<dyn SessionStore> {
+        self.store.clone()
+    }
+
     /// Reads a session back from the store (repaired and trimmed).
     pub fn load_session(&self, key: &SessionKey) -> Result<Session, StoreError> {
         let loaded = self.store.load(key)?;

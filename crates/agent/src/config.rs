@@ -21,10 +21,9 @@ pub struct AgentConfig {
     /// A session worker with nothing to do for this long exits, and its session leaves
     /// memory (it is read back from disk when the chat speaks again).
     pub idle_timeout: Duration,
-    /// Consecutive failed LLM calls that end a turn.
-    pub max_llm_failures: usize,
-    /// Pause before calling the LLM again after a failed call.
-    pub llm_failure_backoff: Duration,
+    /// Messages one chat may have waiting behind its running turn; more get "too many
+    /// messages waiting".
+    pub max_queued_messages: usize,
     /// Whether replies are streamed (text deltas) or sent whole.
     pub stream: bool,
     /// The opening of the system prompt, before the workspace files.
@@ -41,8 +40,7 @@ impl Default for AgentConfig {
             tool_timeout: Duration::from_secs(60),
             context_file_max_bytes: 16 * 1024,
             idle_timeout: Duration::from_secs(300),
-            max_llm_failures: 3,
-            llm_failure_backoff: Duration::from_secs(1),
+            max_queued_messages: 32,
             stream: true,
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
         }

@@ -1,12 +1,27 @@
 //! [`Dispatcher`]: routes inbound messages to one worker per session.
 //!
-//! The dispatcher is one task reading the hub's inbound queue. A worker is a task owning a
-//! session: it answers that session's messages in order, one turn at a time, and exits
-//! after `idle_timeout` without messages (its session leaves memory). `/stop` bypasses the
-//! queue: the dispatcher cancels the worker's running turn directly.
+//! The dispatcher is one task reading the hub's inbound queue, and it never waits on one
+//! session: a message goes into its worker's bounded queue with `try_send`; a chat whose
+//! queue is full gets "too many messages waiting" for that message instead of holding up
+//! every other chat. The dispatcher's own replies go through a queue of their own, drained
+//! beside the routing loop, so they keep their order and a busy channel delays only them.
+//!
+//! A worker is a task owning a session: it answers that session's messages in order, one
+//! turn at a time, and exits after `idle_timeout` without messages (its session leaves
+//! memory). `/stop` bypasses the queue: the dispatcher cancels the worker's running turn
+//! and drops the messages queued behind it.
+//!
+//! # Why `/stop` neither misses a turn nor drops a message sent after it
+//! Each queued message carries the chat's stop count at the time it was queued. Under the
+//! worker's control lock, the dispatcher bumps the count and reads the running turn's
+//! token; under the same lock the worker, taking a message off its queue, either finds it
+//! stamped before the latest stop (and drops it) or registers its turn's token. So every
+//! message is either dropped by a `/stop` sent after it, or its turn is registered before
+//! the `/stop` looks, and is cancelled by it. Messages queued after the `/stop` carry the
+//! new count and run.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use std::panic::AssertUnwindSafe;
 
@@ -24,12 +39,34 @@ use crate::agent::Agent;
 use crate::command::{Command, HELP};
 use crate::events::AgentEvent;
 
-/// Messages a worker may have queued before the dispatcher waits for it.
-const WORKER_QUEUE: usize = 32;
+/// Replies of the dispatcher's own waiting to be published; past this many, more are
+/// dropped (and logged) rather than making the dispatcher wait.
+const REPLY_QUEUE: usize = 1024;
 
-/// A message in a worker's queue. Boxed: a queue allocates its slots 32 at a time, and a
-/// thousand idle workers should not each hold 32 whole messages' worth of memory.
-type Queued = Box<InboundMessage>;
+/// A reply of the dispatcher's own: where it goes and what it says.
+type Reply = (InboundMessage, Vec<OutboundKind>);
+
+/// A message in a worker's queue, stamped with the chat's stop count when it was queued.
+/// Boxed: a queue allocates its slots 32 at a time, and a thousand idle workers should not
+/// each hold 32 whole messages' worth of memory.
+type Queued = Box<(u64, InboundMessage)>;
+
+/// What the dispatcher and one worker share.
+#[derive(Default)]
+struct Control {
+    /// The token of the turn that runs (or waits for a turn slot) now: set and cleared by
+    /// the worker, cancelled by `/stop`.
+    running: Option<CancellationToken>,
+    /// `/stop`s so far; messages stamped with less are dropped.
+    stops: u64,
+}
+
+/// Held only for a moment, never across an await.
+type SharedControl = Arc<Mutex<Control>>;
+
+fn control(shared: &SharedControl) -> MutexGuard<'_, Control> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// What the dispatcher keeps of a running worker.
 struct WorkerHandle {
@@ -37,9 +74,8 @@ struct WorkerHandle {
     id: u64,
     /// The worker's queue; the worker owns the receiver and closes it when it exits.
     tx: mpsc::Sender<Queued>,
-    /// The token of the turn running now; set and cleared by the worker, cancelled by
-    /// `/stop`. Held only for a moment, never across an await.
-    running: Arc<Mutex<Option<CancellationToken>>>,
+    /// The running turn and the stop count.
+    control: SharedControl,
 }
 
 /// Routes inbound messages to per-session workers.
@@ -80,55 +116,79 @@ impl Dispatcher {
     pub async fn run(self: Arc<Self>) -> Result<(), switchboard_core::CoreError> {
         let mut inbound = self.hub.take_inbound()?;
         let intake = self.shutdown.intake().clone();
-        loop {
-            tokio::select! {
-                () = intake.cancelled() => break,
-                message = inbound.recv() => match message {
-                    Some(message) => self.route(message).await,
-                    None => break,
-                },
+        let (replies, mut queued_replies) = mpsc::channel::<Reply>(REPLY_QUEUE);
+        let route = async {
+            loop {
+                tokio::select! {
+                    () = intake.cancelled() => break,
+                    message = inbound.recv() => match message {
+                        Some(message) => self.route(message, &replies),
+                        None => break,
+                    },
+                }
             }
-        }
-        inbound.close();
-        while let Ok(message) = inbound.try_recv() {
-            refuse_shutting_down(&self.hub, &message).await;
-        }
+            inbound.close();
+            while let Ok(message) = inbound.try_recv() {
+                send_reply(&replies, message, shutting_down());
+            }
+            // The reply loop ends once it has sent what is queued.
+            drop(replies);
+        };
+        let deliver = async {
+            while let Some((to, kinds)) = queued_replies.recv().await {
+                for kind in kinds {
+                    reply(&self.hub, &to, kind).await;
+                }
+            }
+        };
+        tokio::join!(route, deliver);
         Ok(())
     }
 
-    async fn route(&self, message: InboundMessage) {
+    /// Hands a message to its session's worker without waiting.
+    fn route(&self, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
         let key = message.session_key();
-        let message = Box::new(message);
         if Command::parse(&message.content) == Some(Command::Stop) {
-            self.stop(&key, &message).await;
+            self.stop(&key, message, replies);
             return;
         }
-        let message = match self.workers.get(&key) {
-            None => message,
-            Some(worker) => match worker.tx.try_send(message) {
-                Ok(()) => return,
-                // The worker exited after its last check; start a new one.
-                Err(TrySendError::Closed(message)) => message,
-                Err(TrySendError::Full(message)) => {
-                    // The worker is busy: wait for room outside the map's guard. A worker
-                    // with a full queue is not idle, so it cannot exit while we wait.
-                    let tx = worker.tx.clone();
-                    drop(worker);
-                    match tx.send(message).await {
-                        Ok(()) => return,
-                        Err(mpsc::error::SendError(message)) => message,
+        let queued = match self.workers.get(&key) {
+            None => Box::new((0, message)),
+            Some(worker) => {
+                let stops = control(&worker.control).stops;
+                match worker.tx.try_send(Box::new((stops, message))) {
+                    Ok(()) => return,
+                    // The worker exited after its last check; a new one starts afresh.
+                    Err(TrySendError::Closed(mut queued)) => {
+                        queued.0 = 0;
+                        queued
+                    }
+                    Err(TrySendError::Full(queued)) => {
+                        let limit = worker.tx.max_capacity();
+                        drop(worker);
+                        let text = format!(
+                            "Too many messages are waiting in this chat ({limit}); this one \
+                             was not processed. Wait for the answers, or send /stop."
+                        );
+                        tracing::warn!(session = %key, limit, "chat queue full; message refused");
+                        send_reply(
+                            replies,
+                            queued.1,
+                            vec![OutboundKind::Error(text), OutboundKind::Done],
+                        );
+                        return;
                     }
                 }
-            },
+            }
         };
-        self.spawn_for(key, message);
+        self.spawn_for(key, queued);
     }
 
     /// Starts a worker for `key` and queues its first message.
     fn spawn_for(&self, key: SessionKey, first: Queued) {
-        let (tx, rx) = mpsc::channel(WORKER_QUEUE);
+        let (tx, rx) = mpsc::channel(self.agent.config.max_queued_messages.max(1));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let running = Arc::new(Mutex::new(None));
+        let control = SharedControl::default();
         // A fresh queue has room for one message.
         let _ = tx.try_send(first);
         self.workers.insert(
@@ -136,7 +196,7 @@ impl Dispatcher {
             WorkerHandle {
                 id,
                 tx,
-                running: running.clone(),
+                control: control.clone(),
             },
         );
         let worker = Worker {
@@ -147,32 +207,45 @@ impl Dispatcher {
             shutdown: self.shutdown.clone(),
             workers: self.workers.clone(),
             turn_slots: self.turn_slots.clone(),
-            running,
+            control,
         };
         self.shutdown.tracker().spawn(worker.run(rx));
     }
 
-    async fn stop(&self, key: &SessionKey, message: &InboundMessage) {
-        let token = self.workers.get(key).and_then(|worker| {
-            worker
-                .running
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone()
-        });
-        match token {
-            // The worker replies for the stopped turn.
-            Some(token) => token.cancel(),
-            None => {
-                reply(
-                    &self.hub,
-                    message,
-                    OutboundKind::Message("Nothing to stop.".into()),
-                )
-                .await;
-                reply(&self.hub, message, OutboundKind::Done).await;
+    /// `/stop`: cancels the running turn (its worker replies "Stopped.") and drops what is
+    /// queued behind it (the worker says how many).
+    fn stop(&self, key: &SessionKey, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
+        let (running, queued) = match self.workers.get(key) {
+            None => (None, 0),
+            Some(worker) => {
+                let mut control = control(&worker.control);
+                control.stops += 1;
+                let queued = worker.tx.max_capacity() - worker.tx.capacity();
+                (control.running.clone(), queued)
             }
+        };
+        match running {
+            Some(token) => token.cancel(),
+            None if queued > 0 => {}
+            None => send_reply(
+                replies,
+                message,
+                vec![
+                    OutboundKind::Message("Nothing to stop.".into()),
+                    OutboundKind::Done,
+                ],
+            ),
         }
+    }
+}
+
+/// Queues a reply of the dispatcher's own without waiting; drops it if the queue is full.
+fn send_reply(replies: &mpsc::Sender<Reply>, to: InboundMessage, kinds: Vec<OutboundKind>) {
+    if let Err(TrySendError::Full((to, _)) | TrySendError::Closed((to, _))) =
+        replies.try_send((to, kinds))
+    {
+        tracing::warn!(channel = %to.channel, chat = %to.chat_id,
+            "too many replies waiting; one was dropped");
     }
 }
 
@@ -184,12 +257,14 @@ struct Worker {
     shutdown: Shutdown,
     workers: Arc<DashMap<SessionKey, WorkerHandle>>,
     turn_slots: Arc<Semaphore>,
-    running: Arc<Mutex<Option<CancellationToken>>>,
+    control: SharedControl,
 }
 
 impl Worker {
     async fn run(self, mut rx: mpsc::Receiver<Queued>) {
         let mut session: Option<Session> = None;
+        // Messages dropped by a `/stop` and not yet reported to the chat.
+        let mut dropped = 0usize;
         loop {
             let message = tokio::select! {
                 biased;
@@ -197,8 +272,8 @@ impl Worker {
                 () = self.shutdown.intake().cancelled() => {
                     // Intake stopped and no turn runs: answer what is queued, then exit.
                     rx.close();
-                    while let Ok(message) = rx.try_recv() {
-                        refuse_shutting_down(&self.hub, &message).await;
+                    while let Ok(queued) = rx.try_recv() {
+                        refuse_shutting_down(&self.hub, &queued.1).await;
                     }
                     self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
                     self.agent.release_session(&self.key);
@@ -216,13 +291,33 @@ impl Worker {
                     continue;
                 }
             };
-            let Some(message) = message else {
+            let Some(queued) = message else {
                 self.agent.release_session(&self.key);
                 return;
             };
+            let (stamp, message) = *queued;
             if !self.hub.is_accepting() {
                 refuse_shutting_down(&self.hub, &message).await;
                 continue;
+            }
+            let token = self.shutdown.turns().child_token();
+            let fresh = {
+                let mut control = control(&self.control);
+                let fresh = stamp >= control.stops;
+                if fresh && Command::parse(&message.content).is_none() {
+                    control.running = Some(token.clone());
+                }
+                fresh
+            };
+            if !fresh {
+                dropped += 1;
+                if rx.is_empty() {
+                    report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
+                }
+                continue;
+            }
+            if dropped > 0 {
+                report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
             }
             let session_slot = &mut session;
             let session = match session_slot {
@@ -230,19 +325,22 @@ impl Worker {
                 None => match self.agent.load_session(&self.key) {
                     Ok(loaded) => session_slot.insert(loaded),
                     Err(err) => {
-                        tracing::error!(session = %self.key, error = %err, "could not load session");
+                        tracing::error!(session = %self.key, path = ?err.path(), error = %err,
+                            "could not load session");
                         let text = format!("Could not read this chat's history: {err}");
                         reply(&self.hub, &message, OutboundKind::Error(text)).await;
                         reply(&self.hub, &message, OutboundKind::Done).await;
+                        control(&self.control).running = None;
                         continue;
                     }
                 },
             };
             // Only where the reply goes is kept, for the rare panic below.
             let (channel, chat_id) = (message.channel.clone(), message.chat_id.clone());
-            let handled = AssertUnwindSafe(self.handle(session, *message))
+            let handled = AssertUnwindSafe(self.handle(session, message, token))
                 .catch_unwind()
                 .await;
+            control(&self.control).running = None;
             if handled.is_err() {
                 // A bug, not an input: say so in the chat, forget the in-memory session
                 // (it is read back from disk, repaired, on the next message) and go on.
@@ -259,14 +357,18 @@ impl Worker {
                         tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
                     }
                 }
-                *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
                 self.agent.release_session(&self.key);
                 *session_slot = None;
             }
         }
     }
 
-    async fn handle(&self, session: &mut Session, message: InboundMessage) {
+    async fn handle(
+        &self,
+        session: &mut Session,
+        message: InboundMessage,
+        cancel: CancellationToken,
+    ) {
         match Command::parse(&message.content) {
             Some(Command::New) => {
                 let text = match self.agent.reset_session(session) {
@@ -301,17 +403,44 @@ impl Worker {
                 )
                 .await;
             }
-            None => return self.turn(session, message).await,
+            None => return self.turn(session, message, cancel).await,
         }
         reply(&self.hub, &message, OutboundKind::Done).await;
     }
 
-    async fn turn(&self, session: &mut Session, message: InboundMessage) {
-        let Ok(_permit) = self.turn_slots.acquire().await else {
+    async fn turn(
+        &self,
+        session: &mut Session,
+        message: InboundMessage,
+        cancel: CancellationToken,
+    ) {
+        // A turn waiting for a slot can be stopped too (it has not started: nothing to save).
+        let permit = match self.turn_slots.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let max = self.agent.config.max_concurrent_turns;
+                let text = format!(
+                    "Waiting for a free slot: {max} answers are being written at once \
+                     (agent.max_concurrent_turns)."
+                );
+                reply(&self.hub, &message, OutboundKind::Status(text)).await;
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => None,
+                    permit = self.turn_slots.acquire() => permit.ok(),
+                }
+            }
+        };
+        let Some(_permit) = permit else {
+            reply(
+                &self.hub,
+                &message,
+                OutboundKind::Message(crate::turn::STOPPED_REPLY.into()),
+            )
+            .await;
+            reply(&self.hub, &message, OutboundKind::Done).await;
             return;
         };
-        let cancel = self.shutdown.turns().child_token();
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) = Some(cancel.clone());
 
         let (events, mut rx) = mpsc::unbounded_channel();
         let forward = async {
@@ -349,8 +478,6 @@ impl Worker {
             drop(events);
         };
         tokio::join!(run, forward);
-
-        *self.running.lock().unwrap_or_else(PoisonError::into_inner) = None;
     }
 }
 
@@ -359,6 +486,9 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
     match event {
         AgentEvent::Started => Vec::new(),
         AgentEvent::TextDelta(text) => vec![OutboundKind::Delta(text)],
+        AgentEvent::TextReset => vec![OutboundKind::DraftReset],
+        AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
+        AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
         AgentEvent::ToolStarted { name, .. } => vec![OutboundKind::Tool {
             name,
             status: ToolStatus::Started,
@@ -388,9 +518,26 @@ async fn reply(hub: &ChatHub, to: &InboundMessage, kind: OutboundKind) {
     }
 }
 
-async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
+/// The replies to a message that arrived while the daemon stops.
+fn shutting_down() -> Vec<OutboundKind> {
     let text = "switchboard is shutting down; this message was not processed — send it again \
                 in a moment.";
-    reply(hub, message, OutboundKind::Error(text.into())).await;
+    vec![OutboundKind::Error(text.into()), OutboundKind::Done]
+}
+
+async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
+    for kind in shutting_down() {
+        reply(hub, message, kind).await;
+    }
+}
+
+/// Tells the chat how many of its messages a `/stop` dropped.
+async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize) {
+    let text = if dropped == 1 {
+        "Dropped 1 message that was waiting when you sent /stop.".to_owned()
+    } else {
+        format!("Dropped {dropped} messages that were waiting when you sent /stop.")
+    };
+    reply(hub, message, OutboundKind::Message(text)).await;
     reply(hub, message, OutboundKind::Done).await;
 }

@@ -11,6 +11,14 @@ pub enum AgentEvent {
     Started,
     /// A piece of the reply arrived from the model.
     TextDelta(String),
+    /// The text streamed so far is void: the model's stream broke off and the call is
+    /// tried again, so the reply streams anew.
+    TextReset,
+    /// What the turn is waiting on (a slow model, a retry), for the person.
+    Status(String),
+    /// Something the person should know that is not the reply (the conversation could
+    /// not be saved).
+    Notice(String),
     /// A tool call started.
     ToolStarted {
         /// The call's id.

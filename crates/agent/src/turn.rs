@@ -3,12 +3,17 @@
 //! Every message is saved the moment it is complete — the user message first, then each
 //! assistant message together with all of its tool results, then the final reply — so the
 //! file never holds a tool call without its results and the reply never leaves before it
-//! is saved.
+//! is saved. When a save fails, the turn goes on (the person still gets an answer) and the
+//! chat is told, once, that the conversation is not being kept.
+//!
+//! The LLM call is one call of the provider: retries, the call's deadline and "still
+//! waiting" status lines belong to the provider's retry layer, whose events reach the chat.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, Usage};
-use switchboard_llm::{ChatRequest, ChatResponse, LlmError};
+use switchboard_core::{ChatMessage, Usage, make_call_ids_unique};
+use switchboard_llm::{ChatRequest, ChatResponse, StreamEvent};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolContext;
 use tokio_util::sync::CancellationToken;
@@ -37,10 +42,12 @@ pub(crate) async fn run(
             session,
             new: Vec::new(),
             usage: Usage::default(),
+            events,
+            unsaved: false,
         };
         let _ = events.send(AgentEvent::Started);
-        let end = turn.drive(text, cancel, events).await;
-        turn.finish(end, events);
+        let end = turn.drive(text, cancel).await;
+        turn.finish(end);
     }
     .instrument(span)
     .await;
@@ -55,13 +62,17 @@ enum End {
 struct Turn<'a> {
     agent: &'a Agent,
     session: &'a mut Session,
-    /// This turn's messages, all saved already; they join the session at the end.
+    /// This turn's messages, saved already unless `unsaved`; they join the session at the end.
     new: Vec<Arc<ChatMessage>>,
     usage: Usage,
+    events: &'a EventSink,
+    /// A save failed and the chat was told so (it is told once per turn).
+    unsaved: bool,
 }
 
 impl Turn<'_> {
-    async fn drive(&mut self, text: String, cancel: &CancellationToken, events: &EventSink) -> End {
+    async fn drive(&mut self, text: String, cancel: &CancellationToken) -> End {
+        let events = self.events;
         let agent = self.agent;
         let config = &agent.config;
         self.save(vec![ChatMessage::user(text)]);
@@ -74,6 +85,7 @@ impl Turn<'_> {
             ),
             messages: self.session.history(),
             tools: self.agent.tools.definitions(),
+            stream: config.stream,
         };
         request.messages.extend(self.new.iter().cloned());
         let ctx = ToolContext {
@@ -83,7 +95,7 @@ impl Turn<'_> {
         };
 
         for iteration in 1..=config.max_iterations {
-            let response = match self.call_llm(&request, cancel, events, iteration).await {
+            let response = match self.call_llm(&request, cancel, iteration).await {
                 Ok(response) => response,
                 Err(end) => return end,
             };
@@ -123,50 +135,52 @@ impl Turn<'_> {
         End::Reply(reply, TurnEnd::IterationLimit)
     }
 
-    /// Calls the model, trying again after a failure until `max_llm_failures` consecutive
-    /// calls failed or the error is one that a retry cannot fix.
+    /// Calls the model once (its retry layer retries); a failure ends the turn with the
+    /// error, which says what to fix. The response's tool-call ids are made unique across
+    /// the conversation, since providers refuse repeated ones.
     async fn call_llm(
         &mut self,
         request: &ChatRequest,
         cancel: &CancellationToken,
-        events: &EventSink,
         iteration: usize,
     ) -> Result<ChatResponse, End> {
         let agent = self.agent;
-        let config = &agent.config;
-        let forward = |text: String| {
-            let _ = events.send(AgentEvent::TextDelta(text));
+        let events = self.events;
+        let forward = |event: StreamEvent| {
+            let _ = events.send(match event {
+                StreamEvent::Text(text) => AgentEvent::TextDelta(text),
+                StreamEvent::Reset => AgentEvent::TextReset,
+                StreamEvent::Status(text) => AgentEvent::Status(text),
+            });
         };
-        let sink: Option<&switchboard_llm::DeltaSink<'_>> = config.stream.then_some(&forward);
-        let mut failures = 0;
-        loop {
-            let span = tracing::info_span!("llm", model = agent.llm.model(), iteration);
-            let call = agent.llm.chat(request, sink).instrument(span);
-            let result = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(self.stopped()),
-                result = call => result,
-            };
-            let err: LlmError = match result {
-                Ok(response) => return Ok(response),
-                Err(err) => err,
-            };
-            failures += 1;
-            tracing::warn!(error = %err, failures, "LLM call failed");
-            if !err.is_transient() || failures >= config.max_llm_failures {
-                let message = if failures > 1 {
-                    format!("The model could not be reached ({failures} attempts): {err}")
-                } else {
-                    format!("The model call failed: {err}")
-                };
-                return Err(End::Failed(message));
+        let span = tracing::info_span!("llm", model = agent.llm.model(), iteration);
+        let call = agent.llm.chat(request, &forward).instrument(span);
+        let result = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(self.stopped()),
+            result = call => result,
+        };
+        let mut response = match result {
+            Ok(response) => response,
+            Err(err) => {
+                tracing::warn!(error = %err, "LLM call failed");
+                return Err(End::Failed(format!("The model call failed: {err}")));
             }
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(self.stopped()),
-                () = tokio::time::sleep(config.llm_failure_backoff) => {}
-            }
+        };
+        let mut taken: HashSet<String> = request
+            .messages
+            .iter()
+            .flat_map(|message| message.tool_calls())
+            .map(|call| call.id.clone())
+            .collect();
+        let renamed = make_call_ids_unique(&mut response.tool_calls, &mut taken);
+        if renamed > 0 {
+            tracing::info!(
+                renamed,
+                "the model repeated tool call ids; they were made unique"
+            );
         }
+        Ok(response)
     }
 
     fn stopped(&mut self) -> End {
@@ -175,37 +189,49 @@ impl Turn<'_> {
 
     /// Appends messages to the store, then to this turn; returns them as saved.
     fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
-        if let Err(err) = self.agent.store.append(self.session.key(), &messages, None) {
-            tracing::error!(session = %self.session.key(), error = %err,
-                "could not save session messages");
-        }
+        let saved = self.agent.store.append(self.session.key(), &messages, None);
+        self.check_saved(saved);
         let start = self.new.len();
         self.new.extend(messages.into_iter().map(Arc::new));
         &self.new[start..]
     }
 
+    /// Logs a failed save and tells the chat, once per turn.
+    fn check_saved(&mut self, saved: Result<(), switchboard_sessions::StoreError>) {
+        let Err(err) = saved else { return };
+        tracing::error!(session = %self.session.key(), path = ?err.path(), error = %err,
+            "could not save session messages");
+        if !self.unsaved {
+            self.unsaved = true;
+            let _ = self.events.send(AgentEvent::Notice(format!(
+                "This conversation could not be saved: {err}. Replies still come, but what \
+                 is said now will be forgotten when switchboard restarts."
+            )));
+        }
+    }
+
     /// Saves the final message with the turn's usage (one write, before the reply is
     /// published), moves the turn into the session, compacts when due, and reports.
-    fn finish(self, end: End, events: &EventSink) {
-        let Turn {
-            agent,
-            session,
-            mut new,
-            usage,
-        } = self;
+    fn finish(mut self, end: End) {
         let last = match &end {
             End::Reply(_, TurnEnd::Cancelled) => Some(ChatMessage::assistant(STOPPED_NOTE)),
             End::Reply(reply, _) => Some(ChatMessage::assistant(reply.clone())),
             End::Failed(_) => None,
         };
         let last: Vec<ChatMessage> = last.into_iter().collect();
-        let spent = (usage != Usage::default()).then_some(usage);
-        if (!last.is_empty() || spent.is_some())
-            && let Err(err) = agent.store.append(session.key(), &last, spent)
-        {
-            tracing::error!(session = %session.key(), error = %err,
-                "could not save the end of the turn");
+        let spent = (self.usage != Usage::default()).then_some(self.usage);
+        if !last.is_empty() || spent.is_some() {
+            let saved = self.agent.store.append(self.session.key(), &last, spent);
+            self.check_saved(saved);
         }
+        let Turn {
+            agent,
+            session,
+            mut new,
+            usage,
+            events,
+            ..
+        } = self;
         new.extend(last.into_iter().map(Arc::new));
         session.extend(new);
         if let Some(usage) = spent {
@@ -219,8 +245,8 @@ impl Turn<'_> {
                 .compact(session.key(), &messages, session.usage())
             {
                 Ok(()) => session.compacted(),
-                Err(err) => tracing::error!(session = %session.key(), error = %err,
-                    "could not compact session file"),
+                Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
+                    error = %err, "could not compact session file"),
             }
         }
         let event = match end {

@@ -1,6 +1,8 @@
 //! The provider-neutral conversation model: what a session remembers and what the LLM
 //! clients translate to their wire formats.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 /// One message of a conversation. System prompts are not part of history; they are built
@@ -105,6 +107,37 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
+/// Renames the calls whose id is empty, already in `taken`, or repeated earlier in `calls`,
+/// and adds every id to `taken`. Returns how many calls were renamed.
+///
+/// Providers refuse a conversation in which two tool calls share an id (and some models emit
+/// such duplicates, or no ids at all), so ids are made unique across the whole history when
+/// a response arrives and again when history is read back. A duplicate `x` becomes `x_2`
+/// (or the next free suffix); an empty id becomes `call_1`, `call_2`, …
+pub fn make_call_ids_unique(calls: &mut [ToolCall], taken: &mut HashSet<String>) -> usize {
+    let mut renamed = 0;
+    for call in calls {
+        if !call.id.is_empty() && taken.insert(call.id.clone()) {
+            continue;
+        }
+        let stem = if call.id.is_empty() { "call" } else { &call.id };
+        let fresh = (1u64..)
+            .map(|n| {
+                if call.id.is_empty() {
+                    format!("{stem}_{n}")
+                } else {
+                    format!("{stem}_{}", n + 1)
+                }
+            })
+            .find(|candidate| !taken.contains(candidate))
+            .unwrap_or_default();
+        taken.insert(fresh.clone());
+        call.id = fresh;
+        renamed += 1;
+    }
+    renamed
+}
+
 /// A tool as the model sees it: sent with every request that offers tools.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ToolDefinition {
@@ -157,6 +190,28 @@ mod tests {
             let back: ChatMessage = serde_json::from_str(&json).expect("deserialize");
             assert_eq!(back, message);
         }
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+        }
+    }
+
+    #[test]
+    fn duplicate_and_empty_call_ids_are_renamed_and_unique_ones_kept() {
+        let mut taken: HashSet<String> = ["a".to_owned(), "a_2".to_owned()].into();
+        let mut calls = vec![call("a"), call("b"), call("b"), call(""), call("")];
+        assert_eq!(make_call_ids_unique(&mut calls, &mut taken), 4);
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["a_3", "b", "b_2", "call_1", "call_2"]);
+        for id in ids {
+            assert!(taken.contains(id));
+        }
+        let mut fresh = vec![call("x"), call("y")];
+        assert_eq!(make_call_ids_unique(&mut fresh, &mut taken), 0);
     }
 
     #[test]

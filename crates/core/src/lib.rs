@@ -21,7 +21,7 @@ mod message;
 mod shutdown;
 
 pub use channel::{Channel, ChannelContext};
-pub use conversation::{ChatMessage, ToolCall, ToolDefinition, Usage};
+pub use conversation::{ChatMessage, ToolCall, ToolDefinition, Usage, make_call_ids_unique};
 pub use error::CoreError;
 pub use hub::ChatHub;
 pub use ids::{ChannelName, ChatId, SenderId, SessionKey};

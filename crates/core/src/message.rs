@@ -96,6 +96,15 @@ pub enum OutboundKind {
         /// What happened.
         status: ToolStatus,
     },
+    /// The text streamed so far is void (the model's stream broke off and the call is being
+    /// tried again): drop the partial draft; the reply streams anew.
+    DraftReset,
+    /// What the turn is waiting on (a slow model, a retry after an error). Transient: the
+    /// next piece of the turn replaces it.
+    Status(String),
+    /// Something the person should know that is not the reply, e.g. that the conversation
+    /// could not be saved. It may arrive outside a turn.
+    Notice(String),
     /// The turn is over; no more frames for it.
     Done,
     /// Something went wrong; the text says what and, where it can, what to change.

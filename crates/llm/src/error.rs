@@ -1,5 +1,5 @@
-//! Typed errors of LLM calls. The agent decides from them whether to retry and what to
-//! tell the person.
+//! Typed errors of LLM calls. The agent decides from them what to tell the person; the
+//! retry layer decides from them whether to try again.
 
 use std::time::Duration;
 
@@ -29,12 +29,34 @@ pub enum LlmError {
         message: String,
     },
     /// No answer in time.
-    #[error("the LLM did not answer within {after:?} ({what})")]
+    #[error("the LLM did not answer within {} ({what}; config key llm.{key})", secs(*.after))]
     Timeout {
-        /// Which deadline passed (first byte, whole response).
+        /// Which deadline passed (first byte, between chunks).
         what: &'static str,
         /// The deadline.
         after: Duration,
+        /// The config key that sets it.
+        key: &'static str,
+    },
+    /// The whole call, retries and waits included, took longer than allowed.
+    #[error("the LLM call did not finish within {} ({attempts} attempts; config key llm.request_timeout_secs)", secs(*.after))]
+    CallTimeout {
+        /// The deadline.
+        after: Duration,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The response passed one of the [`ResponseLimits`](crate::ResponseLimits).
+    #[error(
+        "the LLM's response was cut off: its {what} passed the limit of {limit} bytes (config key llm.{key})"
+    )]
+    TooLarge {
+        /// What grew too large (reply text, tool-call arguments, response body).
+        what: &'static str,
+        /// The limit.
+        limit: usize,
+        /// The config key that sets it.
+        key: &'static str,
     },
     /// The server asked us to slow down (HTTP 429).
     #[error("the LLM is rate limiting requests (HTTP 429){}", retry_after_text(*.retry_after))]
@@ -66,12 +88,30 @@ pub enum LlmError {
     /// The stream broke off or carried an error event.
     #[error("the LLM's stream failed: {0}")]
     Stream(String),
+    /// A transient failure persisted through every retry.
+    #[error("{last} (gave up after {attempts} attempts)")]
+    Exhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// The last attempt's error.
+        last: Box<LlmError>,
+    },
 }
 
 fn retry_after_text(retry_after: Option<Duration>) -> String {
     retry_after
-        .map(|d| format!("; retry after {}s", d.as_secs()))
+        .map(|d| format!("; retry after {}", secs(d)))
         .unwrap_or_default()
+}
+
+/// A duration as people read it: `30 s`, `0.5 s`.
+pub(crate) fn secs(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("{secs:.0} s")
+    } else {
+        format!("{secs:.1} s")
+    }
 }
 
 impl LlmError {
@@ -85,7 +125,10 @@ impl LlmError {
             Self::MissingApiKey { .. }
             | Self::InvalidBaseUrl { .. }
             | Self::Unauthorized { .. }
-            | Self::Decode(_) => false,
+            | Self::Decode(_)
+            | Self::TooLarge { .. }
+            | Self::CallTimeout { .. }
+            | Self::Exhausted { .. } => false,
         }
     }
 
@@ -94,6 +137,25 @@ impl LlmError {
         match self {
             Self::RateLimited { retry_after } | Self::Status { retry_after, .. } => *retry_after,
             _ => None,
+        }
+    }
+
+    /// A few words on what went wrong, for a status line in a chat (no bodies, no URLs).
+    pub fn summary(&self) -> String {
+        match self {
+            Self::MissingApiKey { .. } => "no API key".into(),
+            Self::InvalidBaseUrl { .. } => "the base URL is invalid".into(),
+            Self::Connect { .. } => "the model's server could not be reached".into(),
+            Self::Timeout { what, .. } => format!("the model did not answer in time ({what})"),
+            Self::CallTimeout { .. } => "the model took too long".into(),
+            Self::TooLarge { .. } => "the model's response was too large".into(),
+            Self::RateLimited { .. } => "the model's server is rate limiting requests".into(),
+            Self::Unauthorized { status, .. } | Self::Status { status, .. } => {
+                format!("the model's server answered HTTP {status}")
+            }
+            Self::Decode(_) => "the model's response could not be read".into(),
+            Self::Stream(_) => "the model's stream broke off".into(),
+            Self::Exhausted { last, .. } => last.summary(),
         }
     }
 }

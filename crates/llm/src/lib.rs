@@ -1,24 +1,34 @@
 //! switchboard-llm: talking to language models.
 //!
 //! The agent sees one trait, [`LlmProvider`]: a [`ChatRequest`] (system prompt, history,
-//! tool definitions) in, a [`ChatResponse`] (text and tool calls) out, with text deltas
-//! streamed to a [`DeltaSink`] when one is given. [`OpenAiProvider`] speaks the OpenAI
-//! chat-completions protocol that OpenAI, OpenRouter, vLLM, Ollama and llama.cpp's server
-//! share, whole or as server-sent events, and retries transient failures.
+//! tool definitions) in, a [`ChatResponse`] (text and tool calls) out, with what happens
+//! meanwhile (streamed text, waits) sent as [`StreamEvent`]s. [`OpenAiProvider`] speaks the
+//! OpenAI chat-completions protocol that OpenAI, OpenRouter, vLLM, Ollama and llama.cpp's
+//! server share, whole or as server-sent events, one attempt per call, reading every
+//! response within its [`ResponseLimits`]. [`Retrying`] wraps any provider: retries with
+//! backoff, a deadline for the whole call, status lines for the person.
 //!
 //! # Layout
-//! - `provider`: the [`LlmProvider`] trait, requests and responses.
-//! - `retry`: [`RetryPolicy`], exponential backoff with jitter honouring Retry-After.
+//! - `provider`: the [`LlmProvider`] trait, requests, responses and stream events.
+//! - `limits`: [`ResponseLimits`], the caps on one response.
+//! - `body`: reading a response body within limits and timeouts (whole, or as SSE).
+//! - `retry`: [`RetryPolicy`] and [`Retrying`], the one retry layer.
 //! - `openai`: the OpenAI-compatible client (`client`), its wire format (`wire`) and the
 //!   reassembly of streamed chunks (`stream`).
 //! - `error`: [`LlmError`].
 
+mod body;
 mod error;
+mod limits;
 mod openai;
 mod provider;
 mod retry;
 
+#[cfg(test)]
+mod properties;
+
 pub use error::LlmError;
+pub use limits::ResponseLimits;
 pub use openai::{ApiKey, OpenAiConfig, OpenAiProvider};
-pub use provider::{ChatRequest, ChatResponse, DeltaSink, LlmProvider};
-pub use retry::RetryPolicy;
+pub use provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
+pub use retry::{RetryPolicy, Retrying};

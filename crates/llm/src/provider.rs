@@ -7,8 +7,20 @@ use switchboard_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
 
 use crate::error::LlmError;
 
-/// Where a streaming call sends text as it arrives: called once per piece, in order.
-pub type DeltaSink<'a> = dyn Fn(String) + Send + Sync + 'a;
+/// What a call reports while it runs, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A piece of the reply's text (streamed calls only).
+    Text(String),
+    /// The text reported so far is void: the stream broke off and the call is tried again,
+    /// so the reply will stream anew. Whoever shows the text drops what it has.
+    Reset,
+    /// What the call is waiting on (a slow model, a retry after an error), for the person.
+    Status(String),
+}
+
+/// Where a call sends its [`StreamEvent`]s.
+pub type StreamSink<'a> = dyn Fn(StreamEvent) + Send + Sync + 'a;
 
 /// One request to a model.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -20,6 +32,8 @@ pub struct ChatRequest {
     pub messages: Vec<Arc<ChatMessage>>,
     /// The tools the model may call.
     pub tools: Vec<ToolDefinition>,
+    /// Whether to stream the reply (text arrives as [`StreamEvent::Text`]).
+    pub stream: bool,
 }
 
 /// What the model answered.
@@ -54,12 +68,11 @@ pub trait LlmProvider: Send + Sync + 'static {
     /// The model requests go to.
     fn model(&self) -> &str;
 
-    /// Sends one request. With `deltas`, the response is streamed and each piece of text
-    /// is sent there as it arrives; the returned response holds the whole of it. Dropping
-    /// the future cancels the call.
+    /// Sends one request. What happens meanwhile (streamed text, waits) goes to `events`;
+    /// the returned response holds the whole reply. Dropping the future cancels the call.
     async fn chat(
         &self,
         request: &ChatRequest,
-        deltas: Option<&DeltaSink<'_>>,
+        events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError>;
 }

@@ -3,38 +3,46 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use std::sync::{Arc, Mutex};
 use switchboard_core::{ChatMessage, ToolDefinition};
+
 use switchboard_llm::{
-    ApiKey, ChatRequest, LlmError, LlmProvider, OpenAiConfig, OpenAiProvider, RetryPolicy,
+    ApiKey, ChatRequest, LlmError, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits,
+    RetryPolicy, Retrying, StreamEvent,
 };
 use switchboard_testkit::{Reply, ScriptedLlm};
 use tokio::sync::mpsc;
 
-fn provider(base_url: String) -> OpenAiProvider {
-    OpenAiProvider::new(OpenAiConfig {
+fn config(base_url: String) -> OpenAiConfig {
+    OpenAiConfig {
         base_url,
         api_key: ApiKey::Key("test-key".into()),
         model: "scripted".into(),
-        retry: RetryPolicy {
+        ..OpenAiConfig::default()
+    }
+}
+
+/// The client behind the retry layer, as the daemon builds it (short waits for tests).
+fn provider(base_url: String) -> Retrying {
+    retrying(config(base_url))
+}
+
+fn retrying(config: OpenAiConfig) -> Retrying {
+    let client = OpenAiProvider::new(config).expect("provider");
+    Retrying::new(
+        Arc::new(client),
+        RetryPolicy {
             max_retries: 3,
             base_delay: Duration::from_millis(10),
             max_delay: Duration::from_secs(5),
         },
-        ..OpenAiConfig::default()
-    })
-    .expect("provider")
+        Duration::from_secs(60),
+    )
 }
 
-/// A provider that gives up after its first attempt.
+/// A bare client: one attempt per call.
 fn without_retries(config: OpenAiConfig) -> OpenAiProvider {
-    OpenAiProvider::new(OpenAiConfig {
-        retry: RetryPolicy {
-            max_retries: 0,
-            ..RetryPolicy::default()
-        },
-        ..config
-    })
-    .expect("provider")
+    OpenAiProvider::new(config).expect("provider")
 }
 
 fn request(text: &str) -> ChatRequest {
@@ -46,6 +54,41 @@ fn request(text: &str) -> ChatRequest {
             description: "echo".into(),
             parameters: json!({"type": "object"}),
         }],
+        stream: false,
+    }
+}
+
+fn streamed(text: &str) -> ChatRequest {
+    ChatRequest {
+        stream: true,
+        ..request(text)
+    }
+}
+
+fn ignore(_: StreamEvent) {}
+
+/// A sink that keeps every event.
+#[derive(Default, Clone)]
+struct Recorder(Arc<Mutex<Vec<StreamEvent>>>);
+
+impl Recorder {
+    fn sink(&self) -> impl Fn(StreamEvent) + Send + Sync + '_ {
+        |event| self.0.lock().expect("lock").push(event)
+    }
+    fn events(&self) -> Vec<StreamEvent> {
+        self.0.lock().expect("lock").clone()
+    }
+    /// The text a client shows: what streamed since the last reset.
+    fn shown(&self) -> String {
+        let mut shown = String::new();
+        for event in self.events() {
+            match event {
+                StreamEvent::Text(text) => shown.push_str(&text),
+                StreamEvent::Reset => shown.clear(),
+                StreamEvent::Status(_) => {}
+            }
+        }
+        shown
     }
 }
 
@@ -54,7 +97,7 @@ async fn whole_response_carries_text_and_usage() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("hello there"));
     let response = provider(llm.base_url())
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect("chat");
     assert_eq!(response.content, "hello there");
@@ -71,11 +114,13 @@ async fn streamed_deltas_concatenate_to_the_response() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("one two three four"));
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let sink = move |text: String| {
-        let _ = tx.send(text);
+    let sink = move |event: StreamEvent| {
+        if let StreamEvent::Text(text) = event {
+            let _ = tx.send(text);
+        }
     };
     let response = provider(llm.base_url())
-        .chat(&request("hi"), Some(&sink))
+        .chat(&streamed("hi"), &sink)
         .await
         .expect("chat");
     drop(sink);
@@ -99,9 +144,8 @@ async fn streamed_tool_calls_are_reassembled() {
         ("echo", json!({"text": "first call"})),
         ("fail", json!({"reason": "second"})),
     ]));
-    let sink = |_: String| {};
     let response = provider(llm.base_url())
-        .chat(&request("hi"), Some(&sink))
+        .chat(&streamed("hi"), &ignore)
         .await
         .expect("chat");
     assert_eq!(response.tool_calls.len(), 2);
@@ -127,7 +171,7 @@ async fn rate_limit_is_retried_after_the_servers_wait() {
     llm.push(Reply::text("finally"));
     let started = Instant::now();
     let response = provider(llm.base_url())
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect("chat");
     assert_eq!(response.content, "finally");
@@ -146,7 +190,7 @@ async fn client_errors_are_not_retried() {
         retry_after: None,
     });
     let err = provider(llm.base_url())
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect_err("401");
     assert!(
@@ -167,26 +211,27 @@ async fn retries_run_out_with_the_last_error() {
         });
     }
     let err = provider(llm.base_url())
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect_err("500s");
-    assert!(matches!(err, LlmError::Status { status: 500, .. }), "{err}");
+    assert!(
+        matches!(&err, LlmError::Exhausted { attempts: 4, last } if matches!(**last, LlmError::Status { status: 500, .. })),
+        "{err}"
+    );
     assert_eq!(llm.requests().len(), 4, "one attempt and three retries");
 }
 
 #[tokio::test]
 async fn a_missing_key_names_the_variable_without_calling() {
     let llm = ScriptedLlm::start().await.expect("llm");
-    let provider = OpenAiProvider::new(OpenAiConfig {
-        base_url: llm.base_url(),
+    let provider = retrying(OpenAiConfig {
         api_key: ApiKey::Missing {
             variable: "OPENAI_API_KEY".into(),
         },
-        ..OpenAiConfig::default()
-    })
-    .expect("provider");
+        ..config(llm.base_url())
+    });
     let err = provider
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect_err("no key");
     assert!(err.to_string().contains("OPENAI_API_KEY"), "{err}");
@@ -203,7 +248,7 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
         ..OpenAiConfig::default()
     });
     let err = provider
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect_err("refused");
     assert!(matches!(err, LlmError::Connect { .. }), "{err}");
@@ -220,7 +265,7 @@ async fn a_slow_server_hits_the_first_byte_timeout() {
         ..OpenAiConfig::default()
     });
     let err = provider
-        .chat(&request("hi"), None)
+        .chat(&request("hi"), &ignore)
         .await
         .expect_err("timeout");
     assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
@@ -236,4 +281,146 @@ fn an_invalid_base_url_is_refused_at_construction() {
         .expect_err(bad);
         assert!(err.to_string().contains("llm.base_url"), "{err}");
     }
+}
+
+#[tokio::test]
+async fn a_stream_that_stalls_times_out_between_chunks() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::StallAfter("the first words".into()));
+    let provider = without_retries(OpenAiConfig {
+        idle_timeout: Duration::from_millis(300),
+        ..config(llm.base_url())
+    });
+    let recorder = Recorder::default();
+    let started = Instant::now();
+    let err = provider
+        .chat(&streamed("hi"), &recorder.sink())
+        .await
+        .expect_err("stalled");
+    assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
+    assert!(err.to_string().contains("llm.idle_timeout_secs"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(recorder.shown(), "the first words");
+}
+
+#[tokio::test]
+async fn an_endless_stream_is_cut_at_the_reply_limit() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::Endless);
+    let provider = without_retries(OpenAiConfig {
+        limits: ResponseLimits {
+            max_reply_bytes: 64 * 1024,
+            ..ResponseLimits::default()
+        },
+        ..config(llm.base_url())
+    });
+    let recorder = Recorder::default();
+    let err = provider
+        .chat(&streamed("talk forever"), &recorder.sink())
+        .await
+        .expect_err("cut");
+    assert!(
+        matches!(
+            err,
+            LlmError::TooLarge {
+                key: "max_reply_bytes",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let shown = recorder.shown().len();
+    assert!(shown <= 64 * 1024, "{shown} bytes were passed on");
+}
+
+#[tokio::test]
+async fn an_endless_whole_body_is_cut_at_the_response_limit() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::Endless);
+    let provider = without_retries(OpenAiConfig {
+        limits: ResponseLimits {
+            max_response_bytes: 256 * 1024,
+            ..ResponseLimits::default()
+        },
+        ..config(llm.base_url())
+    });
+    let err = provider
+        .chat(&request("talk forever"), &ignore)
+        .await
+        .expect_err("cut");
+    assert!(err.to_string().contains("llm.max_response_bytes"), "{err}");
+}
+
+#[tokio::test]
+async fn a_huge_whole_reply_is_refused() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::text("x".repeat(100_000)));
+    let provider = without_retries(OpenAiConfig {
+        limits: ResponseLimits {
+            max_reply_bytes: 50_000,
+            ..ResponseLimits::default()
+        },
+        ..config(llm.base_url())
+    });
+    let err = provider
+        .chat(&request("hi"), &ignore)
+        .await
+        .expect_err("too large");
+    assert!(err.to_string().contains("llm.max_reply_bytes"), "{err}");
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_is_retried_and_its_text_reset_not_repeated() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.push(Reply::BreakAfter("thinking thinking".into()));
+    llm.push(Reply::text("thinking, then the answer"));
+    let recorder = Recorder::default();
+    let response = provider(llm.base_url())
+        .chat(&streamed("hi"), &recorder.sink())
+        .await
+        .expect("the retry succeeds");
+    assert_eq!(response.content, "thinking, then the answer");
+    assert_eq!(recorder.shown(), "thinking, then the answer");
+    let events = recorder.events();
+    assert!(events.contains(&StreamEvent::Reset), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, StreamEvent::Status(s) if s.contains("attempt 2 of 4"))),
+        "{events:?}"
+    );
+    assert_eq!(llm.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_huge_retry_after_does_not_panic() {
+    use axum::http::header::RETRY_AFTER;
+    use axum::response::IntoResponse;
+    // A server that asks for an absurd wait: the client must treat it as "too long", not
+    // overflow a Duration.
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|| async {
+            (
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                [(RETRY_AFTER, "1e300")],
+                "slow down",
+            )
+                .into_response()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let err = provider(format!("http://{addr}/v1"))
+        .chat(&request("hi"), &ignore)
+        .await
+        .expect_err("429");
+    assert!(matches!(err, LlmError::RateLimited { .. }), "{err}");
+    assert!(
+        !err.to_string().contains("gave up"),
+        "a wait that long is not waited for: {err}"
+    );
 }

@@ -1,16 +1,28 @@
 //! Errors of the session store.
+//!
+//! Their text reaches chats ("this conversation could not be saved: …"), so it never holds a
+//! server path; the path is kept in the error for logs ([`StoreError::path`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What can go wrong reading or writing a session.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// A file or directory could not be read or written.
-    #[error("session store I/O on {path}: {source}")]
+    /// A session file could not be read or written. The text is the system's reason alone
+    /// (`No space left on device`): callers say what they were doing.
+    #[error("{source}")]
     Io {
-        /// The file or directory.
+        /// The file or directory (for logs, not for chats).
         path: PathBuf,
         /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The state directory refused a test write when the store was opened.
+    #[error("the directory {} is not writable: {source}", .dir.display())]
+    Unwritable {
+        /// The directory.
+        dir: PathBuf,
+        /// Why the test write failed.
         source: std::io::Error,
     },
     /// A message could not be encoded (never expected; kept so it is not a panic).
@@ -22,5 +34,14 @@ impl StoreError {
     pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| Self::Io { path, source }
+    }
+
+    /// The file or directory the error is about, for logs.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Self::Io { path, .. } => Some(path),
+            Self::Unwritable { dir, .. } => Some(dir),
+            Self::Encode(_) => None,
+        }
     }
 }

@@ -3,21 +3,25 @@
 //! Each line is one record: a message (`{"role":...}`) or a usage total (`{"usage":...}`).
 //! Appends go straight to the file (one `write` each, no user-space buffer), so a record
 //! is with the OS before the reply leaves; a process crash loses nothing, a power loss at
-//! most the last records. Compaction writes a temp file, fsyncs it and renames it over the
-//! old one, so a file is always either the old or the new version.
+//! most the last records. An append that fails (a full disk) is cut back to the last whole
+//! record, so the next record is never glued onto a partial one. Compaction writes a temp
+//! file, fsyncs it and renames it over the old one, so a file is always either the old or
+//! the new version.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use switchboard_core::{ChatMessage, SessionKey, Usage};
 
 use crate::error::StoreError;
-use crate::store::{Loaded, SessionStore};
+use crate::store::{Loaded, SessionStore, StoreHealth};
 
 /// At most this much of a file's end is read on load; compaction keeps files far smaller.
 const TAIL_BYTES: u64 = 8 * 1024 * 1024;
@@ -42,16 +46,39 @@ pub struct JsonlStore {
     /// dropped when its session's worker exits (`release`) and before its file is replaced
     /// (compaction) or moved (archive). Held only to look up, insert or remove.
     open: Mutex<HashMap<SessionKey, Arc<File>>>,
+    /// Sessions whose file may end in a partial record: a failed append could not be cut
+    /// back. The next append cuts the file to its last whole record first.
+    damaged: Mutex<HashSet<SessionKey>>,
+    /// Whether the last write failed; checked without a lock on every successful write.
+    degraded: AtomicBool,
+    /// Writes that failed since the store was opened.
+    failed_writes: AtomicU64,
+    /// The last write error, for `/healthz`. Held only to read or replace it.
+    last_error: Mutex<Option<String>>,
 }
 
 impl JsonlStore {
     /// A store keeping its files in `<state_dir>/sessions`, created (mode 0700) if missing.
+    /// Fails when the directory cannot be created or does not take a test write, so a daemon
+    /// whose state directory is read-only or full refuses to start instead of losing
+    /// messages later.
     pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
         let dir = state_dir.join("sessions");
-        create_private_dir(&dir)?;
+        create_private_dir(&dir).map_err(|err| match err {
+            StoreError::Io { source, .. } => StoreError::Unwritable {
+                dir: dir.clone(),
+                source,
+            },
+            other => other,
+        })?;
+        check_writable(&dir)?;
         Ok(Self {
             dir,
             open: Mutex::new(HashMap::new()),
+            damaged: Mutex::new(HashSet::new()),
+            degraded: AtomicBool::new(false),
+            failed_writes: AtomicU64::new(0),
+            last_error: Mutex::new(None),
         })
     }
 
@@ -67,11 +94,49 @@ impl JsonlStore {
             buf.push(b'\n');
         }
         let path = self.path_of(key);
-        let file = self.file(key, &path)?;
-        (&*file).write_all(&buf).map_err(|err| {
-            self.forget(key);
-            StoreError::io(&path)(err)
-        })
+        let written = self.repair_if_damaged(key, &path).and_then(|()| {
+            let file = self.file(key, &path)?;
+            append_whole(&*file, &buf).map_err(|failure| {
+                self.forget(key);
+                if !failure.cut_back {
+                    lock(&self.damaged).insert(key.clone());
+                }
+                StoreError::io(&path)(failure.error)
+            })
+        });
+        self.note(written)
+    }
+
+    /// Cuts the session's file back to its last whole record if an earlier append left a
+    /// partial one that could not be removed then.
+    fn repair_if_damaged(&self, key: &SessionKey, path: &Path) -> Result<(), StoreError> {
+        if !lock(&self.damaged).contains(key) {
+            return Ok(());
+        }
+        cut_partial_tail(path).map_err(StoreError::io(path))?;
+        lock(&self.damaged).remove(key);
+        tracing::warn!(session = %key, path = %path.display(),
+            "cut a partial record off the end of a session file");
+        Ok(())
+    }
+
+    /// Records the outcome of a write for [`SessionStore::health`].
+    fn note<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        match &result {
+            Ok(_) => {
+                if self.degraded.load(Ordering::Relaxed) {
+                    self.degraded.store(false, Ordering::Relaxed);
+                    *lock(&self.last_error) = None;
+                    tracing::info!("the session store writes again");
+                }
+            }
+            Err(err) => {
+                self.failed_writes.fetch_add(1, Ordering::Relaxed);
+                *lock(&self.last_error) = Some(err.to_string());
+                self.degraded.store(true, Ordering::Relaxed);
+            }
+        }
+        result
     }
 
     /// The session's file, opened for appending (kept open while there is room).
@@ -93,11 +158,109 @@ impl JsonlStore {
     }
 
     fn forget(&self, key: &SessionKey) {
-        self.open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
+        lock(&self.open).remove(key);
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What an append needs of a file. A trait so tests can make writes fail part-way.
+trait AppendTarget {
+    /// The current length.
+    fn len(&self) -> std::io::Result<u64>;
+    /// Writes all of `buf` at the end.
+    fn append(&self, buf: &[u8]) -> std::io::Result<()>;
+    /// Cuts the file to `len` bytes.
+    fn cut(&self, len: u64) -> std::io::Result<()>;
+}
+
+impl AppendTarget for File {
+    fn len(&self) -> std::io::Result<u64> {
+        self.metadata().map(|m| m.len())
+    }
+    fn append(&self, buf: &[u8]) -> std::io::Result<()> {
+        let mut file = self;
+        file.write_all(buf)
+    }
+    fn cut(&self, len: u64) -> std::io::Result<()> {
+        self.set_len(len)
+    }
+}
+
+/// A failed append: why, and whether the file was cut back to its length before.
+struct AppendFailure {
+    error: std::io::Error,
+    cut_back: bool,
+}
+
+/// Appends `buf` whole or not at all: when the write fails part-way (a full disk), the
+/// file is cut back to the length it had before, so it still ends with a whole record.
+/// Only the session's own worker appends to its file, so nothing else moves the end.
+fn append_whole(file: &impl AppendTarget, buf: &[u8]) -> Result<(), AppendFailure> {
+    let before = file.len().map_err(|error| AppendFailure {
+        error,
+        cut_back: true,
+    })?;
+    file.append(buf).map_err(|error| {
+        let cut_back = match file.cut(before) {
+            Ok(()) => true,
+            Err(cut) => {
+                tracing::warn!(error = %cut, "could not cut a failed append back");
+                false
+            }
+        };
+        AppendFailure { error, cut_back }
+    })
+}
+
+/// Cuts a file after its last newline, dropping a partial record at its end.
+fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
+    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        // Moved or removed since: nothing left to cut.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    let len = file.metadata()?.len();
+    let mut end = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(chunk.len() as u64);
+        let piece = &mut chunk[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(piece)?;
+        if let Some(at) = piece.iter().rposition(|&b| b == b'\n') {
+            let keep = start + at as u64 + 1;
+            if keep < len {
+                file.set_len(keep)?;
+            }
+            return Ok(());
+        }
+        end = start;
+    }
+    file.set_len(0)
+}
+
+/// Makes sure the directory takes a write, so a read-only or full state directory stops the
+/// daemon at start with a clear error rather than losing messages later.
+fn check_writable(dir: &Path) -> Result<(), StoreError> {
+    let probe = dir.join(".write-check");
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&probe)?;
+        file.write_all(b"switchboard checks that it can write here\n")?;
+        file.sync_all()?;
+        fs::remove_file(&probe)
+    })();
+    result.map_err(|source| StoreError::Unwritable {
+        dir: dir.to_path_buf(),
+        source,
+    })
 }
 
 impl SessionStore for JsonlStore {
@@ -115,7 +278,10 @@ impl SessionStore for JsonlStore {
                 .map_err(StoreError::io(&path))?;
         }
         let mut text = Vec::new();
-        file.read_to_end(&mut text).map_err(StoreError::io(&path))?;
+        // Bounded even if the file grows while it is read.
+        file.take(TAIL_BYTES)
+            .read_to_end(&mut text)
+            .map_err(StoreError::io(&path))?;
 
         let mut loaded = Loaded::default();
         let mut lines = text.split(|&b| b == b'\n').peekable();
@@ -147,11 +313,13 @@ impl SessionStore for JsonlStore {
             }
             loaded.records += 1;
         }
-        if torn {
-            // Rewrite now, or the next append would be glued onto the torn line.
+        // A torn last line, or a whole record whose newline was lost: rewrite now, or the
+        // next append would be glued onto it.
+        if torn || text.last().is_some_and(|&b| b != b'\n') {
             self.compact(key, &loaded.messages, loaded.usage)?;
             loaded.records = loaded.messages.len() + 1;
         }
+        lock(&self.damaged).remove(key);
         Ok(loaded)
     }
 
@@ -179,6 +347,39 @@ impl SessionStore for JsonlStore {
         messages: &[ChatMessage],
         usage: Usage,
     ) -> Result<(), StoreError> {
+        let result = self.rewrite(key, messages, usage);
+        if result.is_ok() {
+            lock(&self.damaged).remove(key);
+        }
+        self.note(result)
+    }
+
+    fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let result = self.move_aside(key);
+        if result.is_ok() {
+            lock(&self.damaged).remove(key);
+        }
+        self.note(result)
+    }
+
+    fn health(&self) -> StoreHealth {
+        match lock(&self.last_error).clone() {
+            None => StoreHealth::Ok,
+            Some(error) => StoreHealth::Degraded {
+                error,
+                failed_writes: self.failed_writes.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+impl JsonlStore {
+    fn rewrite(
+        &self,
+        key: &SessionKey,
+        messages: &[ChatMessage],
+        usage: Usage,
+    ) -> Result<(), StoreError> {
         self.forget(key);
         let path = self.path_of(key);
         let tmp = path.with_extension("jsonl.tmp");
@@ -200,7 +401,7 @@ impl SessionStore for JsonlStore {
         sync_dir(&self.dir)
     }
 
-    fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+    fn move_aside(&self, key: &SessionKey) -> Result<(), StoreError> {
         self.forget(key);
         let path = self.path_of(key);
         if !path.exists() {
@@ -218,8 +419,17 @@ impl SessionStore for JsonlStore {
     }
 }
 
+/// The longest file stem; with `.jsonl`, an archive's `.<millis>` and a `.tmp` a name stays
+/// far below the 255 bytes file systems allow.
+const MAX_STEM: usize = 165;
+/// How much of a long key's encoding is kept in front of its hash, for people reading `ls`.
+const LONG_PREFIX: usize = MAX_STEM - 1 - 64;
+
 /// A file name for a key: ASCII letters, digits, `-` and `_` stay; every other byte
-/// becomes `%XX`, so no chat id can name a path outside the directory.
+/// becomes `%XX`, so no chat id can name a path outside the directory. An encoding longer
+/// than [`MAX_STEM`] becomes its first bytes, `~` and the SHA-256 of the whole key: a fixed
+/// length whatever the chat id. `~` never appears in an encoding, so a long key's name
+/// cannot be a short key's, and two long keys share a name only if SHA-256 collides.
 fn file_stem(key: &SessionKey) -> String {
     let mut stem = String::with_capacity(key.as_str().len());
     for byte in key.as_str().bytes() {
@@ -229,10 +439,19 @@ fn file_stem(key: &SessionKey) -> String {
             stem.push_str(&format!("%{byte:02X}"));
         }
     }
+    if stem.len() <= MAX_STEM {
+        return stem;
+    }
+    // The encoding is ASCII, so any byte index is a char boundary.
+    stem.truncate(LONG_PREFIX);
+    stem.push('~');
+    for byte in Sha256::digest(key.as_str().as_bytes()) {
+        stem.push_str(&format!("{byte:02x}"));
+    }
     stem
 }
 
-fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -424,6 +643,167 @@ mod tests {
             .expect("dir")
             .count();
         assert_eq!(archived, 1);
+    }
+
+    /// A file that takes `room` more bytes, then fails like a full disk.
+    struct FullDisk {
+        data: std::cell::RefCell<Vec<u8>>,
+        room: usize,
+        cut_fails: bool,
+    }
+
+    impl AppendTarget for FullDisk {
+        fn len(&self) -> std::io::Result<u64> {
+            Ok(self.data.borrow().len() as u64)
+        }
+        fn append(&self, buf: &[u8]) -> std::io::Result<()> {
+            let mut data = self.data.borrow_mut();
+            let fits = buf.len().min(self.room.saturating_sub(data.len()));
+            data.extend_from_slice(&buf[..fits]);
+            if fits < buf.len() {
+                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+            Ok(())
+        }
+        fn cut(&self, len: u64) -> std::io::Result<()> {
+            if self.cut_fails {
+                return Err(std::io::Error::other("cannot cut"));
+            }
+            self.data.borrow_mut().truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_append_is_cut_back_to_the_last_whole_record() {
+        let disk = FullDisk {
+            data: std::cell::RefCell::new(b"{\"role\":\"user\",\"content\":\"q\"}\n".to_vec()),
+            room: 50,
+            cut_fails: false,
+        };
+        let before = disk.data.borrow().clone();
+        let record = b"{\"role\":\"assistant\",\"content\":\"a long answer\"}\n";
+        let failure = append_whole(&disk, record).expect_err("the disk is full");
+        assert!(failure.cut_back);
+        assert_eq!(failure.error.raw_os_error(), Some(28));
+        assert_eq!(*disk.data.borrow(), before, "no partial record is left");
+
+        let stuck = FullDisk {
+            cut_fails: true,
+            ..disk
+        };
+        let failure = append_whole(&stuck, record).expect_err("still full");
+        assert!(
+            !failure.cut_back,
+            "the caller must learn the file is damaged"
+        );
+    }
+
+    #[test]
+    fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
+        let (_dir, store) = store();
+        let key = SessionKey::from("s");
+        store
+            .append(&key, &[ChatMessage::user("q")], None)
+            .expect("append");
+        // A partial record that a failed append could not remove.
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(store.path_of(&key))
+            .expect("open");
+        file.write_all(br#"{"role":"assistant","conte"#)
+            .expect("tear");
+        drop(file);
+        store.forget(&key);
+        lock(&store.damaged).insert(key.clone());
+
+        store
+            .append(&key, &[ChatMessage::user("next")], None)
+            .expect("append");
+        let loaded = store.load(&key).expect("load");
+        assert_eq!(
+            loaded.messages,
+            vec![ChatMessage::user("q"), ChatMessage::user("next")]
+        );
+        assert_eq!(loaded.records, 2, "no line was lost or skipped");
+    }
+
+    #[test]
+    fn a_write_that_fails_degrades_health_until_one_succeeds() {
+        let (_dir, store) = store();
+        let key = SessionKey::from("full");
+        // /dev/full fails every write with ENOSPC, as a full disk does.
+        std::os::unix::fs::symlink("/dev/full", store.path_of(&key)).expect("symlink");
+        let err = store
+            .append(&key, &[ChatMessage::user("q")], None)
+            .expect_err("the disk is full");
+        assert!(err.to_string().contains("No space left"), "{err}");
+        assert!(
+            !err.to_string().contains(&*store.dir.to_string_lossy()),
+            "errors reach chats and must not name server paths: {err}"
+        );
+        assert!(matches!(
+            store.health(),
+            StoreHealth::Degraded {
+                failed_writes: 1,
+                ..
+            }
+        ));
+
+        fs::remove_file(store.path_of(&key)).expect("remove symlink");
+        store
+            .append(&key, &[ChatMessage::user("q")], None)
+            .expect("the disk has room again");
+        assert_eq!(store.health(), StoreHealth::Ok);
+        assert_eq!(
+            store.load(&key).expect("load").messages,
+            vec![ChatMessage::user("q")]
+        );
+    }
+
+    #[test]
+    fn a_state_dir_that_refuses_writes_is_refused_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Where the test write would go there is a directory: the write fails, as it would
+        // on a read-only or full file system (permissions do not stop root, this does).
+        fs::create_dir_all(dir.path().join("sessions/.write-check")).expect("mkdir");
+        let err = JsonlStore::open(dir.path()).expect_err("not writable");
+        assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+        assert!(err.to_string().contains("is not writable"), "{err}");
+
+        let file = dir.path().join("a-file");
+        fs::write(&file, "").expect("write");
+        let err = JsonlStore::open(&file).expect_err("a file is no directory");
+        assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+    }
+
+    #[test]
+    fn long_keys_get_fixed_length_names_that_do_not_collide() {
+        let (_dir, store) = store();
+        let euro = SessionKey::from(format!("websocket_{}", "€".repeat(42)));
+        let euro_too = SessionKey::from(format!("websocket_{}x", "€".repeat(42)));
+        let short = SessionKey::from("websocket_c");
+        let names: Vec<String> = [&euro, &euro_too, &short]
+            .iter()
+            .map(|key| {
+                store
+                    .path_of(key)
+                    .file_name()
+                    .expect("name")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        assert_eq!(names[0].len(), MAX_STEM + ".jsonl".len(), "{}", names[0]);
+        assert_eq!(names[0].len(), names[1].len());
+        assert_ne!(names[0], names[1]);
+        assert_eq!(names[2], "websocket_c.jsonl");
+        for key in [&euro, &euro_too] {
+            store
+                .append(key, &[ChatMessage::user(key.as_str())], None)
+                .expect("a long key works");
+            store.archive(key).expect("and archives");
+        }
     }
 
     #[test]

@@ -21,5 +21,5 @@ mod trim;
 pub use error::StoreError;
 pub use jsonl::JsonlStore;
 pub use session::Session;
-pub use store::{Loaded, SessionStore};
-pub use trim::{repair, trim};
+pub use store::{Loaded, SessionStore, StoreHealth};
+pub use trim::{MISSING_RESULT, repair, trim};

@@ -15,6 +15,21 @@ pub struct Loaded {
     pub records: usize,
 }
 
+/// Whether the store is saving what it is given, for `/healthz`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum StoreHealth {
+    /// The last write succeeded.
+    #[default]
+    Ok,
+    /// The last write failed; the next one that succeeds clears this.
+    Degraded {
+        /// The last error.
+        error: String,
+        /// Writes that failed since the store was opened.
+        failed_writes: u64,
+    },
+}
+
 /// Durable storage of sessions. Calls are short blocking writes (an append is one
 /// `write` to the page cache), made from the session's own worker.
 pub trait SessionStore: Send + Sync + 'static {
@@ -22,7 +37,7 @@ pub trait SessionStore: Send + Sync + 'static {
     fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
 
     /// Appends messages and, when given, the tokens a turn spent, in one write; they are
-    /// with the OS before this returns.
+    /// with the OS before this returns. When it fails, the file holds no part of them.
     fn append(
         &self,
         key: &SessionKey,
@@ -43,4 +58,9 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Moves the session aside (for `/new`); the next load starts empty.
     fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// Whether writes are succeeding.
+    fn health(&self) -> StoreHealth {
+        StoreHealth::Ok
+    }
 }

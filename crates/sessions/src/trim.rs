@@ -7,7 +7,7 @@
 use std::borrow::Borrow;
 use std::collections::{HashSet, VecDeque};
 
-use switchboard_core::ChatMessage;
+use switchboard_core::{ChatMessage, make_call_ids_unique};
 
 /// The text of a synthetic result for a call whose real result was never recorded.
 pub const MISSING_RESULT: &str =
@@ -53,54 +53,82 @@ pub fn trim<M: Borrow<ChatMessage>>(messages: &mut VecDeque<M>, limit: usize) {
 
 /// Repairs history read back from disk or left by an interrupted turn, so every provider
 /// accepts it: it starts with a user message, every tool call is directly followed by a
-/// result for it (a synthetic error result where none was recorded), and no tool result
-/// stands without its call.
+/// result for it (a synthetic error result where none was recorded), no tool result stands
+/// without its call, and no two calls share an id.
+///
+/// A repeated call id (some models emit them) is renamed as [`make_call_ids_unique`] does
+/// when a response arrives; the results that follow are matched to the calls in order, so
+/// the second result written with a repeated id answers the second call.
 pub fn repair(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::new();
+    // Every call id kept so far.
+    let mut taken: HashSet<String> = HashSet::new();
     // Calls of the last assistant message still waiting for their results.
-    let mut open: Vec<(String, String)> = Vec::new();
-    let mut answered: HashSet<String> = HashSet::new();
-
-    let close_open = |out: &mut Vec<ChatMessage>,
-                      open: &mut Vec<(String, String)>,
-                      answered: &mut HashSet<String>| {
-        for (id, name) in open.drain(..) {
-            if !answered.contains(&id) {
-                out.push(ChatMessage::Tool {
-                    tool_call_id: id,
-                    name,
-                    content: MISSING_RESULT.to_owned(),
-                    is_error: true,
-                });
-            }
-        }
-        answered.clear();
-    };
+    let mut open: Vec<OpenCall> = Vec::new();
 
     for message in messages {
         if out.is_empty() && !message.is_user() {
             continue;
         }
-        match &message {
-            ChatMessage::Tool { tool_call_id, .. } => {
-                let expected = open.iter().any(|(id, _)| id == tool_call_id);
-                if expected && answered.insert(tool_call_id.clone()) {
-                    out.push(message);
+        match message {
+            ChatMessage::Tool {
+                tool_call_id,
+                name,
+                content,
+                is_error,
+            } => {
+                // A result answers the first open call written with its id; one that
+                // answers nothing (no call, or answered already) is dropped.
+                if let Some(at) = open.iter().position(|call| call.written == tool_call_id) {
+                    let call = open.remove(at);
+                    out.push(ChatMessage::Tool {
+                        tool_call_id: call.kept,
+                        name,
+                        content,
+                        is_error,
+                    });
                 }
             }
-            _ => {
-                close_open(&mut out, &mut open, &mut answered);
-                open = message
-                    .tool_calls()
-                    .iter()
-                    .map(|call| (call.id.clone(), call.name.clone()))
-                    .collect();
+            mut message => {
+                close_open(&mut out, &mut open);
+                if let ChatMessage::Assistant { tool_calls, .. } = &mut message {
+                    let written: Vec<String> = tool_calls.iter().map(|c| c.id.clone()).collect();
+                    make_call_ids_unique(tool_calls, &mut taken);
+                    open = written
+                        .into_iter()
+                        .zip(tool_calls.iter())
+                        .map(|(written, call)| OpenCall {
+                            written,
+                            kept: call.id.clone(),
+                            name: call.name.clone(),
+                        })
+                        .collect();
+                }
                 out.push(message);
             }
         }
     }
-    close_open(&mut out, &mut open, &mut answered);
+    close_open(&mut out, &mut open);
     out
+}
+
+/// A call waiting for its result: its id as written, and as kept after renaming.
+struct OpenCall {
+    written: String,
+    kept: String,
+    name: String,
+}
+
+/// Gives every call still open a synthetic error result.
+fn close_open(out: &mut Vec<ChatMessage>, open: &mut Vec<OpenCall>) {
+    for call in open.drain(..) {
+        out.push(ChatMessage::Tool {
+            tool_call_id: call.kept,
+            name: call.name,
+            content: MISSING_RESULT.to_owned(),
+            is_error: true,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +168,10 @@ mod tests {
     fn assert_valid(messages: &[ChatMessage]) {
         if let Some(first) = messages.first() {
             assert!(first.is_user(), "history starts with {first:?}");
+        }
+        let mut seen = HashSet::new();
+        for call in messages.iter().flat_map(ChatMessage::tool_calls) {
+            assert!(seen.insert(call.id.clone()), "call id {} repeats", call.id);
         }
         let mut open: Vec<String> = Vec::new();
         for message in messages {
@@ -371,6 +403,34 @@ mod tests {
         assert_valid(&out);
         assert_eq!(out[2].tool_call_id(), Some("a"));
         assert_eq!(out[3], user("2"));
+    }
+
+    #[test]
+    fn repair_renames_repeated_call_ids_and_matches_results_in_order() {
+        let first = ChatMessage::tool_result(&call("a"), "first", false);
+        let second = ChatMessage::tool_result(&call("a"), "second", false);
+        let out = repair(vec![
+            user("q"),
+            calls(&["a", "a"]),
+            first,
+            second,
+            reply("r"),
+            user("again"),
+            calls(&["a"]),
+        ]);
+        assert_valid(&out);
+        let ids: Vec<&str> = out
+            .iter()
+            .flat_map(ChatMessage::tool_calls)
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "a_2", "a_3"]);
+        assert_eq!(out[2].tool_call_id(), Some("a"));
+        assert_eq!(out[2].text(), "first");
+        assert_eq!(out[3].tool_call_id(), Some("a_2"));
+        assert_eq!(out[3].text(), "second");
+        assert_eq!(out[7].tool_call_id(), Some("a_3"));
+        assert_eq!(out[7].text(), MISSING_RESULT);
     }
 
     #[test]

@@ -4,11 +4,14 @@
 //! # Layout
 //! - `llm`: [`ScriptedLlm`], an OpenAI-compatible chat-completions server (whole and SSE
 //!   responses, scripted tool calls, injected errors, recorded requests).
+//! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
+//!   pure check shared by the fake's strict mode and property tests.
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
 mod llm;
+pub mod strict;
 mod tools;
 
-pub use llm::{Reply, ScriptedLlm};
+pub use llm::{Reply, Responder, ScriptedLlm};
 pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};

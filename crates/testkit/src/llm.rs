@@ -1,9 +1,11 @@
 //! [`ScriptedLlm`]: an OpenAI-compatible server that answers from a script.
 //!
-//! Each request takes the next [`Reply`] of the script; when the script is empty it
-//! echoes the last user message (`echo: <text>`). A request with `"stream": true` gets
-//! server-sent events (text word by word, tool-call arguments in fragments, usage last);
-//! otherwise one JSON body. Every request body is recorded.
+//! Each request takes the next [`Reply`] of the script; when the script is empty it asks
+//! the responder set with [`ScriptedLlm::respond_with`], or echoes the last user message
+//! (`echo: <text>`). A request with `"stream": true` gets server-sent events (text word by
+//! word, tool-call arguments in fragments, usage last); otherwise one JSON body. Every
+//! request body is recorded. In strict mode ([`ScriptedLlm::strict`]) a request that a real
+//! provider would refuse (orphaned or duplicated tool-call ids) gets their HTTP 400.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -11,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -41,6 +43,18 @@ pub enum Reply {
     /// A final text answer whose streamed chunks are sent `gap` apart, as a real model's
     /// tokens are (whole responses ignore the gap).
     Paced(String, Duration),
+    /// Tool calls with the ids given: `(id, name, arguments)` (e.g. the duplicate ids some
+    /// models emit).
+    ToolCallsWithIds(Vec<(String, String, Value)>),
+    /// Text streamed for ever (a whole response: a body that never ends).
+    Endless,
+    /// The words of the text, streamed, then silence with the connection held open.
+    StallAfter(String),
+    /// The words of the text, streamed, then the connection breaks.
+    BreakAfter(String),
+    /// An HTTP error with a message in the body (strict mode's 400s).
+    #[doc(hidden)]
+    ErrorWithMessage(u16, String),
 }
 
 impl Reply {
@@ -73,10 +87,26 @@ impl Reply {
     pub fn delayed(self, delay: Duration) -> Self {
         Self::Delayed(delay, Box::new(self))
     }
+
+    fn with_message(self, message: String) -> Self {
+        match self {
+            Self::Error { status, .. } => Self::ErrorWithMessage(status, message),
+            other => other,
+        }
+    }
 }
+
+/// Builds the reply to a request when the script is empty.
+pub type Responder = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
 
 struct Script {
     replies: Mutex<VecDeque<Reply>>,
+    /// Answers requests when `replies` is empty; `None` echoes.
+    responder: Mutex<Option<Responder>>,
+    /// Whether requests providers would refuse get a 400.
+    strict: std::sync::atomic::AtomicBool,
+    /// Why strict mode refused requests, in order.
+    violations: Mutex<Vec<String>>,
     /// Request bodies, while `record` is on.
     requests: Mutex<Vec<Value>>,
     /// Off for long runs (benchmarks, `fake-llm`), where keeping every body would grow
@@ -110,6 +140,9 @@ impl ScriptedLlm {
     pub async fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
         let script = Arc::new(Script {
             replies: Mutex::new(VecDeque::new()),
+            responder: Mutex::new(None),
+            strict: std::sync::atomic::AtomicBool::new(false),
+            violations: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
             record: std::sync::atomic::AtomicBool::new(true),
             received: std::sync::atomic::AtomicUsize::new(0),
@@ -145,6 +178,29 @@ impl ScriptedLlm {
     pub fn push(&self, reply: Reply) -> &Self {
         lock(&self.script.replies).push_back(reply);
         self
+    }
+
+    /// Answers requests the script has no reply for with `responder`.
+    pub fn respond_with(
+        &self,
+        responder: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    ) -> &Self {
+        *lock(&self.script.responder) = Some(Box::new(responder));
+        self
+    }
+
+    /// Refuses, with a provider's HTTP 400, requests with orphaned, unanswered or
+    /// duplicated tool-call ids (see [`crate::strict`]).
+    pub fn strict(&self) -> &Self {
+        self.script
+            .strict
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
+    /// Why strict mode refused requests so far.
+    pub fn violations(&self) -> Vec<String> {
+        lock(&self.script.violations).clone()
     }
 
     /// Stops keeping request bodies (for long runs); `requests` returns what was kept.
@@ -196,9 +252,27 @@ async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
         }
     };
     let stream = request["stream"].as_bool().unwrap_or(false);
-    let reply = lock(&script.replies)
-        .pop_front()
-        .unwrap_or_else(|| Reply::Text(format!("echo: {}", last_user_text(&request))));
+    let violation = script
+        .strict
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .then(|| crate::strict::check_openai_request(&request).err())
+        .flatten();
+    let scripted = lock(&script.replies).pop_front();
+    let reply = match (violation, scripted) {
+        (Some(violation), _) => {
+            lock(&script.violations).push(violation.clone());
+            Reply::Error {
+                status: 400,
+                retry_after: None,
+            }
+            .with_message(violation)
+        }
+        (None, Some(reply)) => reply,
+        (None, None) => match &*lock(&script.responder) {
+            Some(responder) => responder(&request),
+            None => Reply::Text(format!("echo: {}", last_user_text(&request))),
+        },
+    };
     let number = script
         .received
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -233,30 +307,92 @@ async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
             }
             response
         }
+        Reply::ErrorWithMessage(status, message) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+            (
+                status,
+                Json(json!({"error": {"message": message, "type": "invalid_request_error"}})),
+            )
+                .into_response()
+        }
+        Reply::Endless => {
+            let piece = chunk(json!({"content": "and on "}), None);
+            let event = Bytes::from(format!("data: {piece}\n\n"));
+            let events = futures::stream::repeat_with(move || Ok::<_, Infallible>(event.clone()));
+            if stream {
+                sse_body(events)
+            } else {
+                // A JSON body that never ends.
+                let head = futures::stream::once(async {
+                    Ok::<_, Infallible>(Bytes::from_static(
+                        b"{\"choices\":[{\"message\":{\"content\":\"",
+                    ))
+                });
+                let filler = futures::stream::repeat_with(|| {
+                    Ok::<_, Infallible>(Bytes::from_static(b"and on and on and on "))
+                });
+                json_body(head.chain(filler))
+            }
+        }
+        Reply::StallAfter(text) => {
+            let events = events_of(text_chunks(&text), None).chain(futures::stream::pending());
+            sse_body(paced(events, Duration::ZERO))
+        }
+        Reply::BreakAfter(text) => {
+            // Paced, so the text really reaches the client before the break.
+            let events = paced(
+                events_of(text_chunks(&text), None),
+                Duration::from_millis(20),
+            )
+            .map(Ok::<_, std::io::Error>)
+            .chain(futures::stream::once(async {
+                Err(std::io::Error::other("scripted connection break"))
+            }));
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(events.map(|item| {
+                    item.and_then(|r| r.map_err(|never| match never {}))
+                })))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        Reply::ToolCallsWithIds(calls) => tool_calls_reply(
+            calls
+                .iter()
+                .map(|(id, name, args)| {
+                    json!({"id": id, "type": "function",
+                        "function": {"name": name, "arguments": args.to_string()}})
+                })
+                .collect(),
+            stream,
+        ),
         Reply::Text(text) if stream => sse(text_chunks(&text), Duration::ZERO),
         Reply::Paced(text, gap) if stream => sse(text_chunks(&text), gap),
         Reply::Text(text) | Reply::Paced(text, _) => {
             whole(json!({"role": "assistant", "content": text}), "stop")
         }
-        Reply::ToolCalls(calls) => {
-            let calls: Vec<Value> = calls
+        Reply::ToolCalls(calls) => tool_calls_reply(
+            calls
                 .iter()
                 .enumerate()
                 .map(|(i, (name, args))| {
                     json!({"id": format!("call_{number}_{i}"), "type": "function",
                         "function": {"name": name, "arguments": args.to_string()}})
                 })
-                .collect();
-            if stream {
-                sse(tool_chunks(&calls), Duration::ZERO)
-            } else {
-                whole(
-                    json!({"role": "assistant", "content": null, "tool_calls": calls}),
-                    "tool_calls",
-                )
-            }
-        }
+                .collect(),
+            stream,
+        ),
         Reply::Delayed(..) => unreachable!("unwrapped above"),
+    }
+}
+
+fn tool_calls_reply(calls: Vec<Value>, stream: bool) -> Response {
+    if stream {
+        sse(tool_chunks(&calls), Duration::ZERO)
+    } else {
+        whole(
+            json!({"role": "assistant", "content": null, "tool_calls": calls}),
+            "tool_calls",
+        )
     }
 }
 
@@ -311,25 +447,57 @@ fn tool_chunks(calls: &[Value]) -> Vec<Value> {
     chunks
 }
 
-fn sse(chunks: Vec<Value>, gap: Duration) -> Response {
+/// The SSE events of `chunks`; with `end`, a usage event and `[DONE]` follow.
+fn events_of(
+    chunks: Vec<Value>,
+    end: Option<()>,
+) -> impl futures::Stream<Item = Bytes> + Send + 'static {
     let usage = json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
-    let events: Vec<String> = chunks
+    let mut events: Vec<Bytes> = chunks
         .into_iter()
-        .chain(std::iter::once(usage))
-        .map(|chunk| format!("data: {chunk}\n\n"))
-        .chain(std::iter::once("data: [DONE]\n\n".to_owned()))
+        .map(|chunk| Bytes::from(format!("data: {chunk}\n\n")))
         .collect();
-    let events = futures::stream::iter(events).then(move |event| async move {
+    if end.is_some() {
+        events.push(Bytes::from(format!("data: {usage}\n\n")));
+        events.push(Bytes::from_static(b"data: [DONE]\n\n"));
+    }
+    futures::stream::iter(events)
+}
+
+/// `events`, each `gap` after the one before.
+fn paced(
+    events: impl futures::Stream<Item = Bytes> + Send + 'static,
+    gap: Duration,
+) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
+    events.then(move |event| async move {
         if !gap.is_zero() {
             tokio::time::sleep(gap).await;
         }
         Ok::<_, Infallible>(event)
-    });
+    })
+}
+
+fn sse(chunks: Vec<Value>, gap: Duration) -> Response {
+    sse_body(paced(events_of(chunks, Some(())), gap))
+}
+
+fn sse_body(
+    events: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> Response {
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(Body::from_stream(events))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn json_body(
+    chunks: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
+) -> Response {
+    Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(chunks))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

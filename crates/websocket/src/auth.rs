@@ -8,7 +8,10 @@ use subtle::ConstantTimeEq;
 /// How WebSocket clients authenticate.
 #[derive(Clone)]
 pub enum WsAuth {
-    /// No token (allowed by the daemon only on a loopback bind).
+    /// No token (allowed by the daemon only on a loopback bind). The page and `/ws` then
+    /// answer only requests whose Host is a loopback name (or one the config lists): a web
+    /// site whose name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name
+    /// as Host and is refused.
     None,
     /// Clients must present this token.
     Token(String),
@@ -93,6 +96,41 @@ fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     }
 }
 
+/// Whether a request's Host header names this machine's loopback interface (`localhost`,
+/// `*.localhost`, `127.0.0.0/8`, `::1`) or one of `allowed` (case-insensitive; a port is
+/// ignored).
+pub(crate) fn check_host(headers: &HeaderMap, allowed: &[String]) -> Result<(), &'static str> {
+    let host = headers
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .ok_or("the Host header is missing")?;
+    let name = host_name(host);
+    let loopback_name =
+        name.eq_ignore_ascii_case("localhost") || name.to_ascii_lowercase().ends_with(".localhost");
+    let loopback_ip = name
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_loopback());
+    if loopback_name || loopback_ip || allowed.iter().any(|a| a.eq_ignore_ascii_case(name)) {
+        Ok(())
+    } else {
+        Err(
+            "this Host is not served without a token (add it to http.allowed_hosts, or use auth = \"token\")",
+        )
+    }
+}
+
+/// The name of a Host header value: without its port, IPv6 brackets removed.
+fn host_name(host: &str) -> &str {
+    let host = host.trim();
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.chars().all(|c| c.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
@@ -149,5 +187,34 @@ mod tests {
         assert!(auth.check(&same, None).is_ok());
         assert!(auth.check(&other, None).is_err());
         assert!(auth.check(&headers(&[]), None).is_ok());
+    }
+
+    #[test]
+    fn only_loopback_and_listed_hosts_pass_the_host_check() {
+        let allowed = vec!["agent.home.arpa".to_owned()];
+        for host in [
+            "127.0.0.1:8080",
+            "127.0.0.53",
+            "[::1]:8080",
+            "localhost",
+            "LOCALHOST:8080",
+            "chat.localhost:8080",
+            "agent.home.arpa:8080",
+        ] {
+            let map = headers(&[("host", host)]);
+            assert!(check_host(&map, &allowed).is_ok(), "{host}");
+        }
+        for host in [
+            "evil.example:8080",
+            "evil.example",
+            "localhost.evil.example",
+            "10.0.0.1:8080",
+            "[::2]:8080",
+            "127.0.0.1.nip.io:8080",
+        ] {
+            let map = headers(&[("host", host)]);
+            assert!(check_host(&map, &allowed).is_err(), "{host}");
+        }
+        assert!(check_host(&headers(&[]), &allowed).is_err());
     }
 }

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use axum::Router;
 use axum::extract::ws::{Utf8Bytes, WebSocketUpgrade};
-use axum::extract::{Query, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use dashmap::DashMap;
@@ -19,8 +20,9 @@ use switchboard_core::{
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
-use crate::auth::BEARER_PROTOCOL;
+use crate::auth::{BEARER_PROTOCOL, WsAuth, check_host};
 use crate::config::WsConfig;
 use crate::connection;
 use crate::page;
@@ -28,10 +30,6 @@ use crate::protocol::ServerFrame;
 
 /// The channel's name, and the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "websocket";
-
-/// The hard limit on one WebSocket message; past it the connection is closed. Frames
-/// between `max_frame_bytes` and this get an `error` frame and the connection stays.
-const HARD_MESSAGE_LIMIT: usize = 1024 * 1024;
 
 /// Initial read buffer of a socket.
 const READ_BUFFER: usize = 1024;
@@ -60,9 +58,11 @@ pub(crate) struct Shared {
     pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
     pub next_conn: AtomicU64,
     pub open: AtomicUsize,
-    /// Cancelled by [`WebSocketChannel::close_all`]: each socket sends what is queued,
+    /// Cancelled by [`WebSocketChannel::close`]: each socket sends what is queued,
     /// then a going-away close frame.
     pub closing: CancellationToken,
+    /// Every connection task, so closing can wait until each socket has flushed.
+    pub connections: TaskTracker,
 }
 
 impl Shared {
@@ -111,16 +111,22 @@ impl WebSocketChannel {
                 next_conn: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
                 closing: CancellationToken::new(),
+                connections: TaskTracker::new(),
             }),
         }
     }
 
-    /// The routes of this channel: `GET /ws` and the web chat page at `GET /`.
+    /// The routes of this channel: `GET /ws` and the web chat page at `GET /`. Without
+    /// auth, they answer only loopback Host names (and the configured ones).
     pub fn router(&self) -> Router {
         Router::new()
             .route("/ws", get(upgrade))
             .route("/", get(page::chat_page))
             .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
+            .layer(axum::middleware::from_fn_with_state(
+                self.shared.clone(),
+                host_guard,
+            ))
             .with_state(self.shared.clone())
     }
 
@@ -129,11 +135,28 @@ impl WebSocketChannel {
         self.shared.open.load(Ordering::Relaxed)
     }
 
-    /// Closes every socket (going-away close frame); used last in shutdown, after the
-    /// final replies went out.
-    pub fn close_all(&self) {
+    /// Closes every socket: each sends what is queued for it, then a going-away close
+    /// frame. Used last in shutdown, after the final replies were handed over. Waits up to
+    /// `deadline` for every socket to finish; returns whether all did.
+    pub async fn close(&self, deadline: std::time::Duration) -> bool {
         self.shared.closing.cancel();
+        self.shared.connections.close();
+        tokio::time::timeout(deadline, self.shared.connections.wait())
+            .await
+            .is_ok()
     }
+}
+
+/// Refuses requests whose Host is not a loopback name when auth is off (DNS rebinding).
+async fn host_guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    if matches!(shared.config.auth, WsAuth::None)
+        && let Err(reason) = check_host(request.headers(), &shared.config.allowed_hosts)
+    {
+        tracing::info!(reason, host = ?request.headers().get(axum::http::header::HOST),
+            "refused a request for another host");
+        return (StatusCode::FORBIDDEN, reason).into_response();
+    }
+    next.run(request).await
 }
 
 async fn upgrade(
@@ -153,13 +176,18 @@ async fn upgrade(
         )
             .into_response();
     }
+    let limit = shared.config.max_frame_bytes;
+    let connections = shared.connections.clone();
     ws.protocols([BEARER_PROTOCOL])
-        .max_message_size(HARD_MESSAGE_LIMIT)
+        // Checked when a frame's header arrives, before its payload is read: a client
+        // cannot make the reader hold more than this, however much it announces.
+        .max_frame_size(limit)
+        .max_message_size(limit)
         // tungstenite allocates its read buffer up front (128 KiB by default): most frames
         // are small, and 10,000 idle sockets must not cost 1.3 GB. Larger frames grow it.
         .read_buffer_size(READ_BUFFER)
         .write_buffer_size(WRITE_BUFFER)
-        .on_upgrade(move |socket| connection::serve(socket, shared))
+        .on_upgrade(move |socket| connections.track_future(connection::serve(socket, shared)))
 }
 
 #[async_trait]

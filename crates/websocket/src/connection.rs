@@ -1,6 +1,8 @@
 //! One WebSocket connection: a send half draining the socket's queue and a receive half
 //! reading client frames, raced in one task. When either ends, the other is dropped and
-//! the socket leaves every chat it was subscribed to.
+//! the socket leaves every chat it was subscribed to. Only the send half writes: when the
+//! receive half must close the socket (a frame over the limit), it queues an error frame
+//! and asks the send half, which sends it and then the close frame.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -10,7 +12,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures::SinkExt;
 use futures::stream::{SplitSink, SplitStream, StreamExt};
 use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{CHANNEL_NAME, Frame, Shared, Subscriber};
@@ -34,8 +36,15 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     let _ = tx.try_send(Box::new(ready.to_json().into()));
     tracing::debug!(conn, "WebSocket connected");
 
-    let send = std::pin::pin!(send(sink, rx, kill, shared.closing.clone()));
-    let receive = std::pin::pin!(receive(stream, shared.clone(), subscriber, chats.clone()));
+    let (close_tx, close_rx) = oneshot::channel();
+    let send = std::pin::pin!(send(sink, rx, kill, shared.closing.clone(), close_rx));
+    let receive = std::pin::pin!(receive(
+        stream,
+        shared.clone(),
+        subscriber,
+        chats.clone(),
+        close_tx
+    ));
     // The two halves run side by side in this one task (a spawned task per half would
     // cost memory on every idle socket); when one ends, the other is dropped.
     tokio::select! {
@@ -52,13 +61,19 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
 }
 
 /// Writes queued frames to the socket until the queue closes, the socket is killed for
-/// being too slow, or the daemon stops (then a going-away close frame follows).
+/// being too slow, the receive half asks to close it, or the daemon stops; the last two
+/// send what is queued first, then a close frame.
 async fn send(
     mut sink: SplitSink<WebSocket, Message>,
     mut rx: mpsc::Receiver<Frame>,
     kill: CancellationToken,
     closing: CancellationToken,
+    mut close_request: oneshot::Receiver<CloseFrame>,
 ) {
+    let mut close = CloseFrame {
+        code: close_code::AWAY,
+        reason: "switchboard is stopping".into(),
+    };
     loop {
         tokio::select! {
             biased;
@@ -80,14 +95,24 @@ async fn send(
                     sent = batch => if sent.is_err() { return },
                 }
             }
+            // The receive half ends the connection (after what is queued, as above).
+            request = &mut close_request => match request {
+                Ok(frame) => {
+                    close = frame;
+                    while let Ok(frame) = rx.try_recv() {
+                        if sink.feed(Message::Text(*frame)).await.is_err() {
+                            return;
+                        }
+                    }
+                    break;
+                }
+                // The receive half ended without asking: the select in `serve` ends too.
+                Err(_) => std::future::pending::<()>().await,
+            },
             // The daemon is stopping and everything queued was sent: say goodbye.
             () = closing.cancelled() => break,
         }
     }
-    let close = CloseFrame {
-        code: close_code::AWAY,
-        reason: "switchboard is stopping".into(),
-    };
     let goodbye = sink.send(Message::Close(Some(close)));
     let _ = tokio::time::timeout(std::time::Duration::from_secs(1), goodbye).await;
 }
@@ -98,6 +123,7 @@ async fn receive(
     shared: Arc<Shared>,
     subscriber: Subscriber,
     chats: Arc<Mutex<HashSet<ChatId>>>,
+    close: oneshot::Sender<CloseFrame>,
 ) {
     while let Some(message) = stream.next().await {
         let text = match message {
@@ -109,6 +135,28 @@ async fn receive(
             }
             Ok(Message::Close(_)) => break,
             Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Err(err) if is_too_large(&err) => {
+                // Refused from its header on, before its payload was read.
+                let limit = shared.config.max_frame_bytes;
+                tracing::info!(
+                    conn = subscriber.conn,
+                    limit,
+                    "closing a WebSocket that sent a frame over the limit"
+                );
+                let problem = format!(
+                    "frame too large: the limit is {limit} bytes (channels.websocket.max_frame_bytes); closing the connection"
+                );
+                reply(&subscriber, ServerFrame::frame_error(problem)).await;
+                let frame = CloseFrame {
+                    code: close_code::SIZE,
+                    reason: "frame too large".into(),
+                };
+                if close.send(frame).is_ok() {
+                    // The send half closes the socket, which ends this task.
+                    std::future::pending::<()>().await;
+                }
+                break;
+            }
             Err(err) => {
                 tracing::debug!(conn = subscriber.conn, error = %err, "WebSocket read failed");
                 break;
@@ -118,6 +166,16 @@ async fn receive(
         // idle socket's task stays small.
         Box::pin(handle(text.as_str(), &shared, &subscriber, &chats)).await;
     }
+}
+
+/// Whether a read failed because a frame or message passed the configured size.
+fn is_too_large(err: &axum::Error) -> bool {
+    use std::error::Error;
+    matches!(
+        err.source()
+            .and_then(|source| source.downcast_ref::<tungstenite::Error>()),
+        Some(tungstenite::Error::Capacity(_))
+    )
 }
 
 /// Acts on one client text frame.

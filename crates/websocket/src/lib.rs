@@ -23,5 +23,5 @@ mod protocol;
 
 pub use auth::WsAuth;
 pub use channel::WebSocketChannel;
-pub use config::WsConfig;
+pub use config::{MAX_FRAME_BYTES_LIMIT, WsConfig};
 pub use protocol::{ClientFrame, ServerFrame};

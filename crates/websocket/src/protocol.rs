@@ -91,6 +91,25 @@ pub enum ServerFrame {
         /// The text.
         content: String,
     },
+    /// The text streamed so far is void; the reply streams anew.
+    Reset {
+        /// The chat.
+        chat_id: String,
+    },
+    /// What the turn waits on (a slow model, a retry); replaced by the next frame.
+    Status {
+        /// The chat.
+        chat_id: String,
+        /// The status line.
+        text: String,
+    },
+    /// Something to know that is not the reply (e.g. the chat could not be saved).
+    Notice {
+        /// The chat.
+        chat_id: String,
+        /// The notice.
+        text: String,
+    },
     /// A tool started or ended.
     Tool {
         /// The chat.
@@ -137,6 +156,9 @@ impl ServerFrame {
                 name,
                 status: status.as_str(),
             },
+            OutboundKind::DraftReset => Self::Reset { chat_id },
+            OutboundKind::Status(text) => Self::Status { chat_id, text },
+            OutboundKind::Notice(text) => Self::Notice { chat_id, text },
             OutboundKind::Done => Self::Done { chat_id },
             OutboundKind::Error(message) => Self::Error {
                 chat_id: Some(chat_id),
@@ -246,6 +268,26 @@ mod tests {
             (
                 ServerFrame::frame_error("bad"),
                 r#"{"type":"error","message":"bad"}"#,
+            ),
+            (
+                ServerFrame::Reset {
+                    chat_id: "c".into(),
+                },
+                r#"{"type":"reset","chat_id":"c"}"#,
+            ),
+            (
+                ServerFrame::Status {
+                    chat_id: "c".into(),
+                    text: "slow".into(),
+                },
+                r#"{"type":"status","chat_id":"c","text":"slow"}"#,
+            ),
+            (
+                ServerFrame::Notice {
+                    chat_id: "c".into(),
+                    text: "unsaved".into(),
+                },
+                r#"{"type":"notice","chat_id":"c","text":"unsaved"}"#,
             ),
         ];
         for (frame, json) in frames {

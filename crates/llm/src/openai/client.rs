@@ -1,19 +1,25 @@
 //! [`OpenAiProvider`]: the HTTP client for `POST {base_url}/chat/completions`.
+//!
+//! One call is one attempt; retries, the deadline of the whole call and the person's
+//! status lines are the [`Retrying`](crate::Retrying) wrapper's. An attempt waits at most
+//! `first_byte_timeout` for the response headers and `idle_timeout` between two chunks of
+//! the body, and reads the body within its [`ResponseLimits`].
 
 use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use eventsource_stream::Eventsource;
-use futures::StreamExt;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
-use tokio::time::Instant;
 
-use super::stream::Assembler;
+use super::stream::{Assembler, MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use super::wire::{self, Settings};
+use crate::body::{self, error_chain};
 use crate::error::LlmError;
-use crate::provider::{ChatRequest, ChatResponse, DeltaSink, LlmProvider};
-use crate::retry::RetryPolicy;
+use crate::limits::ResponseLimits;
+use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
+
+/// How much of an error response's body is kept for the error message.
+const ERROR_BODY_BYTES: usize = 16 * 1024;
 
 /// An API key, or why there is none.
 #[derive(Clone, Default)]
@@ -56,10 +62,10 @@ pub struct OpenAiConfig {
     pub max_tokens: Option<u32>,
     /// Deadline for the response headers (the first byte).
     pub first_byte_timeout: Duration,
-    /// Deadline for the whole response, streamed or not.
-    pub request_timeout: Duration,
-    /// Retries of transient failures.
-    pub retry: RetryPolicy,
+    /// Deadline between two chunks of the response body.
+    pub idle_timeout: Duration,
+    /// Caps on what one response may hold.
+    pub limits: ResponseLimits,
 }
 
 impl Default for OpenAiConfig {
@@ -71,8 +77,8 @@ impl Default for OpenAiConfig {
             temperature: None,
             max_tokens: None,
             first_byte_timeout: Duration::from_secs(30),
-            request_timeout: Duration::from_secs(300),
-            retry: RetryPolicy::default(),
+            idle_timeout: Duration::from_secs(60),
+            limits: ResponseLimits::default(),
         }
     }
 }
@@ -110,21 +116,20 @@ impl OpenAiProvider {
         Ok(Self { http, url, config })
     }
 
-    /// One attempt. `emitted` turns true once text went to the sink: after that the
-    /// request is not retried, or the person would see the text twice.
+    /// One attempt.
     async fn attempt(
         &self,
-        body: &[u8],
+        body: Vec<u8>,
         key: Option<&str>,
-        deltas: Option<&DeltaSink<'_>>,
-        emitted: &mut bool,
+        stream: bool,
+        events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
-        let deadline = Instant::now() + self.config.request_timeout;
+        let idle = self.config.idle_timeout;
         let mut builder = self
             .http
             .post(self.url.clone())
             .header(CONTENT_TYPE, "application/json")
-            .body(body.to_vec());
+            .body(body);
         if let Some(key) = key {
             builder = builder.bearer_auth(key);
         }
@@ -133,17 +138,14 @@ impl OpenAiProvider {
             .map_err(|_| LlmError::Timeout {
                 what: "waiting for the first byte",
                 after: self.config.first_byte_timeout,
+                key: "timeout_secs",
             })?
             .map_err(|err| self.transport_error(&err))?;
 
         let status = response.status();
         if !status.is_success() {
             let retry_after = retry_after(response.headers());
-            let body = tokio::time::timeout_at(deadline, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
+            let body = body::read_prefix(response.bytes_stream(), idle, ERROR_BODY_BYTES).await;
             let body: String = body.chars().take(500).collect();
             return Err(match status.as_u16() {
                 429 => LlmError::RateLimited { retry_after },
@@ -164,56 +166,37 @@ impl OpenAiProvider {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
-        match deltas {
-            Some(sink) if is_sse => self.read_stream(response, sink, deadline, emitted).await,
-            _ => {
-                let bytes = tokio::time::timeout_at(deadline, response.bytes())
-                    .await
-                    .map_err(|_| self.whole_timeout())?
-                    .map_err(|err| LlmError::Stream(error_chain(&err)))?;
-                let response = parse_whole(&bytes)?;
-                if let Some(sink) = deltas.filter(|_| !response.content.is_empty()) {
-                    *emitted = true;
-                    sink(response.content.clone());
+        let limits = &self.config.limits;
+        if stream && is_sse {
+            let mut assembler = Assembler::new(*limits);
+            body::read_sse(response.bytes_stream(), idle, limits, |event| {
+                let data = event.data.trim();
+                if data == "[DONE]" {
+                    return Ok(false);
                 }
-                Ok(response)
-            }
+                if data.is_empty() {
+                    return Ok(true);
+                }
+                let chunk: wire::Chunk = serde_json::from_str(data).map_err(|err| {
+                    let data: String = data.chars().take(200).collect();
+                    LlmError::Decode(format!("{err} in stream event `{data}`"))
+                })?;
+                if let Some(text) = assembler.push(chunk)? {
+                    events(StreamEvent::Text(text));
+                }
+                Ok(true)
+            })
+            .await?;
+            // Some servers close without `[DONE]`; what arrived is the response.
+            return Ok(assembler.finish());
         }
-    }
-
-    async fn read_stream(
-        &self,
-        response: reqwest::Response,
-        sink: &DeltaSink<'_>,
-        deadline: Instant,
-        emitted: &mut bool,
-    ) -> Result<ChatResponse, LlmError> {
-        let mut events = response.bytes_stream().eventsource();
-        let mut assembler = Assembler::default();
-        loop {
-            let event = tokio::time::timeout_at(deadline, events.next())
-                .await
-                .map_err(|_| self.whole_timeout())?;
-            let Some(event) = event else {
-                // Some servers close without `[DONE]`; what arrived is the response.
-                break;
-            };
-            let event = event.map_err(|err| LlmError::Stream(err.to_string()))?;
-            let data = event.data.trim();
-            if data == "[DONE]" {
-                break;
-            }
-            if data.is_empty() {
-                continue;
-            }
-            let chunk: wire::Chunk = serde_json::from_str(data)
-                .map_err(|err| LlmError::Decode(format!("{err} in stream event `{data}`")))?;
-            if let Some(text) = assembler.push(chunk)? {
-                *emitted = true;
-                sink(text);
-            }
+        let bytes =
+            body::read_whole(response.bytes_stream(), idle, limits.max_response_bytes).await?;
+        let response = parse_whole(&bytes, limits)?;
+        if stream && !response.content.is_empty() {
+            events(StreamEvent::Text(response.content.clone()));
         }
-        Ok(assembler.finish())
+        Ok(response)
     }
 
     fn transport_error(&self, err: &reqwest::Error) -> LlmError {
@@ -221,19 +204,13 @@ impl OpenAiProvider {
             LlmError::Timeout {
                 what: "connecting",
                 after: Duration::from_secs(10),
+                key: "base_url",
             }
         } else {
             LlmError::Connect {
                 url: self.url.to_string(),
                 message: error_chain(err),
             }
-        }
-    }
-
-    fn whole_timeout(&self) -> LlmError {
-        LlmError::Timeout {
-            what: "reading the whole response",
-            after: self.config.request_timeout,
         }
     }
 }
@@ -251,7 +228,7 @@ impl LlmProvider for OpenAiProvider {
     async fn chat(
         &self,
         request: &ChatRequest,
-        deltas: Option<&DeltaSink<'_>>,
+        events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
         let key = match &self.config.api_key {
             ApiKey::None => None,
@@ -267,29 +244,13 @@ impl LlmProvider for OpenAiProvider {
             temperature: self.config.temperature,
             max_tokens: self.config.max_tokens,
         };
-        let body = serde_json::to_vec(&wire::request(&settings, request, deltas.is_some()))
+        let body = serde_json::to_vec(&wire::request(&settings, request, request.stream))
             .map_err(|err| LlmError::Decode(err.to_string()))?;
-
-        let mut retry = 0;
-        loop {
-            let mut emitted = false;
-            match self.attempt(&body, key, deltas, &mut emitted).await {
-                Err(err) if err.is_transient() && !emitted => {
-                    let Some(wait) = self.config.retry.delay(retry, err.retry_after()) else {
-                        return Err(err);
-                    };
-                    tracing::warn!(model = %self.config.model, retry = retry + 1,
-                        wait_ms = wait.as_millis() as u64, error = %err, "retrying LLM call");
-                    tokio::time::sleep(wait).await;
-                    retry += 1;
-                }
-                other => return other,
-            }
-        }
+        self.attempt(body, key, request.stream, events).await
     }
 }
 
-fn parse_whole(bytes: &[u8]) -> Result<ChatResponse, LlmError> {
+pub(crate) fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatResponse, LlmError> {
     let response: wire::Response = serde_json::from_slice(bytes).map_err(|err| {
         let text: String = String::from_utf8_lossy(bytes).chars().take(200).collect();
         LlmError::Decode(format!("{err} in `{text}`"))
@@ -300,9 +261,21 @@ fn parse_whole(bytes: &[u8]) -> Result<ChatResponse, LlmError> {
         .into_iter()
         .next()
         .ok_or_else(|| LlmError::Decode("the response has no choices".into()))?;
+    let content = choice.message.content.unwrap_or_default();
+    check_reply(content.len(), limits)?;
+    let calls = choice.message.tool_calls.unwrap_or_default();
+    if calls.len() > MAX_TOOL_CALLS {
+        return Err(too_many_calls());
+    }
+    let tool_calls = wire::tool_calls(calls);
+    let call_bytes = tool_calls
+        .iter()
+        .map(|call| call.id.len() + call.name.len() + call.arguments.len())
+        .sum();
+    check_calls(call_bytes, limits)?;
     Ok(ChatResponse {
-        content: choice.message.content.unwrap_or_default(),
-        tool_calls: wire::tool_calls(choice.message.tool_calls.unwrap_or_default()),
+        content,
+        tool_calls,
         usage,
         finish_reason: choice.finish_reason,
     })
@@ -311,21 +284,8 @@ fn parse_whole(bytes: &[u8]) -> Result<ChatResponse, LlmError> {
 /// Retry-After in seconds (the HTTP-date form is rare from APIs and is ignored).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    value
-        .parse::<f64>()
-        .ok()
-        .filter(|secs| secs.is_finite() && *secs >= 0.0)
-        .map(Duration::from_secs_f64)
-}
-
-/// An error with its sources, since reqwest's own text hides the useful part.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    let secs = value.parse::<f64>().ok().filter(|secs| *secs >= 0.0)?;
+    // A server's `Retry-After: 1e300` must not panic the daemon: it is a wait longer than
+    // any we accept, so the error is passed on at once.
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }

@@ -278,6 +278,7 @@ mod tests {
                 description: "echoes".into(),
                 parameters: json!({"type": "object"}),
             }],
+            stream: true,
         };
         let settings = Settings {
             model: "m",
