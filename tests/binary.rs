@@ -6,47 +6,9 @@ use serde_json::Value;
 use switchboard::config::Config;
 use switchboard_sessions::repair;
 use switchboard_testkit::{Reply, ScriptedLlm};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
 
-use crate::util::{self, WsClient};
-
-const BINARY: &str = env!("CARGO_BIN_EXE_switchboard");
-
-/// Starts the binary with `config`; returns it and the address it serves on (read from
-/// its JSON log). The rest of its log is drained in the background.
-async fn spawn_daemon(config: &Path) -> (Child, std::net::SocketAddr) {
-    let mut child = Command::new(BINARY)
-        .args(["--log-format", "json", "run", "--config"])
-        .arg(config)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("binary starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = oneshot::channel();
-    tokio::spawn(async move {
-        let mut lines = BufReader::new(stderr).lines();
-        let mut tx = Some(tx);
-        while let Ok(Some(line)) = lines.next_line().await {
-            let Ok(log) = serde_json::from_str::<Value>(&line) else {
-                continue;
-            };
-            if log["message"] == "switchboard is serving"
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(log["addr"].as_str().unwrap_or_default().to_owned());
-            }
-        }
-    });
-    let addr = tokio::time::timeout(util::PATIENCE, rx)
-        .await
-        .expect("the daemon reports its address in time")
-        .expect("log line");
-    (child, addr.parse().expect("address"))
-}
+use crate::util::{self, BINARY, WsClient, spawn_daemon};
 
 /// Writes the test config to `dir/config.toml` with the given shutdown grace (seconds).
 fn write_config(dir: &Path, llm: &ScriptedLlm, grace_secs: &str) -> std::path::PathBuf {
@@ -60,12 +22,7 @@ fn write_config(dir: &Path, llm: &ScriptedLlm, grace_secs: &str) -> std::path::P
 }
 
 fn sigterm(child: &Child) {
-    let pid = child.id().expect("running").to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(status.success());
+    util::signal(child, "-TERM");
 }
 
 async fn exit_code(child: &mut Child) -> std::process::ExitStatus {
@@ -224,4 +181,90 @@ async fn interactive_agent_reads_lines_until_quit() {
         3,
         "the second turn carries the first: {second:?}"
     );
+}
+
+#[tokio::test]
+async fn sigterm_right_after_serving_exits_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let config = write_config(dir.path(), &llm, "2");
+    for attempt in 0..5 {
+        // The signal lands in the moment the daemon announces itself.
+        let (mut child, _) = spawn_daemon(&config).await;
+        sigterm(&child);
+        let status = exit_code(&mut child).await;
+        assert!(
+            status.success(),
+            "attempt {attempt}: {status} (killed by the signal instead of handling it?)"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigterm_under_load_flushes_every_socket_and_closes_it_going_away() {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // Every turn streams for about half a second, so SIGTERM lands in the middle of them.
+    llm.respond_with(|_| {
+        Reply::paced(
+            "one two three four five six seven eight nine ten",
+            Duration::from_millis(50),
+        )
+    });
+    let (mut child, addr) = spawn_daemon(&write_config(dir.path(), &llm, "10")).await;
+    let url = format!("ws://{addr}/ws");
+    let mut sockets = Vec::new();
+    for i in 0..16 {
+        let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str())
+            .await
+            .expect("connects");
+        let frame =
+            serde_json::json!({"type": "message", "chat_id": format!("c{i}"), "content": "talk"});
+        futures::SinkExt::send(&mut socket, Message::text(frame.to_string()))
+            .await
+            .expect("send");
+        sockets.push(socket);
+    }
+    llm.wait_for_requests(16, util::PATIENCE).await;
+    sigterm(&child);
+
+    for (i, socket) in sockets.iter_mut().enumerate() {
+        let (mut message, mut done, mut close) = (None, false, None);
+        while let Ok(Some(frame)) = tokio::time::timeout(util::PATIENCE, socket.next())
+            .await
+            .map(|f| f.and_then(Result::ok))
+        {
+            match frame {
+                Message::Text(text) => {
+                    let frame: Value = serde_json::from_str(text.as_str()).expect("JSON");
+                    match frame["type"].as_str() {
+                        Some("message") => message = frame["content"].as_str().map(str::to_owned),
+                        Some("done") => done = true,
+                        _ => {}
+                    }
+                }
+                Message::Close(frame) => {
+                    close = frame.map(|f| f.code);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(
+            message.as_deref(),
+            Some("one two three four five six seven eight nine ten"),
+            "socket {i} got its final message"
+        );
+        assert!(done, "socket {i} got its done");
+        assert_eq!(
+            close,
+            Some(CloseCode::Away),
+            "socket {i} got a going-away close"
+        );
+    }
+    assert!(exit_code(&mut child).await.success());
 }

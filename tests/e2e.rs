@@ -6,15 +6,26 @@
 /// Helpers: the test daemon, the WebSocket client, history invariants.
 mod util;
 
-/// The binary: SIGTERM during a turn, config errors, the example config.
+/// The binary: SIGTERM during a turn, right after start and under load; config errors;
+/// the example config; the terminal agent.
 mod binary;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
+/// kill -9 at random moments of tool-calling turns: nothing acknowledged is lost or doubled.
+mod crash;
+/// One chat never holds up another; floods are refused; `/stop` acts at once.
+mod dispatch;
+/// The listener under abuse: DNS rebinding, slowloris, oversized frames.
+mod http;
+/// A misbehaving LLM: endless, huge, stalled, broken streams; repeated tool-call ids.
+mod llm;
 /// Restart keeps the conversation; long conversations stay within the history limit.
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).
 mod protocol;
 /// `/stop` ends a turn at once and leaves a valid session.
 mod stop;
+/// Disk trouble (unwritable, full) and chat ids of any length.
+mod storage;
 /// Tool calls: run concurrently, errors and unknown tools reach the model.
 mod tools;

@@ -20,32 +20,69 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// How long any single expected event may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+/// TOML lines added to the tables of the test config.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extra<'a> {
+    /// Appended to `[agent]`.
+    pub agent: &'a str,
+    /// Appended to `[llm]`.
+    pub llm: &'a str,
+    /// Appended to `[http]`.
+    pub http: &'a str,
+    /// Appended to `[daemon]`.
+    pub daemon: &'a str,
+}
+
 /// Config text for a daemon in `dir` using `llm`, with `extra` TOML appended to the
 /// `[agent]` table (e.g. `history_limit = 50`).
 pub fn config_text(llm_base_url: &str, dir: &Path, agent_extra: &str) -> String {
+    config_text_with(
+        llm_base_url,
+        dir,
+        Extra {
+            agent: agent_extra,
+            ..Extra::default()
+        },
+    )
+}
+
+/// Config text for a daemon in `dir` using `llm`, with `extra` lines in its tables.
+pub fn config_text_with(llm_base_url: &str, dir: &Path, extra: Extra<'_>) -> String {
     format!(
         r#"
 [agent]
 workspace = "{workspace}"
 state_dir = "{state}"
-{agent_extra}
+{agent}
 
 [llm]
 base_url = "{llm_base_url}"
 model = "scripted"
-max_retries = 3
+{retries}
+{llm}
 
 [http]
 bind = "127.0.0.1:0"
+{http}
 
 [channels.websocket]
 auth = "none"
 
 [daemon]
 shutdown_grace_secs = 2
+{daemon}
 "#,
         workspace = dir.join("workspace").display(),
         state = dir.join("state").display(),
+        agent = extra.agent,
+        retries = if extra.llm.contains("max_retries") {
+            ""
+        } else {
+            "max_retries = 3"
+        },
+        llm = extra.llm,
+        http = extra.http,
+        daemon = extra.daemon,
     )
 }
 
@@ -383,4 +420,105 @@ impl Harness {
             client,
         }
     }
+
+    /// Starts with the test tools and `extra` lines in the config's tables.
+    pub async fn with_config(extra: Extra<'_>) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("scripted LLM");
+        let text = config_text_with(&llm.base_url(), dir.path(), extra);
+        let daemon = app::start(config(&text, dir.path()), test_tools())
+            .await
+            .expect("daemon starts");
+        let client = WsClient::connect(daemon.addr()).await;
+        Self {
+            dir,
+            llm,
+            daemon,
+            client,
+        }
+    }
+}
+
+/// The switchboard binary cargo built for these tests.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_switchboard");
+
+/// Starts the binary with `config`, as `WRAPPER... sh -c 'PRELUDE; exec switchboard …'`
+/// (e.g. `unshare -Urm` and a `mount`, or `ulimit -n 256`); returns it and the address it
+/// serves on (read from its JSON log). The rest of its log is drained in the background.
+/// The child's pid is the daemon's (the shell execs it).
+pub async fn spawn_daemon_with(
+    config: &Path,
+    wrapper: &[&str],
+    prelude: &str,
+) -> (tokio::process::Child, std::net::SocketAddr) {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let script = format!("{prelude}\nexec \"$0\" \"$@\"");
+    let (program, wrapper_args) = match wrapper.split_first() {
+        Some((program, args)) => (*program, args),
+        None => ("sh", &[][..]),
+    };
+    let mut command = tokio::process::Command::new(program);
+    command.args(wrapper_args);
+    if !wrapper.is_empty() {
+        command.arg("sh");
+    }
+    let mut child = command
+        .arg("-c")
+        .arg(script)
+        .arg(BINARY)
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("binary starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut tx = Some(tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            let Ok(log) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if log["message"] == "switchboard is serving"
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(log["addr"].as_str().unwrap_or_default().to_owned());
+            }
+        }
+    });
+    let addr = tokio::time::timeout(PATIENCE, rx)
+        .await
+        .expect("the daemon reports its address in time")
+        .expect("log line");
+    (child, addr.parse().expect("address"))
+}
+
+/// Starts the binary with `config`.
+pub async fn spawn_daemon(config: &Path) -> (tokio::process::Child, std::net::SocketAddr) {
+    spawn_daemon_with(config, &[], "").await
+}
+
+/// Sends SIGTERM (or another signal, e.g. `-KILL`) to a child process.
+pub fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+/// Sends raw bytes to the daemon and reads what comes back until the server closes the
+/// connection (or `wait` passes); returns it as text.
+pub async fn raw_http(addr: std::net::SocketAddr, request: &str, wait: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(wait, stream.read_to_end(&mut response)).await;
+    String::from_utf8_lossy(&response).into_owned()
 }

@@ -1,0 +1,195 @@
+//! kill -9 at random moments of tool-calling turns, cycle after cycle; afterwards every
+//! acknowledged message is on disk exactly once, nothing is on disk twice, and every
+//! session replays to the scripted LLM in strict mode (which answers unpaired or repeated
+//! tool-call ids with a provider's 400).
+//!
+//! `SWITCHBOARD_CRASH_CYCLES` sets the number of cycles (8 by default) and
+//! `SWITCHBOARD_CRASH_SEED` the random seed (printed, to replay a failure).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use switchboard_testkit::{Reply, ScriptedLlm};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::util::{self, WsClient};
+
+const CHATS: usize = 3;
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// What the model does: a user message gets two tool calls, always with the same ids (as
+/// some local servers send), after a short random pause; tool results get a streamed reply.
+fn responder(seed: u64) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
+    let rng = std::sync::Mutex::new(Rng(seed | 1));
+    move |request| {
+        let pause = Duration::from_millis(rng.lock().map(|mut r| r.below(120)).unwrap_or(0));
+        let messages = request["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or_default();
+        if last["role"] == "user" {
+            let text = last["content"].as_str().unwrap_or_default().to_owned();
+            Reply::ToolCallsWithIds(vec![
+                ("call_0".into(), "echo".into(), json!({"text": text})),
+                ("call_1".into(), "lookup".into(), json!({"q": text})),
+            ])
+            .delayed(pause)
+        } else {
+            Reply::paced("the tools answered, and so do I", Duration::from_millis(10))
+                .delayed(pause)
+        }
+    }
+}
+
+#[tokio::test]
+async fn kill_9_during_tool_calling_turns_loses_and_doubles_nothing() {
+    let cycles: usize = std::env::var("SWITCHBOARD_CRASH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let seed: u64 = std::env::var("SWITCHBOARD_CRASH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+        });
+    eprintln!("crash test: {cycles} cycles, SWITCHBOARD_CRASH_SEED={seed}");
+    let mut rng = Rng(seed | 1);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.strict().respond_with(responder(seed));
+    let config = dir.path().join("config.toml");
+    let text = util::config_text(&llm.base_url(), dir.path(), "history_limit = 1000");
+    std::fs::write(&config, text).expect("write");
+
+    // Per chat: the messages sent, and those acknowledged (their reply and done arrived).
+    let mut sent: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut acknowledged: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for cycle in 0..cycles {
+        let (mut child, addr) = util::spawn_daemon(&config).await;
+        let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/ws"))
+            .await
+            .expect("connects");
+        let mut in_flight: HashMap<String, String> = HashMap::new();
+        for k in 0..CHATS {
+            let chat = format!("c{k}");
+            let content = format!("cycle {cycle} chat {k}");
+            let frame = json!({"type": "message", "chat_id": chat, "content": content});
+            socket
+                .send(Message::text(frame.to_string()))
+                .await
+                .expect("send");
+            sent.entry(chat.clone()).or_default().push(content.clone());
+            in_flight.insert(chat, content);
+        }
+        // Read replies until the random moment of the kill.
+        let kill_at = tokio::time::Instant::now() + Duration::from_millis(rng.below(450));
+        let mut replied: HashMap<String, bool> = HashMap::new();
+        loop {
+            let frame = tokio::select! {
+                () = tokio::time::sleep_until(kill_at) => break,
+                frame = socket.next() => frame,
+            };
+            let Some(Ok(Message::Text(text))) = frame else {
+                continue;
+            };
+            let frame: Value = serde_json::from_str(text.as_str()).expect("JSON");
+            let chat = frame["chat_id"].as_str().unwrap_or_default().to_owned();
+            match frame["type"].as_str() {
+                Some("message") => {
+                    replied.insert(chat, true);
+                }
+                Some("error") => {
+                    replied.insert(chat, false);
+                }
+                Some("done") if replied.get(&chat) == Some(&true) => {
+                    if let Some(content) = in_flight.remove(&chat) {
+                        acknowledged.entry(chat).or_default().push(content);
+                    }
+                }
+                _ => {}
+            }
+        }
+        util::signal(&child, "-KILL");
+        child.wait().await.expect("wait");
+    }
+
+    // Every session replays to the strict model, and the conversation goes on.
+    let (mut child, addr) = util::spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+    for k in 0..CHATS {
+        let chat = format!("c{k}");
+        let turn = client.say(&chat, "after the crashes").await;
+        assert!(turn.error().is_none(), "{chat}: {:?}", turn.frames);
+        assert_eq!(turn.reply(), "the tools answered, and so do I");
+    }
+    assert!(llm.violations().is_empty(), "{:?}", llm.violations());
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+
+    let acked: usize = acknowledged.values().map(Vec::len).sum();
+    eprintln!(
+        "crash test: {acked} of {} messages acknowledged",
+        cycles * CHATS
+    );
+    for (chat, messages) in &sent {
+        let records = util::read_session_file(&util::session_file(dir.path(), chat));
+        let users: Vec<&str> = records
+            .iter()
+            .filter(|r| r["role"] == "user")
+            .filter_map(|r| r["content"].as_str())
+            .collect();
+        for content in messages {
+            let copies = users.iter().filter(|u| **u == content).count();
+            let acked = acknowledged
+                .get(chat)
+                .is_some_and(|a| a.iter().any(|c| c == content));
+            if acked {
+                assert_eq!(
+                    copies, 1,
+                    "{chat}: acknowledged `{content}` is on disk {copies} times"
+                );
+            } else {
+                assert!(copies <= 1, "{chat}: `{content}` is on disk {copies} times");
+            }
+        }
+        let messages: Vec<switchboard_core::ChatMessage> = records
+            .iter()
+            .filter(|r| r.get("role").is_some())
+            .map(|r| serde_json::from_value(r.clone()).expect("a message"))
+            .collect();
+        let repaired = switchboard_sessions::repair(messages);
+        let wire = repaired
+            .iter()
+            .map(|m| switchboard_testkit::strict::WireMessage {
+                role: match m {
+                    switchboard_core::ChatMessage::User { .. } => "user",
+                    switchboard_core::ChatMessage::Assistant { .. } => "assistant",
+                    switchboard_core::ChatMessage::Tool { .. } => "tool",
+                },
+                tool_call_ids: m.tool_calls().iter().map(|c| c.id.as_str()).collect(),
+                tool_call_id: m.tool_call_id(),
+            });
+        switchboard_testkit::strict::check_conversation(wire)
+            .unwrap_or_else(|err| panic!("{chat}: the history read back is refused: {err}"));
+    }
+}
