@@ -102,10 +102,11 @@ pub fn test_tools() -> ToolRegistry {
 
 /// Starts a daemon in `dir` against `llm` with the test tools.
 pub async fn start(llm: &ScriptedLlm, dir: &Path, agent_extra: &str) -> Running {
-    let text = config_text(&llm.base_url(), dir, agent_extra);
-    app::start(config(&text, dir), test_tools())
-        .await
-        .expect("daemon starts")
+    let extra = Extra {
+        agent: agent_extra,
+        ..Extra::default()
+    };
+    start_configured(llm, dir, extra, Vec::new()).await
 }
 
 /// The session file of a WebSocket chat.
@@ -365,19 +366,19 @@ impl switchboard_tools::Tool for Probe {
     }
 }
 
-/// Starts a daemon with the test tools plus `extra`.
-pub async fn start_with_tools(
+/// Starts a daemon with `extra` lines in the config's tables and the test tools plus `tools`.
+pub async fn start_configured(
     llm: &ScriptedLlm,
     dir: &Path,
-    agent_extra: &str,
-    extra: Vec<Arc<dyn switchboard_tools::Tool>>,
+    extra: Extra<'_>,
+    tools: Vec<Arc<dyn switchboard_tools::Tool>>,
 ) -> Running {
-    let text = config_text(&llm.base_url(), dir, agent_extra);
-    let mut tools = test_tools();
-    for tool in extra {
-        tools.register(tool);
+    let text = config_text_with(&llm.base_url(), dir, extra);
+    let mut registry = test_tools();
+    for tool in tools {
+        registry.register(tool);
     }
-    app::start(config(&text, dir), tools)
+    app::start(config(&text, dir), registry)
         .await
         .expect("daemon starts")
 }
@@ -409,26 +410,23 @@ impl Harness {
         agent_extra: &str,
         extra: Vec<Arc<dyn switchboard_tools::Tool>>,
     ) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let llm = ScriptedLlm::start().await.expect("scripted LLM");
-        let daemon = start_with_tools(&llm, dir.path(), agent_extra, extra).await;
-        let client = WsClient::connect(daemon.addr()).await;
-        Self {
-            dir,
-            llm,
-            daemon,
-            client,
-        }
+        let config_extra = Extra {
+            agent: agent_extra,
+            ..Extra::default()
+        };
+        Self::with(config_extra, extra).await
     }
 
     /// Starts with the test tools and `extra` lines in the config's tables.
     pub async fn with_config(extra: Extra<'_>) -> Self {
+        Self::with(extra, Vec::new()).await
+    }
+
+    /// Starts with `extra` lines in the config's tables and the test tools plus `tools`.
+    pub async fn with(extra: Extra<'_>, tools: Vec<Arc<dyn switchboard_tools::Tool>>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let llm = ScriptedLlm::start().await.expect("scripted LLM");
-        let text = config_text_with(&llm.base_url(), dir.path(), extra);
-        let daemon = app::start(config(&text, dir.path()), test_tools())
-            .await
-            .expect("daemon starts");
+        let daemon = start_configured(&llm, dir.path(), extra, tools).await;
         let client = WsClient::connect(daemon.addr()).await;
         Self {
             dir,
