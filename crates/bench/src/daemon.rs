@@ -44,6 +44,8 @@ model = "scripted"
 
 [http]
 bind = "127.0.0.1:{port}"
+# The scale scenario opens 10,000 WebSockets; the default cap is 4096.
+max_connections = 12000
 
 [channels.websocket]
 auth = "none"
