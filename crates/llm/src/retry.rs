@@ -99,7 +99,7 @@ impl Retrying {
     ) -> Result<ChatResponse, LlmError> {
         let mut attempt = std::pin::pin!(tokio::time::timeout_at(deadline, attempt));
         loop {
-            let quiet_until = activity.last() + self.slow_notice;
+            let quiet_until = later(activity.last(), self.slow_notice);
             tokio::select! {
                 // The outcome wins a tie: no "still waiting" at the moment the call ends.
                 biased;
@@ -110,7 +110,7 @@ impl Retrying {
                     }));
                 }
                 () = tokio::time::sleep_until(quiet_until) => {
-                    if activity.last() + self.slow_notice <= Instant::now() {
+                    if later(activity.last(), self.slow_notice) <= Instant::now() {
                         let waited = started.elapsed().as_secs();
                         events(StreamEvent::Status(format!(
                             "Still waiting for the model ({waited} s so far)."
@@ -169,7 +169,7 @@ impl LlmProvider for Retrying {
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
-        let deadline = started + self.deadline;
+        let deadline = later(started, self.deadline);
         let activity = Activity::new();
         let observe = |event: StreamEvent| {
             activity.touch(matches!(event, StreamEvent::Text(_)));
@@ -199,7 +199,7 @@ impl LlmProvider for Retrying {
                     err
                 });
             };
-            if Instant::now() + wait >= deadline {
+            if later(Instant::now(), wait) >= deadline {
                 return Err(LlmError::CallTimeout {
                     after: self.deadline,
                     attempts,
@@ -221,6 +221,13 @@ impl LlmProvider for Retrying {
             tokio::time::sleep(wait).await;
         }
     }
+}
+
+/// `at + wait`, or about a century from `at` when that overflows (`Duration::MAX` means
+/// "never"; it must not panic).
+fn later(at: Instant, wait: Duration) -> Instant {
+    at.checked_add(wait)
+        .unwrap_or_else(|| at + Duration::from_secs(100 * 365 * 86_400))
 }
 
 /// A wait rounded up to a whole second, for people.
