@@ -14,7 +14,9 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
-use switchboard_core::{Channel, ChannelContext, ChatHub, Shutdown};
+use switchboard_core::{
+    Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
+};
 use switchboard_llm::{
     ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
 };
@@ -29,8 +31,6 @@ use crate::health::Health;
 use crate::server::{self, Server};
 use crate::{cli, notify, supervisor};
 
-/// Outbound messages queued per channel before the agent waits for the adapter.
-const OUTBOUND_QUEUE: usize = 1024;
 /// After the grace period and cancellation, how long cancelled turns get to save.
 const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
 
@@ -41,10 +41,12 @@ pub struct Running {
     grace: Duration,
     health: Health,
     websocket: Option<WebSocketChannel>,
-    /// Channel supervisors and delivery loops.
+    /// The bus; its outbound lanes are closed once the turns are done.
+    hub: ChatHub,
+    /// Channel supervisors.
     channels: TaskTracker,
-    /// Cancelled once the turns are done, so delivery loops flush and end.
-    delivery_stop: CancellationToken,
+    /// Cancelled once the outbound lanes are empty, so channel tasks end.
+    channels_stop: CancellationToken,
     /// Stopped last.
     server: Server,
 }
@@ -158,10 +160,10 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         }),
     );
     let channels = TaskTracker::new();
-    let delivery_stop = CancellationToken::new();
+    let channels_stop = CancellationToken::new();
     let ctx = ChannelContext {
         hub: hub.clone(),
-        shutdown: shutdown.intake().clone(),
+        shutdown: channels_stop.clone(),
     };
 
     let mut router = health.router();
@@ -187,13 +189,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             "websocket_connections",
             Box::new(move || sockets.connections()),
         );
-        let outbound = hub.register_channel(channel.name(), OUTBOUND_QUEUE);
+        register(&hub, &health, Arc::new(channel.clone()));
         supervisor::spawn_channel(
             Arc::new(channel.clone()),
-            outbound,
             ctx.clone(),
             health.clone(),
-            delivery_stop.clone(),
             &channels,
         );
         websocket = Some(channel);
@@ -237,10 +237,23 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         grace: Config::duration(&config.daemon.shutdown_grace_secs),
         health,
         websocket,
+        hub,
         channels,
-        delivery_stop,
+        channels_stop,
         server,
     })
+}
+
+/// Routes a channel's outbound messages through per-chat lanes, its sends retried when the
+/// platform rate limits or is briefly unavailable; `/healthz` counts what is given up on.
+fn register(hub: &ChatHub, health: &Health, channel: Arc<dyn Channel>) {
+    let name = channel.name();
+    let retrying = RetryingChannel::new(channel, ChannelRetry::default());
+    let lanes = hub.register_channel(Arc::new(retrying), LaneOptions::default());
+    health.gauge(
+        format!("{name}_undeliverable"),
+        Box::new(move || usize::try_from(lanes.undeliverable()).unwrap_or(usize::MAX)),
+    );
 }
 
 impl Running {
@@ -263,8 +276,12 @@ impl Running {
         if !clean {
             tracing::warn!("some turns did not end in time");
         }
-        // Turns are over: deliver what they queued, then close sockets and the listener.
-        self.delivery_stop.cancel();
+        // Turns are over: deliver what they queued, stop the channels, then close sockets
+        // and the listener.
+        if !self.hub.close_outbound(CANCEL_DEADLINE).await {
+            tracing::warn!("some outbound messages were not delivered in time");
+        }
+        self.channels_stop.cancel();
         self.channels.close();
         if tokio::time::timeout(CANCEL_DEADLINE, self.channels.wait())
             .await

@@ -48,7 +48,7 @@ struct Inner {
     /// Set when shutdown begins.
     stopping: std::sync::atomic::AtomicBool,
     /// Gauges shown in `/healthz` (active sessions, open sockets), registered at start.
-    gauges: Mutex<BTreeMap<&'static str, Gauge>>,
+    gauges: Mutex<BTreeMap<String, Gauge>>,
     /// Checks shown under `checks` in `/healthz` (the session store), registered at start.
     checks: Mutex<BTreeMap<&'static str, Check>>,
 }
@@ -99,12 +99,12 @@ impl Health {
     }
 
     /// Registers a gauge shown under its name in `/healthz`.
-    pub fn gauge(&self, name: &'static str, read: Gauge) {
+    pub fn gauge(&self, name: impl Into<String>, read: Gauge) {
         self.inner
             .gauges
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name, read);
+            .insert(name.into(), read);
     }
 
     /// Registers a check shown under `checks` in `/healthz`; a failing one makes the
@@ -193,7 +193,7 @@ async fn healthz(State(health): State<Health>) -> impl IntoResponse {
         .unwrap_or_else(PoisonError::into_inner)
         .iter()
     {
-        body[*name] = json!(read());
+        body[name.as_str()] = json!(read());
     }
     (code, Json(body))
 }

@@ -1,16 +1,14 @@
 //! Channel tasks under supervision: a channel whose `run` fails, returns early or panics
-//! is restarted with exponential backoff, and its state shows in `/healthz`. Each channel
-//! also gets a delivery loop that hands it the outbound messages routed to it.
+//! is restarted with exponential backoff, and its state shows in `/healthz`. (Outbound
+//! messages reach a channel through its per-chat delivery lanes, registered on the hub.)
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use switchboard_core::{Channel, ChannelContext, OutboundMessage};
-use tokio::sync::mpsc;
+use switchboard_core::{Channel, ChannelContext};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::health::{ChannelState, Health};
@@ -67,47 +65,14 @@ pub async fn supervise(channel: Arc<dyn Channel>, ctx: ChannelContext, health: H
     }
 }
 
-/// Hands outbound messages to `channel.send` until `stop` is cancelled, then delivers
-/// what is still queued and returns.
-pub async fn deliver(
-    channel: Arc<dyn Channel>,
-    mut outbound: mpsc::Receiver<OutboundMessage>,
-    stop: CancellationToken,
-) {
-    loop {
-        tokio::select! {
-            biased;
-            message = outbound.recv() => match message {
-                Some(message) => send(&*channel, message).await,
-                None => return,
-            },
-            () = stop.cancelled() => break,
-        }
-    }
-    while let Ok(message) = outbound.try_recv() {
-        send(&*channel, message).await;
-    }
-}
-
-async fn send(channel: &dyn Channel, message: OutboundMessage) {
-    let chat = message.chat_id.clone();
-    if let Err(err) = channel.send(message).await {
-        tracing::warn!(channel = %channel.name(), chat = %chat, error = %err,
-            "could not deliver an outbound message");
-    }
-}
-
-/// Starts the supervisor and the delivery loop of one channel on `tracker`.
+/// Starts the supervisor of one channel on `tracker`.
 pub fn spawn_channel(
     channel: Arc<dyn Channel>,
-    outbound: mpsc::Receiver<OutboundMessage>,
     ctx: ChannelContext,
     health: Health,
-    delivery_stop: CancellationToken,
     tracker: &TaskTracker,
 ) {
-    tracker.spawn(supervise(channel.clone(), ctx, health));
-    tracker.spawn(deliver(channel, outbound, delivery_stop));
+    tracker.spawn(supervise(channel, ctx, health));
 }
 
 #[cfg(test)]
@@ -115,7 +80,8 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     use async_trait::async_trait;
-    use switchboard_core::{ChannelName, ChatHub, CoreError};
+    use switchboard_core::{ChannelName, ChatHub, CoreError, OutboundMessage};
+    use tokio_util::sync::CancellationToken;
 
     use super::*;
 

@@ -29,6 +29,7 @@ use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
     ChatHub, InboundMessage, OutboundKind, OutboundMessage, SessionKey, Shutdown, ToolStatus,
+    TurnEnd,
 };
 use switchboard_sessions::Session;
 use tokio::sync::mpsc::error::TrySendError;
@@ -174,7 +175,10 @@ impl Dispatcher {
                         send_reply(
                             replies,
                             queued.1,
-                            vec![OutboundKind::Error(text), OutboundKind::Done],
+                            vec![
+                                OutboundKind::Error(text),
+                                OutboundKind::Done(TurnEnd::NotATurn),
+                            ],
                         );
                         return;
                     }
@@ -232,7 +236,7 @@ impl Dispatcher {
                 message,
                 vec![
                     OutboundKind::Message("Nothing to stop.".into()),
-                    OutboundKind::Done,
+                    OutboundKind::Done(TurnEnd::NotATurn),
                 ],
             ),
         }
@@ -329,14 +333,18 @@ impl Worker {
                             "could not load session");
                         let text = format!("Could not read this chat's history: {err}");
                         reply(&self.hub, &message, OutboundKind::Error(text)).await;
-                        reply(&self.hub, &message, OutboundKind::Done).await;
+                        reply(&self.hub, &message, OutboundKind::Done(TurnEnd::Failed)).await;
                         control(&self.control).running = None;
                         continue;
                     }
                 },
             };
             // Only where the reply goes is kept, for the rare panic below.
-            let (channel, chat_id) = (message.channel.clone(), message.chat_id.clone());
+            let (channel, chat_id, reply_to) = (
+                message.channel.clone(),
+                message.chat_id.clone(),
+                message.id.clone(),
+            );
             let handled = AssertUnwindSafe(self.handle(session, message, token))
                 .catch_unwind()
                 .await;
@@ -347,10 +355,14 @@ impl Worker {
                 tracing::error!(session = %self.key, "a turn panicked");
                 let text = "Something went wrong inside switchboard while answering; the \
                             conversation is kept. Please try again.";
-                for kind in [OutboundKind::Error(text.into()), OutboundKind::Done] {
+                for kind in [
+                    OutboundKind::Error(text.into()),
+                    OutboundKind::Done(TurnEnd::Failed),
+                ] {
                     let outbound = OutboundMessage {
                         channel: channel.clone(),
                         chat_id: chat_id.clone(),
+                        reply_to: reply_to.clone(),
                         kind,
                     };
                     if let Err(err) = self.hub.publish_outbound(outbound).await {
@@ -405,7 +417,7 @@ impl Worker {
             }
             None => return self.turn(session, message, cancel).await,
         }
-        reply(&self.hub, &message, OutboundKind::Done).await;
+        reply(&self.hub, &message, OutboundKind::Done(TurnEnd::NotATurn)).await;
     }
 
     async fn turn(
@@ -438,7 +450,7 @@ impl Worker {
                 OutboundKind::Message(crate::turn::STOPPED_REPLY.into()),
             )
             .await;
-            reply(&self.hub, &message, OutboundKind::Done).await;
+            reply(&self.hub, &message, OutboundKind::Done(TurnEnd::Cancelled)).await;
             return;
         };
 
@@ -484,16 +496,18 @@ impl Worker {
 /// The outbound messages an event becomes.
 fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
     match event {
-        AgentEvent::Started => Vec::new(),
+        AgentEvent::Started => vec![OutboundKind::TurnStarted],
         AgentEvent::TextDelta(text) => vec![OutboundKind::Delta(text)],
         AgentEvent::TextReset => vec![OutboundKind::DraftReset],
         AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
         AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
-        AgentEvent::ToolStarted { name, .. } => vec![OutboundKind::Tool {
+        AgentEvent::ToolStarted { id, name } => vec![OutboundKind::Tool {
+            id,
             name,
             status: ToolStatus::Started,
         }],
-        AgentEvent::ToolFinished { name, ok, .. } => vec![OutboundKind::Tool {
+        AgentEvent::ToolFinished { id, name, ok } => vec![OutboundKind::Tool {
+            id,
             name,
             status: if ok {
                 ToolStatus::Finished
@@ -501,10 +515,13 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
                 ToolStatus::Failed
             },
         }],
-        AgentEvent::Finished { reply, .. } => {
-            vec![OutboundKind::Message(reply), OutboundKind::Done]
+        AgentEvent::Finished { reply, end, .. } => {
+            vec![OutboundKind::Message(reply), OutboundKind::Done(end)]
         }
-        AgentEvent::Failed { message } => vec![OutboundKind::Error(message), OutboundKind::Done],
+        AgentEvent::Failed { message } => vec![
+            OutboundKind::Error(message),
+            OutboundKind::Done(TurnEnd::Failed),
+        ],
     }
 }
 
@@ -522,7 +539,10 @@ async fn reply(hub: &ChatHub, to: &InboundMessage, kind: OutboundKind) {
 fn shutting_down() -> Vec<OutboundKind> {
     let text = "switchboard is shutting down; this message was not processed — send it again \
                 in a moment.";
-    vec![OutboundKind::Error(text.into()), OutboundKind::Done]
+    vec![
+        OutboundKind::Error(text.into()),
+        OutboundKind::Done(TurnEnd::NotATurn),
+    ]
 }
 
 async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
@@ -539,5 +559,5 @@ async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize)
         format!("Dropped {dropped} messages that were waiting when you sent /stop.")
     };
     reply(hub, message, OutboundKind::Message(text)).await;
-    reply(hub, message, OutboundKind::Done).await;
+    reply(hub, message, OutboundKind::Done(TurnEnd::NotATurn)).await;
 }

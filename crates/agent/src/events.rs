@@ -1,6 +1,6 @@
 //! [`AgentEvent`]: what a turn reports while it runs.
 
-use switchboard_core::Usage;
+use switchboard_core::{TurnEnd, Usage};
 use tokio::sync::mpsc;
 
 /// Something that happened in a turn, in order. Channels use these for streaming text,
@@ -49,17 +49,6 @@ pub enum AgentEvent {
         /// The error for the person.
         message: String,
     },
-}
-
-/// Why a turn that produced a reply ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TurnEnd {
-    /// The model answered without tool calls.
-    Answered,
-    /// `max_iterations` rounds were used up.
-    IterationLimit,
-    /// The turn was cancelled (`/stop` or shutdown).
-    Cancelled,
 }
 
 /// Where a turn sends its events. Unbounded so a turn never waits on a slow channel; the

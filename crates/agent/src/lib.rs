@@ -32,4 +32,4 @@ pub use command::Command;
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
-pub use events::{AgentEvent, EventSink, TurnEnd};
+pub use events::{AgentEvent, EventSink};

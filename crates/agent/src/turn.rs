@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, Usage, make_call_ids_unique};
+use switchboard_core::{ChatMessage, TurnEnd, Usage, make_call_ids_unique};
 use switchboard_llm::{ChatRequest, ChatResponse, StreamEvent};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolContext;
@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::batch;
-use crate::events::{AgentEvent, EventSink, TurnEnd};
+use crate::events::{AgentEvent, EventSink};
 
 /// What the person sees when a turn is stopped.
 pub(crate) const STOPPED_REPLY: &str = "Stopped.";

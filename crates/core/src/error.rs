@@ -1,6 +1,7 @@
 //! Errors of the hub and of channel adapters.
 
-/// What can go wrong on the hub or in a channel adapter.
+/// What can go wrong on the hub or in a channel adapter. Delivery retries
+/// [`CoreError::RateLimited`] and [`CoreError::Unavailable`]; everything else is final.
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
     /// The daemon is shutting down and takes no new messages.
@@ -15,7 +16,22 @@ pub enum CoreError {
     /// The inbound receiver was already taken by a dispatcher.
     #[error("the inbound queue already has a consumer")]
     InboundTaken,
-    /// A channel adapter failed; the message says how.
+    /// The platform asked to slow down; the same message may be sent again after the wait.
+    #[error("the platform is rate limiting{}", .retry_after.map(|d| format!("; retry after {} s", d.as_secs_f64())).unwrap_or_default())]
+    RateLimited {
+        /// How long it asked to wait, if it said.
+        retry_after: Option<std::time::Duration>,
+    },
+    /// The platform could not be reached or failed for a while (network, 5xx): sending
+    /// again may work.
+    #[error("channel `{channel}` is unavailable: {message}")]
+    Unavailable {
+        /// The channel.
+        channel: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A channel adapter failed in a way that sending again will not fix; the message says how.
     #[error("channel `{channel}` failed: {message}")]
     Channel {
         /// The channel that failed.
@@ -23,4 +39,11 @@ pub enum CoreError {
         /// What went wrong.
         message: String,
     },
+}
+
+impl CoreError {
+    /// Whether sending the same message again may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::RateLimited { .. } | Self::Unavailable { .. })
+    }
 }

@@ -6,15 +6,18 @@ use dashmap::DashMap;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::channel::Channel;
 use crate::error::CoreError;
 use crate::ids::ChannelName;
+use crate::lanes::{LaneOptions, Lanes};
 use crate::message::{InboundMessage, OutboundMessage};
 
 /// The bus between channel adapters and the agent.
 ///
 /// Inbound is one bounded queue: when it is full, adapters wait in
-/// [`ChatHub::publish_inbound`] — nothing is dropped. Outbound is one bounded queue per
-/// channel, routed by the channel name the message carries. Cloning is cheap.
+/// [`ChatHub::publish_inbound`] — nothing is dropped. Outbound goes into the [`Lanes`] of
+/// the channel the message names, one lane per chat, so a publisher waits only for its own
+/// chat. Cloning is cheap.
 #[derive(Clone)]
 pub struct ChatHub {
     inner: Arc<Inner>,
@@ -25,9 +28,8 @@ struct Inner {
     inbound_tx: mpsc::Sender<InboundMessage>,
     /// Taken once by the dispatcher; `None` afterwards.
     inbound_rx: Mutex<Option<mpsc::Receiver<InboundMessage>>>,
-    /// One sender per registered channel; the channel's delivery loop owns the receiver
-    /// and the entry lives as long as the daemon.
-    outbound: DashMap<ChannelName, mpsc::Sender<OutboundMessage>>,
+    /// The delivery lanes of each registered channel; an entry lives as long as the daemon.
+    outbound: DashMap<ChannelName, Lanes>,
     /// Cancelled when the daemon stops taking messages; waiting publishers give up.
     intake: CancellationToken,
 }
@@ -74,31 +76,47 @@ impl ChatHub {
             .ok_or(CoreError::InboundTaken)
     }
 
-    /// Registers a channel for outbound messages; the caller delivers what the receiver
-    /// yields. Registering a name again replaces the earlier queue.
-    pub fn register_channel(
-        &self,
-        name: ChannelName,
-        capacity: usize,
-    ) -> mpsc::Receiver<OutboundMessage> {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
-        self.inner.outbound.insert(name, tx);
-        rx
+    /// Registers a channel for outbound messages: they are delivered through `channel`
+    /// (already wrapped for retries, if it should be), one lane per chat. Registering a name
+    /// again replaces the earlier lanes.
+    pub fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
+        let lanes = Lanes::new(channel.clone(), options);
+        self.inner.outbound.insert(channel.name(), lanes.clone());
+        lanes
     }
 
-    /// Routes a message to its channel, waiting while that channel's queue is full.
+    fn lanes(&self, channel: &ChannelName) -> Result<Lanes, CoreError> {
+        self.inner
+            .outbound
+            .get(channel)
+            .map(|entry| entry.value().clone())
+            .ok_or_else(|| CoreError::UnknownChannel(channel.to_string()))
+    }
+
+    /// Queues a message in its chat's lane, waiting only while that lane is full.
     pub async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
-        let sender = self
+        self.lanes(&message.channel)?.push(message).await
+    }
+
+    /// Queues a message and waits until its channel delivered it (or gave up: the error).
+    pub async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.lanes(&message.channel)?.deliver(message).await
+    }
+
+    /// Closes every channel's lanes once they delivered what they hold, waiting up to
+    /// `deadline` for each. Returns whether all finished.
+    pub async fn close_outbound(&self, deadline: std::time::Duration) -> bool {
+        let all: Vec<Lanes> = self
             .inner
             .outbound
-            .get(&message.channel)
+            .iter()
             .map(|entry| entry.value().clone())
-            .ok_or_else(|| CoreError::UnknownChannel(message.channel.to_string()))?;
-        let channel = message.channel.clone();
-        sender
-            .send(message)
-            .await
-            .map_err(|_| CoreError::ChannelClosed(channel.to_string()))
+            .collect();
+        let mut clean = true;
+        for lanes in all {
+            clean &= lanes.close(deadline).await;
+        }
+        clean
     }
 }
 
@@ -148,22 +166,43 @@ mod tests {
         assert!(matches!(result, Err(CoreError::ShuttingDown)));
     }
 
+    /// A channel that records what it is sent.
+    struct Sink(&'static str, std::sync::Mutex<Vec<OutboundMessage>>);
+
+    #[async_trait::async_trait]
+    impl Channel for Sink {
+        fn name(&self) -> ChannelName {
+            self.0.into()
+        }
+        async fn run(&self, _: crate::ChannelContext) -> Result<(), CoreError> {
+            Ok(())
+        }
+        async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+            self.1.lock().expect("lock").push(message);
+            Ok(())
+        }
+    }
+
     #[tokio::test]
     async fn outbound_is_routed_by_channel_name() {
         let hub = ChatHub::new(4, CancellationToken::new());
-        let mut a = hub.register_channel("a".into(), 4);
-        let mut b = hub.register_channel("b".into(), 4);
+        let a = Arc::new(Sink("a", Default::default()));
+        let b = Arc::new(Sink("b", Default::default()));
+        hub.register_channel(a.clone(), LaneOptions::default());
+        hub.register_channel(b.clone(), LaneOptions::default());
         let message = |channel: &str| OutboundMessage {
             channel: channel.into(),
             chat_id: "c".into(),
-            kind: OutboundKind::Done,
+            reply_to: None,
+            kind: OutboundKind::Done(crate::TurnEnd::NotATurn),
         };
-        hub.publish_outbound(message("b")).await.expect("route b");
-        hub.publish_outbound(message("a")).await.expect("route a");
-        assert_eq!(a.recv().await.expect("a").channel.as_str(), "a");
-        assert_eq!(b.recv().await.expect("b").channel.as_str(), "b");
+        hub.deliver_outbound(message("b")).await.expect("route b");
+        hub.deliver_outbound(message("a")).await.expect("route a");
+        assert_eq!(a.1.lock().expect("lock")[0].channel.as_str(), "a");
+        assert_eq!(b.1.lock().expect("lock")[0].channel.as_str(), "b");
         let unknown = hub.publish_outbound(message("zzz")).await;
         assert!(matches!(unknown, Err(CoreError::UnknownChannel(name)) if name == "zzz"));
+        assert!(hub.close_outbound(Duration::from_secs(1)).await);
     }
 
     #[test]

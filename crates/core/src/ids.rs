@@ -61,6 +61,11 @@ string_id!(
     /// The key of a session: `<channel>_<chat_id>`. One agent worker runs per key.
     SessionKey
 );
+string_id!(
+    /// A message's id on its platform, unique within its chat (a Telegram message id, a
+    /// Discord message id, the id a WebSocket client gave its message).
+    MessageId
+);
 
 impl SessionKey {
     /// The key of the session that a chat of a channel belongs to.

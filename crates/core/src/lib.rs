@@ -4,26 +4,36 @@
 //! exchange the types defined here over a [`ChatHub`]. This crate does no network I/O.
 //!
 //! # Layout
-//! - `ids`: newtypes for identity ([`ChannelName`], [`ChatId`], [`SenderId`], [`SessionKey`]).
+//! - `ids`: newtypes for identity ([`ChannelName`], [`ChatId`], [`SenderId`], [`SessionKey`],
+//!   [`MessageId`]).
 //! - `conversation`: the provider-neutral conversation model ([`ChatMessage`], [`ToolCall`], [`Usage`]).
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
+//! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement.
 //! - `hub`: [`ChatHub`], the bounded inbound queue and the outbound router.
+//! - `lanes`: [`Lanes`], outbound delivery in one bounded lane per chat.
+//! - `retry`: [`RetryingChannel`], retries of rate-limited or failed sends around any channel.
 //! - `shutdown`: [`Shutdown`], the one shutdown pattern (tokens + task tracker).
 //! - `error`: [`CoreError`].
 
+mod ack;
 mod channel;
 mod conversation;
 mod error;
 mod hub;
 mod ids;
+mod lanes;
 mod message;
+mod retry;
 mod shutdown;
 
+pub use ack::{Ack, Fate};
 pub use channel::{Channel, ChannelContext};
 pub use conversation::{ChatMessage, ToolCall, ToolDefinition, Usage, make_call_ids_unique};
 pub use error::CoreError;
 pub use hub::ChatHub;
-pub use ids::{ChannelName, ChatId, SenderId, SessionKey};
-pub use message::{Attachment, InboundMessage, OutboundKind, OutboundMessage, ToolStatus};
+pub use ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
+pub use lanes::{LaneOptions, Lanes};
+pub use message::{Attachment, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd};
+pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;

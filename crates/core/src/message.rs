@@ -3,17 +3,20 @@
 
 use std::time::SystemTime;
 
-use crate::ids::{ChannelName, ChatId, SenderId, SessionKey};
+use crate::ack::{Ack, Fate};
+use crate::ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
 
-/// A file or media item attached to an inbound message.
+/// A file or media item attached to an inbound message, saved where the agent can read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attachment {
     /// A name for the item (file name, or the platform's kind).
     pub name: String,
     /// Its MIME type, when the platform says.
     pub mime: Option<String>,
-    /// Where the item can be fetched from.
-    pub url: String,
+    /// Where it was saved, relative to the workspace (e.g. `media/telegram/123-photo.jpg`).
+    pub path: String,
+    /// Its size in bytes.
+    pub bytes: u64,
 }
 
 /// A message a person sent on some channel, already checked against its allow list.
@@ -25,14 +28,19 @@ pub struct InboundMessage {
     pub chat_id: ChatId,
     /// Who wrote it.
     pub sender: SenderId,
+    /// Its id on the platform, when it has one: a message whose id its chat already handled
+    /// is not answered again, and replies thread under it.
+    pub id: Option<MessageId>,
     /// The text.
     pub content: String,
     /// Files or media that came with it.
     pub attachments: Vec<Attachment>,
     /// The platform id of the message this one replies to, if any.
-    pub reply_to: Option<String>,
+    pub reply_to: Option<MessageId>,
     /// When the adapter received it.
     pub received_at: SystemTime,
+    /// Told what became of it, for channels that confirm messages to their platform.
+    pub ack: Option<Ack>,
 }
 
 impl InboundMessage {
@@ -47,16 +55,25 @@ impl InboundMessage {
             channel,
             chat_id,
             sender,
+            id: None,
             content: content.into(),
             attachments: Vec::new(),
             reply_to: None,
             received_at: SystemTime::now(),
+            ack: None,
         }
     }
 
     /// The session this message belongs to.
     pub fn session_key(&self) -> SessionKey {
         SessionKey::of(&self.channel, &self.chat_id)
+    }
+
+    /// Reports what became of the message to its channel (once; later reports are ignored).
+    pub fn settle(&self, fate: Fate) {
+        if let Some(ack) = &self.ack {
+            ack.report(fate);
+        }
     }
 }
 
@@ -82,33 +99,66 @@ impl ToolStatus {
     }
 }
 
+/// How the exchange that a [`OutboundKind::Done`] closes ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The model answered without tool calls.
+    Answered,
+    /// `max_iterations` rounds were used up.
+    IterationLimit,
+    /// The turn was cancelled (`/stop`, shutdown).
+    Cancelled,
+    /// The turn failed; an error came before.
+    Failed,
+    /// Not a turn: a command's answer, or a message that was not processed.
+    NotATurn,
+}
+
+impl TurnEnd {
+    /// The lowercase name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Answered => "answered",
+            Self::IterationLimit => "iteration_limit",
+            Self::Cancelled => "cancelled",
+            Self::Failed => "failed",
+            Self::NotATurn => "not_a_turn",
+        }
+    }
+}
+
 /// What the agent tells a chat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum OutboundKind {
+    /// A turn began (channels show "typing…" until its `Done`).
+    TurnStarted,
     /// A piece of the reply as it streams in.
     Delta(String),
-    /// The whole reply of a turn (the concatenation of its deltas, when it streamed).
+    /// The text streamed so far is void (the model's stream broke off and the call is being
+    /// tried again): drop the partial draft; the reply streams anew.
+    DraftReset,
+    /// The whole reply of a turn (the concatenation of its deltas since the last reset, when
+    /// it streamed).
     Message(String),
     /// A tool started or ended.
     Tool {
+        /// The call's id (the same for its start and its end).
+        id: String,
         /// The tool's name.
         name: String,
         /// What happened.
         status: ToolStatus,
     },
-    /// The text streamed so far is void (the model's stream broke off and the call is being
-    /// tried again): drop the partial draft; the reply streams anew.
-    DraftReset,
     /// What the turn is waiting on (a slow model, a retry after an error). Transient: the
     /// next piece of the turn replaces it.
     Status(String),
     /// Something the person should know that is not the reply, e.g. that the conversation
     /// could not be saved. It may arrive outside a turn.
     Notice(String),
-    /// The turn is over; no more frames for it.
-    Done,
     /// Something went wrong; the text says what and, where it can, what to change.
     Error(String),
+    /// The exchange is over; no more messages for it.
+    Done(TurnEnd),
 }
 
 /// A message for one chat of one channel.
@@ -118,16 +168,19 @@ pub struct OutboundMessage {
     pub channel: ChannelName,
     /// The chat it is for.
     pub chat_id: ChatId,
+    /// The platform id of the inbound message it answers; replies thread under it.
+    pub reply_to: Option<MessageId>,
     /// What it says.
     pub kind: OutboundKind,
 }
 
 impl OutboundMessage {
-    /// A message for the chat an inbound message came from.
+    /// A message for the chat an inbound message came from, answering it.
     pub fn reply_to(inbound: &InboundMessage, kind: OutboundKind) -> Self {
         Self {
             channel: inbound.channel.clone(),
             chat_id: inbound.chat_id.clone(),
+            reply_to: inbound.id.clone(),
             kind,
         }
     }

@@ -77,6 +77,11 @@ pub enum ServerFrame {
         /// The server's version.
         version: &'static str,
     },
+    /// A turn began (show "typing…" until its `done`).
+    Started {
+        /// The chat.
+        chat_id: String,
+    },
     /// A piece of a reply as it streams in.
     Delta {
         /// The chat.
@@ -114,15 +119,19 @@ pub enum ServerFrame {
     Tool {
         /// The chat.
         chat_id: String,
+        /// The call's id (the same in its start and end frames).
+        id: String,
         /// The tool.
         name: String,
         /// `started`, `finished` or `failed`.
         status: &'static str,
     },
-    /// The turn is over.
+    /// The turn (or the answer to a command) is over.
     Done {
         /// The chat.
         chat_id: String,
+        /// How it ended: `answered`, `iteration_limit`, `cancelled`, `failed`, `not_a_turn`.
+        end: &'static str,
     },
     /// Something went wrong; without `chat_id` it is about the frame the client sent.
     Error {
@@ -149,17 +158,22 @@ impl ServerFrame {
     pub fn from_outbound(message: OutboundMessage) -> Self {
         let chat_id = message.chat_id.to_string();
         match message.kind {
+            OutboundKind::TurnStarted => Self::Started { chat_id },
             OutboundKind::Delta(text) => Self::Delta { chat_id, text },
             OutboundKind::Message(content) => Self::Message { chat_id, content },
-            OutboundKind::Tool { name, status } => Self::Tool {
+            OutboundKind::Tool { id, name, status } => Self::Tool {
                 chat_id,
+                id,
                 name,
                 status: status.as_str(),
             },
             OutboundKind::DraftReset => Self::Reset { chat_id },
             OutboundKind::Status(text) => Self::Status { chat_id, text },
             OutboundKind::Notice(text) => Self::Notice { chat_id, text },
-            OutboundKind::Done => Self::Done { chat_id },
+            OutboundKind::Done(end) => Self::Done {
+                chat_id,
+                end: end.as_str(),
+            },
             OutboundKind::Error(message) => Self::Error {
                 chat_id: Some(chat_id),
                 message,
@@ -254,16 +268,24 @@ mod tests {
             (
                 ServerFrame::Tool {
                     chat_id: "c".into(),
+                    id: "call_1".into(),
                     name: "n".into(),
                     status: "started",
                 },
-                r#"{"type":"tool","chat_id":"c","name":"n","status":"started"}"#,
+                r#"{"type":"tool","chat_id":"c","id":"call_1","name":"n","status":"started"}"#,
             ),
             (
                 ServerFrame::Done {
                     chat_id: "c".into(),
+                    end: "answered",
                 },
-                r#"{"type":"done","chat_id":"c"}"#,
+                r#"{"type":"done","chat_id":"c","end":"answered"}"#,
+            ),
+            (
+                ServerFrame::Started {
+                    chat_id: "c".into(),
+                },
+                r#"{"type":"started","chat_id":"c"}"#,
             ),
             (
                 ServerFrame::frame_error("bad"),
