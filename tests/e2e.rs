@@ -19,6 +19,8 @@ mod dispatch;
 mod http;
 /// A misbehaving LLM: endless, huge, stalled, broken streams; repeated tool-call ids.
 mod llm;
+/// A message delivered again is answered exactly once (ignored, resent, or taken up).
+mod once;
 /// Restart keeps the conversation; long conversations stay within the history limit.
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use switchboard_agent::{Agent, AgentEvent, Command};
+use switchboard_agent::{Agent, AgentEvent, Command, TurnInput};
 use switchboard_core::{ChannelName, ChatId, SessionKey};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolRegistry;
@@ -89,7 +89,9 @@ async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
     let cancel = CancellationToken::new();
     let (events, mut rx) = mpsc::unbounded_channel();
     let run = async {
-        agent.run_turn(session, text, &cancel, &events).await;
+        agent
+            .run_turn(session, TurnInput::text(text), &cancel, &events)
+            .await;
         drop(events);
     };
     let print = async {

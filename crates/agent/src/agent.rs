@@ -2,16 +2,16 @@
 
 use std::sync::Arc;
 
-use switchboard_core::SessionKey;
+use switchboard_core::{MessageId, SessionKey};
 use switchboard_llm::LlmProvider;
-use switchboard_sessions::{Session, SessionStore, StoreError};
+use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
 use switchboard_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
-use crate::turn;
+use crate::turn::{self, TurnInput};
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
 pub struct Agent {
@@ -77,17 +77,31 @@ impl Agent {
         Ok(())
     }
 
-    /// Runs one turn answering `text`: every message is saved as it is produced, the
+    /// Runs one turn answering `input`: every message is saved as it is produced, the
     /// session is extended and trimmed at the end, and everything that happens is sent to
     /// `events`, ending with `Finished` or `Failed`. Cancelling `cancel` ends it at once,
     /// with synthetic results for open tool calls saved.
     pub async fn run_turn(
         &self,
         session: &mut Session,
-        text: String,
+        input: TurnInput,
         cancel: &CancellationToken,
         events: &EventSink,
     ) {
-        turn::run(self, session, text, cancel, events).await;
+        turn::run(self, session, input, cancel, events).await;
+    }
+
+    /// Notes in the session's file (and in memory) how far an inbound message got. A
+    /// failure is logged: the worst it costs is answering the message again after a crash.
+    pub fn journal(&self, session: &mut Session, id: &MessageId, state: InboundState) {
+        let batch = Batch {
+            inbound: Some((id, &state)),
+            ..Batch::default()
+        };
+        match self.store.append(session.key(), &batch) {
+            Ok(()) => session.note_inbound(id.clone(), state),
+            Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
+                error = %err, "could not note an inbound message's progress"),
+        }
     }
 }

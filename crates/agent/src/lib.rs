@@ -16,7 +16,8 @@
 //! - `context`: the system prompt built from the workspace files.
 //! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
 //! - `events`: [`AgentEvent`] and its sink.
-//! - `dispatcher`: [`Dispatcher`] and the per-session workers.
+//! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
+//! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 
 mod agent;
 mod batch;
@@ -26,6 +27,7 @@ mod context;
 mod dispatcher;
 mod events;
 mod turn;
+mod worker;
 
 pub use agent::Agent;
 pub use command::Command;
@@ -33,3 +35,4 @@ pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
+pub use turn::TurnInput;

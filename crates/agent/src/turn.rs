@@ -12,9 +12,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, TurnEnd, Usage, make_call_ids_unique};
+use switchboard_core::{ChatMessage, MessageId, TurnEnd, Usage, make_call_ids_unique};
 use switchboard_llm::{ChatRequest, ChatResponse, StreamEvent};
-use switchboard_sessions::Session;
+use switchboard_sessions::{Batch, InboundState, Session};
 use switchboard_tools::ToolContext;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -26,16 +26,39 @@ use crate::events::{AgentEvent, EventSink};
 /// What the person sees when a turn is stopped.
 pub(crate) const STOPPED_REPLY: &str = "Stopped.";
 /// What history keeps for a stopped turn, so the model knows the request went unanswered.
-const STOPPED_NOTE: &str = "[This turn was stopped before it finished.]";
+pub(crate) const STOPPED_NOTE: &str = "[This turn was stopped before it finished.]";
+
+/// What a turn answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TurnInput {
+    /// The person's text (with a line for each attachment, naming where it was saved).
+    pub text: String,
+    /// The inbound message's platform id: the turn's progress is journaled under it, so a
+    /// message delivered again after a crash is taken up, not answered twice.
+    pub inbound: Option<MessageId>,
+    /// The user message is in history already (a turn a crash interrupted, taken up again):
+    /// answer it without saving it again.
+    pub resume: bool,
+}
+
+impl TurnInput {
+    /// A new message's text, without a platform id.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            ..Self::default()
+        }
+    }
+}
 
 pub(crate) async fn run(
     agent: &Agent,
     session: &mut Session,
-    text: String,
+    input: TurnInput,
     cancel: &CancellationToken,
     events: &EventSink,
 ) {
-    let span = tracing::info_span!("turn", session = %session.key());
+    let span = tracing::info_span!("turn", session = %session.key(), resume = input.resume);
     async {
         let mut turn = Turn {
             agent,
@@ -44,9 +67,10 @@ pub(crate) async fn run(
             usage: Usage::default(),
             events,
             unsaved: false,
+            inbound: input.inbound.clone(),
         };
         let _ = events.send(AgentEvent::Started);
-        let end = turn.drive(text, cancel).await;
+        let end = turn.drive(input, cancel).await;
         turn.finish(end);
     }
     .instrument(span)
@@ -68,14 +92,21 @@ struct Turn<'a> {
     events: &'a EventSink,
     /// A save failed and the chat was told so (it is told once per turn).
     unsaved: bool,
+    /// The inbound message's id, when its progress is journaled.
+    inbound: Option<MessageId>,
 }
 
 impl Turn<'_> {
-    async fn drive(&mut self, text: String, cancel: &CancellationToken) -> End {
+    async fn drive(&mut self, input: TurnInput, cancel: &CancellationToken) -> End {
         let events = self.events;
         let agent = self.agent;
         let config = &agent.config;
-        self.save(vec![ChatMessage::user(text)]);
+        if !input.resume {
+            let received = InboundState::Received;
+            let id = self.inbound.clone();
+            let batch_inbound = id.as_ref().map(|id| (id, &received));
+            self.save_with(vec![ChatMessage::user(input.text)], batch_inbound);
+        }
 
         let mut request = ChatRequest {
             system: agent.context.get(
@@ -189,8 +220,26 @@ impl Turn<'_> {
 
     /// Appends messages to the store, then to this turn; returns them as saved.
     fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
-        let saved = self.agent.store.append(self.session.key(), &messages, None);
+        self.save_with(messages, None)
+    }
+
+    /// Appends messages, and how far the inbound message got, in one write.
+    fn save_with(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        inbound: Option<(&MessageId, &InboundState)>,
+    ) -> &[Arc<ChatMessage>] {
+        let batch = Batch {
+            messages: &messages,
+            usage: None,
+            inbound,
+        };
+        let saved = self.agent.store.append(self.session.key(), &batch);
+        let ok = saved.is_ok();
         self.check_saved(saved);
+        if ok && let Some((id, state)) = inbound {
+            self.session.note_inbound(id.clone(), state.clone());
+        }
         let start = self.new.len();
         self.new.extend(messages.into_iter().map(Arc::new));
         &self.new[start..]
@@ -220,9 +269,29 @@ impl Turn<'_> {
         };
         let last: Vec<ChatMessage> = last.into_iter().collect();
         let spent = (self.usage != Usage::default()).then_some(self.usage);
-        if !last.is_empty() || spent.is_some() {
-            let saved = self.agent.store.append(self.session.key(), &last, spent);
+        let answered = match &end {
+            End::Reply(_, end) => InboundState::Answered {
+                end: *end,
+                error: None,
+            },
+            End::Failed(message) => InboundState::Answered {
+                end: TurnEnd::Failed,
+                error: Some(message.clone()),
+            },
+        };
+        let inbound = self.inbound.clone();
+        if !last.is_empty() || spent.is_some() || inbound.is_some() {
+            let batch = Batch {
+                messages: &last,
+                usage: spent,
+                inbound: inbound.as_ref().map(|id| (id, &answered)),
+            };
+            let saved = self.agent.store.append(self.session.key(), &batch);
+            let ok = saved.is_ok();
             self.check_saved(saved);
+            if ok && let Some(id) = inbound {
+                self.session.note_inbound(id, answered);
+            }
         }
         let Turn {
             agent,
@@ -242,7 +311,7 @@ impl Turn<'_> {
                 session.messages().iter().map(|m| (**m).clone()).collect();
             match agent
                 .store
-                .compact(session.key(), &messages, session.usage())
+                .compact(session.key(), &session.snapshot(&messages))
             {
                 Ok(()) => session.compacted(),
                 Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),

@@ -100,7 +100,8 @@ impl ToolStatus {
 }
 
 /// How the exchange that a [`OutboundKind::Done`] closes ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TurnEnd {
     /// The model answered without tool calls.
     Answered,

@@ -1,6 +1,7 @@
 //! [`JsonlStore`]: one append-only JSONL file per session under the state directory.
 //!
-//! Each line is one record: a message (`{"role":...}`) or a usage total (`{"usage":...}`).
+//! Each line is one record: a message (`{"role":...}`), a usage total (`{"usage":...}`), or
+//! how far an inbound message got (`{"inbound":{"id":...,"state":...}}`).
 //! Appends go straight to the file (one `write` each, no user-space buffer), so a record
 //! is with the OS before the reply leaves; a process crash loses nothing, a power loss at
 //! most the last records. An append that fails (a full disk) is cut back to the last whole
@@ -18,10 +19,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use switchboard_core::{ChatMessage, SessionKey, Usage};
+use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
 
 use crate::error::StoreError;
-use crate::store::{Loaded, SessionStore, StoreHealth};
+use crate::store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
 
 /// At most this much of a file's end is read on load; compaction keeps files far smaller.
 const TAIL_BYTES: u64 = 8 * 1024 * 1024;
@@ -31,7 +32,36 @@ const TAIL_BYTES: u64 = 8 * 1024 * 1024;
 #[serde(untagged)]
 enum Record<'a> {
     Usage { usage: Usage },
+    Inbound { inbound: InboundRecord<'a> },
     Message(std::borrow::Cow<'a, ChatMessage>),
+}
+
+#[derive(Serialize, Deserialize)]
+struct InboundRecord<'a> {
+    id: std::borrow::Cow<'a, MessageId>,
+    #[serde(flatten)]
+    state: std::borrow::Cow<'a, InboundState>,
+}
+
+/// How many inbound messages a session remembers (read back, and kept by compaction): far
+/// more than a platform ever delivers again after a restart.
+pub const INBOUND_MEMORY: usize = 256;
+
+/// Records the last state of an inbound message, keeping at most [`INBOUND_MEMORY`].
+pub(crate) fn note_inbound(
+    inbound: &mut Vec<(MessageId, InboundState)>,
+    id: MessageId,
+    state: InboundState,
+) {
+    match inbound.iter_mut().find(|(known, _)| *known == id) {
+        Some(entry) => entry.1 = state,
+        None => {
+            inbound.push((id, state));
+            if inbound.len() > INBOUND_MEMORY {
+                inbound.remove(0);
+            }
+        }
+    }
 }
 
 /// At most this many session files are kept open between appends (one per active session);
@@ -299,6 +329,11 @@ impl SessionStore for JsonlStore {
             match serde_json::from_slice::<Record<'_>>(line) {
                 Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
                 Ok(Record::Usage { usage }) => loaded.usage += usage,
+                Ok(Record::Inbound { inbound }) => note_inbound(
+                    &mut loaded.inbound,
+                    inbound.id.into_owned(),
+                    inbound.state.into_owned(),
+                ),
                 Err(err) if is_last => {
                     tracing::warn!(session = %key, path = %path.display(), error = %err,
                         "skipping torn last record of session file");
@@ -316,23 +351,30 @@ impl SessionStore for JsonlStore {
         // A torn last line, or a whole record whose newline was lost: rewrite now, or the
         // next append would be glued onto it.
         if torn || text.last().is_some_and(|&b| b != b'\n') {
-            self.compact(key, &loaded.messages, loaded.usage)?;
-            loaded.records = loaded.messages.len() + 1;
+            let snapshot = Snapshot {
+                messages: &loaded.messages,
+                usage: loaded.usage,
+                inbound: &loaded.inbound,
+            };
+            self.compact(key, &snapshot)?;
+            loaded.records = snapshot_records(&snapshot);
         }
         lock(&self.damaged).remove(key);
         Ok(loaded)
     }
 
-    fn append(
-        &self,
-        key: &SessionKey,
-        messages: &[ChatMessage],
-        usage: Option<Usage>,
-    ) -> Result<(), StoreError> {
-        let records: Vec<Record<'_>> = messages
+    fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
+        let records: Vec<Record<'_>> = batch
+            .messages
             .iter()
             .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
-            .chain(usage.map(|usage| Record::Usage { usage }))
+            .chain(batch.usage.map(|usage| Record::Usage { usage }))
+            .chain(batch.inbound.map(|(id, state)| Record::Inbound {
+                inbound: InboundRecord {
+                    id: std::borrow::Cow::Borrowed(id),
+                    state: std::borrow::Cow::Borrowed(state),
+                },
+            }))
             .collect();
         self.append_records(key, &records)
     }
@@ -341,13 +383,8 @@ impl SessionStore for JsonlStore {
         self.forget(key);
     }
 
-    fn compact(
-        &self,
-        key: &SessionKey,
-        messages: &[ChatMessage],
-        usage: Usage,
-    ) -> Result<(), StoreError> {
-        let result = self.rewrite(key, messages, usage);
+    fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+        let result = self.rewrite(key, snapshot);
         if result.is_ok() {
             lock(&self.damaged).remove(key);
         }
@@ -374,19 +411,29 @@ impl SessionStore for JsonlStore {
 }
 
 impl JsonlStore {
-    fn rewrite(
-        &self,
-        key: &SessionKey,
-        messages: &[ChatMessage],
-        usage: Usage,
-    ) -> Result<(), StoreError> {
+    fn rewrite(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
         self.forget(key);
         let path = self.path_of(key);
         let tmp = path.with_extension("jsonl.tmp");
         let mut buf = Vec::new();
-        serde_json::to_writer(&mut buf, &Record::Usage { usage })?;
+        for (id, state) in snapshot.inbound {
+            let record = Record::Inbound {
+                inbound: InboundRecord {
+                    id: std::borrow::Cow::Borrowed(id),
+                    state: std::borrow::Cow::Borrowed(state),
+                },
+            };
+            serde_json::to_writer(&mut buf, &record)?;
+            buf.push(b'\n');
+        }
+        serde_json::to_writer(
+            &mut buf,
+            &Record::Usage {
+                usage: snapshot.usage,
+            },
+        )?;
         buf.push(b'\n');
-        for message in messages {
+        for message in snapshot.messages {
             serde_json::to_writer(
                 &mut buf,
                 &Record::Message(std::borrow::Cow::Borrowed(message)),
@@ -451,6 +498,11 @@ fn file_stem(key: &SessionKey) -> String {
     stem
 }
 
+/// How many records a rewrite with `snapshot` holds.
+pub(crate) fn snapshot_records(snapshot: &Snapshot<'_>) -> usize {
+    snapshot.inbound.len() + 1 + snapshot.messages.len()
+}
+
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
@@ -471,6 +523,8 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use switchboard_core::ToolCall;
+
+    use crate::store::{Batch, InboundState, Snapshot};
 
     use super::*;
 
@@ -498,21 +552,68 @@ mod tests {
             ChatMessage::tool_result(&call, "r", false),
             ChatMessage::assistant("a"),
         ];
-        store.append(&key, &messages[..1], None).expect("append");
         store
-            .append(
-                &key,
-                &messages[1..],
-                Some(Usage {
-                    input_tokens: 5,
-                    output_tokens: 2,
-                }),
-            )
+            .append(&key, &Batch::messages(&messages[..1]))
             .expect("append");
+        let batch = Batch {
+            messages: &messages[1..],
+            usage: Some(Usage {
+                input_tokens: 5,
+                output_tokens: 2,
+            }),
+            inbound: None,
+        };
+        store.append(&key, &batch).expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(loaded.messages, messages);
         assert_eq!(loaded.usage.input_tokens, 5);
         assert_eq!(loaded.records, 5);
+    }
+
+    #[test]
+    fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
+        let (_dir, store) = store();
+        let key = SessionKey::from("telegram_1");
+        let (first, second) = (MessageId::from("41"), MessageId::from("42"));
+        let answered = InboundState::Answered {
+            end: switchboard_core::TurnEnd::Failed,
+            error: Some("the model is down".into()),
+        };
+        let writes = [
+            (ChatMessage::user("q1"), &first, InboundState::Received),
+            (
+                ChatMessage::assistant("a1"),
+                &first,
+                InboundState::Delivered,
+            ),
+            (ChatMessage::user("q2"), &second, InboundState::Received),
+            (ChatMessage::assistant("a2"), &second, answered.clone()),
+        ];
+        for (message, id, state) in &writes {
+            let batch = Batch {
+                messages: std::slice::from_ref(message),
+                usage: None,
+                inbound: Some((id, state)),
+            };
+            store.append(&key, &batch).expect("append");
+        }
+        let loaded = store.load(&key).expect("load");
+        let expected = vec![
+            (first.clone(), InboundState::Delivered),
+            (second.clone(), answered.clone()),
+        ];
+        assert_eq!(loaded.inbound, expected);
+        assert_eq!(loaded.messages.len(), 4);
+
+        let snapshot = Snapshot {
+            messages: &loaded.messages[2..],
+            usage: loaded.usage,
+            inbound: &loaded.inbound,
+        };
+        store.compact(&key, &snapshot).expect("compact");
+        let again = store.load(&key).expect("load");
+        assert_eq!(again.inbound, expected);
+        assert_eq!(again.messages, loaded.messages[2..]);
     }
 
     #[test]
@@ -528,8 +629,7 @@ mod tests {
         store
             .append(
                 &key,
-                &[ChatMessage::user("q"), ChatMessage::assistant("a")],
-                None,
+                &Batch::messages(&[ChatMessage::user("q"), ChatMessage::assistant("a")]),
             )
             .expect("append");
         let path = store.path_of(&key);
@@ -545,7 +645,7 @@ mod tests {
 
         // The next append must not be glued onto the torn line.
         store
-            .append(&key, &[ChatMessage::user("next")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
             .expect("append");
         let again = store.load(&key).expect("load");
         assert_eq!(again.messages.len(), 3);
@@ -557,14 +657,14 @@ mod tests {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
             .expect("append");
         let path = store.path_of(&key);
         let mut file = OpenOptions::new().append(true).open(&path).expect("open");
         file.write_all(b"not json\n").expect("write");
         drop(file);
         store
-            .append(&key, &[ChatMessage::assistant("a")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::assistant("a")]))
             .expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(
@@ -579,20 +679,22 @@ mod tests {
         let key = SessionKey::from("s");
         for i in 0..10 {
             store
-                .append(&key, &[ChatMessage::user(format!("q{i}"))], None)
+                .append(
+                    &key,
+                    &Batch::messages(&[ChatMessage::user(format!("q{i}"))]),
+                )
                 .expect("append");
         }
         let keep = vec![ChatMessage::user("q9")];
-        store
-            .compact(
-                &key,
-                &keep,
-                Usage {
-                    input_tokens: 1,
-                    output_tokens: 1,
-                },
-            )
-            .expect("compact");
+        let snapshot = Snapshot {
+            messages: &keep,
+            usage: Usage {
+                input_tokens: 1,
+                output_tokens: 1,
+            },
+            inbound: &[],
+        };
+        store.compact(&key, &snapshot).expect("compact");
         let loaded = store.load(&key).expect("load");
         assert_eq!(loaded.messages, keep);
         assert_eq!(loaded.usage.input_tokens, 1);
@@ -606,13 +708,16 @@ mod tests {
         // The first append keeps the file open; compaction and archive replace the file,
         // so a later append must not go to the old, unlinked one.
         store
-            .append(&key, &[ChatMessage::user("1")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("1")]))
             .expect("append");
+        let snapshot = Snapshot {
+            messages: &[ChatMessage::user("1")],
+            usage: Usage::default(),
+            inbound: &[],
+        };
+        store.compact(&key, &snapshot).expect("compact");
         store
-            .compact(&key, &[ChatMessage::user("1")], Usage::default())
-            .expect("compact");
-        store
-            .append(&key, &[ChatMessage::user("2")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("2")]))
             .expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(
@@ -622,7 +727,7 @@ mod tests {
 
         store.archive(&key).expect("archive");
         store
-            .append(&key, &[ChatMessage::user("3")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("3")]))
             .expect("append");
         assert_eq!(
             store.load(&key).expect("load").messages,
@@ -635,7 +740,7 @@ mod tests {
         let (dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
             .expect("append");
         store.archive(&key).expect("archive");
         assert!(store.load(&key).expect("load").messages.is_empty());
@@ -704,7 +809,7 @@ mod tests {
         let (_dir, store) = store();
         let key = SessionKey::from("s");
         store
-            .append(&key, &[ChatMessage::user("q")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
             .expect("append");
         // A partial record that a failed append could not remove.
         let mut file = OpenOptions::new()
@@ -718,7 +823,7 @@ mod tests {
         lock(&store.damaged).insert(key.clone());
 
         store
-            .append(&key, &[ChatMessage::user("next")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
             .expect("append");
         let loaded = store.load(&key).expect("load");
         assert_eq!(
@@ -735,7 +840,7 @@ mod tests {
         // /dev/full fails every write with ENOSPC, as a full disk does.
         std::os::unix::fs::symlink("/dev/full", store.path_of(&key)).expect("symlink");
         let err = store
-            .append(&key, &[ChatMessage::user("q")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
             .expect_err("the disk is full");
         assert!(err.to_string().contains("No space left"), "{err}");
         assert!(
@@ -752,7 +857,7 @@ mod tests {
 
         fs::remove_file(store.path_of(&key)).expect("remove symlink");
         store
-            .append(&key, &[ChatMessage::user("q")], None)
+            .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
             .expect("the disk has room again");
         assert_eq!(store.health(), StoreHealth::Ok);
         assert_eq!(
@@ -800,7 +905,7 @@ mod tests {
         assert_eq!(names[2], "websocket_c.jsonl");
         for key in [&euro, &euro_too] {
             store
-                .append(key, &[ChatMessage::user(key.as_str())], None)
+                .append(key, &Batch::messages(&[ChatMessage::user(key.as_str())]))
                 .expect("a long key works");
             store.archive(key).expect("and archives");
         }

@@ -19,7 +19,7 @@ mod store;
 mod trim;
 
 pub use error::StoreError;
-pub use jsonl::JsonlStore;
+pub use jsonl::{INBOUND_MEMORY, JsonlStore};
 pub use session::Session;
-pub use store::{Loaded, SessionStore, StoreHealth};
+pub use store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
 pub use trim::{MISSING_RESULT, repair, trim};

@@ -3,9 +3,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, SessionKey, Usage};
+use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
 
-use crate::store::Loaded;
+use crate::jsonl::note_inbound;
+use crate::store::{InboundState, Loaded, Snapshot};
 use crate::trim::{repair, trim};
 
 /// The last `limit` messages of one chat, always valid to send to a provider.
@@ -16,6 +17,8 @@ pub struct Session {
     messages: VecDeque<Arc<ChatMessage>>,
     limit: usize,
     usage: Usage,
+    /// The recent inbound messages (with a platform id) and how far each got, oldest first.
+    inbound: Vec<(MessageId, InboundState)>,
     /// Records in the session's file; compaction is due when it outgrows the window.
     records: usize,
 }
@@ -28,6 +31,7 @@ impl Session {
             messages: VecDeque::new(),
             limit: limit.max(2),
             usage: Usage::default(),
+            inbound: Vec::new(),
             records: 0,
         }
     }
@@ -38,8 +42,32 @@ impl Session {
         session.messages = repair(loaded.messages).into_iter().map(Arc::new).collect();
         trim(&mut session.messages, session.limit);
         session.usage = loaded.usage;
+        session.inbound = loaded.inbound;
         session.records = loaded.records;
         session
+    }
+
+    /// How far the inbound message `id` got, if this chat has seen it recently.
+    pub fn inbound(&self, id: &MessageId) -> Option<&InboundState> {
+        self.inbound
+            .iter()
+            .find(|(known, _)| known == id)
+            .map(|(_, state)| state)
+    }
+
+    /// Notes how far an inbound message got (already persisted).
+    pub fn note_inbound(&mut self, id: MessageId, state: InboundState) {
+        note_inbound(&mut self.inbound, id, state);
+        self.records += 1;
+    }
+
+    /// What the file is rewritten with when it is compacted.
+    pub fn snapshot<'a>(&'a self, messages: &'a [ChatMessage]) -> Snapshot<'a> {
+        Snapshot {
+            messages,
+            usage: self.usage,
+            inbound: &self.inbound,
+        }
     }
 
     /// The session's key.
@@ -90,6 +118,7 @@ impl Session {
     pub fn clear(&mut self) {
         self.messages.clear();
         self.usage = Usage::default();
+        self.inbound.clear();
         self.records = 0;
     }
 
@@ -99,9 +128,9 @@ impl Session {
         self.records > self.limit * 3 + 8
     }
 
-    /// Notes that the store rewrote the file with the current window and usage.
+    /// Notes that the store rewrote the file with [`Session::snapshot`].
     pub fn compacted(&mut self) {
-        self.records = self.messages.len() + 1;
+        self.records = self.messages.len() + 1 + self.inbound.len();
     }
 }
 
@@ -136,6 +165,7 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 4,
             },
+            inbound: Vec::new(),
             records: 5,
         };
         let session = Session::from_loaded("s".into(), 2, loaded);

@@ -1,8 +1,61 @@
 //! The [`SessionStore`] trait: where sessions are kept between turns and restarts.
 
-use switchboard_core::{ChatMessage, SessionKey, Usage};
+use switchboard_core::{ChatMessage, MessageId, SessionKey, TurnEnd, Usage};
 
 use crate::error::StoreError;
+
+/// How far the handling of an inbound message (one with a platform id) has got. Written to
+/// the session's file as it advances, so a message delivered again after a crash is taken
+/// up where it was left, and answered exactly once.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum InboundState {
+    /// Its user message is saved and its turn runs (or ran until a crash).
+    Received,
+    /// Its turn ended; the answer is saved but may not have reached the chat.
+    Answered {
+        /// How the turn ended.
+        end: TurnEnd,
+        /// The error the chat was told, when the turn failed (its answer is not a message).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Its answer reached the chat (or the command was carried out): done for good.
+    Delivered,
+}
+
+/// What one [`SessionStore::append`] writes, in one write and in this order: the messages,
+/// the usage, the inbound state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Batch<'a> {
+    /// Messages for history.
+    pub messages: &'a [ChatMessage],
+    /// Tokens a turn spent.
+    pub usage: Option<Usage>,
+    /// How far an inbound message has got.
+    pub inbound: Option<(&'a MessageId, &'a InboundState)>,
+}
+
+impl<'a> Batch<'a> {
+    /// Messages only.
+    pub fn messages(messages: &'a [ChatMessage]) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+}
+
+/// What a session file is rewritten with ([`SessionStore::compact`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Snapshot<'a> {
+    /// The window of history.
+    pub messages: &'a [ChatMessage],
+    /// Tokens spent over the session's life.
+    pub usage: Usage,
+    /// The recent inbound messages and how far each got.
+    pub inbound: &'a [(MessageId, InboundState)],
+}
 
 /// What [`SessionStore::load`] read back.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -11,6 +64,8 @@ pub struct Loaded {
     pub messages: Vec<ChatMessage>,
     /// Tokens spent over the session's life.
     pub usage: Usage,
+    /// The recent inbound messages and their last state, oldest first.
+    pub inbound: Vec<(MessageId, InboundState)>,
     /// How many records the file holds; the caller compacts when it grows.
     pub records: usize,
 }
@@ -36,22 +91,12 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Reads a session back; a session never written loads empty.
     fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
 
-    /// Appends messages and, when given, the tokens a turn spent, in one write; they are
-    /// with the OS before this returns. When it fails, the file holds no part of them.
-    fn append(
-        &self,
-        key: &SessionKey,
-        messages: &[ChatMessage],
-        usage: Option<Usage>,
-    ) -> Result<(), StoreError>;
+    /// Appends a batch in one write; it is with the OS before this returns. When it fails,
+    /// the file holds no part of it.
+    fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError>;
 
-    /// Replaces the session's records with `messages` and the usage total, atomically.
-    fn compact(
-        &self,
-        key: &SessionKey,
-        messages: &[ChatMessage],
-        usage: Usage,
-    ) -> Result<(), StoreError>;
+    /// Replaces the session's records with a snapshot, atomically.
+    fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError>;
 
     /// The session left memory (its worker exited): drop what is kept open for it.
     fn release(&self, _key: &SessionKey) {}

@@ -10,7 +10,7 @@ use std::io::Write;
 
 use proptest::prelude::*;
 use switchboard_core::{ChatMessage, SessionKey, ToolCall, Usage};
-use switchboard_sessions::{JsonlStore, SessionStore, repair, trim};
+use switchboard_sessions::{Batch, JsonlStore, SessionStore, repair, trim};
 use switchboard_testkit::strict::{WireMessage, check_conversation};
 
 /// Ids from a small pool, so repeats, clashes and orphans are common; "" is a missing id.
@@ -91,7 +91,7 @@ proptest! {
         let repaired = repair(loaded.messages);
         prop_assert!(strict(&repaired).is_ok());
         // And the file takes the next record whole.
-        store.append(&key, &[ChatMessage::user("next")], None).expect("append");
+        store.append(&key, &Batch::messages(&[ChatMessage::user("next")])).expect("append");
         let again = store.load(&key).expect("load");
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("next")));
     }
@@ -105,11 +105,10 @@ proptest! {
         let store = JsonlStore::open(dir.path()).expect("open");
         let key = SessionKey::from("s");
         for message in &history {
-            store.append(&key, std::slice::from_ref(message), None).expect("append");
+            store.append(&key, &Batch::messages(std::slice::from_ref(message))).expect("append");
         }
-        store
-            .append(&key, &[], Some(Usage { input_tokens: 1, output_tokens: 1 }))
-            .expect("usage");
+        let usage = Batch { usage: Some(Usage { input_tokens: 1, output_tokens: 1 }), ..Batch::default() };
+        store.append(&key, &usage).expect("usage");
         let path = store.path_of(&key);
         let bytes = std::fs::read(&path).expect("read");
         let at = cut.index(bytes.len() + 1);
@@ -131,7 +130,7 @@ proptest! {
         let kept = whole_lines + usize::from(record_without_newline);
         prop_assert_eq!(loaded.messages.len(), kept.min(history.len()));
 
-        store.append(&key, &[ChatMessage::user("after")], None).expect("append");
+        store.append(&key, &Batch::messages(&[ChatMessage::user("after")])).expect("append");
         let again = store.load(&key).expect("load");
         prop_assert_eq!(again.messages.len(), loaded.messages.len() + 1);
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("after")));

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures::SinkExt;
 use futures::stream::{SplitSink, SplitStream, StreamExt};
-use switchboard_core::{ChatId, CoreError, InboundMessage, SenderId};
+use switchboard_core::{ChatId, CoreError, InboundMessage, MessageId, SenderId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -190,15 +190,20 @@ async fn handle(
         Err(problem) => return reply(subscriber, ServerFrame::frame_error(problem)).await,
     };
     match frame {
-        ClientFrame::Message { chat_id, content } => {
+        ClientFrame::Message {
+            chat_id,
+            content,
+            id,
+        } => {
             let chat = ChatId::from(chat_id.as_str());
             shared.subscribe(chats, subscriber, chat.clone());
-            let inbound = InboundMessage::text(
+            let mut inbound = InboundMessage::text(
                 CHANNEL_NAME.into(),
                 chat,
                 SenderId::from(format!("ws:{}", subscriber.conn)),
                 content,
             );
+            inbound.id = id.map(MessageId::from);
             if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
                 let frame = ServerFrame::Error {
                     chat_id: Some(chat_id),

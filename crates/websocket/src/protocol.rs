@@ -16,6 +16,10 @@ pub enum ClientFrame {
         chat_id: String,
         /// The text.
         content: String,
+        /// The client's id for the message (optional): a message whose id its chat already
+        /// handled is not answered again, so a client may resend after a lost connection.
+        #[serde(default)]
+        id: Option<String>,
     },
     /// Receive a chat's frames without sending to it (e.g. a second tab).
     Subscribe {
@@ -43,10 +47,23 @@ impl ClientFrame {
         let frame: Self =
             serde_json::from_str(text).map_err(|err| format!("invalid frame: {err}"))?;
         match &frame {
-            Self::Message { chat_id, content } => {
+            Self::Message {
+                chat_id,
+                content,
+                id,
+            } => {
                 check_chat_id(chat_id)?;
                 if content.trim().is_empty() {
                     return Err("invalid frame: `content` is empty".into());
+                }
+                if let Some(id) = id
+                    && (id.is_empty()
+                        || id.len() > MAX_CHAT_ID_BYTES
+                        || id.chars().any(char::is_control))
+                {
+                    return Err(format!(
+                        "invalid frame: `id` must be 1 to {MAX_CHAT_ID_BYTES} bytes without control characters"
+                    ));
                 }
             }
             Self::Subscribe { chat_id } | Self::Unsubscribe { chat_id } => check_chat_id(chat_id)?,
@@ -199,7 +216,8 @@ mod tests {
             frame,
             Ok(ClientFrame::Message {
                 chat_id: "c1".into(),
-                content: "hi".into()
+                content: "hi".into(),
+                id: None,
             })
         );
     }

@@ -36,7 +36,7 @@ proptest! {
         let valid = valid_chat_id(&chat_id) && !content.trim().is_empty();
         prop_assert_eq!(parsed.is_ok(), valid, "{:?}", parsed);
         if let Ok(frame) = parsed {
-            prop_assert_eq!(frame, ClientFrame::Message { chat_id, content });
+            prop_assert_eq!(frame, ClientFrame::Message { chat_id, content, id: None });
         }
     }
 
@@ -45,7 +45,7 @@ proptest! {
         field in "[a-z]{1,8}",
         size in 0usize..300,
     ) {
-        prop_assume!(!["type", "chat_id", "content"].contains(&field.as_str()));
+        prop_assume!(!["type", "chat_id", "content", "id"].contains(&field.as_str()));
         let mut frame = json!({"type": "message", "chat_id": "c", "content": "x".repeat(size)});
         let whole = frame.to_string();
         let parsed = ClientFrame::parse(&whole, 200);

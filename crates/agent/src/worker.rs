@@ -1,0 +1,445 @@
+//! A session's worker: the task that answers one chat's messages in order, one turn at a
+//! time, and exits after `idle_timeout` without messages (its session leaves memory).
+//!
+//! # Exactly once
+//! A message with a platform id is journaled in its session as it is handled: *received*
+//! with its user message, *answered* with the turn's final message, *delivered* once its
+//! channel confirms the closing `done` went out — and only then is the channel told the
+//! message is handled, so it may confirm it to its platform. A platform that delivers a
+//! message again after a crash finds it taken up where it was left: received → the turn
+//! runs on from the saved history; answered → the saved answer is sent; delivered →
+//! ignored. The one window left is between the platform accepting the answer and the
+//! *delivered* record that follows it (microseconds: a crash there sends the answer twice).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use dashmap::DashMap;
+use futures::FutureExt;
+use switchboard_core::{
+    ChatHub, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
+    Shutdown, ToolStatus, TurnEnd,
+};
+use switchboard_sessions::{InboundState, Session};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::Agent;
+use crate::command::{Command, HELP};
+use crate::dispatcher::{Queued, SharedControl, WorkerHandle, control};
+use crate::events::AgentEvent;
+use crate::turn::{STOPPED_REPLY, TurnInput};
+
+/// One chat's worker.
+pub(crate) struct Worker {
+    pub(crate) id: u64,
+    pub(crate) key: SessionKey,
+    pub(crate) agent: Arc<Agent>,
+    pub(crate) hub: ChatHub,
+    pub(crate) shutdown: Shutdown,
+    /// The dispatcher's map; the worker removes its own entry when it exits.
+    pub(crate) workers: Arc<DashMap<SessionKey, WorkerHandle>>,
+    /// Permits for concurrent turns across all sessions.
+    pub(crate) turn_slots: Arc<Semaphore>,
+    /// The running turn and the stop count, shared with the dispatcher.
+    pub(crate) control: SharedControl,
+}
+
+impl Worker {
+    pub(crate) async fn run(self, mut rx: mpsc::Receiver<Queued>) {
+        let mut session: Option<Session> = None;
+        // Messages dropped by a `/stop` and not yet reported to the chat.
+        let mut dropped = 0usize;
+        loop {
+            let message = tokio::select! {
+                biased;
+                message = rx.recv() => message,
+                () = self.shutdown.intake().cancelled() => {
+                    // Intake stopped and no turn runs: answer what is queued, then exit.
+                    rx.close();
+                    while let Ok(queued) = rx.try_recv() {
+                        refuse_shutting_down(&self.hub, &queued.1).await;
+                    }
+                    self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
+                    self.agent.release_session(&self.key);
+                    return;
+                }
+                () = tokio::time::sleep(self.agent.config.idle_timeout) => {
+                    let removed = self
+                        .workers
+                        .remove_if(&self.key, |_, worker| worker.id == self.id && rx.is_empty());
+                    if removed.is_some() {
+                        tracing::debug!(session = %self.key, "idle session worker exits");
+                        self.agent.release_session(&self.key);
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let Some(queued) = message else {
+                self.agent.release_session(&self.key);
+                return;
+            };
+            let (stamp, message) = *queued;
+            if !self.hub.is_accepting() {
+                refuse_shutting_down(&self.hub, &message).await;
+                continue;
+            }
+            let token = self.shutdown.turns().child_token();
+            let fresh = {
+                let mut control = control(&self.control);
+                let fresh = stamp >= control.stops;
+                if fresh && Command::parse(&message.content).is_none() {
+                    control.running = Some(token.clone());
+                }
+                fresh
+            };
+            if !fresh {
+                message.settle(Fate::Dropped);
+                dropped += 1;
+                if rx.is_empty() {
+                    report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
+                }
+                continue;
+            }
+            if dropped > 0 {
+                report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
+            }
+            let session_slot = &mut session;
+            let session = match session_slot {
+                Some(session) => session,
+                None => match self.agent.load_session(&self.key) {
+                    Ok(loaded) => session_slot.insert(loaded),
+                    Err(err) => {
+                        tracing::error!(session = %self.key, path = ?err.path(), error = %err,
+                            "could not load session");
+                        let text = format!("Could not read this chat's history: {err}");
+                        reply(&self.hub, &message, OutboundKind::Error(text)).await;
+                        reply(&self.hub, &message, OutboundKind::Done(TurnEnd::Failed)).await;
+                        control(&self.control).running = None;
+                        message.settle(Fate::Unprocessed);
+                        continue;
+                    }
+                },
+            };
+            // Only where the reply goes is kept, for the rare panic below.
+            let (channel, chat_id, reply_to) = (
+                message.channel.clone(),
+                message.chat_id.clone(),
+                message.id.clone(),
+            );
+            let handled = AssertUnwindSafe(self.handle(session, message, token))
+                .catch_unwind()
+                .await;
+            control(&self.control).running = None;
+            if handled.is_err() {
+                // A bug, not an input: say so in the chat, forget the in-memory session
+                // (it is read back from disk, repaired, on the next message) and go on.
+                // The message's ack, dropped unreported, tells its channel it is unprocessed.
+                tracing::error!(session = %self.key, "a turn panicked");
+                let text = "Something went wrong inside switchboard while answering; the \
+                            conversation is kept. Please try again.";
+                for kind in [
+                    OutboundKind::Error(text.into()),
+                    OutboundKind::Done(TurnEnd::Failed),
+                ] {
+                    let outbound = OutboundMessage {
+                        channel: channel.clone(),
+                        chat_id: chat_id.clone(),
+                        reply_to: reply_to.clone(),
+                        kind,
+                    };
+                    if let Err(err) = self.hub.publish_outbound(outbound).await {
+                        tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
+                    }
+                }
+                self.agent.release_session(&self.key);
+                *session_slot = None;
+            }
+        }
+    }
+
+    /// Handles one message: a command, a turn, or the next step of a message delivered
+    /// again (see the module doc).
+    async fn handle(
+        &self,
+        session: &mut Session,
+        message: InboundMessage,
+        cancel: CancellationToken,
+    ) {
+        let seen = message
+            .id
+            .as_ref()
+            .and_then(|id| session.inbound(id))
+            .cloned();
+        match seen {
+            Some(InboundState::Delivered) => {
+                tracing::info!(session = %self.key, id = ?message.id,
+                    "a message delivered again was answered already; ignored");
+                message.settle(Fate::Handled);
+                return;
+            }
+            Some(InboundState::Answered { end, error }) => {
+                tracing::info!(session = %self.key, id = ?message.id,
+                    "a message delivered again has an answer that may not have gone out; sending it");
+                let kind = resent_answer(session, end, error);
+                reply(&self.hub, &message, kind).await;
+                self.close(session, &message, end).await;
+                return;
+            }
+            Some(InboundState::Received) => {
+                tracing::info!(session = %self.key, id = ?message.id,
+                    "a message delivered again was interrupted; its turn runs on");
+                return self.turn(session, message, cancel, true).await;
+            }
+            None => {}
+        }
+        let text = match Command::parse(&message.content) {
+            None => return self.turn(session, message, cancel, false).await,
+            Some(Command::New) => match self.agent.reset_session(session) {
+                Ok(()) => "Started a new session.".to_owned(),
+                Err(err) => format!("Could not start a new session: {err}"),
+            },
+            Some(Command::Help) => HELP.to_owned(),
+            Some(Command::Status) => {
+                let usage = session.usage();
+                format!(
+                    "Session {}: {} messages in history (limit {}); {} tokens in, {} out; \
+                     model {}.",
+                    session.key(),
+                    session.len(),
+                    self.agent.config.history_limit,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    self.agent.llm.model(),
+                )
+            }
+            // `/stop` is the dispatcher's; one can only get here in a race with a restart.
+            Some(Command::Stop) => "Nothing to stop.".to_owned(),
+        };
+        reply(&self.hub, &message, OutboundKind::Message(text)).await;
+        self.close(session, &message, TurnEnd::NotATurn).await;
+    }
+
+    /// Closes an exchange: sends its `done` — for a message with a platform id, waiting
+    /// until its channel delivered it, then journaling it delivered — and tells the channel
+    /// the message is handled.
+    async fn close(&self, session: &mut Session, message: &InboundMessage, end: TurnEnd) {
+        let done = OutboundMessage::reply_to(message, OutboundKind::Done(end));
+        match &message.id {
+            Some(id) => {
+                if let Err(err) = self.hub.deliver_outbound(done).await {
+                    // Given up on after the channel's retries (logged and counted there):
+                    // sending it again after a restart would not go better.
+                    tracing::warn!(session = %self.key, error = %err, "the answer was not delivered");
+                }
+                self.agent.journal(session, id, InboundState::Delivered);
+            }
+            None => {
+                if let Err(err) = self.hub.publish_outbound(done).await {
+                    tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
+                }
+            }
+        }
+        message.settle(Fate::Handled);
+    }
+
+    async fn turn(
+        &self,
+        session: &mut Session,
+        message: InboundMessage,
+        cancel: CancellationToken,
+        resume: bool,
+    ) {
+        // A turn waiting for a slot can be stopped too (it has not started: nothing to save).
+        let permit = match self.turn_slots.try_acquire() {
+            Ok(permit) => Some(permit),
+            Err(_) => {
+                let max = self.agent.config.max_concurrent_turns;
+                let text = format!(
+                    "Waiting for a free slot: {max} answers are being written at once \
+                     (agent.max_concurrent_turns)."
+                );
+                reply(&self.hub, &message, OutboundKind::Status(text)).await;
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => None,
+                    permit = self.turn_slots.acquire() => permit.ok(),
+                }
+            }
+        };
+        let Some(_permit) = permit else {
+            let stopped = OutboundKind::Message(STOPPED_REPLY.into());
+            reply(&self.hub, &message, stopped).await;
+            self.close(session, &message, TurnEnd::Cancelled).await;
+            return;
+        };
+
+        let (events, mut rx) = mpsc::unbounded_channel();
+        // How the turn ended, from its last event; its `done` is sent by `close`.
+        let mut end = TurnEnd::Failed;
+        let forward = async {
+            let mut next = rx.recv().await;
+            while let Some(event) = next.take() {
+                let event = match event {
+                    // Text that arrived while the last frame was being delivered goes out
+                    // as one delta: fewer frames when the model is faster than the socket.
+                    AgentEvent::TextDelta(mut text) => {
+                        while let Ok(more) = rx.try_recv() {
+                            match more {
+                                AgentEvent::TextDelta(piece) => text.push_str(&piece),
+                                other => {
+                                    next = Some(other);
+                                    break;
+                                }
+                            }
+                        }
+                        AgentEvent::TextDelta(text)
+                    }
+                    other => other,
+                };
+                for kind in outbound_of(event) {
+                    match kind {
+                        OutboundKind::Done(ended) => end = ended,
+                        kind => reply(&self.hub, &message, kind).await,
+                    }
+                }
+                if next.is_none() {
+                    next = rx.recv().await;
+                }
+            }
+        };
+        let input = TurnInput {
+            text: turn_text(&message),
+            inbound: message.id.clone(),
+            resume,
+        };
+        let run = async {
+            self.agent.run_turn(session, input, &cancel, &events).await;
+            drop(events);
+        };
+        tokio::join!(run, forward);
+        self.close(session, &message, end).await;
+    }
+}
+
+/// What the turn reads: the text, and a line for each attachment naming where it was saved.
+fn turn_text(message: &InboundMessage) -> String {
+    let mut text = message.content.clone();
+    for attachment in &message.attachments {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[attachment: {} ({}, {} bytes), saved in the workspace at {}]",
+            attachment.name,
+            attachment.mime.as_deref().unwrap_or("unknown type"),
+            attachment.bytes,
+            attachment.path
+        ));
+    }
+    text
+}
+
+/// The answer a turn gave, from what its session saved, to send again.
+fn resent_answer(session: &Session, end: TurnEnd, error: Option<String>) -> OutboundKind {
+    match (end, error) {
+        (TurnEnd::Failed, Some(error)) => OutboundKind::Error(error),
+        (TurnEnd::Cancelled, _) => OutboundKind::Message(STOPPED_REPLY.into()),
+        _ => {
+            let last = session.messages().iter().rev().find_map(|m| match &**m {
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } if tool_calls.is_empty() => Some(content.clone()),
+                _ => None,
+            });
+            OutboundKind::Message(last.unwrap_or_else(|| {
+                "(the answer to this message was lost in a crash; please ask again)".into()
+            }))
+        }
+    }
+}
+
+/// The outbound messages an event becomes.
+fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
+    match event {
+        AgentEvent::Started => vec![OutboundKind::TurnStarted],
+        AgentEvent::TextDelta(text) => vec![OutboundKind::Delta(text)],
+        AgentEvent::TextReset => vec![OutboundKind::DraftReset],
+        AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
+        AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
+        AgentEvent::ToolStarted { id, name } => vec![OutboundKind::Tool {
+            id,
+            name,
+            status: ToolStatus::Started,
+        }],
+        AgentEvent::ToolFinished { id, name, ok } => vec![OutboundKind::Tool {
+            id,
+            name,
+            status: if ok {
+                ToolStatus::Finished
+            } else {
+                ToolStatus::Failed
+            },
+        }],
+        AgentEvent::Finished { reply, end, .. } => {
+            vec![OutboundKind::Message(reply), OutboundKind::Done(end)]
+        }
+        AgentEvent::Failed { message } => vec![
+            OutboundKind::Error(message),
+            OutboundKind::Done(TurnEnd::Failed),
+        ],
+    }
+}
+
+pub(crate) async fn reply(hub: &ChatHub, to: &InboundMessage, kind: OutboundKind) {
+    if let Err(err) = hub
+        .publish_outbound(OutboundMessage::reply_to(to, kind))
+        .await
+    {
+        tracing::warn!(channel = %to.channel, chat = %to.chat_id, error = %err,
+            "could not deliver a reply");
+    }
+}
+
+/// The replies to a message that arrived while the daemon stops, if it gets any: a
+/// message its platform delivers again after the restart is left for then (and its channel
+/// told so), one that would be lost gets "send it again".
+pub(crate) fn shutting_down(message: &InboundMessage) -> Option<Vec<OutboundKind>> {
+    if message.ack.is_some() {
+        message.settle(Fate::Unprocessed);
+        return None;
+    }
+    let text = "switchboard is shutting down; this message was not processed — send it again \
+                in a moment.";
+    Some(vec![
+        OutboundKind::Error(text.into()),
+        OutboundKind::Done(TurnEnd::NotATurn),
+    ])
+}
+
+async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
+    for kind in shutting_down(message).unwrap_or_default() {
+        reply(hub, message, kind).await;
+    }
+}
+
+/// Tells the chat how many of its messages a `/stop` dropped.
+async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize) {
+    let text = if dropped == 1 {
+        "Dropped 1 message that was waiting when you sent /stop.".to_owned()
+    } else {
+        format!("Dropped {dropped} messages that were waiting when you sent /stop.")
+    };
+    let to = OutboundMessage {
+        reply_to: None,
+        ..OutboundMessage::reply_to(message, OutboundKind::Message(text))
+    };
+    for kind in [to.kind.clone(), OutboundKind::Done(TurnEnd::NotATurn)] {
+        let outbound = OutboundMessage { kind, ..to.clone() };
+        if let Err(err) = hub.publish_outbound(outbound).await {
+            tracing::warn!(error = %err, "could not deliver a reply");
+        }
+    }
+}
