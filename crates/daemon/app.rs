@@ -22,11 +22,11 @@ use switchboard_llm::{
 };
 use switchboard_sessions::{JsonlStore, StoreHealth};
 use switchboard_tools::ToolRegistry;
-use switchboard_websocket::{WebSocketChannel, WsAuth, WsConfig};
+use switchboard_websocket::WebSocketChannel;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{AuthMode, Config, expand_env};
+use crate::config::{Config, expand_env};
 use crate::health::Health;
 use crate::server::{self, Server};
 use crate::{cli, notify, supervisor};
@@ -170,19 +170,10 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let mut websocket = None;
     let ws_section = &config.channels.websocket;
     if ws_section.enabled {
-        let auth = match ws_section.auth.get_ref() {
-            AuthMode::None => WsAuth::None,
-            AuthMode::Token => WsAuth::Token(config.websocket_token()?),
-        };
-        let channel = WebSocketChannel::new(
-            WsConfig {
-                auth,
-                max_frame_bytes: *ws_section.max_frame_bytes.get_ref(),
-                allowed_hosts: config.http.allowed_hosts.clone(),
-                ..WsConfig::default()
-            },
-            hub.clone(),
-        );
+        let settings = ws_section
+            .build(config.http.allowed_hosts.clone())
+            .map_err(|problem| config.source.problem("channels.websocket", problem))?;
+        let channel = WebSocketChannel::new(settings, hub.clone());
         router = router.merge(channel.router());
         let sockets = channel.clone();
         health.gauge(

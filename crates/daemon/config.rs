@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use switchboard_core::ConfigProblem;
 use toml::Spanned;
 
 /// A config problem, located.
@@ -207,48 +208,14 @@ impl Default for HttpSection {
     }
 }
 
-/// `[channels]`.
+/// `[channels]`: each channel's section belongs to its adapter crate, which parses,
+/// checks and builds it; this only composes them.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelsSection {
     /// `[channels.websocket]`.
     #[serde(default)]
-    pub websocket: WebSocketSection,
-}
-
-/// How WebSocket clients authenticate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AuthMode {
-    /// A token is required.
-    Token,
-    /// No token: allowed only when `http.bind` is a loopback address.
-    None,
-}
-
-/// `[channels.websocket]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct WebSocketSection {
-    /// Serve `/ws` and the web chat page.
-    pub enabled: bool,
-    /// `token` (default) or `none`.
-    pub auth: Spanned<AuthMode>,
-    /// The token, usually `${SWITCHBOARD_WS_TOKEN}`.
-    pub token: Option<Spanned<String>>,
-    /// The largest client frame; a larger one closes the socket (after an error frame).
-    pub max_frame_bytes: Spanned<usize>,
-}
-
-impl Default for WebSocketSection {
-    fn default() -> Self {
-        Self {
-            enabled: true,
-            auth: Spanned::new(0..0, AuthMode::Token),
-            token: None,
-            max_frame_bytes: Spanned::new(0..0, 64 * 1024),
-        }
-    }
+    pub websocket: switchboard_websocket::WsSection,
 }
 
 /// `[daemon]`.
@@ -315,6 +282,12 @@ impl Config {
             }
         };
         at_least(&self.agent.max_iterations, 1, "agent.max_iterations")?;
+        at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
+        at_least(
+            &self.agent.max_concurrent_turns,
+            1,
+            "agent.max_concurrent_turns",
+        )?;
         at_least(
             &self.agent.max_queued_messages,
             1,
@@ -335,21 +308,6 @@ impl Config {
             &self.http.max_pending_connections,
             1,
             "http.max_pending_connections",
-        )?;
-        let frame = &self.channels.websocket.max_frame_bytes;
-        let hard = switchboard_websocket::MAX_FRAME_BYTES_LIMIT;
-        if !(1..=hard).contains(frame.get_ref()) {
-            return Err(self.source.error_at(
-                Some(frame.span()),
-                "channels.websocket.max_frame_bytes".into(),
-                format!("must be from 1 to {hard} (1 MiB), got {}", frame.get_ref()),
-            ));
-        }
-        at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
-        at_least(
-            &self.agent.max_concurrent_turns,
-            1,
-            "agent.max_concurrent_turns",
         )?;
         for (value, key) in [
             (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),
@@ -392,52 +350,11 @@ impl Config {
                     .into(),
             ));
         }
-        let ws = &self.channels.websocket;
-        if ws.enabled
-            && *ws.auth.get_ref() == AuthMode::None
-            && !self.http.bind.get_ref().ip().is_loopback()
-        {
-            return Err(self.source.error_at(
-                Some(ws.auth.span()),
-                "channels.websocket.auth".into(),
-                format!(
-                    "auth = \"none\" is allowed only when http.bind is a loopback address, and it \
-                     is {}; set a token instead",
-                    self.http.bind.get_ref()
-                ),
-            ));
-        }
-        if ws.enabled && *ws.auth.get_ref() == AuthMode::Token {
-            self.websocket_token()?;
-        }
+        self.channels
+            .websocket
+            .validate(*self.http.bind.get_ref())
+            .map_err(|problem| self.source.problem("channels.websocket", problem))?;
         Ok(())
-    }
-
-    /// The WebSocket token, resolved from the environment.
-    pub fn websocket_token(&self) -> Result<String, ConfigError> {
-        let key = "channels.websocket.token";
-        let Some(token) = &self.channels.websocket.token else {
-            return Err(self.source.error_at(
-                Some(self.channels.websocket.auth.span()),
-                key.into(),
-                "a token is required (e.g. token = \"${SWITCHBOARD_WS_TOKEN}\"), or set \
-                 auth = \"none\" on a loopback bind"
-                    .into(),
-            ));
-        };
-        match expand_env(token.get_ref()) {
-            Ok(value) if value.len() >= 16 => Ok(value),
-            Ok(_) => Err(self.source.error_at(
-                Some(token.span()),
-                key.into(),
-                "the token must be at least 16 characters".into(),
-            )),
-            Err(variable) => Err(self.source.error_at(
-                Some(token.span()),
-                key.into(),
-                format!("the environment variable {variable} is not set"),
-            )),
-        }
     }
 
     /// A duration from a validated seconds field.
@@ -485,6 +402,15 @@ fn seconds(value: &Spanned<f64>) -> Result<(), String> {
 }
 
 impl Source {
+    /// The error for a problem an adapter found in its section `section`.
+    pub fn problem(&self, section: &str, problem: ConfigProblem) -> ConfigError {
+        self.error_at(
+            problem.span,
+            format!("{section}.{}", problem.key),
+            problem.message,
+        )
+    }
+
     /// An error at a byte span of the text.
     pub fn error_at(
         &self,
@@ -511,28 +437,7 @@ impl Source {
     }
 }
 
-/// Replaces every `${NAME}` with the environment variable's value. An unset or empty
-/// variable is an error carrying its name.
-pub fn expand_env(raw: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(raw.len());
-    let mut rest = raw;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            return Ok(out);
-        };
-        let name = &after[..end];
-        match std::env::var(name) {
-            Ok(value) if !value.is_empty() => out.push_str(&value),
-            _ => return Err(name.to_owned()),
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
+pub use switchboard_core::expand_env;
 
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -650,17 +555,6 @@ mod tests {
     fn syntax_errors_have_a_line() {
         let err = parse("[agent\nx = 1\n").expect_err("syntax");
         assert_eq!(err.line, Some(1), "{err}");
-    }
-
-    #[test]
-    fn env_references_expand_and_missing_ones_are_named() {
-        assert_eq!(expand_env("plain"), Ok("plain".into()));
-        let home = std::env::var("HOME").expect("HOME is set in tests");
-        assert_eq!(expand_env("a${HOME}b"), Ok(format!("a{home}b")));
-        assert_eq!(
-            expand_env("${SURELY_UNSET_VAR_123}"),
-            Err("SURELY_UNSET_VAR_123".into())
-        );
     }
 
     #[test]

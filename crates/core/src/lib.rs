@@ -10,6 +10,7 @@
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement.
+//! - `config`: what adapter config sections share ([`ConfigProblem`], [`expand_env`]).
 //! - `hub`: [`ChatHub`], the bounded inbound queue and the outbound router.
 //! - `lanes`: [`Lanes`], outbound delivery in one bounded lane per chat.
 //! - `retry`: [`RetryingChannel`], retries of rate-limited or failed sends around any channel.
@@ -18,6 +19,7 @@
 
 mod ack;
 mod channel;
+mod config;
 mod conversation;
 mod error;
 mod hub;
@@ -29,6 +31,7 @@ mod shutdown;
 
 pub use ack::{Ack, Fate};
 pub use channel::{Channel, ChannelContext};
+pub use config::{ConfigProblem, expand_env};
 pub use conversation::{ChatMessage, ToolCall, ToolDefinition, Usage, make_call_ids_unique};
 pub use error::CoreError;
 pub use hub::ChatHub;

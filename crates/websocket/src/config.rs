@@ -1,4 +1,10 @@
-//! [`WsConfig`]: limits and auth of the WebSocket channel.
+//! The WebSocket channel's config: [`WsSection`], its part of the config file (parsed,
+//! checked, turned into) [`WsConfig`], the settings the channel runs with.
+
+use std::net::SocketAddr;
+
+use switchboard_core::{ConfigProblem, expand_env};
+use toml::Spanned;
 
 use crate::auth::WsAuth;
 
@@ -30,5 +36,113 @@ impl Default for WsConfig {
             send_queue: 1024,
             allowed_hosts: Vec::new(),
         }
+    }
+}
+
+/// How WebSocket clients authenticate, as written in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// A token is required.
+    Token,
+    /// No token: allowed only when `http.bind` is a loopback address.
+    None,
+}
+
+/// `[channels.websocket]`: the channel's section of the config file.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WsSection {
+    /// Serve `/ws` and the web chat page.
+    pub enabled: bool,
+    /// `token` (default) or `none`.
+    pub auth: Spanned<AuthMode>,
+    /// The token, usually `${SWITCHBOARD_WS_TOKEN}`.
+    pub token: Option<Spanned<String>>,
+    /// The largest client frame; a larger one closes the socket (after an error frame).
+    pub max_frame_bytes: Spanned<usize>,
+}
+
+impl Default for WsSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            auth: Spanned::new(0..0, AuthMode::Token),
+            token: None,
+            max_frame_bytes: Spanned::new(0..0, 64 * 1024),
+        }
+    }
+}
+
+impl WsSection {
+    /// Checks the section; `bind` is the HTTP listener's address (no token is allowed only
+    /// on a loopback one).
+    pub fn validate(&self, bind: SocketAddr) -> Result<(), ConfigProblem> {
+        let frame = &self.max_frame_bytes;
+        if !(1..=MAX_FRAME_BYTES_LIMIT).contains(frame.get_ref()) {
+            return Err(ConfigProblem::new(
+                Some(frame.span()),
+                "max_frame_bytes",
+                format!(
+                    "must be from 1 to {MAX_FRAME_BYTES_LIMIT} (1 MiB), got {}",
+                    frame.get_ref()
+                ),
+            ));
+        }
+        if !self.enabled {
+            return Ok(());
+        }
+        match self.auth.get_ref() {
+            AuthMode::None if !bind.ip().is_loopback() => Err(ConfigProblem::new(
+                Some(self.auth.span()),
+                "auth",
+                format!(
+                    "auth = \"none\" is allowed only when http.bind is a loopback address, and \
+                     it is {bind}; set a token instead"
+                ),
+            )),
+            AuthMode::None => Ok(()),
+            AuthMode::Token => self.token().map(|_| ()),
+        }
+    }
+
+    /// The token, read from the environment.
+    pub fn token(&self) -> Result<String, ConfigProblem> {
+        let Some(token) = &self.token else {
+            return Err(ConfigProblem::new(
+                Some(self.auth.span()),
+                "token",
+                "a token is required (e.g. token = \"${SWITCHBOARD_WS_TOKEN}\"), or set \
+                 auth = \"none\" on a loopback bind",
+            ));
+        };
+        match expand_env(token.get_ref()) {
+            Ok(value) if value.len() >= 16 => Ok(value),
+            Ok(_) => Err(ConfigProblem::new(
+                Some(token.span()),
+                "token",
+                "the token must be at least 16 characters",
+            )),
+            Err(variable) => Err(ConfigProblem::new(
+                Some(token.span()),
+                "token",
+                format!("the environment variable {variable} is not set"),
+            )),
+        }
+    }
+
+    /// The channel's settings; `allowed_hosts` are the Host names (besides loopback ones)
+    /// served without a token.
+    pub fn build(&self, allowed_hosts: Vec<String>) -> Result<WsConfig, ConfigProblem> {
+        let auth = match self.auth.get_ref() {
+            AuthMode::None => WsAuth::None,
+            AuthMode::Token => WsAuth::Token(self.token()?),
+        };
+        Ok(WsConfig {
+            auth,
+            max_frame_bytes: *self.max_frame_bytes.get_ref(),
+            allowed_hosts,
+            ..WsConfig::default()
+        })
     }
 }

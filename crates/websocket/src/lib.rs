@@ -12,7 +12,7 @@
 //! - `connection`: one socket, as a send task and a receive task.
 //! - `channel`: [`WebSocketChannel`], the `Channel` impl and its subscriber table.
 //! - `page`: the web chat page.
-//! - `config`: [`WsConfig`].
+//! - `config`: [`WsSection`] (the config file's part) and [`WsConfig`] (the settings).
 
 mod auth;
 mod channel;
@@ -23,5 +23,5 @@ mod protocol;
 
 pub use auth::WsAuth;
 pub use channel::WebSocketChannel;
-pub use config::{MAX_FRAME_BYTES_LIMIT, WsConfig};
+pub use config::{AuthMode, MAX_FRAME_BYTES_LIMIT, WsConfig, WsSection};
 pub use protocol::{ClientFrame, ServerFrame};
