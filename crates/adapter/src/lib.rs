@@ -1,0 +1,25 @@
+//! switchboard-adapter: what every platform adapter shares, so Telegram and Discord (and
+//! whatever comes next) do not each write their own.
+//!
+//! Delivery itself — one lane per chat, retries of rate limits — is in core, under the
+//! hub. This crate has the pieces an adapter uses to shape what it sends and to decide who
+//! may talk: all of them pure or file-backed, unit-tested without a network.
+//!
+//! # Layout
+//! - `split`: [`split`] a reply at a platform's limit, code fences kept valid.
+//! - `markdown`: [`telegram_html`], Markdown in Telegram's HTML subset.
+//! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
+//! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
+
+mod draft;
+mod markdown;
+mod pairing;
+mod split;
+
+pub use draft::{Draft, Step};
+pub use markdown::{telegram_html, visible_text};
+pub use pairing::{
+    AllowList, Approved, CODE_TTL, MAX_PENDING, Pairing, PairingError, PairingFile, PendingCode,
+    RESEND_AFTER, Verdict,
+};
+pub use split::{Measure, split};
