@@ -29,5 +29,8 @@ mod protocol;
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.
 mod storage;
+/// Telegram against a fake Bot API: replies, long replies, streaming, pairing, 429s,
+/// a broken getMe, groups, refused HTML, photos, the webhook.
+mod telegram;
 /// Tool calls: run concurrently, errors and unknown tools reach the model.
 mod tools;

@@ -31,6 +31,8 @@ pub struct Extra<'a> {
     pub http: &'a str,
     /// Appended to `[daemon]`.
     pub daemon: &'a str,
+    /// Appended at the end: further tables (e.g. `[channels.telegram]`).
+    pub tables: &'a str,
 }
 
 /// Config text for a daemon in `dir` using `llm`, with `extra` TOML appended to the
@@ -71,6 +73,8 @@ auth = "none"
 [daemon]
 shutdown_grace_secs = 2
 {daemon}
+
+{tables}
 "#,
         workspace = dir.join("workspace").display(),
         state = dir.join("state").display(),
@@ -83,6 +87,7 @@ shutdown_grace_secs = 2
         llm = extra.llm,
         http = extra.http,
         daemon = extra.daemon,
+        tables = extra.tables,
     )
 }
 

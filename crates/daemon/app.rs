@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use switchboard_adapter::Pairing;
 use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{
     Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
@@ -21,6 +22,7 @@ use switchboard_llm::{
     ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
 };
 use switchboard_sessions::{JsonlStore, StoreHealth};
+use switchboard_telegram::TelegramChannel;
 use switchboard_tools::ToolRegistry;
 use switchboard_websocket::WebSocketChannel;
 use tokio_util::sync::CancellationToken;
@@ -163,6 +165,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let channels_stop = CancellationToken::new();
     let ctx = ChannelContext {
         hub: hub.clone(),
+        intake: shutdown.intake().clone(),
         shutdown: channels_stop.clone(),
     };
 
@@ -188,6 +191,22 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             &channels,
         );
         websocket = Some(channel);
+    }
+
+    let telegram_section = &config.channels.telegram;
+    if telegram_section.enabled {
+        let settings = telegram_section
+            .settings()
+            .map_err(|problem| config.source.problem("channels.telegram", problem))?;
+        let state_dir = config.path(&config.agent.state_dir);
+        let workspace = config.path(&config.agent.workspace);
+        let pairing = Arc::new(Pairing::open(&state_dir));
+        let channel = TelegramChannel::new(settings, hub.clone(), &state_dir, &workspace, pairing)?;
+        if let Some(webhook) = channel.router() {
+            router = router.merge(webhook);
+        }
+        register(&hub, &health, Arc::new(channel.clone()));
+        supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
     }
 
     let dispatcher = Arc::new(Dispatcher::new(agent, hub.clone(), shutdown.clone()));
@@ -219,7 +238,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         Box::new(server.refused_connections()),
     );
     tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url.get_ref(),
-        websocket = ws_section.enabled, max_connections = limits.max_connections,
+        websocket = ws_section.enabled, telegram = telegram_section.enabled,
+        max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
 
     Ok(Running {

@@ -35,6 +35,15 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Who may talk: list pairing codes and approved senders, approve a code, revoke a sender.
+    Pairing {
+        /// The config file (same search as `run`); its `agent.state_dir` holds pairing.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        /// What to do.
+        #[command(subcommand)]
+        action: PairingAction,
+    },
     /// Talk to the agent in the terminal: one turn with -m, else an interactive prompt.
     Agent {
         /// The config file (same search as `run`).
@@ -46,6 +55,23 @@ pub enum Command {
         /// The terminal session's name (its key is `cli_<name>`).
         #[arg(long, default_value = "local")]
         session: String,
+    },
+}
+
+/// `switchboard pairing …`.
+#[derive(Debug, Subcommand)]
+pub enum PairingAction {
+    /// The codes waiting for approval, and the senders approved.
+    List,
+    /// Approve a code: its sender may talk from now on (the running daemon sees it at once).
+    Approve {
+        /// The code the sender was given, e.g. K7QX-9M2P.
+        code: String,
+    },
+    /// Revoke an approved sender: `12345`, or `telegram:12345` for one channel.
+    Revoke {
+        /// The sender's id, as `pairing list` shows it.
+        sender: String,
     },
 }
 

@@ -216,6 +216,9 @@ pub struct ChannelsSection {
     /// `[channels.websocket]`.
     #[serde(default)]
     pub websocket: switchboard_websocket::WsSection,
+    /// `[channels.telegram]`.
+    #[serde(default)]
+    pub telegram: switchboard_telegram::TelegramSection,
 }
 
 /// `[daemon]`.
@@ -354,6 +357,10 @@ impl Config {
             .websocket
             .validate(*self.http.bind.get_ref())
             .map_err(|problem| self.source.problem("channels.websocket", problem))?;
+        self.channels
+            .telegram
+            .validate()
+            .map_err(|problem| self.source.problem("channels.telegram", problem))?;
         Ok(())
     }
 

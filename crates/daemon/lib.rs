@@ -11,6 +11,7 @@
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
 //! - `health`: `/healthz` and the channel states behind it.
 //! - `terminal`: `switchboard agent`, turns in the terminal.
+//! - `pairing`: `switchboard pairing`, who may talk.
 //! - `logging`: tracing setup (text or JSON).
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
@@ -20,6 +21,7 @@ pub mod config;
 pub mod health;
 pub mod logging;
 pub mod notify;
+pub mod pairing;
 pub mod server;
 pub mod supervisor;
 pub mod terminal;

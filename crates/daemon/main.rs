@@ -6,11 +6,12 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, logging, terminal};
+use switchboard::{app, logging, pairing, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format, matches!(cli.command, Command::Agent { .. }));
+    let quiet = matches!(cli.command, Command::Agent { .. } | Command::Pairing { .. });
+    logging::init(cli.log_format, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -29,6 +30,7 @@ fn main() -> ExitCode {
                 message,
                 session,
             } => terminal::run(config.as_deref(), message, &session).await,
+            Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
         }
     });
     match result {

@@ -125,6 +125,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let ctx = ChannelContext {
             hub: ChatHub::new(1, shutdown.clone()),
+            intake: shutdown.clone(),
             shutdown: shutdown.clone(),
         };
         let health = Health::new();
@@ -161,6 +162,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let ctx = ChannelContext {
             hub: ChatHub::new(1, shutdown.clone()),
+            intake: shutdown.clone(),
             shutdown: shutdown.clone(),
         };
         let health = Health::new();

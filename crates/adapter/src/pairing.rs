@@ -237,6 +237,21 @@ impl Pairing {
         })
     }
 
+    /// Whether a sender was approved on a channel (no code is made): for places where a
+    /// code must not be posted, such as a group chat.
+    pub fn approved(&self, channel: &str, sender: &str) -> bool {
+        match self.read() {
+            Ok(file) => file
+                .approved
+                .iter()
+                .any(|a| a.channel == channel && a.sender == sender),
+            Err(err) => {
+                tracing::error!(error = %err, "pairing: could not read the pairing file");
+                false
+            }
+        }
+    }
+
     /// The codes waiting (expired ones dropped) and the approved senders.
     pub fn list(&self) -> Result<PairingFile, PairingError> {
         self.change(|file| Ok(file.clone()))

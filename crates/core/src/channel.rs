@@ -8,13 +8,17 @@ use crate::hub::ChatHub;
 use crate::ids::ChannelName;
 use crate::message::OutboundMessage;
 
-/// What a channel's `run` gets: the hub to publish inbound messages on, and the token that
-/// says the daemon is stopping.
+/// What a channel's `run` gets: the hub to publish inbound messages on, and the tokens that
+/// say the daemon is stopping.
 #[derive(Clone)]
 pub struct ChannelContext {
     /// Where inbound messages go.
     pub hub: ChatHub,
-    /// Cancelled when the daemon stops; `run` returns soon after.
+    /// Cancelled when the daemon stops taking messages (first thing on shutdown): stop
+    /// fetching them; what is fetched after is refused.
+    pub intake: CancellationToken,
+    /// Cancelled when the channel must stop (after its last messages were delivered);
+    /// `run` returns soon after.
     pub shutdown: CancellationToken,
 }
 

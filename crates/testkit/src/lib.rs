@@ -6,12 +6,16 @@
 //!   responses, scripted tool calls, injected errors, recorded requests).
 //! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
 //!   pure check shared by the fake's strict mode and property tests.
+//! - `telegram`: [`FakeTelegram`], a Bot API server (long polling, 429s, Telegram's 400s,
+//!   recordings of what the bot sends).
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
 mod llm;
 pub mod strict;
+pub mod telegram;
 mod tools;
 
 pub use llm::{Reply, Responder, ScriptedLlm};
+pub use telegram::FakeTelegram;
 pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};

@@ -1,0 +1,350 @@
+//! [`TelegramChannel`]: the `Channel` impl — start (`getMe`), then long polling with the
+//! typed Bot API (not teloxide's dispatcher, which confirms updates before they are
+//! handled), or a webhook on the daemon's HTTP listener; sending goes to `outbound`.
+//!
+//! Polling asks `getUpdates` with the [`Cursor`]'s offset, so an update is confirmed only
+//! once the agent is done with it; the offset is kept in the state directory, so a restart
+//! neither repeats nor loses updates. A poll that brings nothing new while updates are in
+//! flight waits for one to settle before asking again (Telegram answers such polls at once).
+//! A watchdog ends `run` when no poll completed for `watchdog_secs`, so the supervisor
+//! restarts the channel (and `/healthz` shows it) rather than letting polling stall silently.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use subtle::ConstantTimeEq;
+use switchboard_adapter::{AllowList, Pairing};
+use switchboard_core::{
+    Channel, ChannelContext, ChannelName, ChatHub, CoreError, Fate, OutboundMessage,
+};
+use teloxide::Bot;
+use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
+use teloxide::prelude::Requester;
+use teloxide::types::{AllowedUpdate, Update};
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use crate::api::{self, CALL_TIMEOUT, CHANNEL_NAME};
+use crate::config::{Mode, TelegramSettings};
+use crate::convert::Me;
+use crate::cursor::Cursor;
+use crate::intake::Intake;
+use crate::outbound::Outbound;
+
+/// The path Telegram posts updates to in webhook mode.
+pub const WEBHOOK_PATH: &str = "/telegram/webhook";
+/// The header carrying the webhook's secret.
+const SECRET_HEADER: &str = "x-telegram-bot-api-secret-token";
+/// How long a webhook request waits for its update to be handled before it answers 503
+/// (Telegram sends it again later; the journal keeps that from answering twice).
+const WEBHOOK_WAIT: Duration = Duration::from_secs(25);
+/// The longest wait before polling again after a failed poll.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The Telegram channel. Cloning shares it.
+#[derive(Clone)]
+pub struct TelegramChannel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: TelegramSettings,
+    bot: Bot,
+    intake: Intake,
+    outbound: Outbound,
+    /// The bot, once `getMe` answered (each start asks again).
+    me: RwLock<Option<Me>>,
+    /// Which updates may be confirmed. Held only to take or settle one, never across an
+    /// await; settled from the tasks that handle the updates.
+    cursor: Mutex<Cursor>,
+    /// Woken when an update settles, so a poll loop waiting on one goes on.
+    settled: Notify,
+    /// Where the offset is kept.
+    cursor_path: PathBuf,
+}
+
+impl TelegramChannel {
+    /// A channel with `settings`, publishing on `hub`; files go under `workspace`, the
+    /// offset under `state_dir`, pairing is `pairing`.
+    pub fn new(
+        settings: TelegramSettings,
+        hub: ChatHub,
+        state_dir: &Path,
+        workspace: &Path,
+        pairing: Arc<Pairing>,
+    ) -> Result<Self, CoreError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            // Long enough for a long poll; other calls have their own timeout.
+            .timeout(settings.poll_timeout + Duration::from_secs(20))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|err| CoreError::Channel {
+                channel: CHANNEL_NAME.into(),
+                message: format!("cannot start the HTTP client: {err}"),
+            })?;
+        let bot =
+            Bot::with_client(settings.token.clone(), client).set_api_url(settings.api_url.clone());
+        let cursor_path = state_dir.join("telegram.offset");
+        let base = std::fs::read_to_string(&cursor_path)
+            .ok()
+            .and_then(|text| text.trim().parse().ok());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                intake: Intake {
+                    bot: bot.clone(),
+                    hub,
+                    policy: settings.group_policy,
+                    allow: AllowList::new(&settings.allow_from),
+                    pairing,
+                    workspace: workspace.to_path_buf(),
+                    max_attachment_bytes: settings.max_attachment_bytes,
+                },
+                outbound: Outbound::new(bot.clone(), settings.stream, settings.edit_interval),
+                bot,
+                settings,
+                me: RwLock::new(None),
+                cursor: Mutex::new(Cursor::new(base)),
+                settled: Notify::new(),
+                cursor_path,
+            }),
+        })
+    }
+
+    /// The webhook route, in webhook mode.
+    pub fn router(&self) -> Option<Router> {
+        (self.inner.settings.mode == Mode::Webhook).then(|| {
+            Router::new()
+                .route(WEBHOOK_PATH, post(webhook))
+                .layer(DefaultBodyLimit::max(1024 * 1024))
+                .with_state(self.inner.clone())
+        })
+    }
+}
+
+impl Inner {
+    fn me(&self) -> Option<Me> {
+        self.me
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn cursor(&self) -> std::sync::MutexGuard<'_, Cursor> {
+        self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Asks Telegram who the bot is (every start: a wrong token fails here, clearly).
+    async fn start(&self) -> Result<Me, CoreError> {
+        let me = tokio::time::timeout(CALL_TIMEOUT, self.bot.get_me().into_future())
+            .await
+            .map_err(|_| CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: "getMe did not answer in time".into(),
+            })?
+            .map_err(api::core_error)?;
+        let me = Me {
+            id: me.user.id.0,
+            username: me.user.username.clone().unwrap_or_default(),
+        };
+        *self.me.write().unwrap_or_else(PoisonError::into_inner) = Some(me.clone());
+        tracing::info!(bot = %me.username, "Telegram: connected");
+        Ok(me)
+    }
+
+    async fn poll(self: &Arc<Self>, ctx: &ChannelContext, me: &Me) -> Result<(), CoreError> {
+        let call = tokio::time::timeout(CALL_TIMEOUT, self.bot.delete_webhook().into_future());
+        call.await
+            .map_err(|_| CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: "deleteWebhook did not answer in time".into(),
+            })?
+            .map_err(api::core_error)?;
+        let poll = self.settings.poll_timeout;
+        let mut last_ok = Instant::now();
+        let mut backoff = Duration::from_millis(500);
+        let mut saved = self.cursor().offset();
+        loop {
+            if last_ok.elapsed() > self.settings.watchdog {
+                return Err(CoreError::Unavailable {
+                    channel: CHANNEL_NAME.into(),
+                    message: format!(
+                        "no getUpdates completed for {:?}; polling restarts",
+                        self.settings.watchdog
+                    ),
+                });
+            }
+            let mut request = self
+                .bot
+                .get_updates()
+                .timeout(u32::try_from(poll.as_secs()).unwrap_or(25))
+                .allowed_updates([AllowedUpdate::Message]);
+            if let Some(offset) = self.cursor().offset() {
+                request = request.offset(i32::try_from(offset).unwrap_or(i32::MAX));
+            }
+            let answer = tokio::select! {
+                () = ctx.intake.cancelled() => return Ok(()),
+                answer = tokio::time::timeout(poll + Duration::from_secs(15), request.into_future()) => answer,
+            };
+            let updates = match answer {
+                Ok(Ok(updates)) => updates,
+                Ok(Err(err)) => {
+                    let err = api::core_error(err);
+                    let wait = match &err {
+                        CoreError::RateLimited {
+                            retry_after: Some(wait),
+                        } => *wait,
+                        _ => backoff,
+                    };
+                    tracing::warn!(error = %err, wait_ms = wait.as_millis() as u64, "getUpdates failed");
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::select! {
+                        () = ctx.intake.cancelled() => return Ok(()),
+                        () = tokio::time::sleep(wait) => continue,
+                    }
+                }
+                Err(_) => {
+                    tracing::warn!("getUpdates did not answer in time");
+                    continue;
+                }
+            };
+            last_ok = Instant::now();
+            backoff = Duration::from_millis(500);
+            let mut new = 0;
+            for update in updates.iter() {
+                let id = update.id.0;
+                if !self.cursor().take(id) {
+                    continue;
+                }
+                new += 1;
+                let inner = self.clone();
+                let settle = move |fate: Fate| inner.settle(id, fate);
+                self.intake.take(update, me, settle).await;
+            }
+            let offset = self.cursor().offset();
+            if offset != saved {
+                self.save_offset(offset);
+                saved = offset;
+            }
+            if new == 0 && !updates.is_empty() {
+                // Only updates still in flight came back: wait for one to settle.
+                tokio::select! {
+                    () = ctx.intake.cancelled() => return Ok(()),
+                    () = self.settled.notified() => {}
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+            }
+        }
+    }
+
+    fn settle(&self, id: u32, fate: Fate) {
+        self.cursor().settle(id, fate);
+        self.settled.notify_waiters();
+    }
+
+    /// Keeps the offset (atomically), so a restart starts where this left off.
+    fn save_offset(&self, offset: Option<u32>) {
+        let Some(offset) = offset else { return };
+        let tmp = self.cursor_path.with_extension("offset.tmp");
+        let written = std::fs::write(&tmp, offset.to_string())
+            .and_then(|()| std::fs::rename(&tmp, &self.cursor_path));
+        if let Err(err) = written {
+            tracing::warn!(path = %self.cursor_path.display(), error = %err,
+                "could not keep the Telegram offset (updates may be fetched again after a restart; none is answered twice)");
+        }
+    }
+
+    async fn set_webhook(&self) -> Result<(), CoreError> {
+        let (Some(url), Some(secret)) = (&self.settings.webhook_url, &self.settings.webhook_secret)
+        else {
+            return Ok(());
+        };
+        let request = self
+            .bot
+            .set_webhook(url.clone())
+            .secret_token(secret.clone())
+            .allowed_updates([AllowedUpdate::Message])
+            .max_connections(40);
+        tokio::time::timeout(CALL_TIMEOUT, request.into_future())
+            .await
+            .map_err(|_| CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: "setWebhook did not answer in time".into(),
+            })?
+            .map_err(api::core_error)?;
+        tracing::info!(%url, "Telegram: webhook set");
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Channel for TelegramChannel {
+    fn name(&self) -> ChannelName {
+        ChannelName::from(CHANNEL_NAME)
+    }
+
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
+        let me = tokio::select! {
+            () = ctx.intake.cancelled() => return wait(&ctx).await,
+            me = self.inner.start() => me?,
+        };
+        match self.inner.settings.mode {
+            Mode::Polling => self.inner.poll(&ctx, &me).await?,
+            Mode::Webhook => self.inner.set_webhook().await?,
+        }
+        wait(&ctx).await
+    }
+
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.inner.outbound.send(message).await
+    }
+}
+
+/// After intake stopped, waits for the channel's own end (outbound still goes out).
+async fn wait(ctx: &ChannelContext) -> Result<(), CoreError> {
+    ctx.shutdown.cancelled().await;
+    Ok(())
+}
+
+/// `POST /telegram/webhook`: checks Telegram's secret, takes the update, and answers once
+/// it was handled — or 503 after [`WEBHOOK_WAIT`], and Telegram sends it again.
+async fn webhook(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let expected = inner.settings.webhook_secret.as_deref().unwrap_or_default();
+    let presented = headers
+        .get(SECRET_HEADER)
+        .map(|v| v.as_bytes())
+        .unwrap_or_default();
+    if expected.is_empty() || !bool::from(presented.ct_eq(expected.as_bytes())) {
+        tracing::info!("Telegram webhook: a request without the right secret was refused");
+        return StatusCode::UNAUTHORIZED;
+    }
+    let update: Update = match serde_json::from_slice(&body) {
+        Ok(update) => update,
+        Err(err) => {
+            tracing::warn!(error = %err, "Telegram webhook: an update that cannot be read");
+            // Telegram would send it again and again: take it as done.
+            return StatusCode::OK;
+        }
+    };
+    let Some(me) = inner.me() else {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    };
+    let (tx, rx) = oneshot::channel();
+    inner
+        .intake
+        .take(&update, &me, move |fate| {
+            let _ = tx.send(fate);
+        })
+        .await;
+    match tokio::time::timeout(WEBHOOK_WAIT, rx).await {
+        Ok(Ok(Fate::Handled | Fate::Dropped)) => StatusCode::OK,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}

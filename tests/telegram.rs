@@ -1,0 +1,536 @@
+//! Telegram, end to end: a person writes where a Telegram user would (the fake Bot API's
+//! updates), and the answer is read where they would see it (what the bot sent the fake).
+
+use std::time::Duration;
+
+use serde_json::json;
+use switchboard_testkit::telegram::{BOT_USERNAME, TEST_TOKEN};
+use switchboard_testkit::{FakeTelegram, Reply, ScriptedLlm};
+
+use crate::util::{self, BINARY, Extra, PATIENCE};
+
+/// A private chat's user (on the allow list) and another.
+const ADA: u64 = 42;
+const BOB: u64 = 43;
+
+/// `[channels.telegram]` for the fake, with `extra` lines.
+fn table(fake: &FakeTelegram, extra: &str) -> String {
+    format!(
+        r#"[channels.telegram]
+enabled = true
+token = "{TEST_TOKEN}"
+api_url = "{api}"
+allow_from = ["{ADA}", "@user{BOB}"]
+poll_timeout_secs = 1
+watchdog_secs = 10
+edit_interval_secs = 0.3
+{extra}
+"#,
+        api = fake.api_url()
+    )
+}
+
+/// A daemon with Telegram (and the WebSocket channel) against the fakes.
+struct Telegram {
+    dir: tempfile::TempDir,
+    llm: ScriptedLlm,
+    fake: FakeTelegram,
+    daemon: switchboard::app::Running,
+}
+
+impl Telegram {
+    async fn start(extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let fake = FakeTelegram::start().await.expect("fake Telegram");
+        let tables = table(&fake, extra);
+        let config = Extra {
+            tables: &tables,
+            ..Extra::default()
+        };
+        let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+        Self {
+            dir,
+            llm,
+            fake,
+            daemon,
+        }
+    }
+
+    /// The replies (new messages) in `chat` that answer message `id`.
+    fn replies_to(&self, chat: i64, id: i64) -> Vec<String> {
+        self.fake
+            .messages_to(chat)
+            .into_iter()
+            .filter(|m| m.reply_to == Some(id))
+            .map(|m| m.visible)
+            .collect()
+    }
+
+    async fn wait_for_reply(&self, chat: i64, id: i64) -> String {
+        self.fake
+            .wait_until(PATIENCE, "a reply", |f| {
+                f.messages_to(chat).iter().any(|m| m.reply_to == Some(id))
+            })
+            .await;
+        self.replies_to(chat, id).remove(0)
+    }
+}
+
+fn chat(user: u64) -> i64 {
+    i64::try_from(user).expect("small")
+}
+
+#[tokio::test]
+async fn a_user_message_gets_the_agents_reply_in_the_same_chat() {
+    let t = Telegram::start("stream = false").await;
+    let id = t.fake.private_text(ADA, "hello bot");
+    assert_eq!(t.wait_for_reply(chat(ADA), id).await, "echo: hello bot");
+    let conversation = util::conversation(&t.llm.requests()[0]);
+    assert_eq!(
+        conversation.last().expect("message")["content"],
+        "hello bot"
+    );
+    assert!(
+        t.fake.actions_in(chat(ADA)).iter().any(|a| a == "typing"),
+        "typing… was shown"
+    );
+    // The offset moves past the update once it was handled.
+    t.fake
+        .wait_until(PATIENCE, "the update confirmed", |f| f.unconfirmed() == 0)
+        .await;
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_reply_with_a_code_block_arrives_in_parts_that_fit_and_lose_nothing() {
+    let t = Telegram::start("stream = false").await;
+    let code: String = (0..260)
+        .map(|i| format!("    total = total + values[{i}]  # step {i}\n"))
+        .collect();
+    let reply = format!(
+        "Here is the program you asked for, explained after the code.\n\n```python\n{code}```\n\n{}",
+        "It adds the values one by one and prints the total. ".repeat(20)
+    );
+    assert!(reply.chars().count() >= 10_000, "{}", reply.chars().count());
+    t.llm.push(Reply::text(reply.clone()));
+    let id = t.fake.private_text(ADA, "write me a program");
+
+    let content = |text: &str| -> String {
+        text.lines()
+            .filter(|line| !line.trim_start().starts_with("```"))
+            .flat_map(|line| line.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    };
+    let expected = content(&reply);
+    t.fake
+        .wait_until(PATIENCE, "the whole reply", |f| {
+            let got: String = f
+                .messages_to(chat(ADA))
+                .iter()
+                .map(|m| content(&m.visible))
+                .collect();
+            got == expected
+        })
+        .await;
+    let parts = t.fake.messages_to(chat(ADA));
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    assert_eq!(
+        parts[0].reply_to,
+        Some(id),
+        "the first part answers the message"
+    );
+    for part in &parts {
+        assert!(
+            part.visible.encode_utf16().count() <= 4096,
+            "{}",
+            part.visible.len()
+        );
+        // Telegram (the fake) accepted it as HTML: tags, <pre> included, balanced.
+        assert!(part.html, "{}", part.text);
+    }
+    let with_code: Vec<_> = parts
+        .iter()
+        .filter(|p| p.text.contains("values["))
+        .collect();
+    assert!(with_code.len() >= 2, "the code block spans parts");
+    for part in with_code {
+        assert!(
+            part.text.contains("<pre>") || part.text.contains("<pre><code"),
+            "{}",
+            part.text
+        );
+    }
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_edits_one_draft_at_most_once_per_interval_and_ends_with_the_full_text() {
+    let t = Telegram::start("stream = true").await;
+    let words: Vec<String> = (0..50).map(|i| format!("word{i}")).collect();
+    let reply = words.join(" ");
+    t.llm
+        .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
+    let id = t.fake.private_text(ADA, "stream something");
+    t.fake
+        .wait_until(PATIENCE, "the draft to end with the whole reply", |f| {
+            f.messages_to(chat(ADA))
+                .first()
+                .and_then(|draft| f.current_text(chat(ADA), draft.message_id))
+                .is_some_and(|text| text == reply)
+        })
+        .await;
+    let drafts = t.fake.messages_to(chat(ADA));
+    assert_eq!(drafts.len(), 1, "one message, edited in place");
+    assert_eq!(drafts[0].reply_to, Some(id));
+    let writes: Vec<_> = t
+        .fake
+        .sent()
+        .into_iter()
+        .filter(|s| s.chat == chat(ADA) && s.message_id == drafts[0].message_id)
+        .collect();
+    assert!(writes.len() >= 3, "it streamed: {} writes", writes.len());
+    for pair in writes.windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_millis(300), "edits {gap:?} apart");
+    }
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_unknown_sender_gets_a_pairing_code_and_is_answered_once_approved() {
+    let t = Telegram::start("stream = false").await;
+    let stranger = 77;
+    let first = t.fake.private_text(stranger, "hello?");
+    let text = t.wait_for_reply(chat(stranger), first).await;
+    assert!(text.contains("switchboard pairing approve"), "{text}");
+    let code = text.lines().nth(2).expect("the code").trim().to_owned();
+    assert!(
+        t.llm.requests().is_empty(),
+        "a stranger never reaches the model"
+    );
+
+    // The operator approves it with the CLI while the daemon runs.
+    let config = t.dir.path().join("config.toml");
+    let tables = table(&t.fake, "stream = false");
+    let text = util::config_text_with(
+        &t.llm.base_url(),
+        t.dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
+    let output = tokio::process::Command::new(BINARY)
+        .args(["pairing", "approve", &code, "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed = tokio::process::Command::new(BINARY)
+        .args(["pairing", "list", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&format!("telegram:{stranger}")),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+
+    let second = t.fake.private_text(stranger, "may I talk now?");
+    assert_eq!(
+        t.wait_for_reply(chat(stranger), second).await,
+        "echo: may I talk now?"
+    );
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rate_limited_chat_waits_and_another_chat_is_not_delayed() {
+    let t = Telegram::start("stream = false").await;
+    t.fake.rate_limit(chat(ADA), Duration::from_secs(3), 1);
+    let ada = t.fake.private_text(ADA, "first in line");
+    let bob = t.fake.private_text(BOB, "second in line");
+    assert_eq!(
+        t.wait_for_reply(chat(BOB), bob).await,
+        "echo: second in line"
+    );
+    assert_eq!(
+        t.wait_for_reply(chat(ADA), ada).await,
+        "echo: first in line"
+    );
+    let ada_reply = t.fake.messages_to(chat(ADA))[0].at;
+    let bob_reply = t.fake.messages_to(chat(BOB))[0].at;
+    let limited = t.fake.limited_at(chat(ADA));
+    assert_eq!(limited.len(), 1);
+    assert!(
+        ada_reply.duration_since(limited[0]) >= Duration::from_secs(3),
+        "Telegram's retry_after was honoured"
+    );
+    assert!(bob_reply < ada_reply, "the other chat was not held up");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_get_me_that_answers_garbage_degrades_the_channel_until_it_recovers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake");
+    fake.set_get_me_garbage(true);
+    let tables = table(&fake, "stream = false");
+    let extra = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let state = |health: &serde_json::Value| health["channels"]["telegram"]["state"].clone();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let health = util::health(daemon.addr()).await;
+        if state(&health) == "failed" {
+            assert_eq!(health["status"], "degraded", "{health}");
+            assert_eq!(
+                health["channels"]["websocket"]["state"], "running",
+                "others go on"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    fake.set_get_me_garbage(false);
+    let id = fake.private_text(ADA, "are you back?");
+    fake.wait_until(PATIENCE, "a reply after recovery", |f| {
+        f.messages_to(chat(ADA))
+            .iter()
+            .any(|m| m.reply_to == Some(id))
+    })
+    .await;
+    assert_eq!(util::health(daemon.addr()).await["status"], "ok");
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_group_message_without_a_mention_is_ignored() {
+    let t = Telegram::start("stream = false").await;
+    let group = -100_555;
+    let plain = t.fake.group_text(group, ADA, "hello everyone");
+    let mention = t
+        .fake
+        .group_text(group, ADA, &format!("@{BOT_USERNAME} what is up?"));
+    assert_eq!(t.wait_for_reply(group, mention).await, "echo: what is up?");
+    assert!(t.replies_to(group, plain).is_empty());
+    assert_eq!(
+        t.llm.requests().len(),
+        1,
+        "only the mention reached the model"
+    );
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn html_telegram_refuses_is_sent_again_as_plain_text() {
+    let t = Telegram::start("stream = false").await;
+    t.fake.set_refuse_html(true);
+    t.llm.push(Reply::text("**bold** and `code` & more"));
+    let id = t.fake.private_text(ADA, "format something");
+    assert_eq!(
+        t.wait_for_reply(chat(ADA), id).await,
+        "**bold** and `code` & more"
+    );
+    assert!(
+        t.fake.sent().iter().all(|s| !s.html),
+        "no broken HTML was shown"
+    );
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_photo_is_saved_in_the_workspace_and_handed_to_the_agent() {
+    let t = Telegram::start("stream = false").await;
+    let bytes = b"\xff\xd8\xff not really a jpeg".to_vec();
+    let id = t.fake.private_photo(ADA, "what is this?", bytes.clone());
+    t.wait_for_reply(chat(ADA), id).await;
+    let conversation = util::conversation(&t.llm.requests()[0]);
+    let text = conversation.last().expect("message")["content"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    assert!(
+        text.starts_with("what is this?\n[attachment: photo-"),
+        "{text}"
+    );
+    let path = text
+        .split("saved in the workspace at ")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix(']'))
+        .expect("a path");
+    assert!(path.starts_with("media/telegram/42-"), "{path}");
+    let saved = std::fs::read(t.dir.path().join("workspace").join(path)).expect("saved");
+    assert_eq!(saved, bytes);
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_webhook_update_with_the_secret_is_answered_and_one_without_is_refused() {
+    let t = Telegram::start(
+        "stream = false\nmode = \"webhook\"\nwebhook_url = \"https://bot.example.invalid/telegram/webhook\"\nwebhook_secret = \"s3cret_token\"",
+    )
+    .await;
+    t.fake
+        .wait_until(PATIENCE, "the webhook set", |f| f.webhook().is_some())
+        .await;
+    assert_eq!(
+        t.fake.webhook(),
+        Some((
+            "https://bot.example.invalid/telegram/webhook".into(),
+            Some("s3cret_token".into())
+        ))
+    );
+    let update = json!({"update_id": 9001, "message": {
+        "message_id": 5, "date": 1_700_000_000, "text": "via webhook",
+        "chat": {"id": ADA, "type": "private", "first_name": "Ada"},
+        "from": {"id": ADA, "is_bot": false, "first_name": "Ada"}}})
+    .to_string();
+    let post = |secret: &str| {
+        format!(
+            "POST /telegram/webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             X-Telegram-Bot-Api-Secret-Token: {secret}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{update}",
+            update.len()
+        )
+    };
+    let refused = util::raw_http(t.daemon.addr(), &post("wrong"), PATIENCE).await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let accepted = util::raw_http(t.daemon.addr(), &post("s3cret_token"), PATIENCE).await;
+    assert!(accepted.starts_with("HTTP/1.1 200"), "{accepted}");
+    assert_eq!(t.wait_for_reply(chat(ADA), 5).await, "echo: via webhook");
+    assert_eq!(
+        t.llm.requests().len(),
+        1,
+        "the refused one never reached the model"
+    );
+    t.daemon.shutdown().await;
+}
+
+/// kill -9 the binary at different moments, cycle after cycle, then let it finish: every
+/// update is answered exactly once. `SWITCHBOARD_TELEGRAM_KILLS` sets the cycles (8).
+///
+/// The moments: right after Telegram handed the updates out; while the model answers; at a
+/// random moment before any answer can go out; when all is answered and confirmed. Not
+/// targeted: the instant between Telegram accepting an answer and the daemon recording that
+/// (no Bot API call can be made idempotent; a crash there sends that answer twice — see
+/// crates/agent/src/worker.rs).
+#[tokio::test]
+async fn kill_9_at_any_moment_neither_loses_an_update_nor_answers_one_twice() {
+    let cycles: usize = std::env::var("SWITCHBOARD_TELEGRAM_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake");
+    // The model echoes, after a pause that varies, so kills land before, during and after.
+    let state = std::sync::Arc::new(std::sync::Mutex::new(0x2545_f491_4f6c_dd1du64));
+    let next = move || {
+        let mut s = state.lock().expect("lock");
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    };
+    let pause = next.clone();
+    llm.respond_with(move |request| {
+        let last = util::conversation(request)
+            .into_iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Reply::text(format!("echo: {last}")).delayed(Duration::from_millis(30 + pause() % 120))
+    });
+    let config = dir.path().join("config.toml");
+    let tables = table(&fake, "stream = false");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
+
+    let mut sent: Vec<(i64, i64, String)> = Vec::new();
+    let answered = |f: &FakeTelegram, chat: i64, id: i64| {
+        f.messages_to(chat).iter().any(|m| m.reply_to == Some(id))
+    };
+    for cycle in 0..cycles {
+        let (mut child, _) = util::spawn_daemon(&config).await;
+        let delivered = fake.delivered();
+        let requests = llm.requests().len();
+        let mine: Vec<(i64, i64, String)> = [ADA, BOB]
+            .iter()
+            .map(|user| {
+                let text = format!("cycle {cycle} from {user}");
+                (chat(*user), fake.private_text(*user, &text), text)
+            })
+            .collect();
+        match cycle % 4 {
+            // Right after Telegram handed the updates out.
+            0 => {
+                fake.wait_until(PATIENCE, "the updates delivered", |f| {
+                    f.delivered() > delivered
+                })
+                .await;
+            }
+            // While the model is answering.
+            1 => {
+                llm.wait_for_requests(requests + 1, PATIENCE).await;
+            }
+            // At a random moment before the model (which pauses at least 30 ms) answers.
+            2 => tokio::time::sleep(Duration::from_millis(next() % 25)).await,
+            // When all is answered and confirmed: nothing may be answered again.
+            _ => {
+                fake.wait_until(PATIENCE, "this cycle's answers, confirmed", |f| {
+                    mine.iter().all(|(chat, id, _)| answered(f, *chat, *id)) && f.unconfirmed() == 0
+                })
+                .await;
+            }
+        }
+        util::signal(&child, "-KILL");
+        child.wait().await.expect("wait");
+        sent.extend(mine);
+    }
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait_until(PATIENCE * 3, "every message answered", |f| {
+        sent.iter().all(|(chat, id, _)| answered(f, *chat, *id))
+    })
+    .await;
+    fake.wait_until(PATIENCE, "every update confirmed", |f| f.unconfirmed() == 0)
+        .await;
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+    for (chat, id, text) in &sent {
+        let replies: Vec<String> = fake
+            .messages_to(*chat)
+            .into_iter()
+            .filter(|m| m.reply_to == Some(*id))
+            .map(|m| m.visible)
+            .collect();
+        assert_eq!(
+            replies,
+            [format!("echo: {text}")],
+            "message {id} in chat {chat}"
+        );
+    }
+}
