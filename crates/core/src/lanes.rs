@@ -1,26 +1,45 @@
-//! [`Lanes`]: outbound delivery, one bounded lane per chat.
+//! [`Lanes`]: outbound delivery in order per chat, without one chat waiting for another.
 //!
-//! Each chat of a channel gets its own queue and task, which hands the chat's messages to
-//! [`Channel::send`] in order. A platform's rate limit, or a slow edit, in one chat waits in
-//! that chat's lane only: other chats' lanes go on, and a publisher waits only when its own
-//! chat's lane is full. A lane with nothing to do for a while exits, so memory follows the
-//! chats that are talking. What cannot be delivered (after the channel's own retries) is
-//! logged with its chat and counted, never dropped silently.
+//! A chat's messages go out through its *lane*: while one of them is being delivered, the
+//! ones published after it queue behind it (up to `capacity`; then their publisher waits).
+//! A platform's rate limit, or a slow edit, holds up that chat only. What cannot be
+//! delivered (after the channel's own retries) is logged with its chat and counted, never
+//! dropped silently.
 //!
-//! # Why an exiting lane never loses a message
-//! A publisher reserves a slot in the lane's queue without holding the map's entry, then
-//! sends into the slot only while holding the entry (a shared guard) and only if the entry
-//! still names the same lane. A lane exits only by removing its own entry, under the
-//! entry's exclusive guard, when its queue is empty. So either the removal comes first —
-//! and the publisher, finding another lane (or none), drops its slot and starts again — or
-//! the send comes first, and the lane sees a queue that is not empty and stays.
+//! A lane exists only while it has something to deliver. A publisher whose chat has no lane
+//! opens one and starts the delivery itself, polling the channel's send once: most sends
+//! (a WebSocket frame put into its socket's queue) finish right there and the lane closes
+//! again, with no task and no hand-off. A send that has to wait (an HTTP call, a rate
+//! limit) is handed, mid-flight, to a task that finishes it, delivers what queued behind it
+//! meanwhile, and closes the lane. A future polled once with a waker that does nothing and
+//! then polled by its new task loses no wake-up: every poll checks its state afresh.
+//!
+//! # Why no message is lost or overtaken
+//! A chat's entry in the map *is* its lane, and a lane has exactly one deliverer: the
+//! publisher that opened it, then the task it handed to, if any. Entries change only under
+//! the map's guard for that chat:
+//! - a publisher that finds an entry appends to its queue and never delivers itself;
+//! - a publisher that finds none inserts one and becomes its deliverer;
+//! - the deliverer, after each message, takes the next one from the queue — or, when the
+//!   queue is empty, removes the entry — in one step under the guard.
+//!
+//! So a message appended to a queue is always seen by its deliverer's next look, and
+//! messages leave a queue in the order they entered it; a publisher's next message is
+//! published only after the previous one was delivered or queued, so it cannot overtake
+//! it. (Two publishers of one chat that do not wait for each other have no order to keep.)
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::{mpsc, oneshot};
+use dashmap::mapref::entry::Entry;
+use futures::FutureExt;
+use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -32,27 +51,22 @@ use crate::message::OutboundMessage;
 /// How lanes behave.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaneOptions {
-    /// Messages a chat's lane holds before its publisher waits.
+    /// Messages that may queue behind the one a chat's lane is delivering before their
+    /// publisher waits.
     pub capacity: usize,
-    /// A lane with nothing to deliver for this long exits.
-    pub idle: Duration,
 }
 
 impl Default for LaneOptions {
     fn default() -> Self {
-        Self {
-            capacity: 256,
-            idle: Duration::from_secs(60),
-        }
+        Self { capacity: 256 }
     }
 }
 
-/// A queued message, and who waits to learn it was delivered. Boxed: a queue allocates its
-/// slots in blocks, and idle lanes should not hold whole messages' worth of memory.
-type Item = Box<(
-    OutboundMessage,
-    Option<oneshot::Sender<Result<(), CoreError>>>,
-)>;
+/// Who waits to learn whether a message was delivered.
+type Receipt = Option<oneshot::Sender<Result<(), CoreError>>>;
+
+/// A send under way.
+type Sending = Pin<Box<dyn Future<Output = Result<(), CoreError>> + Send>>;
 
 /// The delivery lanes of one channel. Cloning shares them.
 #[derive(Clone)]
@@ -62,23 +76,24 @@ pub struct Lanes {
 
 struct Inner {
     channel: Arc<dyn Channel>,
-    options: LaneOptions,
-    /// Live lanes by chat. See the module doc for when an entry may be sent to or removed.
+    capacity: usize,
+    /// Open lanes by chat. See the module doc for who may change an entry.
     lanes: DashMap<ChatId, Lane>,
-    next_id: AtomicU64,
-    /// Every lane task, so closing can wait for them to deliver what they hold.
+    /// Woken when a full lane takes a message out of its queue (and when closing).
+    room: Notify,
+    /// The tasks lanes were handed to, so closing can wait for them.
     tasks: TaskTracker,
-    /// Cancelled by [`Lanes::close`]: lanes deliver what is queued, then exit; nothing new
-    /// is taken.
+    /// Cancelled by [`Lanes::close`]: lanes deliver what is queued; nothing new is taken.
     closing: CancellationToken,
     undeliverable: AtomicU64,
 }
 
+/// An open lane: the messages waiting behind the one being delivered.
+#[derive(Default)]
 struct Lane {
-    /// Tells this lane apart from a successor for the same chat.
-    id: u64,
-    /// The lane's queue; its task owns the receiver.
-    tx: mpsc::Sender<Item>,
+    queue: std::collections::VecDeque<(OutboundMessage, Receipt)>,
+    /// A publisher waits for room in this lane.
+    waited_on: bool,
 }
 
 impl Lanes {
@@ -88,9 +103,9 @@ impl Lanes {
         Self {
             inner: Arc::new(Inner {
                 channel,
-                options,
+                capacity: options.capacity.max(1),
                 lanes: DashMap::new(),
-                next_id: AtomicU64::new(0),
+                room: Notify::new(),
                 tasks: TaskTracker::new(),
                 closing: CancellationToken::new(),
                 undeliverable: AtomicU64::new(0),
@@ -98,66 +113,73 @@ impl Lanes {
         }
     }
 
-    /// Queues a message in its chat's lane, waiting only while that lane is full.
+    /// Delivers a message after those queued before it in its chat, waiting only while
+    /// that chat's lane is full — not for the delivery (its failure is logged and counted).
     pub async fn push(&self, message: OutboundMessage) -> Result<(), CoreError> {
         self.enqueue(message, None).await
     }
 
-    /// Queues a message and waits until it was delivered (or given up on): the result is
-    /// the channel's. Messages queued before it in its chat are delivered first.
+    /// Delivers a message after those queued before it in its chat, and waits until it
+    /// was delivered (or given up on): the result is the channel's.
     pub async fn deliver(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let (tx, rx) = oneshot::channel();
-        let channel = message.channel.to_string();
         self.enqueue(message, Some(tx)).await?;
-        rx.await.unwrap_or(Err(CoreError::ChannelClosed(channel)))
+        rx.await.unwrap_or_else(|_| {
+            Err(CoreError::ChannelClosed(
+                self.inner.channel.name().to_string(),
+            ))
+        })
     }
 
-    async fn enqueue(
-        &self,
-        message: OutboundMessage,
-        done: Option<oneshot::Sender<Result<(), CoreError>>>,
-    ) -> Result<(), CoreError> {
+    async fn enqueue(&self, message: OutboundMessage, receipt: Receipt) -> Result<(), CoreError> {
+        let inner = &self.inner;
         let chat = message.chat_id.clone();
-        let item: Item = Box::new((message, done));
         loop {
-            if self.inner.closing.is_cancelled() {
-                return Err(CoreError::ChannelClosed(
-                    self.inner.channel.name().to_string(),
-                ));
+            if inner.closing.is_cancelled() {
+                return Err(CoreError::ChannelClosed(inner.channel.name().to_string()));
             }
-            let (id, tx) = match self.inner.lanes.get(&chat) {
-                Some(lane) => (lane.id, lane.tx.clone()),
-                None => {
-                    self.start_lane(&chat);
-                    continue;
+            // Registered before the guard is released, so a message taken out of the
+            // queue after that wakes us.
+            let room = inner.room.notified();
+            match inner.lanes.entry(chat.clone()) {
+                Entry::Occupied(mut lane) => {
+                    let lane = lane.get_mut();
+                    if lane.queue.len() < inner.capacity {
+                        lane.queue.push_back((message, receipt));
+                        return Ok(());
+                    }
+                    lane.waited_on = true;
                 }
-            };
-            // Wait for room without holding the entry; a lane that exits meanwhile closes
-            // its queue and we start again.
-            let Ok(permit) = tx.reserve_owned().await else {
-                continue;
-            };
-            let entry = self.inner.lanes.get(&chat);
-            if entry.as_ref().is_some_and(|lane| lane.id == id) {
-                permit.send(item);
-                return Ok(());
+                Entry::Vacant(vacant) => {
+                    vacant.insert(Lane::default());
+                    break;
+                }
             }
-            // The lane exited after we reserved: the slot is worthless, try the new one.
-            drop(entry);
-            drop(permit);
+            room.await;
         }
-    }
-
-    /// Starts a lane for `chat` unless one runs.
-    fn start_lane(&self, chat: &ChatId) {
-        self.inner.lanes.entry(chat.clone()).or_insert_with(|| {
-            let (tx, rx) = mpsc::channel(self.inner.options.capacity.max(1));
-            let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-            self.inner
-                .tasks
-                .spawn(run_lane(self.inner.clone(), chat.clone(), id, rx));
-            Lane { id, tx }
-        });
+        // This publisher opened the lane: it delivers its message, and hands the lane to a
+        // task if the send has to wait or more messages queued meanwhile.
+        let mut sending = inner.sending(message);
+        match sending
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(result) => {
+                inner.settle(&chat, result, receipt);
+                if let Some((message, receipt)) = inner.next(&chat) {
+                    let sending = inner.sending(message);
+                    inner
+                        .tasks
+                        .spawn(drain(inner.clone(), chat, sending, receipt));
+                }
+            }
+            Poll::Pending => {
+                inner
+                    .tasks
+                    .spawn(drain(inner.clone(), chat, sending, receipt));
+            }
+        }
+        Ok(())
     }
 
     /// Messages given up on since start.
@@ -165,7 +187,7 @@ impl Lanes {
         self.inner.undeliverable.load(Ordering::Relaxed)
     }
 
-    /// Lanes running now (chats with something recent to deliver).
+    /// Lanes open now (chats with something being delivered).
     pub fn active(&self) -> usize {
         self.inner.lanes.len()
     }
@@ -174,6 +196,7 @@ impl Lanes {
     /// `deadline` for them. Returns whether all finished.
     pub async fn close(&self, deadline: Duration) -> bool {
         self.inner.closing.cancel();
+        self.inner.room.notify_waiters();
         self.inner.tasks.close();
         tokio::time::timeout(deadline, self.inner.tasks.wait())
             .await
@@ -181,46 +204,66 @@ impl Lanes {
     }
 }
 
-/// One chat's lane: delivers its messages in order until it is idle or closed.
-async fn run_lane(inner: Arc<Inner>, chat: ChatId, id: u64, mut rx: mpsc::Receiver<Item>) {
-    loop {
-        let item = tokio::select! {
-            biased;
-            item = rx.recv() => item,
-            // Closing and nothing left: leave (what was queued went out above).
-            () = inner.closing.cancelled() => {
-                if leave(&inner, &chat, id, &rx) {
-                    return;
-                }
-                continue;
-            }
-            () = tokio::time::sleep(inner.options.idle) => {
-                if leave(&inner, &chat, id, &rx) {
-                    return;
-                }
-                continue;
-            }
-        };
-        let Some(item) = item else { return };
-        let (message, done) = *item;
-        let result = inner.channel.send(message.clone()).await;
+impl Inner {
+    /// The send of one message, owning what it needs so a task can finish it. A channel
+    /// that panics in `send` fails that message, not the lane.
+    fn sending(self: &Arc<Self>, message: OutboundMessage) -> Sending {
+        let inner = self.clone();
+        Box::pin(async move {
+            AssertUnwindSafe(inner.channel.send(message))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Err(CoreError::Channel {
+                        channel: inner.channel.name().to_string(),
+                        message: "the channel failed while sending (a bug; see the log)".into(),
+                    })
+                })
+        })
+    }
+
+    /// Reports how a delivery went: to whoever waits for it, and in the log and the count
+    /// when it failed.
+    fn settle(&self, chat: &ChatId, result: Result<(), CoreError>, receipt: Receipt) {
         if let Err(err) = &result {
-            let count = inner.undeliverable.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::warn!(channel = %message.channel, chat = %message.chat_id, error = %err,
+            let count = self.undeliverable.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::warn!(channel = %self.channel.name(), chat = %chat, error = %err,
                 undeliverable = count, "a message could not be delivered");
         }
-        if let Some(done) = done {
-            let _ = done.send(result);
+        if let Some(receipt) = receipt {
+            let _ = receipt.send(result);
         }
+    }
+
+    /// The deliverer's next message, or `None` after closing the empty lane (one step
+    /// under the entry's guard: see the module doc).
+    fn next(&self, chat: &ChatId) -> Option<(OutboundMessage, Receipt)> {
+        let Entry::Occupied(mut lane) = self.lanes.entry(chat.clone()) else {
+            debug_assert!(false, "only a lane's deliverer removes it");
+            return None;
+        };
+        let Some(next) = lane.get_mut().queue.pop_front() else {
+            lane.remove();
+            return None;
+        };
+        if std::mem::take(&mut lane.get_mut().waited_on) {
+            self.room.notify_waiters();
+        }
+        Some(next)
     }
 }
 
-/// Removes the lane's entry if its queue is empty (under the entry's exclusive guard).
-fn leave(inner: &Inner, chat: &ChatId, id: u64, rx: &mpsc::Receiver<Item>) -> bool {
-    inner
-        .lanes
-        .remove_if(chat, |_, lane| lane.id == id && rx.is_empty())
-        .is_some()
+/// A lane handed to a task: finishes the send under way, then delivers the queue.
+async fn drain(inner: Arc<Inner>, chat: ChatId, mut sending: Sending, mut receipt: Receipt) {
+    loop {
+        let result = sending.await;
+        inner.settle(&chat, result, receipt);
+        let Some((message, next)) = inner.next(&chat) else {
+            return;
+        };
+        sending = inner.sending(message);
+        receipt = next;
+    }
 }
 
 #[cfg(test)]
@@ -245,6 +288,7 @@ mod tests {
         limited: Mutex<HashMap<ChatId, Duration>>,
         slow: HashMap<ChatId, Duration>,
         fail: Vec<ChatId>,
+        panic_on: Option<String>,
     }
 
     #[async_trait]
@@ -273,6 +317,10 @@ mod tests {
             let OutboundKind::Message(text) = message.kind else {
                 return Ok(());
             };
+            assert!(
+                self.panic_on.as_deref() != Some(text.as_str()),
+                "told to panic"
+            );
             self.delivered
                 .lock()
                 .expect("lock")
@@ -331,13 +379,7 @@ mod tests {
             slow: [(ChatId::from("slow"), Duration::from_secs(10))].into(),
             ..Recorder::default()
         });
-        let lanes = lanes(
-            recorder.clone(),
-            LaneOptions {
-                capacity: 1,
-                idle: Duration::from_secs(60),
-            },
-        );
+        let lanes = lanes(recorder.clone(), LaneOptions { capacity: 1 });
         let start = Instant::now();
         // The slow lane takes one into delivery and one into its queue; the third waits.
         lanes.push(message("slow", "1")).await.expect("push");
@@ -387,10 +429,11 @@ mod tests {
         assert_eq!(lanes.active(), 0);
     }
 
-    /// Many chats, messages pushed at random moments around the lanes' idle exits: every
-    /// message is delivered once, each chat's in order.
+    /// Many chats, some of whose sends wait a random while (handing their lane to a task)
+    /// and some finish at once, messages pushed at random moments around lanes opening and
+    /// closing: every message is delivered once, each chat's in order.
     #[tokio::test(start_paused = true)]
-    async fn random_pushes_around_idle_exits_lose_nothing_and_keep_order() {
+    async fn random_pushes_around_lanes_closing_lose_nothing_and_keep_order() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let mut rng = move || {
             state ^= state << 13;
@@ -398,14 +441,14 @@ mod tests {
             state ^= state << 17;
             state
         };
-        let recorder = Arc::new(Recorder::default());
-        let lanes = lanes(
-            recorder.clone(),
-            LaneOptions {
-                capacity: 2,
-                idle: Duration::from_millis(10),
-            },
-        );
+        let recorder = Arc::new(Recorder {
+            slow: (0..7)
+                .filter(|n| n % 2 == 0)
+                .map(|n| (ChatId::from(format!("c{n}")), Duration::from_millis(3 * n)))
+                .collect(),
+            ..Recorder::default()
+        });
+        let lanes = lanes(recorder.clone(), LaneOptions { capacity: 2 });
         let mut sent: HashMap<ChatId, Vec<String>> = HashMap::new();
         for n in 0..2_000 {
             let chat = ChatId::from(format!("c{}", rng() % 7));
@@ -416,7 +459,7 @@ mod tests {
                 .await
                 .expect("push");
             if rng() % 3 == 0 {
-                // Let lanes drain and, often, exit before the next push.
+                // Let lanes drain and, often, close before the next push.
                 tokio::time::sleep(Duration::from_millis(rng() % 25)).await;
             }
         }
@@ -426,5 +469,48 @@ mod tests {
             got.entry(chat.clone()).or_default().push(text.clone());
         }
         assert_eq!(got, sent);
+        assert_eq!(lanes.active(), 0, "every lane closed once empty");
+    }
+
+    /// A send that finishes at once is done when `push` returns, and leaves no lane open:
+    /// the common case costs no task.
+    #[tokio::test]
+    async fn a_send_that_finishes_at_once_is_delivered_by_its_publisher() {
+        let recorder = Arc::new(Recorder::default());
+        let lanes = lanes(recorder.clone(), LaneOptions::default());
+        for i in 0..3 {
+            lanes
+                .push(message("c", &i.to_string()))
+                .await
+                .expect("push");
+            assert_eq!(recorder.delivered.lock().expect("lock").len(), i + 1);
+            assert_eq!(lanes.active(), 0);
+        }
+    }
+
+    /// A channel whose send panics fails that message (reported and counted); the chat's
+    /// later messages still go out.
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_send_fails_its_message_not_the_chat() {
+        let recorder = Arc::new(Recorder {
+            panic_on: Some("boom".into()),
+            slow: [(ChatId::from("c"), Duration::from_millis(5))].into(),
+            ..Recorder::default()
+        });
+        let lanes = lanes(recorder.clone(), LaneOptions::default());
+        lanes.push(message("c", "before")).await.expect("push");
+        let boom = lanes.deliver(message("c", "boom"));
+        let err = boom.await.expect_err("the panic fails the message");
+        assert!(err.to_string().contains("failed while sending"), "{err}");
+        lanes.deliver(message("c", "after")).await.expect("after");
+        let texts: Vec<String> = recorder
+            .delivered
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(_, text, _)| text.clone())
+            .collect();
+        assert_eq!(texts, ["before", "after"]);
+        assert_eq!(lanes.undeliverable(), 1);
     }
 }
