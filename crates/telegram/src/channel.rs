@@ -93,9 +93,7 @@ impl TelegramChannel {
         let bot =
             Bot::with_client(settings.token.clone(), client).set_api_url(settings.api_url.clone());
         let cursor_path = state_dir.join("telegram.offset");
-        let base = std::fs::read_to_string(&cursor_path)
-            .ok()
-            .and_then(|text| text.trim().parse().ok());
+        let (base, since) = saved_offset(&cursor_path);
         Ok(Self {
             inner: Arc::new(Inner {
                 intake: Intake {
@@ -111,7 +109,7 @@ impl TelegramChannel {
                 bot,
                 settings,
                 me: RwLock::new(None),
-                cursor: Mutex::new(Cursor::new(base)),
+                cursor: Mutex::new(Cursor::new(base, since)),
                 settled: Notify::new(),
                 cursor_path,
             }),
@@ -170,7 +168,7 @@ impl Inner {
         let poll = self.settings.poll_timeout;
         let mut last_ok = Instant::now();
         let mut backoff = Duration::from_millis(500);
-        let mut saved = self.cursor().offset();
+        let mut saved = self.cursor().confirmed();
         loop {
             if last_ok.elapsed() > self.settings.watchdog {
                 return Err(CoreError::Unavailable {
@@ -186,7 +184,7 @@ impl Inner {
                 .get_updates()
                 .timeout(u32::try_from(poll.as_secs()).unwrap_or(25))
                 .allowed_updates([AllowedUpdate::Message]);
-            if let Some(offset) = self.cursor().offset() {
+            if let Some(offset) = self.cursor().offset(std::time::Instant::now()) {
                 request = request.offset(i32::try_from(offset).unwrap_or(i32::MAX));
             }
             let answer = tokio::select! {
@@ -220,7 +218,7 @@ impl Inner {
             let mut new = 0;
             for update in updates.iter() {
                 let id = update.id.0;
-                if !self.cursor().take(id) {
+                if !self.cursor().take(id, std::time::Instant::now()) {
                     continue;
                 }
                 new += 1;
@@ -228,7 +226,7 @@ impl Inner {
                 let settle = move |fate: Fate| inner.settle(id, fate);
                 self.intake.take(update, me, settle).await;
             }
-            let offset = self.cursor().offset();
+            let offset = self.cursor().confirmed();
             if offset != saved {
                 self.save_offset(offset);
                 saved = offset;
@@ -304,6 +302,26 @@ impl Channel for TelegramChannel {
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         self.inner.outbound.send(message).await
+    }
+}
+
+/// The offset a previous run kept, and when it was kept: the [`Cursor`] stops trusting it
+/// after [`RENUMBERED_AFTER`](crate::cursor::RENUMBERED_AFTER) without updates (Telegram renumbers after a week). Without it,
+/// the first poll gets every unconfirmed update, and the sessions' journals ignore the ones
+/// already answered.
+fn saved_offset(path: &Path) -> (Option<u32>, std::time::Instant) {
+    let now = std::time::Instant::now();
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return (None, now);
+    };
+    let age = std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|modified| modified.elapsed().ok())
+        .unwrap_or_default();
+    match now.checked_sub(age) {
+        Some(since) => (text.trim().parse().ok(), since),
+        None => (None, now),
     }
 }
 

@@ -7,13 +7,24 @@
 //! so a crash means it comes again — and its session's journal makes sure it is answered
 //! exactly once. An update left unprocessed is taken up again at the next poll, at most
 //! [`MAX_ATTEMPTS`] times, so one that cannot be processed cannot hold the offset forever.
+//!
+//! After a week without updates Telegram numbers the next one at random, possibly below the
+//! offset — and polling with that offset would confirm it unseen. So a cursor that has seen
+//! no update for [`RENUMBERED_AFTER`] forgets its offset and polls from Telegram's oldest
+//! unconfirmed update, which is the same place (everything below the offset was confirmed
+//! by the poll that sent it).
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use switchboard_core::Fate;
 
 /// How often an update left unprocessed is published before it is given up on.
 pub const MAX_ATTEMPTS: u8 = 3;
+
+/// How long without an update before the offset is no longer trusted: Telegram renumbers
+/// after a week; a day's margin.
+pub const RENUMBERED_AFTER: Duration = Duration::from_secs(6 * 24 * 3600);
 
 /// Where one update stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,31 +38,50 @@ enum Standing {
 }
 
 /// The confirmed offset and the updates past it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Cursor {
     /// Every update below this is settled; `getUpdates` is called with it.
     base: Option<u32>,
     /// Updates at or past `base`, and where each stands.
     pending: BTreeMap<u32, Standing>,
+    /// When the last update came (or the offset was kept, for one read back from disk).
+    last_update: Instant,
 }
 
 impl Cursor {
-    /// A cursor resuming at `base` (read back from disk), or at Telegram's oldest
-    /// unconfirmed update.
-    pub fn new(base: Option<u32>) -> Self {
+    /// A cursor resuming at `base` (read back from disk), last moved at `since`, or at
+    /// Telegram's oldest unconfirmed update.
+    pub fn new(base: Option<u32>, since: Instant) -> Self {
         Self {
             base,
             pending: BTreeMap::new(),
+            last_update: since,
         }
     }
 
-    /// The offset to poll with.
-    pub fn offset(&self) -> Option<u32> {
+    /// The offset to poll with at `now`.
+    pub fn offset(&mut self, now: Instant) -> Option<u32> {
+        let quiet = now.saturating_duration_since(self.last_update);
+        if self.base.is_some() && self.pending.is_empty() && quiet >= RENUMBERED_AFTER {
+            tracing::info!(
+                offset = ?self.base,
+                "no Telegram update for {} days; polling from Telegram's oldest unconfirmed update, as it may have renumbered",
+                quiet.as_secs() / 86_400
+            );
+            self.base = None;
+        }
         self.base
     }
 
-    /// An update came in a poll: whether to publish it (it is new, or due for another try).
-    pub fn take(&mut self, id: u32) -> bool {
+    /// The offset confirmed so far (what to keep on disk).
+    pub fn confirmed(&self) -> Option<u32> {
+        self.base
+    }
+
+    /// An update came in a poll at `now`: whether to publish it (it is new, or due for
+    /// another try).
+    pub fn take(&mut self, id: u32, now: Instant) -> bool {
+        self.last_update = self.last_update.max(now);
         if self.base.is_some_and(|base| id < base) {
             return false;
         }
@@ -114,29 +144,58 @@ mod tests {
 
     use super::*;
 
+    fn now() -> Instant {
+        Instant::now()
+    }
+
     #[test]
     fn the_offset_waits_for_the_oldest_update_in_flight() {
-        let mut cursor = Cursor::new(None);
-        assert!(cursor.take(10) && cursor.take(11) && cursor.take(12));
-        assert!(!cursor.take(11), "published once");
+        let mut cursor = Cursor::new(None, now());
+        assert!(cursor.take(10, now()) && cursor.take(11, now()) && cursor.take(12, now()));
+        assert!(!cursor.take(11, now()), "published once");
         assert!(!cursor.settle(11, Fate::Handled));
         assert!(!cursor.settle(12, Fate::Dropped));
-        assert_eq!(cursor.offset(), None, "10 is still running");
+        assert_eq!(cursor.confirmed(), None, "10 is still running");
         assert!(cursor.settle(10, Fate::Handled));
-        assert_eq!(cursor.offset(), Some(13));
-        assert!(!cursor.take(12), "confirmed ones are not taken again");
+        assert_eq!(cursor.confirmed(), Some(13));
+        assert!(
+            !cursor.take(12, now()),
+            "in flight or settled ones are not taken again"
+        );
+    }
+
+    #[test]
+    fn a_week_without_updates_forgets_the_offset_telegram_may_have_renumbered() {
+        let start = now();
+        let mut cursor = Cursor::new(Some(5_000), start);
+        assert_eq!(
+            cursor.offset(start + Duration::from_secs(3600)),
+            Some(5_000)
+        );
+        assert!(cursor.take(5_000, start + Duration::from_secs(3600)));
+        let later = start + Duration::from_secs(3600) + RENUMBERED_AFTER;
+        assert_eq!(cursor.offset(later), Some(5_000), "5000 is still in flight");
+        cursor.settle(5_000, Fate::Handled);
+        assert_eq!(cursor.offset(later - Duration::from_secs(1)), Some(5_001));
+        assert_eq!(cursor.offset(later), None, "quiet for {RENUMBERED_AFTER:?}");
+        assert!(
+            cursor.take(17, later),
+            "a renumbered update is taken, not seen as confirmed"
+        );
+        cursor.settle(17, Fate::Handled);
+        assert_eq!(cursor.offset(later), Some(18));
     }
 
     #[test]
     fn an_unprocessed_update_is_retried_then_skipped() {
-        let mut cursor = Cursor::new(Some(5));
+        let mut cursor = Cursor::new(Some(5), now());
         for _ in 0..MAX_ATTEMPTS {
-            assert!(cursor.take(5));
-            assert!(!cursor.take(5));
+            assert!(cursor.take(5, now()));
+            assert!(!cursor.take(5, now()));
             cursor.settle(5, Fate::Unprocessed);
         }
         assert_eq!(
-            cursor.offset(),
+            cursor.confirmed(),
             Some(6),
             "given up after {MAX_ATTEMPTS} tries"
         );
@@ -158,11 +217,11 @@ mod tests {
         /// and once all are settled it is past the last.
         #[test]
         fn the_offset_never_passes_an_unsettled_update(events in shapes()) {
-            let mut cursor = Cursor::new(None);
+            let mut cursor = Cursor::new(None, now());
             let mut settled: BTreeMap<u32, u8> = BTreeMap::new();
             let mut in_flight: Vec<(u32, u8, Fate)> = Vec::new();
             for (id, order, fate) in events {
-                if cursor.take(id) {
+                if cursor.take(id, now()) {
                     in_flight.push((id, order, fate));
                 }
                 // Settle the in-flight update with the smallest order key.
@@ -173,7 +232,7 @@ mod tests {
                         settled.insert(id, 0);
                     }
                 }
-                if let Some(base) = cursor.offset() {
+                if let Some(base) = cursor.confirmed() {
                     for (id, _, _) in &in_flight {
                         prop_assert!(*id >= base, "offset {base} passed {id} in flight");
                     }
@@ -183,7 +242,7 @@ mod tests {
             while let Some((id, _, _)) = in_flight.pop() {
                 cursor.settle(id, Fate::Handled);
                 for retry in 0..30 {
-                    if cursor.take(retry) {
+                    if cursor.take(retry, now()) {
                         in_flight.push((retry, 0, Fate::Handled));
                     }
                 }
