@@ -28,8 +28,9 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Writes a config into `dir` for a daemon talking to `llm_url`.
-pub fn write_config(dir: &Path, llm_url: &str, port: u16) -> anyhow::Result<PathBuf> {
+/// Writes a config into `dir` for a daemon talking to `llm_url`, with `tables` (e.g. a
+/// `[channels.telegram]`) appended.
+pub fn write_config(dir: &Path, llm_url: &str, port: u16, tables: &str) -> anyhow::Result<PathBuf> {
     let config = format!(
         r#"[agent]
 workspace = "{dir}/workspace"
@@ -52,6 +53,8 @@ auth = "none"
 
 [daemon]
 shutdown_grace_secs = 5
+
+{tables}
 "#,
         dir = dir.display()
     );
@@ -86,8 +89,18 @@ pub async fn start(
     dir: &Path,
     llm_url: &str,
 ) -> anyhow::Result<(Daemon, StartTimes)> {
+    start_with(launcher, dir, llm_url, "").await
+}
+
+/// Starts the daemon with `tables` added to its config; returns once READY=1 arrived.
+pub async fn start_with(
+    launcher: &Launcher,
+    dir: &Path,
+    llm_url: &str,
+    tables: &str,
+) -> anyhow::Result<(Daemon, StartTimes)> {
     let port = free_port()?;
-    let config = write_config(dir, llm_url, port)?;
+    let config = write_config(dir, llm_url, port, tables)?;
     let notify_path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&notify_path);
     let notify = tokio::net::UnixDatagram::bind(&notify_path)?;
@@ -132,7 +145,7 @@ pub async fn time_to_healthz(
     llm_url: &str,
 ) -> anyhow::Result<Duration> {
     let port = free_port()?;
-    let config = write_config(dir, llm_url, port)?;
+    let config = write_config(dir, llm_url, port, "")?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let started = Instant::now();
     let mut child = launcher
@@ -206,6 +219,22 @@ pub fn rss_kib(pid: u32) -> u64 {
                 .lines()
                 .find_map(|line| line.strip_prefix("VmRSS:"))
                 .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// CPU time (user + system) a process used so far, in microseconds (0 if unreadable).
+pub fn cpu_us(pid: u32) -> u64 {
+    // Fields 14 and 15 of /proc/<pid>/stat, counted after the `(comm)` field, which may
+    // itself hold spaces; in clock ticks, which Linux reports at 100 per second.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks =
+                fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+            Some(ticks * 10_000)
         })
         .unwrap_or(0)
 }

@@ -14,7 +14,7 @@ use switchboard_agent::DEFAULT_SYSTEM_PROMPT;
 use tokio::sync::Barrier;
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::daemon::rss_kib;
+use crate::daemon::{cpu_us, rss_kib};
 
 /// What one load run measured.
 pub struct LoadResult {
@@ -24,11 +24,18 @@ pub struct LoadResult {
     pub elapsed: Duration,
     /// Highest RSS of the daemon seen during the run (0 for the floor).
     pub max_rss_kib: u64,
+    /// CPU time the daemon used during the run, in microseconds (0 for the floor).
+    pub cpu_us: u64,
 }
 
 impl LoadResult {
     pub fn turns_per_sec(&self) -> f64 {
         self.turns as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The daemon's CPU time per turn, in microseconds.
+    pub fn cpu_us_per_turn(&self) -> f64 {
+        self.cpu_us as f64 / self.turns.max(1) as f64
     }
 
     pub fn p(&self, quantile: f64) -> f64 {
@@ -120,18 +127,21 @@ pub async fn through_daemon(
     }
     barrier.wait().await;
     let (stop, sampler) = sample_rss(Some(pid));
+    let cpu_before = cpu_us(pid);
     let started = Instant::now();
     let mut latency_us = histogram();
     for task in tasks {
         latency_us.add(task.await??)?;
     }
     let elapsed = started.elapsed();
+    let cpu = cpu_us(pid).saturating_sub(cpu_before);
     stop.store(true, Ordering::Relaxed);
     Ok(LoadResult {
         turns: latency_us.len(),
         latency_us,
         elapsed,
         max_rss_kib: sampler.await?,
+        cpu_us: cpu,
     })
 }
 
@@ -185,5 +195,6 @@ pub async fn floor(llm_url: &str, sessions: usize, messages: usize) -> anyhow::R
         latency_us,
         elapsed: started.elapsed(),
         max_rss_kib: 0,
+        cpu_us: 0,
     })
 }

@@ -63,6 +63,7 @@ enum Scenario {
     Load,
     Disk,
     Idle,
+    Telegram,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -110,6 +111,44 @@ async fn main() -> anyhow::Result<()> {
         results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
     }
 
+    // Telegram polling the fake Bot API beside the WebSocket channel: start and idle cost.
+    if run(Scenario::Telegram) {
+        let fake = switchboard_testkit::FakeTelegram::start().await?;
+        let tables = format!(
+            "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
+            switchboard_testkit::telegram::TEST_TOKEN,
+            fake.api_url()
+        );
+        let mut ready = Vec::new();
+        let mut polling = Vec::new();
+        for _ in 0..args.starts {
+            let dir = tempfile::tempdir()?;
+            let polls = fake.polls();
+            let started = std::time::Instant::now();
+            let (daemon, times) =
+                daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+            ready.push(times.ready);
+            fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
+                f.polls() > polls
+            })
+            .await;
+            polling.push(started.elapsed());
+            daemon.stop().await?;
+        }
+        results.insert("telegram_start_ready_ms_p50".into(), median_ms(&mut ready));
+        results.insert("telegram_first_poll_ms_p50".into(), median_ms(&mut polling));
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+        let polls = fake.polls();
+        fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
+            f.polls() > polls
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        results.insert("telegram_rss_idle_mib".into(), mib(daemon.rss_kib()));
+        daemon.stop().await?;
+    }
+
     // Footprint and latency against one daemon.
     if run(Scenario::Load) {
         let dir = tempfile::tempdir()?;
@@ -142,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
                 sample("overhead_ms_p50", run.p(0.5) - floor.p50);
                 sample("overhead_ms_p99", run.p(0.99) - floor.p99);
                 sample("turns_per_sec", run.turns_per_sec());
+                sample("daemon_cpu_us_per_turn", run.cpu_us_per_turn());
                 sample("floor_turns_per_sec", floor.turns_per_sec);
                 sample("rss_under_load_mib", mib(run.max_rss_kib));
             }

@@ -76,6 +76,8 @@ struct Inner {
     refuse_html: bool,
     /// Updates handed out by `getUpdates`, counting repeats.
     delivered: u64,
+    /// `getUpdates` calls received.
+    polls: u64,
     /// Files by id: (path, bytes).
     files: HashMap<String, (String, Vec<u8>)>,
     /// The webhook, as set: (url, secret).
@@ -239,6 +241,11 @@ impl FakeTelegram {
     /// Updates handed out by `getUpdates` so far, repeats included.
     pub fn delivered(&self) -> u64 {
         self.shared.lock().delivered
+    }
+
+    /// `getUpdates` calls received so far (a long poll counts when it arrives).
+    pub fn polls(&self) -> u64 {
+        self.shared.lock().polls
     }
 
     /// The webhook the bot set: (url, secret).
@@ -434,6 +441,8 @@ async fn get_updates(shared: &Shared, params: &Value) -> Response {
     let limit = params["limit"].as_u64().unwrap_or(100).clamp(1, 100) as usize;
     let hold = Duration::from_secs(params["timeout"].as_u64().unwrap_or(0).min(60));
     let deadline = Instant::now() + hold;
+    shared.lock().polls += 1;
+    shared.changed.notify_waiters();
     loop {
         let changed = shared.changed.notified();
         {
