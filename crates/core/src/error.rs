@@ -47,3 +47,16 @@ impl CoreError {
         matches!(self, Self::RateLimited { .. } | Self::Unavailable { .. })
     }
 }
+
+/// An error with its sources joined by `: `, since HTTP clients' own text hides the useful
+/// part (the connection refused, the DNS name not found).
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

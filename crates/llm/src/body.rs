@@ -186,17 +186,7 @@ where
     Ok(())
 }
 
-/// An error with its sources, since HTTP clients' own text hides the useful part.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
+pub(crate) use switchboard_core::error_chain;
 
 #[cfg(test)]
 mod tests {

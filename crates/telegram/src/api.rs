@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use switchboard_core::CoreError;
+use switchboard_core::{CoreError, error_chain};
 use teloxide::payloads::{EditMessageTextSetters, SendMessageSetters};
 use teloxide::prelude::Requester;
 use teloxide::types::{
@@ -44,17 +44,6 @@ pub fn core_error(err: RequestError) -> CoreError {
             message: other.to_string(),
         },
     }
-}
-
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn timed_out() -> CoreError {

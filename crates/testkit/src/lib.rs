@@ -18,4 +18,22 @@ mod tools;
 
 pub use llm::{Reply, Responder, ScriptedLlm};
 pub use telegram::FakeTelegram;
+use tokio_util::sync::CancellationToken;
 pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};
+
+/// Serves `app` on `addr` (port 0: any free one) until the token is cancelled; returns the
+/// address it listens on.
+pub(crate) async fn serve(
+    app: axum::Router,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<(std::net::SocketAddr, CancellationToken)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
+        let _ = serve.await;
+    });
+    Ok((addr, stop))
+}

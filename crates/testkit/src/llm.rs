@@ -152,15 +152,7 @@ impl ScriptedLlm {
             .route("/v1/chat/completions", post(complete))
             .route("/chat/completions", post(complete))
             .with_state(script.clone());
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
-            let _ = serve.await;
-        });
+        let (addr, stop) = crate::serve(app, addr).await?;
         Ok(Self { addr, script, stop })
     }
 

@@ -118,15 +118,8 @@ impl FakeTelegram {
             .route("/{bot}/{method}", post(method))
             .route("/file/{bot}/{*path}", get(file))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let stop = CancellationToken::new();
-        let stopped = stop.clone();
-        tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(stopped.cancelled_owned());
-            let _ = serve.await;
-        });
+        let (addr, stop) =
+            crate::serve(app, std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         Ok(Self { addr, shared, stop })
     }
 
@@ -606,23 +599,34 @@ fn message_json(chat: i64, message_id: i64, text: &str) -> Value {
         "from": {"id": BOT_ID, "is_bot": true, "first_name": "Switchboard Test", "username": BOT_USERNAME}})
 }
 
+/// What Telegram checks of a text before sending or editing: the chat's rate limit, the
+/// HTML it can parse, the length. The text as users would see it, or the refusal.
+fn accept_text(
+    inner: &mut Inner,
+    chat: i64,
+    text: &str,
+    html: bool,
+) -> Result<String, Box<Response>> {
+    if let Some(limited) = rate_limited(inner, chat) {
+        return Err(Box::new(limited));
+    }
+    if html && inner.refuse_html {
+        return Err(Box::new(fail(
+            400,
+            "Bad Request: can't parse entities: Unsupported start tag \"b\" at byte offset 0",
+        )));
+    }
+    check_text(text, html).map_err(|refused| Box::new(fail(400, &refused)))
+}
+
 fn send_message(shared: &Shared, params: &Value) -> Response {
     let chat = params["chat_id"].as_i64().unwrap_or_default();
     let text = params["text"].as_str().unwrap_or_default();
     let html = params["parse_mode"].as_str() == Some("HTML");
     let mut inner = shared.lock();
-    if let Some(limited) = rate_limited(&mut inner, chat) {
-        return limited;
-    }
-    if html && inner.refuse_html {
-        return fail(
-            400,
-            "Bad Request: can't parse entities: Unsupported start tag \"b\" at byte offset 0",
-        );
-    }
-    let visible = match check_text(text, html) {
+    let visible = match accept_text(&mut inner, chat, text, html) {
         Ok(visible) => visible,
-        Err(refused) => return fail(400, &refused),
+        Err(refused) => return *refused,
     };
     let message_id = next_message(&mut inner, chat);
     inner.sent.push(Sent {
@@ -648,18 +652,9 @@ fn edit_message(shared: &Shared, params: &Value) -> Response {
     let text = params["text"].as_str().unwrap_or_default();
     let html = params["parse_mode"].as_str() == Some("HTML");
     let mut inner = shared.lock();
-    if let Some(limited) = rate_limited(&mut inner, chat) {
-        return limited;
-    }
-    if html && inner.refuse_html {
-        return fail(
-            400,
-            "Bad Request: can't parse entities: Unsupported start tag \"b\" at byte offset 0",
-        );
-    }
-    let visible = match check_text(text, html) {
+    let visible = match accept_text(&mut inner, chat, text, html) {
         Ok(visible) => visible,
-        Err(refused) => return fail(400, &refused),
+        Err(refused) => return *refused,
     };
     match inner.texts.get(&(chat, message_id)) {
         None => return fail(400, "Bad Request: message to edit not found"),
