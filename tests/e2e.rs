@@ -9,6 +9,9 @@ mod util;
 /// The binary: SIGTERM during a turn, right after start and under load; config errors;
 /// the example config; the terminal agent.
 mod binary;
+/// The built-in tools through the daemon: skills, files, escapes refused, `exec` confined
+/// and without secrets, kill -9 during a command.
+mod builtin;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
 /// kill -9 at random moments of tool-calling turns: nothing acknowledged is lost or doubled.

@@ -23,7 +23,9 @@ use switchboard_llm::{
 };
 use switchboard_sessions::{JsonlStore, StoreHealth};
 use switchboard_telegram::TelegramChannel;
-use switchboard_tools::ToolRegistry;
+use switchboard_tools::builtin::{self, SandboxHelper};
+use switchboard_tools::sandbox::Confinement;
+use switchboard_tools::{ToolRegistry, Workspace};
 use switchboard_websocket::WebSocketChannel;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -53,14 +55,38 @@ pub struct Running {
     server: Server,
 }
 
-/// Builds the agent's parts from the config: the store, the LLM and the agent itself.
-/// Fails when the state directory cannot be written (a read-only or full file system):
-/// better to refuse to start than to answer messages that are then lost.
-pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<Agent>> {
+/// Builds the agent's parts from the config: the store, the LLM, the workspace, the
+/// built-in tools (plus `extra_tools`) and the agent itself. Fails when the state directory
+/// cannot be written (a read-only or full file system): better to refuse to start than to
+/// answer messages that are then lost.
+pub fn build_agent(config: &Config, extra_tools: ToolRegistry) -> anyhow::Result<Arc<Agent>> {
     let state_dir = config.path(&config.agent.state_dir);
-    let workspace = config.path(&config.agent.workspace);
+    let workspace_dir = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
-    create_dir(&workspace, "agent.workspace")?;
+    create_dir(&workspace_dir, "agent.workspace")?;
+    let forbidden = vec![state_dir.clone(), config.source.path.clone()];
+    let workspace = Workspace::new(
+        &workspace_dir,
+        &forbidden,
+        config.tools.restrict_to_workspace,
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the workspace {} (agent.workspace)",
+            workspace_dir.display()
+        )
+    })?;
+    if state_dir
+        .canonicalize()
+        .is_ok_and(|state| state.starts_with(workspace.root()))
+    {
+        tracing::warn!(state_dir = %state_dir.display(), workspace = %workspace.root().display(),
+            "the state directory is inside the workspace: file tools refuse it, but commands \
+             run by `exec` can write there; keep it outside (the default)");
+    }
+    let helper = sandbox_helper(config, workspace.forbidden().to_vec());
+    let mut tools = builtin::registry(&config.tools, helper).context("[tools] exec.deny")?;
+    tools.extend(extra_tools);
     let store = JsonlStore::open(&state_dir).with_context(|| {
         format!(
             "cannot keep sessions in {} (agent.state_dir)",
@@ -70,7 +96,8 @@ pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<A
     let llm = build_llm(config)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
-        workspace,
+        workspace: Arc::new(workspace),
+        max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
         max_iterations: *section.max_iterations.get_ref(),
         history_limit: *section.history_limit.get_ref(),
         max_concurrent_turns: *section.max_concurrent_turns.get_ref(),
@@ -90,6 +117,35 @@ pub fn build_agent(config: &Config, tools: ToolRegistry) -> anyhow::Result<Arc<A
         Arc::new(store),
         agent_config,
     )))
+}
+
+/// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
+/// when it is `switchboard` (`switchboard sandbox-exec`); `None` when neither is known (a
+/// test binary running the daemon in-process), and commands then say they run unconfined.
+fn sandbox_helper(config: &Config, forbidden: Vec<std::path::PathBuf>) -> Option<SandboxHelper> {
+    if !config.tools.exec.enabled {
+        return None;
+    }
+    let program = match &config.tools.exec.sandbox_helper {
+        Some(path) => config.path(path),
+        None => std::env::current_exe()
+            .ok()
+            .filter(|exe| exe.file_name().is_some_and(|name| name == "switchboard"))?,
+    };
+    let confinement = Confinement::probe();
+    if confinement != Confinement::Full {
+        tracing::warn!(
+            ?confinement,
+            "Landlock is not fully available on this kernel: commands \
+            run by `exec` are confined only as far as it goes (see docs/security.md)"
+        );
+    }
+    Some(SandboxHelper {
+        program,
+        args: vec!["sandbox-exec".into()],
+        forbidden,
+        confinement,
+    })
 }
 
 fn build_llm(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {

@@ -44,6 +44,22 @@ pub enum Command {
         #[command(subcommand)]
         action: PairingAction,
     },
+    /// Runs one `exec` command confined (used by the daemon itself, not by people).
+    #[command(hide = true)]
+    SandboxExec {
+        /// The workspace: working directory, readable and writable.
+        #[arg(long)]
+        workspace: PathBuf,
+        /// The command's private temp directory.
+        #[arg(long)]
+        tmp: PathBuf,
+        /// Paths the command may not read.
+        #[arg(long)]
+        forbid: Vec<PathBuf>,
+        /// The `sh -c` command line.
+        #[arg(last = true)]
+        command: String,
+    },
     /// Talk to the agent in the terminal: one turn with -m, else an interactive prompt.
     Agent {
         /// The config file (same search as `run`).

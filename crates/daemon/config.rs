@@ -52,6 +52,9 @@ pub struct Config {
     /// `[channels.*]`.
     #[serde(default)]
     pub channels: ChannelsSection,
+    /// `[tools]`.
+    #[serde(default)]
+    pub tools: switchboard_tools::ToolsSection,
     /// `[daemon]`.
     #[serde(default)]
     pub daemon: DaemonSection,
@@ -361,6 +364,9 @@ impl Config {
             .telegram
             .validate()
             .map_err(|problem| self.source.problem("channels.telegram", problem))?;
+        self.tools
+            .validate()
+            .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
     }
 

@@ -10,6 +10,23 @@ use switchboard::{app, logging, pairing, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::SandboxExec {
+        workspace,
+        tmp,
+        forbid,
+        command,
+    } = cli.command
+    {
+        // Before any runtime or thread: the helper confines itself and runs one command.
+        let code =
+            switchboard_tools::sandbox::run_sandboxed(&switchboard_tools::sandbox::SandboxArgs {
+                workspace,
+                tmp,
+                forbidden: forbid,
+                command,
+            });
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let quiet = matches!(cli.command, Command::Agent { .. } | Command::Pairing { .. });
     logging::init(cli.log_format, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -31,6 +48,7 @@ fn main() -> ExitCode {
                 session,
             } => terminal::run(config.as_deref(), message, &session).await,
             Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
+            Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
         }
     });
     match result {

@@ -7,14 +7,11 @@ use std::panic::AssertUnwindSafe;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use switchboard_core::{ChatMessage, ToolCall};
-use switchboard_tools::{ToolContext, ToolError};
+use switchboard_tools::{ToolContext, ToolError, cap_result};
 use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::events::{AgentEvent, EventSink};
-
-/// A tool's output longer than this is cut before it goes into history.
-const MAX_RESULT_BYTES: usize = 64 * 1024;
 
 /// The result text of a call that was cancelled before it returned.
 pub(crate) const CANCELLED_RESULT: &str = "error: cancelled before the tool returned";
@@ -114,8 +111,11 @@ async fn call_one(
     let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id);
     let outcome = invoke(agent, call, ctx).instrument(span.clone()).await;
     let (content, is_error) = match outcome {
-        Ok(text) => (cap(text), false),
-        Err(err) => (format!("error: {err}"), true),
+        Ok(text) => (cap_result(text, agent.config.max_tool_result_bytes), false),
+        Err(err) => (
+            cap_result(format!("error: {err}"), agent.config.max_tool_result_bytes),
+            true,
+        ),
     };
     span.in_scope(|| tracing::debug!(ok = !is_error, bytes = content.len(), "tool call done"));
     let _ = events.send(AgentEvent::ToolFinished {
@@ -139,7 +139,7 @@ async fn invoke(agent: &Agent, call: &ToolCall, ctx: &ToolContext) -> Result<Str
         });
     };
     let args = parse_arguments(&call.arguments)?;
-    let timeout = agent.config.tool_timeout;
+    let timeout = tool.timeout().unwrap_or(agent.config.tool_timeout);
     let call = AssertUnwindSafe(tool.call(args, ctx)).catch_unwind();
     match tokio::time::timeout(timeout, call).await {
         Err(_) => Err(ToolError::Timeout(timeout)),
@@ -173,21 +173,6 @@ fn parse_arguments(text: &str) -> Result<serde_json::Value, ToolError> {
     }
 }
 
-fn cap(mut text: String) -> String {
-    if text.len() > MAX_RESULT_BYTES {
-        let mut end = MAX_RESULT_BYTES;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let total = text.len();
-        text.truncate(end);
-        text.push_str(&format!(
-            "\n[… output cut at {MAX_RESULT_BYTES} of {total} bytes]"
-        ));
-    }
-    text
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,12 +189,5 @@ mod tests {
             parse_arguments("{oops"),
             Err(ToolError::InvalidArguments(_))
         ));
-    }
-
-    #[test]
-    fn long_output_is_cut_on_a_char_boundary() {
-        let text = cap("é".repeat(MAX_RESULT_BYTES));
-        assert!(text.contains("output cut at"));
-        assert!(text.len() < MAX_RESULT_BYTES + 100);
     }
 }

@@ -1,21 +1,26 @@
 //! [`AgentConfig`]: the knobs of the agent loop.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use switchboard_tools::Workspace;
 
 /// How the agent loop behaves. The daemon fills it from `[agent]` in the config.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
-    /// The directory the agent's tools may touch; context files are read from it.
-    pub workspace: PathBuf,
+    /// The directory the agent's tools may touch; context files and skills are read
+    /// through it.
+    pub workspace: Arc<Workspace>,
     /// Rounds of LLM → tools in one turn before it ends with what it has.
     pub max_iterations: usize,
     /// Messages of history kept per session.
     pub history_limit: usize,
     /// Turns that may run at once across all sessions.
     pub max_concurrent_turns: usize,
-    /// How long one tool call may run.
+    /// How long one tool call may run, unless the tool sets its own timeout.
     pub tool_timeout: Duration,
+    /// A tool's result longer than this is cut, with a note saying so.
+    pub max_tool_result_bytes: usize,
     /// A context file longer than this many bytes is cut.
     pub context_file_max_bytes: usize,
     /// A session worker with nothing to do for this long exits, and its session leaves
@@ -30,14 +35,16 @@ pub struct AgentConfig {
     pub system_prompt: String,
 }
 
-impl Default for AgentConfig {
-    fn default() -> Self {
+impl AgentConfig {
+    /// The defaults, over a workspace.
+    pub fn new(workspace: Arc<Workspace>) -> Self {
         Self {
-            workspace: PathBuf::from("."),
+            workspace,
             max_iterations: 40,
             history_limit: 50,
             max_concurrent_turns: 64,
             tool_timeout: Duration::from_secs(60),
+            max_tool_result_bytes: 16 * 1024,
             context_file_max_bytes: 16 * 1024,
             idle_timeout: Duration::from_secs(300),
             max_queued_messages: 32,

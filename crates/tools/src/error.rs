@@ -14,6 +14,10 @@ pub enum ToolError {
     /// The arguments were not valid JSON or did not fit the tool's schema.
     #[error("invalid arguments: {0}")]
     InvalidArguments(String),
+    /// The call was refused: it asked for something outside what the agent may do (a path
+    /// outside the workspace, a denied command). The message says what and why.
+    #[error("refused: {0}")]
+    Denied(String),
     /// The tool ran and failed; the message says why.
     #[error("{0}")]
     Failed(String),

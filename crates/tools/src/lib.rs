@@ -1,19 +1,37 @@
 //! switchboard-tools: what the agent can do besides talking.
 //!
 //! A [`Tool`] has a name, a description and a JSON-schema for its arguments, says whether
-//! it is *exclusive* (it mutates shared state, so it runs alone), and is called with a
-//! [`ToolContext`] carrying the workspace and a cancellation token. The [`ToolRegistry`]
-//! holds the tools of a daemon and produces the definitions sent to the model.
+//! it is *exclusive* (it mutates shared state, so it runs alone), may have its own timeout
+//! and ask for approval, and is called with a [`ToolContext`] carrying the [`Workspace`]
+//! and a cancellation token. The [`ToolRegistry`] holds the tools of a daemon and produces
+//! the definitions sent to the model; [`builtin::registry`] builds the built-in ones from
+//! `[tools]`.
 //!
 //! # Layout
 //! - `tool`: the [`Tool`] trait, [`ToolContext`] and [`ToolDefinition`].
 //! - `registry`: [`ToolRegistry`].
+//! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
+//!   `openat2(RESOLVE_BENEATH)` from the workspace's descriptor.
+//! - `builtin`: the built-in tools, one file each.
+//! - `sandbox`: what `exec` runs in (Landlock, the lifeline that kills a command's group).
+//! - `skills`: the skills of the workspace (`skills/<name>/SKILL.md`).
+//! - `cap`: cutting results to size, keeping a command's head and tail.
+//! - `config`: `[tools]`.
 //! - `error`: [`ToolError`].
 
+pub mod builtin;
+mod cap;
+pub mod config;
 mod error;
 mod registry;
+pub mod sandbox;
+pub mod skills;
 mod tool;
+mod workspace;
 
+pub use cap::{HeadTail, cap_result};
+pub use config::ToolsSection;
 pub use error::ToolError;
 pub use registry::ToolRegistry;
 pub use tool::{Tool, ToolContext, ToolDefinition};
+pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

@@ -29,6 +29,12 @@ impl ToolRegistry {
         self
     }
 
+    /// Adds every tool of `other`, replacing those of the same name.
+    pub fn extend(&mut self, other: ToolRegistry) -> &mut Self {
+        self.tools.extend(other.tools);
+        self
+    }
+
     /// The tool of that name.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
@@ -103,8 +109,9 @@ mod tests {
     #[tokio::test]
     async fn a_registered_tool_can_be_called() {
         let registry = ToolRegistry::new().with(Arc::new(Named("echo")));
+        let dir = tempfile::tempdir().expect("tempdir");
         let ctx = ToolContext {
-            workspace: std::env::temp_dir(),
+            workspace: Arc::new(crate::Workspace::new(dir.path(), &[], true).expect("workspace")),
             session: "s".into(),
             cancel: Default::default(),
         };

@@ -1,6 +1,7 @@
 //! The [`Tool`] trait and what a call gets to work with.
 
-use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_core::SessionKey;
@@ -8,12 +9,13 @@ pub use switchboard_core::ToolDefinition;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
+use crate::workspace::Workspace;
 
 /// What a tool call may use.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
-    /// The directory the agent may touch; file tools stay inside it.
-    pub workspace: PathBuf,
+    /// The directory the agent may touch; file tools open everything through it.
+    pub workspace: Arc<Workspace>,
     /// The session the call belongs to.
     pub session: SessionKey,
     /// Cancelled when the turn is stopped (`/stop`, shutdown); long tools select on it.
@@ -34,6 +36,17 @@ pub trait Tool: Send + Sync + 'static {
 
     /// Whether the tool mutates shared state and so must not run beside other calls.
     fn exclusive(&self) -> bool {
+        false
+    }
+
+    /// How long one call may run; `None` takes the agent's `tool_timeout_secs`.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Whether a call needs the user's consent before it runs (honoured by the agent loop's
+    /// approval flow).
+    fn needs_approval(&self) -> bool {
         false
     }
 

@@ -1,0 +1,324 @@
+//! `exec`: a shell command in the workspace, in its own process group, with a minimal
+//! environment, a timeout and capped output; the whole group is killed when the command
+//! ends, times out, is stopped or the daemon goes away. See `crate::sandbox` for Landlock
+//! and the lifeline.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use regex::RegexSet;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::args;
+use crate::cap::HeadTail;
+use crate::sandbox::{Confinement, exit_code};
+use crate::{Tool, ToolContext, ToolError};
+
+/// Commands refused by default: the obvious ways to wreck a machine. Matched against the
+/// command line; none matches `curl`, `rm -rf build` or any path inside the workspace.
+pub const DEFAULT_DENY: [&str; 7] = [
+    // rm -r of /, /*, ~ or $HOME (any flag order)
+    r"(^|[;&|({]\s*|\bsudo\s+)rm\s+(-\S+\s+)*(/\*?|~/?|\$HOME/?)(\s|$|;|&|\|)",
+    // making a file system
+    r"\bmkfs(\.\w+)?\b",
+    // powering off or rebooting
+    r"(^|[;&|({]\s*|\bsudo\s+)(shutdown|reboot|poweroff|halt)\b",
+    r"\binit\s+[06]\b",
+    // the classic fork bomb
+    r":\s*\(\s*\)\s*\{\s*:\s*\|\s*:\s*&\s*\}\s*;\s*:",
+    // writing over a disk device
+    r"\bof=/dev/(sd|hd|vd|xvd|nvme|mmcblk)",
+    r">\s*/dev/(sd|hd|vd|xvd|nvme|mmcblk)",
+];
+
+/// How `exec` runs commands.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    /// Timeout when the model gives none.
+    pub default_timeout: Duration,
+    /// The longest timeout the model may ask for.
+    pub max_timeout: Duration,
+    /// Regular expressions of commands refused.
+    pub deny: Vec<String>,
+    /// Output kept (head and tail) per stream.
+    pub max_output_bytes: usize,
+    /// The helper that confines a command (`switchboard sandbox-exec`); `None` runs
+    /// `/bin/sh` directly, unconfined (the tools crate's own tests).
+    pub sandbox: Option<SandboxHelper>,
+}
+
+/// The program that runs commands confined, and how far it can.
+#[derive(Clone, Debug)]
+pub struct SandboxHelper {
+    /// The program (the daemon's binary).
+    pub program: PathBuf,
+    /// Its arguments before the sandbox's own (e.g. `sandbox-exec`).
+    pub args: Vec<String>,
+    /// Paths a command may not read (the state directory, the config file).
+    pub forbidden: Vec<PathBuf>,
+    /// What Landlock gives on this kernel.
+    pub confinement: Confinement,
+}
+
+/// Runs shell commands.
+#[derive(Debug)]
+pub struct Exec {
+    options: ExecOptions,
+    deny: RegexSet,
+    /// Sessions already told that commands run without Landlock.
+    told: Mutex<HashSet<String>>,
+}
+
+impl Exec {
+    /// An `exec` tool; fails when a deny pattern is not a valid regular expression.
+    pub fn new(options: ExecOptions) -> Result<Self, regex::Error> {
+        let deny = RegexSet::new(&options.deny)?;
+        Ok(Self {
+            options,
+            deny,
+            told: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Which deny pattern, if any, refuses `command`.
+    pub fn denied_by(&self, command: &str) -> Option<&str> {
+        let flat = command.split_whitespace().collect::<Vec<_>>().join(" ");
+        self.deny
+            .matches(&flat)
+            .iter()
+            .next()
+            .map(|index| self.options.deny[index].as_str())
+    }
+
+    /// A note for the first result in a session when commands are not fully confined.
+    fn confinement_note(&self, session: &str) -> Option<&'static str> {
+        let note = match self.options.sandbox.as_ref().map(|s| s.confinement) {
+            Some(Confinement::Full) => return None,
+            Some(Confinement::Partial) => {
+                "note: this kernel's Landlock is older; commands are confined to the workspace \
+                 for writing, but not for every kind of access."
+            }
+            Some(Confinement::None) => {
+                "note: this kernel offers no Landlock; commands are NOT confined to the \
+                 workspace (they start in it, with a minimal environment)."
+            }
+            None => "note: commands run without a sandbox (no helper configured).",
+        };
+        let mut told = self.told.lock().unwrap_or_else(|e| e.into_inner());
+        if told.len() > 10_000 {
+            told.clear();
+        }
+        told.insert(session.to_owned()).then_some(note)
+    }
+}
+
+#[derive(Deserialize)]
+struct Args {
+    command: String,
+    #[serde(default)]
+    timeout_secs: Option<f64>,
+}
+
+#[async_trait]
+impl Tool for Exec {
+    fn name(&self) -> &str {
+        "exec"
+    }
+
+    fn description(&self) -> &str {
+        "Run a shell command (`sh -c`) in the workspace and get its exit code and output. \
+         HOME is the workspace; no secrets are in the environment. Background processes do \
+         not outlive the command."
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the command line"},
+                "timeout_secs": {"type": "number", "description": format!(
+                    "seconds before the command is killed (default {}, at most {})",
+                    self.options.default_timeout.as_secs(),
+                    self.options.max_timeout.as_secs())}
+            },
+            "required": ["command"]
+        })
+    }
+
+    fn exclusive(&self) -> bool {
+        true
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        // The command's own timeout kills it; this one only guards against a stuck tool.
+        Some(self.options.max_timeout + Duration::from_secs(10))
+    }
+
+    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args: Args = args(value)?;
+        if args.command.trim().is_empty() {
+            return Err(ToolError::InvalidArguments("the command is empty".into()));
+        }
+        if let Some(pattern) = self.denied_by(&args.command) {
+            return Err(ToolError::Denied(format!(
+                "this command is on the deny list (`{pattern}`); it was not run"
+            )));
+        }
+        let timeout = match args.timeout_secs {
+            Some(secs) if secs.is_finite() && secs > 0.0 => {
+                Duration::from_secs_f64(secs).min(self.options.max_timeout)
+            }
+            _ => self.options.default_timeout,
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix("switchboard-exec-")
+            .tempdir()
+            .map_err(|err| ToolError::Failed(format!("cannot make a temp directory: {err}")))?;
+        let workspace = ctx.workspace.root();
+
+        let mut command = match &self.options.sandbox {
+            Some(helper) => {
+                let mut command = Command::new(&helper.program);
+                command.args(&helper.args);
+                command.arg("--workspace").arg(workspace);
+                command.arg("--tmp").arg(tmp.path());
+                for path in &helper.forbidden {
+                    command.arg("--forbid").arg(path);
+                }
+                command.arg("--").arg(&args.command);
+                // The lifeline: the helper kills the group when this pipe closes.
+                command.stdin(Stdio::piped());
+                command
+            }
+            None => {
+                let mut command = Command::new("/bin/sh");
+                command.arg("-c").arg(&args.command).stdin(Stdio::null());
+                command
+            }
+        };
+        command
+            .current_dir(workspace)
+            .env_clear()
+            .env("PATH", minimal_path())
+            .env("HOME", workspace)
+            .env("TMPDIR", tmp.path())
+            .env(
+                "LANG",
+                std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
+        let group = GroupKill(child.id());
+        let lifeline = child.stdin.take();
+
+        let half = self.options.max_output_bytes;
+        let stdout = tokio::spawn(collect(child.stdout.take(), half));
+        let stderr = tokio::spawn(collect(child.stderr.take(), half));
+
+        let ended = tokio::select! {
+            status = child.wait() => Ended::Exited(status),
+            () = tokio::time::sleep(timeout) => Ended::TimedOut,
+            () = ctx.cancel.cancelled() => Ended::Cancelled,
+        };
+        // Whatever the command left behind (background jobs) goes with it.
+        drop(group);
+        drop(lifeline);
+        let _ = child.wait().await;
+        let read = async {
+            let out = stdout.await.unwrap_or_else(|_| HeadTail::new(half));
+            let err = stderr.await.unwrap_or_else(|_| HeadTail::new(half));
+            (out, err)
+        };
+        // A process that left the group (setsid) may keep the pipes open: do not wait on it.
+        let (out, err) = tokio::time::timeout(Duration::from_secs(2), read)
+            .await
+            .unwrap_or_else(|_| (HeadTail::new(half), HeadTail::new(half)));
+
+        let mut text = String::new();
+        if let Some(note) = self.confinement_note(ctx.session.as_str()) {
+            text.push_str(note);
+            text.push('\n');
+        }
+        let timed_out = matches!(ended, Ended::TimedOut);
+        match ended {
+            Ended::Exited(Ok(status)) => {
+                text.push_str(&format!("exit code {}\n", exit_code(status)))
+            }
+            Ended::Exited(Err(err)) => text.push_str(&format!("exit status unknown: {err}\n")),
+            Ended::TimedOut => text.push_str(&format!(
+                "killed after {} s (its timeout), with every process it started\n",
+                timeout.as_secs_f64()
+            )),
+            Ended::Cancelled => return Err(ToolError::Cancelled),
+        }
+        for (name, stream) in [("stdout", out), ("stderr", err)] {
+            if stream.total() > 0 {
+                text.push_str(&format!("--- {name} ---\n"));
+                text.push_str(stream.finish().trim_end_matches('\n'));
+                text.push('\n');
+            }
+        }
+        if timed_out {
+            return Err(ToolError::Failed(text));
+        }
+        Ok(text)
+    }
+}
+
+/// How a command's wait ended.
+enum Ended {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    TimedOut,
+    Cancelled,
+}
+
+/// Kills a process group when dropped: on every way out of a call, including the call's
+/// future being dropped by a timeout or a shutdown.
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pid) = self
+            .0
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// Reads a stream to its end, keeping its head and tail.
+async fn collect(stream: Option<impl AsyncRead + Unpin>, max: usize) -> HeadTail {
+    let mut kept = HeadTail::new(max);
+    let Some(mut stream) = stream else {
+        return kept;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        kept.push(&buf[..n]);
+    }
+    kept
+}
+
+/// The daemon's PATH if it has one, else the usual system directories.
+fn minimal_path() -> String {
+    std::env::var("PATH")
+        .ok()
+        .filter(|path| !path.is_empty())
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into())
+}

@@ -1,0 +1,62 @@
+//! The built-in tools, one file each, and [`registry`], which builds them from `[tools]`.
+
+mod edit_file;
+mod exec;
+mod find_files;
+mod grep;
+mod list_dir;
+mod read_file;
+mod write_file;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use edit_file::EditFile;
+pub use exec::{DEFAULT_DENY, Exec, ExecOptions, SandboxHelper};
+pub use find_files::FindFiles;
+pub use grep::Grep;
+pub use list_dir::ListDir;
+pub use read_file::ReadFile;
+pub use write_file::WriteFile;
+
+use crate::config::ToolsSection;
+use crate::{ToolError, ToolRegistry};
+
+/// The built-in tools `section` turns on. `sandbox` is how `exec` confines commands (the
+/// daemon passes itself as the helper). Fails only on a deny pattern that is not a regular
+/// expression, which the section's validation already refuses.
+pub fn registry(
+    section: &ToolsSection,
+    sandbox: Option<SandboxHelper>,
+) -> Result<ToolRegistry, regex::Error> {
+    let mut registry = ToolRegistry::new()
+        .with(Arc::new(ReadFile))
+        .with(Arc::new(WriteFile))
+        .with(Arc::new(EditFile))
+        .with(Arc::new(ListDir))
+        .with(Arc::new(FindFiles))
+        .with(Arc::new(Grep));
+    if section.exec.enabled {
+        registry.register(Arc::new(Exec::new(section.exec_options(sandbox))?));
+    }
+    Ok(registry)
+}
+
+/// A tool's arguments as its own type; what does not fit is an error the model reads.
+pub(crate) fn args<T: serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<T, ToolError> {
+    serde_json::from_value(value).map_err(|err| ToolError::InvalidArguments(err.to_string()))
+}
+
+/// ripgrep's walker over `root`: `.gitignore` honoured (also outside a git repository),
+/// hidden files skipped, symbolic links not followed.
+pub(crate) fn walker(root: &Path) -> ignore::WalkBuilder {
+    let mut builder = ignore::WalkBuilder::new(root);
+    builder
+        .follow_links(false)
+        .hidden(true)
+        .require_git(false)
+        .max_filesize(Some(64 * 1024 * 1024));
+    builder
+}
