@@ -268,3 +268,55 @@ async fn sigterm_under_load_flushes_every_socket_and_closes_it_going_away() {
     }
     assert!(exit_code(&mut child).await.success());
 }
+
+#[tokio::test]
+async fn onboard_writes_the_starter_workspace_and_keeps_what_exists() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let workspace = dir.path().join("ws");
+    let run = |force: bool| {
+        let mut command = Command::new(BINARY);
+        command.args(["onboard", "--workspace"]).arg(&workspace);
+        if force {
+            command.arg("--force");
+        }
+        command.output()
+    };
+    let output = run(false).await.expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for name in [
+        "SOUL.md",
+        "AGENTS.md",
+        "USER.md",
+        "TOOLS.md",
+        "MEMORY.md",
+        "skills/daily-note/SKILL.md",
+    ] {
+        assert!(workspace.join(name).is_file(), "{name} written");
+    }
+    let skill =
+        std::fs::read_to_string(workspace.join("skills/daily-note/SKILL.md")).expect("skill");
+    assert!(
+        switchboard_tools::skills::front_matter(&skill).is_some(),
+        "the sample skill has front matter"
+    );
+
+    std::fs::write(workspace.join("USER.md"), "I am Ada.").expect("write");
+    let output = run(false).await.expect("runs");
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("kept"));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("USER.md")).expect("read"),
+        "I am Ada."
+    );
+
+    let output = run(true).await.expect("runs");
+    assert!(output.status.success());
+    assert_ne!(
+        std::fs::read_to_string(workspace.join("USER.md")).expect("read"),
+        "I am Ada."
+    );
+}

@@ -259,3 +259,23 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
     util::signal(&child, "-TERM");
     assert!(child.wait().await.expect("wait").success());
 }
+
+#[tokio::test]
+async fn the_agent_posts_to_another_websocket_chat_outside_its_turn() {
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::text("noted"));
+    assert_eq!(
+        h.client.say("a", "remind me about tea").await.reply(),
+        "noted"
+    );
+    h.llm.push(Reply::tools([(
+        "message",
+        json!({"channel": "websocket", "chat_id": "a", "text": "Tea time!"}),
+    )]));
+    h.llm.push(Reply::text("reminded"));
+    let turn = h.client.say("b", "remind chat a").await;
+    assert_eq!(turn.reply(), "reminded");
+    let post = h.client.wait_for("post").await;
+    assert_eq!(post["chat_id"], "a");
+    assert_eq!(post["content"], "Tea time!");
+}

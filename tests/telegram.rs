@@ -7,7 +7,7 @@ use serde_json::json;
 use switchboard_testkit::telegram::{BOT_USERNAME, TEST_TOKEN};
 use switchboard_testkit::{FakeTelegram, Reply, ScriptedLlm};
 
-use crate::util::{self, BINARY, Extra, PATIENCE};
+use crate::util::{self, BINARY, Extra, PATIENCE, WsClient};
 
 /// A private chat's user (on the allow list) and another.
 const ADA: u64 = 42;
@@ -249,6 +249,37 @@ async fn an_unknown_sender_gets_a_pairing_code_and_is_answered_once_approved() {
     assert_eq!(
         t.wait_for_reply(chat(stranger), second).await,
         "echo: may I talk now?"
+    );
+
+    // Revoked, they are no longer written to, even by the agent on its own.
+    let output = tokio::process::Command::new(BINARY)
+        .args(["pairing", "revoke", &stranger.to_string(), "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(output.status.success());
+    t.llm.push(Reply::tools([(
+        "message",
+        json!({"channel": "telegram", "chat_id": stranger.to_string(), "text": "still there?"}),
+    )]));
+    t.llm.push(Reply::text("could not"));
+    let mut client = WsClient::connect(t.daemon.addr()).await;
+    assert_eq!(client.say("ops", "ping them").await.reply(), "could not");
+    let last = t.llm.requests().pop().expect("request");
+    let result = util::conversation(&last).pop().expect("the tool result");
+    assert!(
+        result["content"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not allowed"),
+        "{result}"
+    );
+    assert!(
+        !t.fake
+            .messages_to(chat(stranger))
+            .iter()
+            .any(|m| m.visible == "still there?")
     );
     t.daemon.shutdown().await;
 }
@@ -533,4 +564,73 @@ async fn kill_9_at_any_moment_neither_loses_an_update_nor_answers_one_twice() {
             "message {id} in chat {chat}"
         );
     }
+}
+
+#[tokio::test]
+async fn the_agent_writes_to_an_allowed_chat_that_talked_to_it_and_to_no_other() {
+    let t = Telegram::start("stream = false").await;
+    let id = t.fake.private_text(ADA, "hello bot");
+    assert_eq!(t.wait_for_reply(chat(ADA), id).await, "echo: hello bot");
+    // Bob is on the list by username: known once he wrote.
+    let id = t.fake.private_text(BOB, "hi from bob");
+    assert_eq!(t.wait_for_reply(chat(BOB), id).await, "echo: hi from bob");
+
+    t.llm.push(Reply::tools([
+        (
+            "message",
+            json!({"channel": "telegram", "chat_id": ADA.to_string(), "text": "Your **tea** is ready."}),
+        ),
+        (
+            "message",
+            json!({"channel": "telegram", "chat_id": BOB.to_string(), "text": "hi Bob"}),
+        ),
+        (
+            "message",
+            json!({"channel": "telegram", "chat_id": "99", "text": "hi"}),
+        ),
+        (
+            "message",
+            json!({"channel": "discord", "chat_id": "1", "text": "hi"}),
+        ),
+    ]));
+    t.llm.push(Reply::text("notified"));
+    let mut client = WsClient::connect(t.daemon.addr()).await;
+    assert_eq!(
+        client.say("ops", "tell Ada her tea is ready").await.reply(),
+        "notified"
+    );
+
+    let post = t
+        .fake
+        .messages_to(chat(ADA))
+        .into_iter()
+        .find(|m| m.visible == "Your tea is ready.")
+        .expect("the message arrived");
+    assert!(post.html && post.text.contains("<b>tea</b>"), "{post:?}");
+    assert_eq!(post.reply_to, None);
+    let results: Vec<String> = util::conversation(&t.llm.requests()[3])
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results[0], format!("sent to telegram chat {ADA}"));
+    assert_eq!(results[1], format!("sent to telegram chat {BOB}"));
+    assert!(
+        t.fake
+            .messages_to(chat(BOB))
+            .iter()
+            .any(|m| m.visible == "hi Bob")
+    );
+    assert!(
+        results[2].contains("has never talked to the agent"),
+        "{}",
+        results[2]
+    );
+    assert!(
+        results[3].contains("no channel `discord` runs"),
+        "{}",
+        results[3]
+    );
+    assert!(t.fake.messages_to(99).is_empty());
+    t.daemon.shutdown().await;
 }

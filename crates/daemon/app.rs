@@ -21,7 +21,7 @@ use switchboard_core::{
 use switchboard_llm::{
     ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
 };
-use switchboard_sessions::{JsonlStore, StoreHealth};
+use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_telegram::TelegramChannel;
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::Confinement;
@@ -32,6 +32,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, expand_env};
 use crate::health::Health;
+use crate::outbox::HubOutbox;
 use crate::server::{self, Server};
 use crate::{cli, notify, supervisor};
 
@@ -56,10 +57,14 @@ pub struct Running {
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
-/// built-in tools (plus `extra_tools`) and the agent itself. Fails when the state directory
-/// cannot be written (a read-only or full file system): better to refuse to start than to
-/// answer messages that are then lost.
-pub fn build_agent(config: &Config, extra_tools: ToolRegistry) -> anyhow::Result<Arc<Agent>> {
+/// built-in tools (plus `extra_tools`; `message` when there is a `hub` to send through)
+/// and the agent itself. Fails when the state directory cannot be written (a read-only or
+/// full file system): better to refuse to start than to answer messages that are then lost.
+pub fn build_agent(
+    config: &Config,
+    extra_tools: ToolRegistry,
+    hub: Option<&ChatHub>,
+) -> anyhow::Result<Arc<Agent>> {
     let state_dir = config.path(&config.agent.state_dir);
     let workspace_dir = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
@@ -84,15 +89,20 @@ pub fn build_agent(config: &Config, extra_tools: ToolRegistry) -> anyhow::Result
             "the state directory is inside the workspace: file tools refuse it, but commands \
              run by `exec` can write there; keep it outside (the default)");
     }
-    let helper = sandbox_helper(config, workspace.forbidden().to_vec());
-    let mut tools = builtin::registry(&config.tools, helper).context("[tools] exec.deny")?;
-    tools.extend(extra_tools);
     let store = JsonlStore::open(&state_dir).with_context(|| {
         format!(
             "cannot keep sessions in {} (agent.state_dir)",
             state_dir.display()
         )
     })?;
+    let store: Arc<dyn SessionStore> = Arc::new(store);
+    let helper = sandbox_helper(config, workspace.forbidden().to_vec());
+    let outbox = hub.map(|hub| {
+        Arc::new(HubOutbox::new(hub.clone(), store.clone())) as Arc<dyn builtin::Outbox>
+    });
+    let mut tools = builtin::registry(&config.tools, helper, outbox)
+        .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
+    tools.extend(extra_tools);
     let llm = build_llm(config)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
@@ -111,12 +121,7 @@ pub fn build_agent(config: &Config, extra_tools: ToolRegistry) -> anyhow::Result
             .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
         max_queued_messages: *section.max_queued_messages.get_ref(),
     };
-    Ok(Arc::new(Agent::new(
-        llm,
-        tools,
-        Arc::new(store),
-        agent_config,
-    )))
+    Ok(Arc::new(Agent::new(llm, tools, store, agent_config)))
 }
 
 /// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
@@ -203,8 +208,8 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
 /// Starts the daemon. `tools` are the tools offered to the model.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
-    let agent = build_agent(&config, tools)?;
     let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
+    let agent = build_agent(&config, tools, Some(&hub))?;
     let health = Health::new();
     let store = agent.store();
     health.check(

@@ -44,6 +44,19 @@ pub enum Command {
         #[command(subcommand)]
         action: PairingAction,
     },
+    /// Write a workspace's starter files: SOUL.md, AGENTS.md, USER.md, TOOLS.md, MEMORY.md
+    /// and a sample skill. Existing files are kept unless --force.
+    Onboard {
+        /// The workspace directory (else `agent.workspace` of the config).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// The config file (same search as `run`), for its `agent.workspace`.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Replace files that exist.
+        #[arg(long)]
+        force: bool,
+    },
     /// Runs one `exec` command confined (used by the daemon itself, not by people).
     #[command(hide = true)]
     SandboxExec {

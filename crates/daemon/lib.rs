@@ -12,6 +12,8 @@
 //! - `health`: `/healthz` and the channel states behind it.
 //! - `terminal`: `switchboard agent`, turns in the terminal.
 //! - `pairing`: `switchboard pairing`, who may talk.
+//! - `onboard`: `switchboard onboard`, a workspace's starter files.
+//! - `outbox`: where the `message` tool sends, and to whom it may.
 //! - `logging`: tracing setup (text or JSON).
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
@@ -21,6 +23,8 @@ pub mod config;
 pub mod health;
 pub mod logging;
 pub mod notify;
+pub mod onboard;
+pub mod outbox;
 pub mod pairing;
 pub mod server;
 pub mod supervisor;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, logging, pairing, terminal};
+use switchboard::{app, cli, logging, onboard, pairing, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -27,7 +27,10 @@ fn main() -> ExitCode {
             });
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
-    let quiet = matches!(cli.command, Command::Agent { .. } | Command::Pairing { .. });
+    let quiet = matches!(
+        cli.command,
+        Command::Agent { .. } | Command::Pairing { .. } | Command::Onboard { .. }
+    );
     logging::init(cli.log_format, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -48,6 +51,16 @@ fn main() -> ExitCode {
                 session,
             } => terminal::run(config.as_deref(), message, &session).await,
             Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
+            Command::Onboard {
+                workspace,
+                config,
+                force,
+            } => match workspace {
+                Some(workspace) => onboard::run(&workspace, force),
+                None => cli::resolve_config(config.as_deref())
+                    .and_then(|path| Ok(switchboard::config::Config::load(&path)?))
+                    .and_then(|config| onboard::run(&config.path(&config.agent.workspace), force)),
+            },
             Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
         }
     });

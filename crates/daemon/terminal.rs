@@ -27,7 +27,7 @@ pub async fn run(
 ) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
     let config = Config::load(&path)?;
-    let agent = build_agent(&config, ToolRegistry::new())?;
+    let agent = build_agent(&config, ToolRegistry::new(), None)?;
     let key = SessionKey::of(&ChannelName::from("cli"), &ChatId::from(name));
     let mut session = agent
         .load_session(&key)

@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::CoreError;
 use crate::hub::ChatHub;
-use crate::ids::ChannelName;
+use crate::ids::{ChannelName, ChatId};
 use crate::message::OutboundMessage;
 
 /// What a channel's `run` gets: the hub to publish inbound messages on, and the tokens that
@@ -35,4 +35,11 @@ pub trait Channel: Send + Sync + 'static {
 
     /// Delivers one outbound message to the platform.
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError>;
+
+    /// Whether the agent may write to `chat` unasked (the `message` tool). A channel with
+    /// an allow list says whether the people of that chat are (still) allowed; the daemon
+    /// also requires that the chat has talked to the agent.
+    fn may_notify(&self, _chat: &ChatId) -> bool {
+        true
+    }
 }

@@ -93,6 +93,16 @@ impl ChatHub {
             .ok_or_else(|| CoreError::UnknownChannel(channel.to_string()))
     }
 
+    /// Whether the agent may write to `chat` of `channel` unasked (see
+    /// [`Channel::may_notify`]); an error when no such channel runs.
+    pub fn may_notify(
+        &self,
+        channel: &ChannelName,
+        chat: &crate::ids::ChatId,
+    ) -> Result<bool, CoreError> {
+        Ok(self.lanes(channel)?.channel().may_notify(chat))
+    }
+
     /// Queues a message in its chat's lane, waiting only while that lane is full.
     pub async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
         self.lanes(&message.channel)?.push(message).await

@@ -97,6 +97,11 @@ struct Lane {
 }
 
 impl Lanes {
+    /// The channel they deliver through.
+    pub fn channel(&self) -> &Arc<dyn Channel> {
+        &self.inner.channel
+    }
+
     /// Lanes delivering through `channel` (wrap it in
     /// [`RetryingChannel`](crate::RetryingChannel) to retry rate limits and outages).
     pub fn new(channel: Arc<dyn Channel>, options: LaneOptions) -> Self {

@@ -156,6 +156,10 @@ pub enum OutboundKind {
     /// Something the person should know that is not the reply, e.g. that the conversation
     /// could not be saved. It may arrive outside a turn.
     Notice(String),
+    /// A message the agent sends unasked (the `message` tool, scheduled work): shaped like a
+    /// reply (split, rendered), but part of no turn — it never touches a turn's draft, and
+    /// no `Done` follows it.
+    Post(String),
     /// Something went wrong; the text says what and, where it can, what to change.
     Error(String),
     /// The exchange is over; no more messages for it.

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::channel::{Channel, ChannelContext};
 use crate::error::CoreError;
-use crate::ids::ChannelName;
+use crate::ids::{ChannelName, ChatId};
 use crate::message::OutboundMessage;
 
 /// How sends are retried.
@@ -62,6 +62,10 @@ impl Channel for RetryingChannel {
 
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         self.inner.run(ctx).await
+    }
+
+    fn may_notify(&self, chat: &ChatId) -> bool {
+        self.inner.may_notify(chat)
     }
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {

@@ -101,6 +101,12 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The session left memory (its worker exited): drop what is kept open for it.
     fn release(&self, _key: &SessionKey) {}
 
+    /// Whether the session has a conversation on record.
+    fn has_history(&self, key: &SessionKey) -> bool {
+        self.load(key)
+            .is_ok_and(|loaded| !loaded.messages.is_empty())
+    }
+
     /// Moves the session aside (for `/new`); the next load starts empty.
     fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
 

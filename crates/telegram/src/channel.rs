@@ -104,6 +104,7 @@ impl TelegramChannel {
                     pairing,
                     workspace: workspace.to_path_buf(),
                     max_attachment_bytes: settings.max_attachment_bytes,
+                    usernames: Default::default(),
                 },
                 outbound: Outbound::new(bot.clone(), settings.stream, settings.edit_interval),
                 bot,
@@ -302,6 +303,17 @@ impl Channel for TelegramChannel {
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         self.inner.outbound.send(message).await
+    }
+
+    /// A private chat's id is its person's: they must still be allowed (on `allow_from`
+    /// by id or by the username they wrote with, or approved). A group was let in by an allowed member; revoking that member
+    /// does not close it to the agent (remove the bot from the group).
+    fn may_notify(&self, chat: &switchboard_core::ChatId) -> bool {
+        let id = chat.as_str();
+        if id.starts_with('-') {
+            return true;
+        }
+        self.inner.intake.allows(id)
     }
 }
 

@@ -28,7 +28,13 @@ pub(crate) struct Intake {
     pub(crate) pairing: Arc<Pairing>,
     pub(crate) workspace: PathBuf,
     pub(crate) max_attachment_bytes: u64,
+    /// The usernames of senders seen, by id (at most [`MAX_KNOWN_USERNAMES`]): a person on
+    /// the allow list by `@username` can be written to unasked once they have written.
+    pub(crate) usernames: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
+
+/// Usernames remembered at most; beyond, the table starts over.
+const MAX_KNOWN_USERNAMES: usize = 10_000;
 
 impl Intake {
     /// Takes one update; `settle` learns its fate, once (when the agent is done with it).
@@ -51,6 +57,13 @@ impl Intake {
             Incoming::Message(received) => received,
         };
         let username = received.username.as_deref();
+        if let Some(name) = username {
+            let mut known = self.usernames.lock().unwrap_or_else(|e| e.into_inner());
+            if known.len() >= MAX_KNOWN_USERNAMES {
+                known.clear();
+            }
+            known.insert(received.sender.clone(), name.to_owned());
+        }
         let verdict = if self.allow.allows(&received.sender, username) {
             Verdict::Allowed
         } else if received.private {
@@ -83,6 +96,19 @@ impl Intake {
                 settle(Fate::Dropped);
             }
         }
+    }
+
+    /// Whether the person with this id may talk: on the allow list (by id, or by the
+    /// username they last wrote with) or approved.
+    pub(crate) fn allows(&self, sender: &str) -> bool {
+        let username = self
+            .usernames
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(sender)
+            .cloned();
+        self.allow.allows(sender, username.as_deref())
+            || self.pairing.approved(CHANNEL_NAME, sender)
     }
 
     async fn publish(&self, received: Received, settle: impl FnOnce(Fate) + Send + 'static) {

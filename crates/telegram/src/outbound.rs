@@ -112,6 +112,11 @@ impl Outbound {
                     .await
                     .map(|_| ());
             }
+            OutboundKind::Post(text) => {
+                // Outside any turn: its own parts, never the chat's draft.
+                let mut own = ChatOut::new();
+                return self.deliver_reply(&mut own, chat, topic, None, text).await;
+            }
             OutboundKind::Status(_) | OutboundKind::Tool { .. } => return Ok(()),
             OutboundKind::Delta(_) if !self.stream => return Ok(()),
             _ => {}
@@ -149,6 +154,7 @@ impl Outbound {
             }
             OutboundKind::Error(_)
             | OutboundKind::Notice(_)
+            | OutboundKind::Post(_)
             | OutboundKind::Status(_)
             | OutboundKind::Tool { .. }
             | OutboundKind::Done(_) => Ok(()),

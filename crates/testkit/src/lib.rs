@@ -8,6 +8,7 @@
 //!   pure check shared by the fake's strict mode and property tests.
 //! - `telegram`: [`FakeTelegram`], a Bot API server (long polling, 429s, Telegram's 400s,
 //!   recordings of what the bot sends).
+//! - `web`: [`FakeWeb`], web pages, redirects and the Brave and SearXNG search APIs.
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
@@ -15,11 +16,13 @@ mod llm;
 pub mod strict;
 pub mod telegram;
 mod tools;
+pub mod web;
 
 pub use llm::{Reply, Responder, ScriptedLlm};
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;
 pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};
+pub use web::FakeWeb;
 
 /// Serves `app` on `addr` (port 0: any free one) until the token is cancelled; returns the
 /// address it listens on.

@@ -2,11 +2,16 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use serde::Deserialize;
-use switchboard_core::ConfigProblem;
+use switchboard_core::{ConfigProblem, expand_env};
 use toml::Spanned;
 
-use crate::builtin::{DEFAULT_DENY, ExecOptions, SandboxHelper};
+use crate::builtin::{
+    DEFAULT_DENY, ExecOptions, SandboxHelper, SearchProvider, WebFetchOptions, WebSearchOptions,
+};
+use crate::netguard::SystemResolver;
 
 /// `[tools]`.
 #[derive(Debug, Deserialize)]
@@ -19,6 +24,10 @@ pub struct ToolsSection {
     pub max_result_bytes: Spanned<usize>,
     /// `[tools.exec]`.
     pub exec: ExecSection,
+    /// `[tools.web_fetch]`.
+    pub web_fetch: WebFetchSection,
+    /// `[tools.web_search]`.
+    pub web_search: WebSearchSection,
 }
 
 impl Default for ToolsSection {
@@ -27,6 +36,8 @@ impl Default for ToolsSection {
             restrict_to_workspace: true,
             max_result_bytes: Spanned::new(0..0, 16 * 1024),
             exec: ExecSection::default(),
+            web_fetch: WebFetchSection::default(),
+            web_search: WebSearchSection::default(),
         }
     }
 }
@@ -60,6 +71,62 @@ impl Default for ExecSection {
     }
 }
 
+/// `[tools.web_fetch]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebFetchSection {
+    /// Whether the model may fetch web pages.
+    pub enabled: bool,
+    /// Bytes of a page read at most.
+    pub max_bytes: Spanned<usize>,
+    /// Seconds one fetch may take, redirects included.
+    pub timeout_secs: Spanned<f64>,
+    /// Redirects followed at most.
+    pub max_redirects: usize,
+    /// Hosts (`name` or `name:port`) that may be on private or local addresses.
+    pub allow_private: Vec<String>,
+}
+
+impl Default for WebFetchSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: Spanned::new(0..0, 2 * 1024 * 1024),
+            timeout_secs: Spanned::new(0..0, 30.0),
+            max_redirects: 5,
+            allow_private: Vec::new(),
+        }
+    }
+}
+
+/// `[tools.web_search]`: off until a provider is set.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebSearchSection {
+    /// `"brave"` or `"searxng"`; absent: no `web_search` tool.
+    pub provider: Option<Spanned<SearchProvider>>,
+    /// The API's base URL; Brave's by default, required for SearXNG.
+    pub base_url: Option<Spanned<String>>,
+    /// Brave's key, usually `${BRAVE_API_KEY}`.
+    pub api_key: Option<Spanned<String>>,
+    /// Results returned at most.
+    pub max_results: Spanned<usize>,
+    /// Seconds one search may take.
+    pub timeout_secs: Spanned<f64>,
+}
+
+impl Default for WebSearchSection {
+    fn default() -> Self {
+        Self {
+            provider: None,
+            base_url: None,
+            api_key: None,
+            max_results: Spanned::new(0..0, 5),
+            timeout_secs: Spanned::new(0..0, 15.0),
+        }
+    }
+}
+
 impl ToolsSection {
     /// Checks the values; the problem names the key relative to `[tools]`.
     pub fn validate(&self) -> Result<(), ConfigProblem> {
@@ -76,6 +143,8 @@ impl ToolsSection {
         for (value, key) in [
             (&self.exec.timeout_secs, "exec.timeout_secs"),
             (&self.exec.max_timeout_secs, "exec.max_timeout_secs"),
+            (&self.web_fetch.timeout_secs, "web_fetch.timeout_secs"),
+            (&self.web_search.timeout_secs, "web_search.timeout_secs"),
         ] {
             let secs = *value.get_ref();
             if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
@@ -105,7 +174,90 @@ impl ToolsSection {
                 ));
             }
         }
-        Ok(())
+        if *self.web_fetch.max_bytes.get_ref() < 1024 {
+            return Err(ConfigProblem::new(
+                Some(self.web_fetch.max_bytes.span()),
+                "web_fetch.max_bytes",
+                format!(
+                    "must be at least 1024, got {}",
+                    self.web_fetch.max_bytes.get_ref()
+                ),
+            ));
+        }
+        let results = &self.web_search.max_results;
+        if !(1..=20).contains(results.get_ref()) {
+            return Err(ConfigProblem::new(
+                Some(results.span()),
+                "web_search.max_results",
+                format!("must be between 1 and 20, got {}", results.get_ref()),
+            ));
+        }
+        self.web_search_options().map(|_| ())
+    }
+
+    /// How `web_fetch` fetches, from this section.
+    pub fn web_fetch_options(&self) -> WebFetchOptions {
+        WebFetchOptions {
+            max_bytes: *self.web_fetch.max_bytes.get_ref(),
+            timeout: Duration::from_secs_f64(*self.web_fetch.timeout_secs.get_ref()),
+            max_redirects: self.web_fetch.max_redirects,
+            allow_private: self.web_fetch.allow_private.clone(),
+            resolver: Arc::new(SystemResolver),
+        }
+    }
+
+    /// How `web_search` searches; `None` when no provider is set. The key's `${ENV}` is
+    /// expanded here, so a missing variable is a config error.
+    pub fn web_search_options(&self) -> Result<Option<WebSearchOptions>, ConfigProblem> {
+        let section = &self.web_search;
+        let Some(provider) = &section.provider else {
+            return Ok(None);
+        };
+        let base_url = match (&section.base_url, *provider.get_ref()) {
+            (Some(url), _) => {
+                let text = url.get_ref().trim();
+                if !(text.starts_with("http://") || text.starts_with("https://")) {
+                    return Err(ConfigProblem::new(
+                        Some(url.span()),
+                        "web_search.base_url",
+                        format!("`{text}` is not an http:// or https:// URL"),
+                    ));
+                }
+                text.to_owned()
+            }
+            (None, SearchProvider::Brave) => "https://api.search.brave.com".to_owned(),
+            (None, SearchProvider::Searxng) => {
+                return Err(ConfigProblem::new(
+                    Some(provider.span()),
+                    "web_search.base_url",
+                    "searxng needs the instance's URL, e.g. base_url = \"http://127.0.0.1:8888\"",
+                ));
+            }
+        };
+        let api_key = match &section.api_key {
+            Some(raw) => Some(expand_env(raw.get_ref()).map_err(|name| {
+                ConfigProblem::new(
+                    Some(raw.span()),
+                    "web_search.api_key",
+                    format!("the environment variable {name} is not set"),
+                )
+            })?),
+            None => None,
+        };
+        if *provider.get_ref() == SearchProvider::Brave && api_key.is_none() {
+            return Err(ConfigProblem::new(
+                Some(provider.span()),
+                "web_search.api_key",
+                "brave needs an API key, e.g. api_key = \"${BRAVE_API_KEY}\"",
+            ));
+        }
+        Ok(Some(WebSearchOptions {
+            provider: *provider.get_ref(),
+            base_url,
+            api_key,
+            max_results: *section.max_results.get_ref(),
+            timeout: Duration::from_secs_f64(*section.timeout_secs.get_ref()),
+        }))
     }
 
     /// How `exec` runs, from this section.

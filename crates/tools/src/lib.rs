@@ -14,6 +14,7 @@
 //!   `openat2(RESOLVE_BENEATH)` from the workspace's descriptor.
 //! - `builtin`: the built-in tools, one file each.
 //! - `sandbox`: what `exec` runs in (Landlock, the lifeline that kills a command's group).
+//! - `netguard`: which addresses `web_fetch` may reach, and DNS.
 //! - `skills`: the skills of the workspace (`skills/<name>/SKILL.md`).
 //! - `cap`: cutting results to size, keeping a command's head and tail.
 //! - `config`: `[tools]`.
@@ -23,6 +24,7 @@ pub mod builtin;
 mod cap;
 pub mod config;
 mod error;
+pub mod netguard;
 mod registry;
 pub mod sandbox;
 pub mod skills;

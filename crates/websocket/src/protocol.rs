@@ -125,6 +125,13 @@ pub enum ServerFrame {
         /// The status line.
         text: String,
     },
+    /// A message the agent sent unasked, outside any turn (no `done` follows).
+    Post {
+        /// The chat.
+        chat_id: String,
+        /// The text.
+        content: String,
+    },
     /// Something to know that is not the reply (e.g. the chat could not be saved).
     Notice {
         /// The chat.
@@ -187,6 +194,7 @@ impl ServerFrame {
             OutboundKind::DraftReset => Self::Reset { chat_id },
             OutboundKind::Status(text) => Self::Status { chat_id, text },
             OutboundKind::Notice(text) => Self::Notice { chat_id, text },
+            OutboundKind::Post(content) => Self::Post { chat_id, content },
             OutboundKind::Done(end) => Self::Done {
                 chat_id,
                 end: end.as_str(),

@@ -5,7 +5,10 @@ mod exec;
 mod find_files;
 mod grep;
 mod list_dir;
+mod message;
 mod read_file;
+mod web_fetch;
+mod web_search;
 mod write_file;
 
 use std::path::Path;
@@ -16,19 +19,24 @@ pub use exec::{DEFAULT_DENY, Exec, ExecOptions, SandboxHelper};
 pub use find_files::FindFiles;
 pub use grep::Grep;
 pub use list_dir::ListDir;
+pub use message::{Outbox, SendMessage};
 pub use read_file::ReadFile;
+pub use web_fetch::{WebFetch, WebFetchOptions};
+pub use web_search::{SearchProvider, WebSearch, WebSearchOptions};
 pub use write_file::WriteFile;
 
 use crate::config::ToolsSection;
 use crate::{ToolError, ToolRegistry};
 
 /// The built-in tools `section` turns on. `sandbox` is how `exec` confines commands (the
-/// daemon passes itself as the helper). Fails only on a deny pattern that is not a regular
-/// expression, which the section's validation already refuses.
+/// daemon passes itself as the helper); `outbox` is where `message` sends (none: no
+/// `message` tool, as in the terminal agent). Fails only on what the section's validation
+/// already refuses, or when no HTTP client can be made.
 pub fn registry(
     section: &ToolsSection,
     sandbox: Option<SandboxHelper>,
-) -> Result<ToolRegistry, regex::Error> {
+    outbox: Option<Arc<dyn Outbox>>,
+) -> Result<ToolRegistry, String> {
     let mut registry = ToolRegistry::new()
         .with(Arc::new(ReadFile))
         .with(Arc::new(WriteFile))
@@ -37,7 +45,18 @@ pub fn registry(
         .with(Arc::new(FindFiles))
         .with(Arc::new(Grep));
     if section.exec.enabled {
-        registry.register(Arc::new(Exec::new(section.exec_options(sandbox))?));
+        let exec = Exec::new(section.exec_options(sandbox)).map_err(|err| err.to_string())?;
+        registry.register(Arc::new(exec));
+    }
+    if section.web_fetch.enabled {
+        registry.register(Arc::new(WebFetch::new(section.web_fetch_options())));
+    }
+    if let Some(outbox) = outbox {
+        registry.register(Arc::new(SendMessage::new(outbox)));
+    }
+    if let Some(options) = section.web_search_options().map_err(|p| p.message)? {
+        let search = WebSearch::new(options).map_err(|err| err.to_string())?;
+        registry.register(Arc::new(search));
     }
     Ok(registry)
 }

@@ -1,0 +1,75 @@
+//! [`HubOutbox`]: where the `message` tool sends — the daemon's channels, through the hub's
+//! lanes — and who it may send to.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use switchboard_core::{
+    ChannelName, ChatHub, ChatId, CoreError, OutboundKind, OutboundMessage, SessionKey,
+};
+use switchboard_sessions::SessionStore;
+use switchboard_tools::ToolError;
+use switchboard_tools::builtin::Outbox;
+
+/// Sends the agent's own messages. A chat may be written to only when its channel runs,
+/// the channel still allows its people ([`switchboard_core::Channel::may_notify`]), and it
+/// has a conversation with the agent on record — so the agent can reach the people who
+/// talk to it, and no one else.
+pub struct HubOutbox {
+    hub: ChatHub,
+    store: Arc<dyn SessionStore>,
+}
+
+impl HubOutbox {
+    /// An outbox over `hub`, judging chats by what `store` holds.
+    pub fn new(hub: ChatHub, store: Arc<dyn SessionStore>) -> Self {
+        Self { hub, store }
+    }
+}
+
+impl std::fmt::Debug for HubOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HubOutbox")
+    }
+}
+
+#[async_trait]
+impl Outbox for HubOutbox {
+    async fn send(&self, channel: &str, chat: &str, text: &str) -> Result<(), ToolError> {
+        let channel_name = ChannelName::from(channel);
+        let chat_id = ChatId::from(chat);
+        let allowed = match self.hub.may_notify(&channel_name, &chat_id) {
+            Err(CoreError::UnknownChannel(_)) => {
+                return Err(ToolError::Denied(format!("no channel `{channel}` runs")));
+            }
+            Err(err) => return Err(ToolError::Failed(err.to_string())),
+            Ok(allowed) => allowed,
+        };
+        let key = SessionKey::of(&channel_name, &chat_id);
+        let store = self.store.clone();
+        let known = tokio::task::spawn_blocking(move || store.has_history(&key))
+            .await
+            .unwrap_or(false);
+        if !known {
+            return Err(ToolError::Denied(format!(
+                "{channel} chat {chat} has never talked to the agent; it can only be written to \
+                 once it has"
+            )));
+        }
+        if !allowed {
+            return Err(ToolError::Denied(format!(
+                "the people of {channel} chat {chat} are not allowed to talk to the agent"
+            )));
+        }
+        let message = OutboundMessage {
+            channel: channel_name,
+            chat_id,
+            reply_to: None,
+            kind: OutboundKind::Post(text.to_owned()),
+        };
+        self.hub
+            .deliver_outbound(message)
+            .await
+            .map_err(|err| ToolError::Failed(format!("it could not be delivered: {err}")))
+    }
+}
