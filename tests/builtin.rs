@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use switchboard_testkit::process::{alive, processes_mentioning, wait_for_line, wait_gone};
 use switchboard_testkit::{Reply, ScriptedLlm};
 use switchboard_tools::sandbox::Confinement;
 
@@ -136,47 +137,22 @@ async fn exec_runs_confined_with_none_of_the_daemons_secrets() {
     assert!(child.wait().await.expect("wait").success());
 }
 
-/// Waits (up to 10 s) until `path` holds a line, and returns it.
-async fn wait_for_line(path: &Path) -> String {
-    let deadline = Instant::now() + util::PATIENCE;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// The processes whose command line mentions `needle`.
-fn processes_mentioning(needle: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_string_lossy().into_owned();
-            pid.parse::<u32>().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            (cmdline.contains(needle) && alive(&pid)).then_some(pid)
-        })
-        .collect()
-}
-
-/// Whether a process runs (a zombie waiting for its reaper does not).
-fn alive(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
+/// A daemon (the binary) whose model runs a long command in chat `c`: it returns once the
+/// command's background process is up, with that process's pid.
+async fn start_a_long_command(
+    dir: &Path,
+    llm: &ScriptedLlm,
+    marker: &str,
+) -> (tokio::process::Child, WsClient, String) {
+    let command = format!("{marker} & echo $! > bg.pid; {marker}");
+    llm.push(Reply::tools([("exec", json!({"command": command}))]));
+    let config = write_config(dir, llm, "");
+    let (child, addr) =
+        util::spawn_daemon_with(&config, &[], "export OPENAI_API_KEY=sk-test").await;
+    let mut client = WsClient::connect(addr).await;
+    client.send("c", "run the long thing").await;
+    let background = wait_for_line(&dir.join("workspace/bg.pid"), util::PATIENCE).await;
+    (child, client, background)
 }
 
 #[tokio::test]
@@ -185,14 +161,7 @@ async fn kill_9_while_exec_runs_leaves_no_process_and_a_valid_conversation() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.strict();
     let marker = format!("sleep 311{}", std::process::id() % 1000);
-    let command = format!("{marker} & echo $! > bg.pid; {marker}");
-    llm.push(Reply::tools([("exec", json!({"command": command}))]));
-    let config = write_config(dir.path(), &llm, "");
-    let (mut child, addr) =
-        util::spawn_daemon_with(&config, &[], "export OPENAI_API_KEY=sk-test").await;
-    let mut client = WsClient::connect(addr).await;
-    client.send("c", "run the long thing").await;
-    let background = wait_for_line(&dir.path().join("workspace/bg.pid")).await;
+    let (mut child, _client, background) = start_a_long_command(dir.path(), &llm, &marker).await;
     let workspace = dir.path().join("workspace").display().to_string();
     let helpers = processes_mentioning(&workspace);
     assert!(!helpers.is_empty(), "the sandbox helper runs");
@@ -200,23 +169,14 @@ async fn kill_9_while_exec_runs_leaves_no_process_and_a_valid_conversation() {
 
     util::signal(&child, "-KILL");
     child.wait().await.expect("wait");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let left: Vec<_> = helpers
-            .iter()
-            .chain([&background])
-            .filter(|pid| alive(pid))
-            .collect();
-        if left.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "left running: {left:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let mut ours = helpers;
+    ours.push(background);
+    wait_gone(&ours, Duration::from_secs(5)).await;
     assert!(processes_mentioning(&marker).is_empty());
 
     // Restarted, the chat's next request is valid: the interrupted call has its result.
     llm.push(Reply::text("back again"));
+    let config = dir.path().join("config.toml");
     let (mut child, addr) =
         util::spawn_daemon_with(&config, &[], "export OPENAI_API_KEY=sk-test").await;
     let mut client = WsClient::connect(addr).await;
@@ -234,14 +194,7 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     let marker = format!("sleep 207{}", std::process::id() % 1000);
-    let command = format!("{marker} & echo $! > bg.pid; {marker}");
-    llm.push(Reply::tools([("exec", json!({"command": command}))]));
-    let config = write_config(dir.path(), &llm, "");
-    let (mut child, addr) =
-        util::spawn_daemon_with(&config, &[], "export OPENAI_API_KEY=sk-test").await;
-    let mut client = WsClient::connect(addr).await;
-    client.send("c", "run the long thing").await;
-    let background = wait_for_line(&dir.path().join("workspace/bg.pid")).await;
+    let (mut child, mut client, background) = start_a_long_command(dir.path(), &llm, &marker).await;
     let stopped_at = Instant::now();
     client.send("c", "/stop").await;
     let turn = client.turn("c").await;
@@ -251,11 +204,8 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
         stopped_at.elapsed()
     );
     assert_eq!(turn.reply(), "Stopped.");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while alive(&background) || !processes_mentioning(&marker).is_empty() {
-        assert!(Instant::now() < deadline, "the command still runs");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_gone(&[background], Duration::from_secs(5)).await;
+    wait_gone(&processes_mentioning(&marker), Duration::from_secs(5)).await;
     util::signal(&child, "-TERM");
     assert!(child.wait().await.expect("wait").success());
 }

@@ -4,6 +4,7 @@
 //! # Layout
 //! - `llm`: [`ScriptedLlm`], an OpenAI-compatible chat-completions server (whole and SSE
 //!   responses, scripted tool calls, injected errors, recorded requests).
+//! - `process`: waiting for a file's line, whether processes run (for `exec` tests).
 //! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
 //!   pure check shared by the fake's strict mode and property tests.
 //! - `telegram`: [`FakeTelegram`], a Bot API server (long polling, 429s, Telegram's 400s,
@@ -13,6 +14,7 @@
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
 mod llm;
+pub mod process;
 pub mod strict;
 pub mod telegram;
 mod tools;

@@ -7,10 +7,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use switchboard_testkit::process::{wait_for_line, wait_gone};
+
 use serde_json::json;
 use switchboard_tools::builtin::{DEFAULT_DENY, Exec, ExecOptions};
 use switchboard_tools::{Tool, ToolContext, ToolError, Workspace};
 use tokio_util::sync::CancellationToken;
+
+/// How long a test waits for what it expects.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 fn exec(max_output_bytes: usize) -> Exec {
     Exec::new(ExecOptions {
@@ -31,43 +36,6 @@ fn context(dir: &Path) -> ToolContext {
     }
 }
 
-/// Waits (up to 10 s) until `path` exists and holds a line, and returns it.
-async fn wait_for_line(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Whether a process is gone (or a zombie waiting for a reaper that is not us).
-fn gone(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-    }
-}
-
-/// Waits (up to 5 s) until the process is gone.
-async fn wait_gone(pid: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !gone(pid) {
-        assert!(Instant::now() < deadline, "process {pid} is still running");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn the_timeout_kills_the_whole_group_even_a_child_that_ignores_sigterm() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -84,8 +52,8 @@ async fn the_timeout_kills_the_whole_group_even_a_child_that_ignores_sigterm() {
         other => panic!("{other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));
-    let pid = wait_for_line(&dir.path().join("child.pid")).await;
-    wait_gone(&pid).await;
+    let pid = wait_for_line(&dir.path().join("child.pid"), PATIENCE).await;
+    wait_gone(&[pid], PATIENCE).await;
 }
 
 #[tokio::test]
@@ -105,7 +73,7 @@ async fn stop_ends_a_long_command_within_a_second_and_its_processes_are_gone() {
             .await
         })
     };
-    let pid = wait_for_line(&dir.path().join("bg.pid")).await;
+    let pid = wait_for_line(&dir.path().join("bg.pid"), PATIENCE).await;
     let stopped = Instant::now();
     cancel.cancel();
     let result = tokio::time::timeout(Duration::from_secs(5), call)
@@ -118,7 +86,7 @@ async fn stop_ends_a_long_command_within_a_second_and_its_processes_are_gone() {
         "{:?}",
         stopped.elapsed()
     );
-    wait_gone(&pid).await;
+    wait_gone(&[pid], PATIENCE).await;
 }
 
 #[tokio::test]
