@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::args;
+use super::{args, blocking};
 use crate::{Tool, ToolContext, ToolError};
 
 /// A file larger than this is not edited in place (write it whole instead).
@@ -54,7 +54,7 @@ impl Tool for EditFile {
     async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let path = workspace.resolve(&args.path)?;
             let shown = path.shown();
             if args.old_string.is_empty() {
@@ -78,7 +78,6 @@ impl Tool for EditFile {
             Ok(format!("edited `{shown}`"))
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the edit stopped: {err}")))?
     }
 }
 

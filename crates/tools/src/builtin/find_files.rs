@@ -6,7 +6,7 @@ use globset::GlobBuilder;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{args, walker};
+use super::{args, blocking, walker};
 use crate::{Tool, ToolContext, ToolError};
 
 /// Paths listed at most.
@@ -54,7 +54,7 @@ impl Tool for FindFiles {
             .compile_matcher();
         let workspace = ctx.workspace.clone();
         let cancel = ctx.cancel.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let start = workspace.resolve(args.path.as_deref().unwrap_or("."))?;
             let root = workspace.walk_root(&start)?;
             let mut found = Vec::new();
@@ -93,6 +93,5 @@ impl Tool for FindFiles {
             Ok(out)
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the search stopped: {err}")))?
     }
 }

@@ -9,7 +9,7 @@ use grep_searcher::{BinaryDetection, SearcherBuilder};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{args, walker};
+use super::{args, blocking, walker};
 use crate::{Tool, ToolContext, ToolError};
 
 /// Matching lines shown at most.
@@ -75,7 +75,7 @@ impl Tool for Grep {
         };
         let workspace = ctx.workspace.clone();
         let cancel = ctx.cancel.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let start = workspace.resolve(args.path.as_deref().unwrap_or("."))?;
             let root = workspace.walk_root(&start)?;
             let mut searcher = SearcherBuilder::new()
@@ -137,6 +137,5 @@ impl Tool for Grep {
             Ok(out)
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the search stopped: {err}")))?
     }
 }

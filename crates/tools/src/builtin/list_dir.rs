@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::args;
+use super::{args, blocking};
 use crate::workspace::EntryKind;
 use crate::{Tool, ToolContext, ToolError};
 
@@ -44,7 +44,7 @@ impl Tool for ListDir {
     async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let path = workspace.resolve(args.path.as_deref().unwrap_or("."))?;
             let entries = workspace.read_dir(&path)?;
             if entries.is_empty() {
@@ -70,6 +70,5 @@ impl Tool for ListDir {
             Ok(out)
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the listing stopped: {err}")))?
     }
 }

@@ -68,6 +68,15 @@ pub(crate) fn args<T: serde::de::DeserializeOwned>(
     serde_json::from_value(value).map_err(|err| ToolError::InvalidArguments(err.to_string()))
 }
 
+/// Runs file-system work off the async threads; a panic in it becomes an error result.
+pub(crate) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .unwrap_or_else(|err| Err(ToolError::Failed(format!("the tool stopped: {err}"))))
+}
+
 /// ripgrep's walker over `root`: `.gitignore` honoured (also outside a git repository),
 /// hidden files skipped, symbolic links not followed.
 pub(crate) fn walker(root: &Path) -> ignore::WalkBuilder {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::args;
+use super::{args, blocking};
 use crate::{Tool, ToolContext, ToolError};
 
 /// Lines shown when the model gives no limit.
@@ -55,7 +55,7 @@ impl Tool for ReadFile {
     async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let path = workspace.resolve(&args.path)?;
             let file = workspace.open_read(&path)?;
             read_lines(
@@ -66,7 +66,6 @@ impl Tool for ReadFile {
             )
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the read stopped: {err}")))?
     }
 }
 

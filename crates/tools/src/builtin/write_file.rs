@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::args;
+use super::{args, blocking};
 use crate::{Tool, ToolContext, ToolError};
 
 /// Writes a whole file (atomically: the old content or the new, never a mix).
@@ -46,7 +46,7 @@ impl Tool for WriteFile {
     async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
-        tokio::task::spawn_blocking(move || {
+        blocking(move || {
             let path = workspace.resolve(&args.path)?;
             workspace.write(&path, args.content.as_bytes())?;
             Ok(format!(
@@ -56,6 +56,5 @@ impl Tool for WriteFile {
             ))
         })
         .await
-        .map_err(|err| ToolError::Failed(format!("the write stopped: {err}")))?
     }
 }
