@@ -18,10 +18,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
 
 use crate::error::StoreError;
+use crate::file_name::file_stem;
 use crate::store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
 
 /// At most this much of a file's end is read on load; compaction keeps files far smaller.
@@ -466,38 +466,6 @@ impl JsonlStore {
     }
 }
 
-/// The longest file stem; with `.jsonl`, an archive's `.<millis>` and a `.tmp` a name stays
-/// far below the 255 bytes file systems allow.
-const MAX_STEM: usize = 165;
-/// How much of a long key's encoding is kept in front of its hash, for people reading `ls`.
-const LONG_PREFIX: usize = MAX_STEM - 1 - 64;
-
-/// A file name for a key: ASCII letters, digits, `-` and `_` stay; every other byte
-/// becomes `%XX`, so no chat id can name a path outside the directory. An encoding longer
-/// than [`MAX_STEM`] becomes its first bytes, `~` and the SHA-256 of the whole key: a fixed
-/// length whatever the chat id. `~` never appears in an encoding, so a long key's name
-/// cannot be a short key's, and two long keys share a name only if SHA-256 collides.
-fn file_stem(key: &SessionKey) -> String {
-    let mut stem = String::with_capacity(key.as_str().len());
-    for byte in key.as_str().bytes() {
-        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
-            stem.push(char::from(byte));
-        } else {
-            stem.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    if stem.len() <= MAX_STEM {
-        return stem;
-    }
-    // The encoding is ASCII, so any byte index is a char boundary.
-    stem.truncate(LONG_PREFIX);
-    stem.push('~');
-    for byte in Sha256::digest(key.as_str().as_bytes()) {
-        stem.push_str(&format!("{byte:02x}"));
-    }
-    stem
-}
-
 /// How many records a rewrite with `snapshot` holds.
 pub(crate) fn snapshot_records(snapshot: &Snapshot<'_>) -> usize {
     snapshot.inbound.len() + 1 + snapshot.messages.len()
@@ -527,6 +495,7 @@ mod tests {
     use crate::store::{Batch, InboundState, Snapshot};
 
     use super::*;
+    use crate::file_name::MAX_STEM;
 
     fn store() -> (tempfile::TempDir, JsonlStore) {
         let dir = tempfile::tempdir().expect("tempdir");

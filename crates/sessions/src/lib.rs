@@ -10,9 +10,11 @@
 //! - `trim`: the pure trimming and repair rules, unit-tested edge by edge.
 //! - `store`: the [`SessionStore`] trait and what a load returns.
 //! - `jsonl`: [`JsonlStore`], the on-disk store.
+//! - `file_name`: a session's file name from its key (percent-encoded, long ones hashed).
 //! - `error`: [`StoreError`].
 
 mod error;
+mod file_name;
 mod jsonl;
 mod session;
 mod store;
