@@ -10,14 +10,22 @@
 //! - `markdown`: [`telegram_html`], Markdown in Telegram's HTML subset.
 //! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
+//! - `intake`: [`Gate`] (the allow list, then pairing) and [`say`], answering outside a turn.
+//! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
+//! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
 
 mod draft;
+mod intake;
 mod markdown;
+pub mod media;
+mod outbound;
 mod pairing;
 mod split;
 
 pub use draft::{Draft, Step};
+pub use intake::{Gate, Sender, say};
 pub use markdown::{telegram_html, visible_text};
+pub use outbound::{Form, Replies, Said, Surface};
 pub use pairing::{
     AllowList, Approved, CODE_TTL, MAX_PENDING, Pairing, PairingError, PairingFile, PendingCode,
     RESEND_AFTER, Verdict,

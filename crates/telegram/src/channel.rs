@@ -20,7 +20,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use subtle::ConstantTimeEq;
-use switchboard_adapter::{AllowList, Pairing};
+use switchboard_adapter::{AllowList, Gate, Pairing, Replies};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatHub, CoreError, Fate, OutboundMessage,
 };
@@ -36,7 +36,7 @@ use crate::config::{Mode, TelegramSettings};
 use crate::convert::Me;
 use crate::cursor::Cursor;
 use crate::intake::Intake;
-use crate::outbound::Outbound;
+use crate::outbound::Telegram;
 
 /// The path Telegram posts updates to in webhook mode.
 pub const WEBHOOK_PATH: &str = "/telegram/webhook";
@@ -58,7 +58,7 @@ struct Inner {
     settings: TelegramSettings,
     bot: Bot,
     intake: Intake,
-    outbound: Outbound,
+    replies: Replies<Telegram>,
     /// The bot, once `getMe` answered (each start asks again).
     me: RwLock<Option<Me>>,
     /// Which updates may be confirmed. Held only to take or settle one, never across an
@@ -100,13 +100,16 @@ impl TelegramChannel {
                     bot: bot.clone(),
                     hub,
                     policy: settings.group_policy,
-                    allow: AllowList::new(&settings.allow_from),
-                    pairing,
+                    gate: Gate::new(CHANNEL_NAME, AllowList::new(&settings.allow_from), pairing),
                     workspace: workspace.to_path_buf(),
                     max_attachment_bytes: settings.max_attachment_bytes,
                     usernames: Default::default(),
                 },
-                outbound: Outbound::new(bot.clone(), settings.stream, settings.edit_interval),
+                replies: Replies::new(
+                    Arc::new(Telegram { bot: bot.clone() }),
+                    settings.stream,
+                    settings.edit_interval,
+                ),
                 bot,
                 settings,
                 me: RwLock::new(None),
@@ -302,7 +305,7 @@ impl Channel for TelegramChannel {
     }
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
-        self.inner.outbound.send(message).await
+        self.inner.replies.send(message).await
     }
 
     /// A private chat's id is its person's: they must still be allowed (on `allow_from`

@@ -4,13 +4,9 @@
 //! published with an [`Ack`], whose report settles the update.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::SystemTime;
 
-use switchboard_adapter::{AllowList, Pairing, Verdict};
-use switchboard_core::{
-    Ack, ChatHub, Fate, InboundMessage, MessageId, OutboundKind, OutboundMessage, TurnEnd,
-};
+use switchboard_adapter::{Gate, Sender, Verdict, say};
+use switchboard_core::{Ack, ChatHub, Fate, InboundMessage, MessageId};
 use teloxide::Bot;
 use teloxide::types::Update;
 
@@ -24,8 +20,7 @@ pub(crate) struct Intake {
     pub(crate) bot: Bot,
     pub(crate) hub: ChatHub,
     pub(crate) policy: GroupPolicy,
-    pub(crate) allow: AllowList,
-    pub(crate) pairing: Arc<Pairing>,
+    pub(crate) gate: Gate,
     pub(crate) workspace: PathBuf,
     pub(crate) max_attachment_bytes: u64,
     /// The usernames of senders seen, by id (at most [`MAX_KNOWN_USERNAMES`]): a person on
@@ -64,30 +59,25 @@ impl Intake {
             }
             known.insert(received.sender.clone(), name.to_owned());
         }
-        let verdict = if self.allow.allows(&received.sender, username) {
-            Verdict::Allowed
-        } else if received.private {
-            let name = match username {
-                Some(username) => format!("{} (@{username})", received.name),
-                None => received.name.clone(),
-            };
-            self.pairing.check(
-                CHANNEL_NAME,
-                &received.sender,
-                Some(&name),
-                &AllowList::default(),
-                SystemTime::now(),
-            )
-        } else if self.pairing.approved(CHANNEL_NAME, &received.sender) {
-            Verdict::Allowed
-        } else {
-            Verdict::Ignore
-        };
+        let verdict = self.gate.verdict(Sender {
+            id: &received.sender,
+            username,
+            name: &received.name,
+            private: received.private,
+        });
         match verdict {
             Verdict::Allowed => self.publish(*received, settle).await,
             Verdict::Pair(text) => {
                 tracing::info!(sender = %received.sender, "Telegram: an unknown sender got a pairing code");
-                self.reply(&received, text).await;
+                let reply_to = Some(MessageId::from(received.message_id.to_string()));
+                say(
+                    &self.hub,
+                    CHANNEL_NAME,
+                    &received.chat.as_str().into(),
+                    reply_to,
+                    text,
+                )
+                .await;
                 settle(Fate::Dropped);
             }
             Verdict::Ignore => {
@@ -107,8 +97,7 @@ impl Intake {
             .unwrap_or_else(|e| e.into_inner())
             .get(sender)
             .cloned();
-        self.allow.allows(sender, username.as_deref())
-            || self.pairing.approved(CHANNEL_NAME, sender)
+        self.gate.allows(sender, username.as_deref())
     }
 
     async fn publish(&self, received: Received, settle: impl FnOnce(Fate) + Send + 'static) {
@@ -148,24 +137,6 @@ impl Intake {
         if let Err(err) = self.hub.publish_inbound(message).await {
             // The ack went with the message: dropped unreported, it says "unprocessed".
             tracing::info!(error = %err, "a Telegram message was not taken");
-        }
-    }
-
-    /// Answers outside a turn (a pairing code), through the chat's lane.
-    async fn reply(&self, received: &Received, text: String) {
-        for kind in [
-            OutboundKind::Message(text),
-            OutboundKind::Done(TurnEnd::NotATurn),
-        ] {
-            let message = OutboundMessage {
-                channel: CHANNEL_NAME.into(),
-                chat_id: received.chat.as_str().into(),
-                reply_to: Some(MessageId::from(received.message_id.to_string())),
-                kind,
-            };
-            if let Err(err) = self.hub.publish_outbound(message).await {
-                tracing::warn!(error = %err, "could not send a pairing code");
-            }
         }
     }
 }
