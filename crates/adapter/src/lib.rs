@@ -12,6 +12,7 @@
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
 //! - `intake`: [`Gate`] (the allow list, then pairing) and [`say`], answering outside a turn.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
+//! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
 
 mod draft;
@@ -20,6 +21,7 @@ mod markdown;
 pub mod media;
 mod outbound;
 mod pairing;
+pub mod settings;
 mod split;
 
 pub use draft::{Draft, Step};

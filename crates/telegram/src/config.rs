@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_core::{ConfigProblem, expand_env};
+use switchboard_adapter::settings::{http_url as url, seconds, secret};
+use switchboard_core::ConfigProblem;
 use toml::Spanned;
 
 /// How updates arrive.
@@ -197,52 +198,5 @@ impl TelegramSection {
             watchdog,
             max_attachment_bytes: self.max_attachment_bytes,
         })
-    }
-}
-
-fn secret(
-    value: Option<&Spanned<String>>,
-    key: &str,
-    example: &str,
-) -> Result<String, ConfigProblem> {
-    let Some(value) = value else {
-        return Err(ConfigProblem::new(
-            None,
-            key,
-            format!("is required when the channel is enabled, e.g. {key} = \"{example}\""),
-        ));
-    };
-    expand_env(value.get_ref()).map_err(|variable| {
-        ConfigProblem::new(
-            Some(value.span()),
-            key,
-            format!("the environment variable {variable} is not set"),
-        )
-    })
-}
-
-fn url(value: &Spanned<String>, key: &str) -> Result<reqwest::Url, ConfigProblem> {
-    reqwest::Url::parse(value.get_ref())
-        .ok()
-        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
-        .ok_or_else(|| {
-            ConfigProblem::new(
-                Some(value.span()),
-                key,
-                format!("`{}` is not an http:// or https:// URL", value.get_ref()),
-            )
-        })
-}
-
-fn seconds(value: &Spanned<f64>, key: &str, min: f64) -> Result<Duration, ConfigProblem> {
-    let secs = *value.get_ref();
-    if secs.is_finite() && secs >= min && secs <= 86_400.0 {
-        Ok(Duration::from_secs_f64(secs))
-    } else {
-        Err(ConfigProblem::new(
-            Some(value.span()),
-            key,
-            format!("must be from {min} to 86400 seconds, got {secs}"),
-        ))
     }
 }

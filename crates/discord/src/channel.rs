@@ -1,0 +1,158 @@
+//! [`DiscordChannel`]: the `Channel` impl — the gateway connection (kept, resumed, closed
+//! cleanly on shutdown), its events taken in order by one intake task, and replies through
+//! the shared [`Replies`] over REST.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serenity::model::gateway::GatewayIntents;
+use switchboard_adapter::{AllowList, Gate, Pairing, Replies};
+use switchboard_core::{
+    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
+};
+use tokio::sync::mpsc;
+
+use crate::config::DiscordSettings;
+use crate::convert::Scope;
+use crate::gateway::{Ended, Gateway};
+use crate::intake::{Chats, Intake};
+use crate::rest::{Authors, CHANNEL_NAME, Discord, Rest};
+
+/// Events waiting for intake at most; beyond, the gateway waits (and Discord with it).
+const EVENT_QUEUE: usize = 256;
+/// The pause before connecting again after a connection dropped.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// The Discord channel. Cloning shares it.
+#[derive(Clone)]
+pub struct DiscordChannel {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    gateway: Gateway,
+    replies: Replies<Discord>,
+    gate: Arc<Gate>,
+    chats: Arc<Chats>,
+    /// Taken by `run` (one at a time, under the supervisor).
+    intake: tokio::sync::Mutex<Intake>,
+}
+
+/// The intents the channel asks for: server and direct messages, with their text.
+pub fn intents() -> GatewayIntents {
+    GatewayIntents::GUILD_MESSAGES
+        | GatewayIntents::DIRECT_MESSAGES
+        | GatewayIntents::MESSAGE_CONTENT
+}
+
+impl DiscordChannel {
+    /// A channel with `settings`, publishing on `hub`; files go under `workspace`,
+    /// pairing is `pairing`.
+    pub fn new(
+        settings: DiscordSettings,
+        hub: ChatHub,
+        workspace: &Path,
+        pairing: Arc<Pairing>,
+    ) -> Result<Self, CoreError> {
+        let rest = Rest::new(&settings.api_url, &settings.token)?;
+        let authors = Arc::new(Authors::default());
+        let gate = Arc::new(Gate::new(
+            CHANNEL_NAME,
+            AllowList::new(&settings.allow_from),
+            pairing,
+        ));
+        let chats = Arc::new(Chats::default());
+        let intake = Intake {
+            rest: rest.clone(),
+            hub,
+            gate: gate.clone(),
+            chats: chats.clone(),
+            scope: Scope {
+                me: 0,
+                policy: Some(settings.guild_policy),
+                guilds: settings.guilds.clone(),
+                channels: settings.channels.clone(),
+            },
+            authors: authors.clone(),
+            workspace: workspace.to_path_buf(),
+            max_attachment_bytes: settings.max_attachment_bytes,
+            slash_commands: settings.slash_commands,
+        };
+        let surface = Discord {
+            rest: rest.clone(),
+            authors,
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                gateway: Gateway::new(rest, settings.token.clone(), intents().bits()),
+                replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval),
+                gate,
+                chats,
+                intake: tokio::sync::Mutex::new(intake),
+            }),
+        })
+    }
+}
+
+#[async_trait]
+impl Channel for DiscordChannel {
+    fn name(&self) -> ChannelName {
+        ChannelName::from(CHANNEL_NAME)
+    }
+
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
+        let (events, mut queue) = mpsc::channel(EVENT_QUEUE);
+        let mut intake = self.inner.intake.lock().await;
+        let take = async {
+            while let Some(event) = queue.recv().await {
+                intake.take(event).await;
+            }
+        };
+        let connect = async move {
+            let announced = std::sync::atomic::AtomicBool::new(false);
+            let live = || {
+                if !announced.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::info!("Discord: connected");
+                }
+            };
+            loop {
+                match self
+                    .inner
+                    .gateway
+                    .connect(&events, &ctx.intake, &live)
+                    .await?
+                {
+                    Ended::Stopped => return Ok::<(), CoreError>(()),
+                    Ended::Reconnect => {
+                        tokio::select! {
+                            () = ctx.intake.cancelled() => return Ok(()),
+                            () = tokio::time::sleep(RECONNECT_AFTER.mul_f64(0.5 + fastrand::f64())) => {}
+                        }
+                    }
+                }
+            }
+        };
+        let (connected, ()) = tokio::join!(connect, take);
+        connected?;
+        // Intake stopped; replies still go out until the channel's end.
+        ctx.shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.inner.replies.send(message).await
+    }
+
+    /// A direct message's person must still be allowed (on `allow_from` or approved); a
+    /// server channel was let in by an allowed member (revoking them does not close it).
+    /// A chat not seen since the daemon started is refused: it cannot be told apart.
+    fn may_notify(&self, chat: &ChatId) -> bool {
+        match self.inner.chats.get(chat.as_str()) {
+            None => false,
+            Some(None) => true,
+            Some(Some(person)) => self.inner.gate.allows(&person, None),
+        }
+    }
+}

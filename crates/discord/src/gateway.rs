@@ -1,0 +1,386 @@
+//! The gateway connection: HELLO, IDENTIFY (or RESUME), heartbeats with zombie detection,
+//! and the dispatches the channel uses, handed on **in the order Discord sent them**.
+//!
+//! Why not serenity's `Client`: its shard runner starts a task per event, so two messages
+//! sent quickly in one chat can reach the hub swapped; its WebSocket reads frames of any
+//! size; and its connection type is private to the crate, so an ordered loop cannot be built
+//! on its `Shard`. This loop is the protocol's small core (documented at
+//! <https://discord.com/developers/docs/events/gateway>); serenity still provides the data
+//! model the dispatches are read into.
+//!
+//! A session that drops (network, zombie, op 7) is resumed where it left off — Discord
+//! replays what was missed — so no message is lost while the daemon runs. A close that
+//! means the config is wrong (token, intents) ends with an error naming the fix.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use serenity::model::channel::Message;
+use switchboard_core::{CoreError, error_chain};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message as Frame};
+use tokio_util::sync::CancellationToken;
+
+use crate::rest::{CHANNEL_NAME, Rest, channel_error};
+
+/// The largest gateway message read (READY of a bot in many servers is the largest).
+const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
+/// How long the gateway has to say HELLO, and to answer IDENTIFY or RESUME.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// The query every gateway URL gets.
+const QUERY: &str = "v=10&encoding=json";
+
+/// What the channel is handed, in order.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A new session: who the bot is.
+    Ready {
+        /// The bot's user id.
+        user: u64,
+        /// The application's id (slash commands are registered under it).
+        application: u64,
+    },
+    /// Someone wrote (or the bot did; intake decides).
+    Message(Box<Message>),
+    /// A slash command (or another interaction), as Discord sent it.
+    Interaction(Value),
+}
+
+/// How one connection ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The stop token was cancelled, or no one takes events any more.
+    Stopped,
+    /// The connection dropped; connect again (resuming if the session allows).
+    Reconnect,
+}
+
+/// Where a session can be resumed.
+#[derive(Clone, Debug)]
+struct Resume {
+    session: String,
+    url: String,
+    seq: u64,
+}
+
+/// A gateway frame.
+#[derive(Deserialize)]
+struct Envelope {
+    op: u8,
+    #[serde(default)]
+    d: Value,
+    s: Option<u64>,
+    t: Option<String>,
+}
+
+/// The gateway client. Its resume state outlives a connection (and a restart of the
+/// channel by its supervisor).
+pub(crate) struct Gateway {
+    rest: Rest,
+    token: String,
+    intents: u64,
+    resume: Mutex<Option<Resume>>,
+}
+
+impl Gateway {
+    pub(crate) fn new(rest: Rest, token: String, intents: u64) -> Self {
+        Self {
+            rest,
+            token,
+            intents,
+            resume: Mutex::new(None),
+        }
+    }
+
+    fn resume(&self) -> std::sync::MutexGuard<'_, Option<Resume>> {
+        self.resume.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One connection, until it ends; events go to `events` in order; `live` is called
+    /// once the session is ready or resumed. A failure to connect is an `Err`.
+    pub(crate) async fn connect(
+        &self,
+        events: &mpsc::Sender<Event>,
+        stop: &CancellationToken,
+        live: impl Fn(),
+    ) -> Result<Ended, CoreError> {
+        let resume = self.resume().clone();
+        let url = match &resume {
+            Some(resume) => resume.url.clone(),
+            None => {
+                let answer = self
+                    .rest
+                    .call(reqwest::Method::GET, "gateway", None)
+                    .await?;
+                answer["url"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| unavailable("GET /gateway answered no url".into()))?
+            }
+        };
+        let url = format!("{}/?{QUERY}", url.trim_end_matches('/'));
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(MAX_FRAME_BYTES))
+            .max_frame_size(Some(MAX_FRAME_BYTES));
+        let connecting = tokio_tungstenite::connect_async_with_config(&url, Some(config), true);
+        let (mut socket, _) = tokio::select! {
+            () = stop.cancelled() => return Ok(Ended::Stopped),
+            connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting) => connected
+                .map_err(|_| unavailable(format!("the gateway {url} did not answer in time")))?
+                .map_err(|err| unavailable(format!("cannot reach the gateway {url}: {}", error_chain(&err))))?,
+        };
+
+        // HELLO: the heartbeat interval.
+        let hello = tokio::time::timeout(HANDSHAKE_TIMEOUT, next_envelope(&mut socket))
+            .await
+            .map_err(|_| unavailable("the gateway sent no HELLO".into()))?
+            .map_err(|closed| match closed {
+                Closed::Code(code) => {
+                    unavailable(format!("the gateway closed before HELLO ({code})"))
+                }
+                Closed::Error(err) => unavailable(format!("the gateway connection failed: {err}")),
+            })?;
+        let interval = match hello {
+            Some(Envelope { op: 10, d, .. }) => d["heartbeat_interval"]
+                .as_u64()
+                .map(|ms| Duration::from_millis(ms.clamp(50, 600_000)))
+                .ok_or_else(|| unavailable("HELLO without a heartbeat_interval".into()))?,
+            _ => return Err(unavailable("the gateway did not start with HELLO".into())),
+        };
+
+        // IDENTIFY, or RESUME where the last session left off.
+        let hello_back = match &resume {
+            Some(resume) => json!({"op": 6, "d": {
+                "token": self.token, "session_id": resume.session, "seq": resume.seq,
+            }}),
+            None => json!({"op": 2, "d": {
+                "token": self.token,
+                "intents": self.intents,
+                "properties": {"os": std::env::consts::OS, "browser": "switchboard", "device": "switchboard"},
+            }}),
+        };
+        send(&mut socket, &hello_back).await?;
+
+        let first = interval.mul_f64(fastrand::f64());
+        let mut beat = tokio::time::interval_at(Instant::now() + first, interval);
+        let mut acked = true;
+        loop {
+            let envelope = tokio::select! {
+                () = stop.cancelled() => {
+                    // A normal close ends the session: the next start identifies anew.
+                    *self.resume() = None;
+                    let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
+                    let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
+                    return Ok(Ended::Stopped);
+                }
+                _ = beat.tick() => {
+                    if !acked {
+                        tracing::info!("Discord: no heartbeat ACK; reconnecting");
+                        return Ok(Ended::Reconnect);
+                    }
+                    acked = false;
+                    let seq = self.resume().as_ref().map(|r| r.seq);
+                    if send(&mut socket, &json!({"op": 1, "d": seq})).await.is_err() {
+                        return Ok(Ended::Reconnect);
+                    }
+                    continue;
+                }
+                envelope = next_envelope(&mut socket) => envelope,
+            };
+            let envelope = match envelope {
+                Ok(Some(envelope)) => envelope,
+                Ok(None) => return Ok(Ended::Reconnect),
+                Err(Closed::Code(code)) => return self.closed(code),
+                Err(Closed::Error(err)) => {
+                    tracing::info!(error = %err, "Discord: the gateway connection failed; reconnecting");
+                    return Ok(Ended::Reconnect);
+                }
+            };
+            match envelope.op {
+                0 => {
+                    if let Some(seq) = envelope.s
+                        && let Some(resume) = self.resume().as_mut()
+                    {
+                        resume.seq = resume.seq.max(seq);
+                    }
+                    let Some(event) = self.dispatch(envelope, &live) else {
+                        continue;
+                    };
+                    if events.send(event).await.is_err() {
+                        return Ok(Ended::Stopped);
+                    }
+                }
+                1 => {
+                    let seq = self.resume().as_ref().map(|r| r.seq);
+                    if send(&mut socket, &json!({"op": 1, "d": seq}))
+                        .await
+                        .is_err()
+                    {
+                        return Ok(Ended::Reconnect);
+                    }
+                }
+                7 => {
+                    tracing::info!("Discord asked to reconnect");
+                    return Ok(Ended::Reconnect);
+                }
+                9 => {
+                    if envelope.d.as_bool() != Some(true) {
+                        *self.resume() = None;
+                    }
+                    // Discord asks for a wait of 1–5 s before identifying again.
+                    let wait = Duration::from_millis(1000 + fastrand::u64(0..4000));
+                    tracing::info!(
+                        wait_ms = wait.as_millis() as u64,
+                        "Discord: the session is invalid; starting another"
+                    );
+                    tokio::select! {
+                        () = stop.cancelled() => return Ok(Ended::Stopped),
+                        () = tokio::time::sleep(wait) => return Ok(Ended::Reconnect),
+                    }
+                }
+                11 => acked = true,
+                _ => {}
+            }
+        }
+    }
+
+    /// A dispatch as the channel's event (if it uses it), keeping READY's resume state.
+    fn dispatch(&self, envelope: Envelope, live: &impl Fn()) -> Option<Event> {
+        let kind = envelope.t.as_deref().unwrap_or_default();
+        match kind {
+            "READY" => {
+                let d = &envelope.d;
+                let (Some(session), Some(url)) =
+                    (d["session_id"].as_str(), d["resume_gateway_url"].as_str())
+                else {
+                    tracing::warn!("Discord: READY without a session; it cannot be resumed");
+                    return None;
+                };
+                *self.resume() = Some(Resume {
+                    session: session.to_owned(),
+                    url: url.to_owned(),
+                    seq: envelope.s.unwrap_or_default(),
+                });
+                let user = snowflake(&d["user"]["id"]).unwrap_or_default();
+                let application = snowflake(&d["application"]["id"]).unwrap_or(user);
+                live();
+                Some(Event::Ready { user, application })
+            }
+            "RESUMED" => {
+                tracing::info!("Discord: session resumed");
+                live();
+                None
+            }
+            "MESSAGE_CREATE" => match serde_json::from_value::<Message>(envelope.d) {
+                Ok(message) => Some(Event::Message(Box::new(message))),
+                Err(err) => {
+                    tracing::warn!(error = %err, "Discord: a message that cannot be read was skipped");
+                    None
+                }
+            },
+            "INTERACTION_CREATE" => Some(Event::Interaction(envelope.d)),
+            _ => None,
+        }
+    }
+
+    /// The gateway closed with `code`: reconnect, start a new session, or give up with what
+    /// to fix.
+    fn closed(&self, code: u16) -> Result<Ended, CoreError> {
+        let fatal = match code {
+            4004 => {
+                Some("Discord refused the bot token (close 4004); check channels.discord.token")
+            }
+            4010 | 4011 => Some(
+                "Discord wants this bot sharded; switchboard runs one shard (bots in fewer than 2,500 servers)",
+            ),
+            4012 => Some("Discord no longer speaks gateway v10 (close 4012); update switchboard"),
+            4013 => Some("Discord refused the gateway intents (close 4013)"),
+            4014 => Some(
+                "Discord refused the Message Content intent (close 4014): enable it on the developer portal's Bot page",
+            ),
+            _ => None,
+        };
+        if let Some(message) = fatal {
+            *self.resume() = None;
+            return Err(channel_error(message.into()));
+        }
+        if matches!(code, 4007 | 4009) {
+            *self.resume() = None;
+        }
+        tracing::info!(code, "Discord closed the gateway connection; reconnecting");
+        Ok(Ended::Reconnect)
+    }
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Why a connection ended.
+enum Closed {
+    /// With a close code.
+    Code(u16),
+    /// Broken.
+    Error(String),
+}
+
+/// The next frame that is an envelope; `None` when the stream ended.
+async fn next_envelope(socket: &mut Socket) -> Result<Option<Envelope>, Closed> {
+    loop {
+        let frame = match socket.next().await {
+            None => return Ok(None),
+            Some(Err(err)) => return Err(Closed::Error(err.to_string())),
+            Some(Ok(frame)) => frame,
+        };
+        let text = match frame {
+            Frame::Text(text) => text,
+            Frame::Close(frame) => {
+                return Err(Closed::Code(
+                    frame.map(|f| u16::from(f.code)).unwrap_or(1005),
+                ));
+            }
+            Frame::Binary(_) => {
+                return Err(Closed::Error(
+                    "a binary frame (compression was not asked for)".into(),
+                ));
+            }
+            _ => continue,
+        };
+        match serde_json::from_str::<Envelope>(text.as_str()) {
+            Ok(envelope) => return Ok(Some(envelope)),
+            Err(err) => {
+                tracing::warn!(error = %err, "Discord: a gateway frame that cannot be read")
+            }
+        }
+    }
+}
+
+async fn send(socket: &mut Socket, value: &Value) -> Result<(), CoreError> {
+    socket
+        .send(Frame::text(value.to_string()))
+        .await
+        .map_err(|err: tungstenite::Error| {
+            unavailable(format!("the gateway connection failed: {err}"))
+        })
+}
+
+fn unavailable(message: String) -> CoreError {
+    CoreError::Unavailable {
+        channel: CHANNEL_NAME.into(),
+        message,
+    }
+}
+
+/// A Discord id, sent as a string.
+pub(crate) fn snowflake(value: &Value) -> Option<u64> {
+    match value {
+        Value::String(text) => text.parse().ok(),
+        Value::Number(number) => number.as_u64(),
+        _ => None,
+    }
+}

@@ -1,0 +1,270 @@
+//! From the gateway's events to the hub, one at a time in the order Discord sent them: is a
+//! message for the agent ([`incoming`]), may its author talk (the shared [`Gate`]: a
+//! pairing code in a DM for anyone else, silence in servers), then its files are saved
+//! and it is published. Slash commands are answered at once (Discord wants an answer
+//! within three seconds) and go on as the same command typed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use switchboard_adapter::media::{self, Incoming as IncomingFile};
+use switchboard_adapter::{Gate, Sender, Verdict, say};
+use switchboard_core::{ChatHub, ChatId, InboundMessage, MessageId};
+use url::Url;
+
+use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
+use crate::gateway::{Event, snowflake};
+use crate::rest::{Authors, CHANNEL_NAME, Rest};
+
+/// The slash commands registered, with what they do.
+pub(crate) const SLASH_COMMANDS: [(&str, &str); 4] = [
+    ("new", "Start a new conversation"),
+    ("stop", "Stop the running turn"),
+    ("help", "What the agent understands"),
+    ("status", "The session's state"),
+];
+
+/// Hosts attachments are fetched from (besides the API's own, for tests and proxies).
+const ATTACHMENT_HOSTS: [&str; 2] = ["cdn.discordapp.com", "media.discordapp.net"];
+
+/// Chats seen since the start, with the person of each direct message (`None` for a
+/// server channel): who the agent may write to unasked. Bounded; beyond, it starts over.
+#[derive(Default)]
+pub(crate) struct Chats(std::sync::Mutex<std::collections::HashMap<String, Option<String>>>);
+
+/// Chats remembered at most.
+const MAX_KNOWN_CHATS: usize = 10_000;
+
+impl Chats {
+    fn seen(&self, chat: &str, person: Option<String>) {
+        let mut known = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() >= MAX_KNOWN_CHATS {
+            known.clear();
+        }
+        known.insert(chat.to_owned(), person);
+    }
+
+    /// `None` for a chat not seen; `Some(None)` for a server channel; `Some(Some(id))` for
+    /// a direct message with the person `id`.
+    pub(crate) fn get(&self, chat: &str) -> Option<Option<String>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(chat)
+            .cloned()
+    }
+}
+
+/// What taking an event needs.
+pub(crate) struct Intake {
+    pub(crate) rest: Rest,
+    pub(crate) hub: ChatHub,
+    pub(crate) gate: Arc<Gate>,
+    pub(crate) chats: Arc<Chats>,
+    pub(crate) scope: Scope,
+    pub(crate) authors: Arc<Authors>,
+    pub(crate) workspace: PathBuf,
+    pub(crate) max_attachment_bytes: u64,
+    pub(crate) slash_commands: bool,
+}
+
+impl Intake {
+    /// Takes one event.
+    pub(crate) async fn take(&mut self, event: Event) {
+        match event {
+            Event::Ready { user, application } => {
+                self.scope.me = user;
+                if self.slash_commands {
+                    self.register(application).await;
+                }
+            }
+            Event::Message(message) => match incoming(&message, &self.scope) {
+                Incoming::Ignore(why) => {
+                    tracing::debug!(message = %message.id, why, "Discord message not for the agent");
+                }
+                Incoming::Message(received) => {
+                    let username = message.author.name.clone();
+                    self.admit(*received, &username).await;
+                }
+            },
+            Event::Interaction(interaction) => self.interaction(interaction).await,
+        }
+    }
+
+    async fn admit(&self, received: Received, username: &str) {
+        let sender = received.sender.to_string();
+        let verdict = self.gate.verdict(Sender {
+            id: &sender,
+            username: Some(username),
+            name: &received.name,
+            private: received.private,
+        });
+        let chat = ChatId::from(received.chat.as_str());
+        let reply_to = Some(MessageId::from(received.message.as_str()));
+        match verdict {
+            Verdict::Allowed => self.publish(received).await,
+            Verdict::Pair(text) => {
+                tracing::info!(%sender, "Discord: an unknown sender got a pairing code");
+                say(&self.hub, CHANNEL_NAME, &chat, reply_to, text).await;
+            }
+            Verdict::Ignore => {
+                tracing::debug!(%sender, %chat, "Discord: a message from a sender who may not talk");
+            }
+        }
+    }
+
+    async fn publish(&self, received: Received) {
+        let mut content = received.text.clone();
+        let mut attachments = Vec::new();
+        for file in &received.files {
+            match self.save(&received, file).await {
+                Ok(attachment) => attachments.push(attachment),
+                Err(why) => {
+                    tracing::warn!(file = %file.name, %why, "Discord attachment not saved");
+                    if !content.is_empty() {
+                        content.push('\n');
+                    }
+                    content.push_str(&format!("[attachment {} was not saved: {why}]", file.name));
+                }
+            }
+        }
+        self.authors
+            .insert(received.message.clone(), received.sender);
+        let person = received.private.then(|| received.sender.to_string());
+        self.chats.seen(&received.chat, person);
+        let mut message = InboundMessage::text(
+            CHANNEL_NAME.into(),
+            received.chat.as_str().into(),
+            received.sender.to_string().into(),
+            content,
+        );
+        message.id = Some(MessageId::from(received.message.as_str()));
+        message.reply_to = received.reply_to.map(MessageId::from);
+        message.attachments = attachments;
+        if let Err(err) = self.hub.publish_inbound(message).await {
+            tracing::info!(error = %err, "a Discord message was not taken");
+        }
+    }
+
+    /// Saves one attachment, fetched only from Discord's CDN (or the configured API host).
+    async fn save(
+        &self,
+        received: &Received,
+        file: &FileRef,
+    ) -> Result<switchboard_core::Attachment, String> {
+        let incoming = IncomingFile {
+            channel: CHANNEL_NAME,
+            chat: &received.chat,
+            message: &received.message,
+            name: &file.name,
+            mime: file.mime.as_deref(),
+            max_bytes: self.max_attachment_bytes,
+            cap_key: "channels.discord.max_attachment_bytes",
+        };
+        if file.size > self.max_attachment_bytes {
+            return Err(incoming.too_large());
+        }
+        let url = Url::parse(&file.url).map_err(|_| "its address cannot be read".to_owned())?;
+        let host = url.host_str().unwrap_or_default();
+        if !(ATTACHMENT_HOSTS.contains(&host) || Some(host) == self.rest.host()) {
+            return Err(format!("it is not on Discord's CDN ({host})"));
+        }
+        let response = self.rest.download(url).await?;
+        media::save(&self.workspace, incoming, response.bytes_stream()).await
+    }
+
+    /// Registers the slash commands (replacing the application's global ones).
+    async fn register(&self, application: u64) {
+        let commands: Vec<Value> = SLASH_COMMANDS
+            .iter()
+            .map(|(name, description)| {
+                json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]})
+            })
+            .collect();
+        let path = format!("applications/{application}/commands");
+        match self
+            .rest
+            .call(reqwest::Method::PUT, &path, Some(&Value::Array(commands)))
+            .await
+        {
+            Ok(_) => tracing::debug!("Discord: slash commands registered"),
+            Err(err) => {
+                tracing::warn!(error = %err, "Discord: slash commands not registered (typed commands still work)");
+            }
+        }
+    }
+
+    /// A slash command: answered at once, then taken as the command typed in its channel.
+    async fn interaction(&self, interaction: Value) {
+        // Type 2 is an application command.
+        if interaction["type"].as_u64() != Some(2) {
+            return;
+        }
+        let name = interaction["data"]["name"].as_str().unwrap_or_default();
+        if !SLASH_COMMANDS.iter().any(|(known, _)| *known == name) {
+            return;
+        }
+        let (Some(id), Some(token), Some(channel)) = (
+            interaction["id"].as_str(),
+            interaction["token"].as_str(),
+            snowflake(&interaction["channel_id"]),
+        ) else {
+            tracing::warn!("Discord: an interaction without an id, token or channel");
+            return;
+        };
+        let user = if interaction["member"]["user"].is_object() {
+            &interaction["member"]["user"]
+        } else {
+            &interaction["user"]
+        };
+        let Some(sender) = snowflake(&user["id"]) else {
+            return;
+        };
+        let username = user["username"].as_str().unwrap_or_default();
+        let private = interaction["guild_id"].is_null();
+        let sender_id = sender.to_string();
+        let allowed = self.gate.verdict(Sender {
+            id: &sender_id,
+            username: Some(username),
+            name: user["global_name"].as_str().unwrap_or(username),
+            private,
+        });
+        let answer = match &allowed {
+            Verdict::Allowed => format!("/{name}"),
+            Verdict::Pair(text) => text.clone(),
+            Verdict::Ignore => "You may not talk to this agent.".to_owned(),
+        };
+        // 4: a message in answer; flag 64 makes it visible to the sender only.
+        let flags = if matches!(allowed, Verdict::Allowed) {
+            0
+        } else {
+            64
+        };
+        let body = json!({"type": 4, "data": {
+            "content": answer, "flags": flags, "allowed_mentions": {"parse": []},
+        }});
+        let path = format!("interactions/{id}/{token}/callback");
+        if let Err(err) = self
+            .rest
+            .call(reqwest::Method::POST, &path, Some(&body))
+            .await
+        {
+            tracing::warn!(error = %err, "Discord: a slash command could not be answered");
+        }
+        if matches!(allowed, Verdict::Allowed) {
+            let message = InboundMessage::text(
+                CHANNEL_NAME.into(),
+                channel.to_string().into(),
+                sender_id.into(),
+                format!("/{name}"),
+            );
+            if let Err(err) = self.hub.publish_inbound(message).await {
+                tracing::info!(error = %err, "a Discord command was not taken");
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! switchboard-discord: talk to the agent from Discord — direct messages, server channels
+//! and threads.
+//!
+//! Events arrive over the gateway (a WebSocket; resumed where it left off when it drops)
+//! and are taken one at a time in the order Discord sent them. Senders not on the allow
+//! list get a pairing code in a DM. Replies stream into one message edited in place, then
+//! arrive split at 2000 characters with code fences kept valid, replying to the person's
+//! message, with "typing…" kept alive meanwhile; nothing the model writes can ping anyone
+//! but that person. Delivery (one lane per chat, retries after a 429) is the hub's; this
+//! crate is only the adapter.
+//!
+//! # Layout
+//! - `config`: [`DiscordSection`], the config file's part, and [`DiscordSettings`].
+//! - `convert`: messages ⇄ switchboard's types, without a network.
+//! - `gateway`: the gateway connection, its events in order.
+//! - `intake`: from an event to the hub (who may talk, files, slash commands).
+//! - `rest`: REST calls with their errors mapped for delivery; Discord as a `Surface`.
+//! - `channel`: [`DiscordChannel`]: start, reconnects, shutdown.
+
+mod channel;
+mod config;
+mod convert;
+mod gateway;
+mod intake;
+mod rest;
+
+pub use channel::{DiscordChannel, intents};
+pub use config::{DiscordSection, DiscordSettings, GuildPolicy};
+pub use rest::{CHANNEL_NAME, MESSAGE_LIMIT};

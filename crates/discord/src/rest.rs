@@ -1,0 +1,294 @@
+//! Discord's REST API as the channel calls it: a small reqwest client (not serenity's
+//! `Http`, whose rate limiter retries a 429 inside the call, where the delivery lanes cannot
+//! see it, and ignores a custom base URL), each call within a time limit and each answer
+//! within a size cap. Errors are mapped for delivery: a 429 is `RateLimited` with Discord's
+//! `retry_after`, a network failure or 5xx `Unavailable`, the rest final.
+//!
+//! [`Discord`] is the channel's [`Surface`]: messages with `allowed_mentions` that let no
+//! one be pinged but the author being answered, replies as message references, embeds of
+//! links suppressed, "typing…".
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use switchboard_adapter::{Measure, Said, Surface};
+use switchboard_core::{ChatId, CoreError, error_chain};
+use url::Url;
+
+/// The channel's name, and the prefix of its session keys.
+pub const CHANNEL_NAME: &str = "discord";
+/// Discord's longest message, in characters.
+pub const MESSAGE_LIMIT: usize = 2000;
+/// How long one REST call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest answer read from the REST API.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+/// "typing…" lasts ten seconds on Discord; it is renewed a little sooner.
+const TYPING_EVERY: Duration = Duration::from_secs(8);
+/// The message flag that turns off link embeds.
+const SUPPRESS_EMBEDS: u64 = 1 << 2;
+/// Authors remembered for the messages being answered; beyond, the table starts over.
+const MAX_KNOWN_AUTHORS: usize = 10_000;
+
+/// The REST API.
+#[derive(Clone)]
+pub(crate) struct Rest {
+    client: reqwest::Client,
+    /// `<api_url>/api/v10/`.
+    base: Url,
+    authorization: String,
+}
+
+impl Rest {
+    pub(crate) fn new(api_url: &Url, token: &str) -> Result<Self, CoreError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(CALL_TIMEOUT)
+            .tcp_nodelay(true)
+            .user_agent(concat!(
+                "DiscordBot (https://example.invalid/switchboard, ",
+                env!("CARGO_PKG_VERSION"),
+                ")"
+            ))
+            .build()
+            .map_err(|err| channel_error(format!("cannot start the HTTP client: {err}")))?;
+        let base = api_url
+            .join("api/v10/")
+            .map_err(|err| channel_error(format!("api_url: {err}")))?;
+        Ok(Self {
+            client,
+            base,
+            authorization: format!("Bot {token}"),
+        })
+    }
+
+    /// A call: `path` is relative to `/api/v10/`. Returns the answer's JSON (`null` for an
+    /// empty one).
+    pub(crate) async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, CoreError> {
+        let url = self
+            .base
+            .join(path)
+            .map_err(|err| channel_error(format!("bad path {path}: {err}")))?;
+        let mut request = self
+            .client
+            .request(method.clone(), url)
+            .header("authorization", &self.authorization);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.map_err(|err| unavailable(&err))?;
+        let status = response.status();
+        let retry_header = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<f64>().ok());
+        let bytes = read_capped(response).await?;
+        let answer: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+        };
+        if status.is_success() {
+            return Ok(answer);
+        }
+        let said = answer["message"].as_str().unwrap_or("").to_owned();
+        Err(match status.as_u16() {
+            429 => {
+                let secs = answer["retry_after"].as_f64().or(retry_header);
+                CoreError::RateLimited {
+                    retry_after: secs
+                        .filter(|s| s.is_finite() && *s >= 0.0)
+                        .map(|s| Duration::from_secs_f64(s.min(3600.0))),
+                }
+            }
+            401 => channel_error(
+                "Discord refused the bot token (401); check channels.discord.token".into(),
+            ),
+            code if code >= 500 => CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: format!("{method} {path}: Discord answered {status}"),
+            },
+            _ => channel_error(format!(
+                "{method} {path}: Discord answered {status}: {said}"
+            )),
+        })
+    }
+
+    /// Fetches a file by its full URL (an attachment), within `max_bytes`.
+    pub(crate) fn download(
+        &self,
+        url: Url,
+    ) -> impl Future<Output = Result<reqwest::Response, String>> + use<> {
+        let request = self.client.get(url).timeout(Duration::from_secs(120));
+        async move {
+            let response = request
+                .send()
+                .await
+                .map_err(|err| format!("the download failed: {}", error_chain(&err)))?;
+            if !response.status().is_success() {
+                return Err(format!("the download failed: {}", response.status()));
+            }
+            Ok(response)
+        }
+    }
+
+    /// The host the API is on (attachments are fetched only from Discord's hosts or it).
+    pub(crate) fn host(&self) -> Option<&str> {
+        self.base.host_str()
+    }
+}
+
+async fn read_capped(response: reqwest::Response) -> Result<Vec<u8>, CoreError> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|err| unavailable(&err))?;
+        if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+            return Err(CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: format!("Discord answered more than {MAX_ANSWER_BYTES} bytes"),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn unavailable(err: &reqwest::Error) -> CoreError {
+    CoreError::Unavailable {
+        channel: CHANNEL_NAME.into(),
+        message: if err.is_timeout() {
+            format!("Discord did not answer within {CALL_TIMEOUT:?}")
+        } else {
+            error_chain(err)
+        },
+    }
+}
+
+pub(crate) fn channel_error(message: String) -> CoreError {
+    CoreError::Channel {
+        channel: CHANNEL_NAME.into(),
+        message,
+    }
+}
+
+/// Who wrote the messages being answered, by message id: their mention (and only theirs)
+/// may ping. Filled by intake; bounded.
+#[derive(Default)]
+pub(crate) struct Authors(Mutex<HashMap<String, u64>>);
+
+impl Authors {
+    pub(crate) fn insert(&self, message: String, author: u64) {
+        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() >= MAX_KNOWN_AUTHORS {
+            known.clear();
+        }
+        known.insert(message, author);
+    }
+
+    fn get(&self, message: &str) -> Option<u64> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(message)
+            .copied()
+    }
+}
+
+/// Discord as a [`Surface`].
+pub(crate) struct Discord {
+    pub(crate) rest: Rest,
+    pub(crate) authors: Arc<Authors>,
+}
+
+impl Discord {
+    /// Mentions allowed in a text: none of `@everyone`, `@here` or roles, no user but the
+    /// author being answered (and the reply's own ping only for them).
+    fn allowed_mentions(&self, said: &Said<'_>) -> Value {
+        let author = said
+            .answering
+            .and_then(|message| self.authors.get(message.as_str()));
+        let users: Vec<String> = author.iter().map(u64::to_string).collect();
+        json!({
+            "parse": [],
+            "users": users,
+            "roles": [],
+            "replied_user": said.as_reply && author.is_some(),
+        })
+    }
+}
+
+#[async_trait]
+impl Surface for Discord {
+    type Place = u64;
+
+    fn place(&self, chat: &ChatId) -> Result<u64, CoreError> {
+        chat.as_str()
+            .parse()
+            .map_err(|_| channel_error(format!("`{chat}` is not a Discord channel")))
+    }
+
+    fn limit(&self) -> (usize, Measure) {
+        (MESSAGE_LIMIT, Measure::Chars)
+    }
+
+    fn typing_every(&self) -> Duration {
+        TYPING_EVERY
+    }
+
+    async fn send(&self, channel: u64, said: Said<'_>) -> Result<String, CoreError> {
+        let mut body = json!({
+            "content": said.text,
+            "allowed_mentions": self.allowed_mentions(&said),
+            "flags": SUPPRESS_EMBEDS,
+        });
+        if let Some(message) = said.answering.filter(|_| said.as_reply) {
+            body["message_reference"] = json!({
+                "message_id": message.as_str(),
+                "fail_if_not_exists": false,
+            });
+        }
+        let path = format!("channels/{channel}/messages");
+        let answer = self
+            .rest
+            .call(reqwest::Method::POST, &path, Some(&body))
+            .await?;
+        answer["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: "Discord's answer to a new message had no id".into(),
+            })
+    }
+
+    async fn edit(&self, channel: u64, message: &str, said: Said<'_>) -> Result<(), CoreError> {
+        let body = json!({
+            "content": said.text,
+            "allowed_mentions": self.allowed_mentions(&said),
+        });
+        let path = format!("channels/{channel}/messages/{message}");
+        self.rest
+            .call(reqwest::Method::PATCH, &path, Some(&body))
+            .await
+            .map(drop)
+    }
+
+    async fn typing(&self, channel: u64) -> Result<(), CoreError> {
+        let path = format!("channels/{channel}/typing");
+        self.rest
+            .call(reqwest::Method::POST, &path, None)
+            .await
+            .map(drop)
+    }
+}
