@@ -16,6 +16,9 @@ mod builtin;
 mod chat;
 /// kill -9 at random moments of tool-calling turns: nothing acknowledged is lost or doubled.
 mod crash;
+/// Discord against a fake gateway and REST API: DMs, mentions, long replies, pings,
+/// resume, pairing, streaming, 429s, slash commands, files, a wrong token.
+mod discord;
 /// One chat never holds up another; floods are refused; `/stop` acts at once.
 mod dispatch;
 /// The listener under abuse: DNS rebinding, slowloris, oversized frames.

@@ -18,6 +18,7 @@ use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{
     Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
 };
+use switchboard_discord::DiscordChannel;
 use switchboard_llm::{
     ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
 };
@@ -254,18 +255,34 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         websocket = Some(channel);
     }
 
+    let state_dir = config.path(&config.agent.state_dir);
+    let workspace = config.path(&config.agent.workspace);
+    let pairing = Arc::new(Pairing::open(&state_dir));
     let telegram_section = &config.channels.telegram;
     if telegram_section.enabled {
         let settings = telegram_section
             .settings()
             .map_err(|problem| config.source.problem("channels.telegram", problem))?;
-        let state_dir = config.path(&config.agent.state_dir);
-        let workspace = config.path(&config.agent.workspace);
-        let pairing = Arc::new(Pairing::open(&state_dir));
-        let channel = TelegramChannel::new(settings, hub.clone(), &state_dir, &workspace, pairing)?;
+        let channel = TelegramChannel::new(
+            settings,
+            hub.clone(),
+            &state_dir,
+            &workspace,
+            pairing.clone(),
+        )?;
         if let Some(webhook) = channel.router() {
             router = router.merge(webhook);
         }
+        register(&hub, &health, Arc::new(channel.clone()));
+        supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
+    }
+
+    let discord_section = &config.channels.discord;
+    if discord_section.enabled {
+        let settings = discord_section
+            .settings()
+            .map_err(|problem| config.source.problem("channels.discord", problem))?;
+        let channel = DiscordChannel::new(settings, hub.clone(), &workspace, pairing)?;
         register(&hub, &health, Arc::new(channel.clone()));
         supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
     }
@@ -300,6 +317,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     );
     tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url.get_ref(),
         websocket = ws_section.enabled, telegram = telegram_section.enabled,
+        discord = discord_section.enabled,
         max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
 

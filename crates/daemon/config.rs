@@ -222,6 +222,9 @@ pub struct ChannelsSection {
     /// `[channels.telegram]`.
     #[serde(default)]
     pub telegram: switchboard_telegram::TelegramSection,
+    /// `[channels.discord]`.
+    #[serde(default)]
+    pub discord: switchboard_discord::DiscordSection,
 }
 
 /// `[daemon]`.
@@ -364,6 +367,10 @@ impl Config {
             .telegram
             .validate()
             .map_err(|problem| self.source.problem("channels.telegram", problem))?;
+        self.channels
+            .discord
+            .validate()
+            .map_err(|problem| self.source.problem("channels.discord", problem))?;
         self.tools
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;

@@ -13,6 +13,7 @@
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
+pub mod discord;
 mod llm;
 pub mod process;
 pub mod strict;
@@ -20,6 +21,7 @@ pub mod telegram;
 mod tools;
 pub mod web;
 
+pub use discord::FakeDiscord;
 pub use llm::{Reply, Responder, ScriptedLlm};
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;

@@ -1,0 +1,764 @@
+//! [`FakeDiscord`]: Discord's REST API and gateway for tests, speaking the real wire format
+//! over real sockets.
+//!
+//! `GET /api/v10/gateway` names the fake's gateway, a WebSocket that says HELLO, takes
+//! IDENTIFY (refusing a wrong token with close 4004) or RESUME (replaying the dispatches
+//! the session missed, then RESUMED), answers heartbeats, and sends READY and the
+//! MESSAGE_CREATE / INTERACTION_CREATE dispatches tests make. REST takes what the adapter
+//! sends — messages (refused with Discord's 400 over 2000 characters), edits, typing,
+//! slash commands, interaction answers — and a channel can be told to answer 429 with a
+//! `retry_after`. Everything is recorded, with whom each message would have pinged under
+//! its `allowed_mentions`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The token tests configure.
+pub const TEST_TOKEN: &str = "MTAwMDAwMDAwMDAwMDAwMDAw.fake.discord-test-token";
+/// The bot's user id (and its application's).
+pub const BOT_ID: u64 = 900_000_000_000_000_001;
+/// The session id the fake hands out.
+const SESSION: &str = "fake-session-1";
+
+/// Something the bot sent: a new message, or an edit of one.
+#[derive(Clone, Debug)]
+pub struct Sent {
+    /// The channel.
+    pub channel: u64,
+    /// The message's id (the edited one's, for an edit).
+    pub message_id: u64,
+    /// Its content.
+    pub content: String,
+    /// The message it replies to (`message_reference`).
+    pub reply_to: Option<u64>,
+    /// Whether this is an edit.
+    pub edit: bool,
+    /// Who it would ping: `everyone`, `role:<id>`, `user:<id>`.
+    pub pinged: Vec<String>,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+/// What goes to the connected gateway socket.
+enum Push {
+    Frame(Value),
+    Close(u16),
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The connected gateway socket, if one is.
+    socket: Option<mpsc::UnboundedSender<Push>>,
+    seq: u64,
+    /// Every dispatch of the session, for RESUME.
+    dispatched: Vec<Value>,
+    identifies: u32,
+    resumes: u32,
+    heartbeats: u32,
+    heartbeat_ms: u64,
+    next_id: u64,
+    /// Authors of the people's messages, by id (for a reply's ping).
+    authors: HashMap<u64, u64>,
+    sent: Vec<Sent>,
+    texts: HashMap<(u64, u64), String>,
+    typing: Vec<u64>,
+    /// Channels answering 429: (retry_after seconds, answers left).
+    limited: HashMap<u64, (f64, u32)>,
+    limited_at: Vec<(u64, Instant)>,
+    /// Refused sends (400), by channel.
+    refused: Vec<(u64, String)>,
+    commands: Vec<Value>,
+    /// Interaction answers: (interaction id, body).
+    callbacks: Vec<(String, Value)>,
+    files: HashMap<String, Vec<u8>>,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    changed: Notify,
+    addr: Mutex<Option<SocketAddr>>,
+    stop: CancellationToken,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A running fake Discord; it stops when dropped.
+pub struct FakeDiscord {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl FakeDiscord {
+    /// Starts on 127.0.0.1 with an ephemeral port.
+    pub async fn start() -> std::io::Result<Self> {
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                heartbeat_ms: 41_250,
+                next_id: 1_000,
+                ..Inner::default()
+            }),
+            changed: Notify::new(),
+            addr: Mutex::new(None),
+            stop: CancellationToken::new(),
+        });
+        let app = Router::new()
+            .route("/api/v10/gateway", get(gateway_url))
+            .route("/gateway", get(gateway))
+            .route("/gateway/", get(gateway))
+            .route("/api/v10/channels/{channel}/messages", post(create))
+            .route(
+                "/api/v10/channels/{channel}/messages/{message}",
+                patch(edit),
+            )
+            .route("/api/v10/channels/{channel}/typing", post(typing))
+            .route("/api/v10/applications/{app}/commands", put(commands))
+            .route(
+                "/api/v10/interactions/{id}/{token}/callback",
+                post(callback),
+            )
+            .route("/attachments/{name}", get(file))
+            .with_state(shared.clone());
+        let (addr, stop) =
+            crate::serve(app, std::net::SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        *shared.addr.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
+        // The server's own stop ends the gateway sockets, too.
+        let sockets = shared.stop.clone();
+        tokio::spawn(async move {
+            sockets.cancelled().await;
+            stop.cancel();
+        });
+        Ok(Self { addr, shared })
+    }
+
+    /// The URL to configure as `channels.discord.api_url`.
+    pub fn api_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Heartbeats asked of the next connection, every `interval`.
+    pub fn set_heartbeat(&self, interval: Duration) {
+        self.shared.lock().heartbeat_ms = u64::try_from(interval.as_millis()).unwrap_or(41_250);
+    }
+
+    /// The DM channel of `user` with the bot.
+    pub fn dm_channel(user: u64) -> u64 {
+        user + 5_000_000
+    }
+
+    /// `user` writes `text` to the bot in a DM. Returns the message's id.
+    pub fn dm(&self, user: u64, text: &str) -> u64 {
+        self.message(Self::dm_channel(user), None, user, false, text, json!({}))
+    }
+
+    /// `user` writes `text` in a server's channel, mentioning the bot if `mention`.
+    pub fn guild_message(
+        &self,
+        guild: u64,
+        channel: u64,
+        user: u64,
+        mention: bool,
+        text: &str,
+    ) -> u64 {
+        let (text, extra) = if mention {
+            let bot = json!({"id": BOT_ID.to_string(), "username": "switchboard", "discriminator": "0", "avatar": null, "bot": true});
+            (format!("<@{BOT_ID}> {text}"), json!({"mentions": [bot]}))
+        } else {
+            (text.to_owned(), json!({}))
+        };
+        self.message(channel, Some(guild), user, false, &text, extra)
+    }
+
+    /// Another bot (`user`) writes `text` in a DM channel.
+    pub fn bot_message(&self, channel: u64, user: u64, text: &str) -> u64 {
+        self.message(channel, None, user, true, text, json!({}))
+    }
+
+    /// `user` sends a file in a DM.
+    pub fn dm_file(&self, user: u64, text: &str, name: &str, bytes: Vec<u8>) -> u64 {
+        let url = format!("http://{}/attachments/{name}", self.addr);
+        let size = bytes.len();
+        self.shared.lock().files.insert(name.to_owned(), bytes);
+        let attachment = json!({"id": "1", "filename": name, "size": size, "url": url,
+            "proxy_url": url, "content_type": "text/plain"});
+        let extra = json!({"attachments": [attachment]});
+        self.message(Self::dm_channel(user), None, user, false, text, extra)
+    }
+
+    /// `user` runs the slash command `/name` in `channel` (a server's when `guild`).
+    pub fn slash_command(&self, channel: u64, guild: Option<u64>, user: u64, name: &str) -> String {
+        let id = self.next_id().to_string();
+        let person = person(user, false);
+        let mut d = json!({"id": id, "application_id": BOT_ID.to_string(), "type": 2,
+            "token": format!("token-{id}"), "version": 1, "channel_id": channel.to_string(),
+            "data": {"id": "1", "name": name, "type": 1}});
+        match guild {
+            Some(guild) => {
+                d["guild_id"] = json!(guild.to_string());
+                d["member"] = json!({"user": person});
+            }
+            None => d["user"] = person,
+        }
+        self.dispatch("INTERACTION_CREATE", d);
+        id
+    }
+
+    fn next_id(&self) -> u64 {
+        let mut inner = self.shared.lock();
+        inner.next_id += 1;
+        inner.next_id
+    }
+
+    fn message(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        bot: bool,
+        text: &str,
+        extra: Value,
+    ) -> u64 {
+        let id = self.next_id();
+        let mut d = json!({
+            "id": id.to_string(), "channel_id": channel.to_string(), "content": text,
+            "author": person(user, bot),
+            "timestamp": "2026-11-24T10:00:00.000000+00:00", "edited_timestamp": null,
+            "tts": false, "mention_everyone": false, "mentions": [], "mention_roles": [],
+            "attachments": [], "embeds": [], "pinned": false, "type": 0,
+        });
+        if let Some(guild) = guild {
+            d["guild_id"] = json!(guild.to_string());
+        }
+        if let (Some(d), Some(extra)) = (d.as_object_mut(), extra.as_object()) {
+            for (key, value) in extra {
+                d.insert(key.clone(), value.clone());
+            }
+        }
+        self.shared.lock().authors.insert(id, user);
+        self.dispatch("MESSAGE_CREATE", d);
+        id
+    }
+
+    /// Sends a dispatch on the session (kept for a RESUME if no socket takes it).
+    fn dispatch(&self, kind: &str, d: Value) {
+        let mut inner = self.shared.lock();
+        inner.seq += 1;
+        let frame = json!({"op": 0, "s": inner.seq, "t": kind, "d": d});
+        inner.dispatched.push(frame.clone());
+        if let Some(socket) = &inner.socket {
+            let _ = socket.send(Push::Frame(frame));
+        }
+    }
+
+    /// Closes the gateway connection with `code` (4000: "unknown error", resumable).
+    pub fn close_gateway(&self, code: u16) {
+        let mut inner = self.shared.lock();
+        if let Some(socket) = inner.socket.take() {
+            let _ = socket.send(Push::Close(code));
+        }
+        drop(inner);
+        self.shared.changed.notify_waiters();
+    }
+
+    /// Whether a gateway socket is connected and identified (or resumed).
+    pub fn connected(&self) -> bool {
+        self.shared.lock().socket.is_some()
+    }
+
+    /// IDENTIFYs received.
+    pub fn identifies(&self) -> u32 {
+        self.shared.lock().identifies
+    }
+
+    /// RESUMEs accepted.
+    pub fn resumes(&self) -> u32 {
+        self.shared.lock().resumes
+    }
+
+    /// Heartbeats received.
+    pub fn heartbeats(&self) -> u32 {
+        self.shared.lock().heartbeats
+    }
+
+    /// Everything the bot sent, in order.
+    pub fn sent(&self) -> Vec<Sent> {
+        self.shared.lock().sent.clone()
+    }
+
+    /// New messages (not edits) in `channel`.
+    pub fn messages_to(&self, channel: u64) -> Vec<Sent> {
+        self.sent()
+            .into_iter()
+            .filter(|s| s.channel == channel && !s.edit)
+            .collect()
+    }
+
+    /// What message `id` in `channel` shows now.
+    pub fn current_text(&self, channel: u64, id: u64) -> Option<String> {
+        self.shared.lock().texts.get(&(channel, id)).cloned()
+    }
+
+    /// Channels "typing…" was shown in, once per call.
+    pub fn typing_in(&self, channel: u64) -> usize {
+        self.shared
+            .lock()
+            .typing
+            .iter()
+            .filter(|c| **c == channel)
+            .count()
+    }
+
+    /// Sends refused with a 400: (channel, Discord's message).
+    pub fn refused(&self) -> Vec<(u64, String)> {
+        self.shared.lock().refused.clone()
+    }
+
+    /// `channel` answers its next `times` sends and edits with a 429 asking to wait
+    /// `retry_after`.
+    pub fn rate_limit(&self, channel: u64, retry_after: Duration, times: u32) {
+        self.shared
+            .lock()
+            .limited
+            .insert(channel, (retry_after.as_secs_f64(), times));
+    }
+
+    /// When `channel` answered 429.
+    pub fn limited_at(&self, channel: u64) -> Vec<Instant> {
+        self.shared
+            .lock()
+            .limited_at
+            .iter()
+            .filter(|(c, _)| *c == channel)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
+    /// The slash commands registered last.
+    pub fn commands(&self) -> Vec<Value> {
+        self.shared.lock().commands.clone()
+    }
+
+    /// Interaction answers: (interaction id, body).
+    pub fn callbacks(&self) -> Vec<(String, Value)> {
+        self.shared.lock().callbacks.clone()
+    }
+
+    /// Waits until `check` holds of what was recorded, or panics after `timeout`.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&FakeDiscord) -> bool,
+    ) {
+        let wait = async {
+            loop {
+                let changed = self.shared.changed.notified();
+                if check(self) {
+                    return;
+                }
+                changed.await;
+            }
+        };
+        if tokio::time::timeout(timeout, wait).await.is_err() {
+            panic!(
+                "the fake Discord did not see {what} within {timeout:?}; sent: {:#?}",
+                self.sent()
+            );
+        }
+    }
+}
+
+impl Drop for FakeDiscord {
+    fn drop(&mut self) {
+        self.shared.stop.cancel();
+    }
+}
+
+fn person(user: u64, bot: bool) -> Value {
+    json!({"id": user.to_string(), "username": format!("user{user}"),
+        "global_name": format!("User {user}"), "discriminator": "0", "avatar": null, "bot": bot})
+}
+
+async fn gateway_url(State(shared): State<Arc<Shared>>) -> Response {
+    let addr = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
+    let url = addr
+        .map(|a| format!("ws://{a}/gateway"))
+        .unwrap_or_default();
+    axum::Json(json!({"url": url})).into_response()
+}
+
+async fn gateway(State(shared): State<Arc<Shared>>, upgrade: WebSocketUpgrade) -> Response {
+    upgrade.on_upgrade(move |socket| session(shared, socket))
+}
+
+/// One gateway connection.
+async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
+    let interval = shared.lock().heartbeat_ms;
+    let hello = json!({"op": 10, "d": {"heartbeat_interval": interval}});
+    if socket.send(text(&hello)).await.is_err() {
+        return;
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    loop {
+        tokio::select! {
+            () = shared.stop.cancelled() => return,
+            push = rx.recv() => {
+                let code = match push {
+                    Some(Push::Frame(frame)) => {
+                        if socket.send(text(&frame)).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    }
+                    Some(Push::Close(code)) => code,
+                    None => 1000,
+                };
+                let _ = socket.send(WsMessage::Close(Some(CloseFrame { code, reason: "".into() }))).await;
+                return;
+            }
+            frame = socket.recv() => {
+                let Some(Ok(WsMessage::Text(body))) = frame else {
+                    if matches!(frame, None | Some(Err(_)) | Some(Ok(WsMessage::Close(_)))) {
+                        forget(&shared, &tx);
+                        return;
+                    }
+                    continue;
+                };
+                let Ok(frame) = serde_json::from_str::<Value>(body.as_str()) else {
+                    let _ = socket.send(WsMessage::Close(Some(CloseFrame { code: 4002, reason: "decode error".into() }))).await;
+                    return;
+                };
+                let answer = take(&shared, &frame, &tx);
+                for out in answer {
+                    match out {
+                        Push::Frame(frame) => {
+                            if socket.send(text(&frame)).await.is_err() {
+                                return;
+                            }
+                        }
+                        Push::Close(code) => {
+                            let _ = socket.send(WsMessage::Close(Some(CloseFrame { code, reason: "".into() }))).await;
+                            return;
+                        }
+                    }
+                }
+                shared.changed.notify_waiters();
+            }
+        }
+    }
+}
+
+/// The socket went away: it no longer takes dispatches.
+fn forget(shared: &Shared, tx: &mpsc::UnboundedSender<Push>) {
+    let mut inner = shared.lock();
+    if inner.socket.as_ref().is_some_and(|s| s.same_channel(tx)) {
+        inner.socket = None;
+    }
+    drop(inner);
+    shared.changed.notify_waiters();
+}
+
+/// What the fake answers a client's frame with.
+fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec<Push> {
+    let mut inner = shared.lock();
+    match frame["op"].as_u64() {
+        Some(1) => {
+            inner.heartbeats += 1;
+            vec![Push::Frame(json!({"op": 11}))]
+        }
+        Some(2) => {
+            if frame["d"]["token"].as_str() != Some(TEST_TOKEN) {
+                return vec![Push::Close(4004)];
+            }
+            inner.identifies += 1;
+            // A new session: what the last one had is gone.
+            inner.dispatched.clear();
+            inner.seq += 1;
+            let addr = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
+            let resume = addr
+                .map(|a| format!("ws://{a}/gateway"))
+                .unwrap_or_default();
+            let ready = json!({"op": 0, "s": inner.seq, "t": "READY", "d": {
+                "v": 10, "session_id": SESSION, "resume_gateway_url": resume,
+                "user": {"id": BOT_ID.to_string(), "username": "switchboard", "discriminator": "0", "avatar": null, "bot": true},
+                "guilds": [], "application": {"id": BOT_ID.to_string(), "flags": 0},
+            }});
+            inner.socket = Some(tx.clone());
+            vec![Push::Frame(ready)]
+        }
+        Some(6) => {
+            let d = &frame["d"];
+            if d["token"].as_str() != Some(TEST_TOKEN) || d["session_id"].as_str() != Some(SESSION)
+            {
+                return vec![Push::Frame(json!({"op": 9, "d": false}))];
+            }
+            inner.resumes += 1;
+            let after = d["seq"].as_u64().unwrap_or_default();
+            let mut out: Vec<Push> = inner
+                .dispatched
+                .iter()
+                .filter(|f| f["s"].as_u64().is_some_and(|s| s > after))
+                .cloned()
+                .map(Push::Frame)
+                .collect();
+            inner.seq += 1;
+            out.push(Push::Frame(
+                json!({"op": 0, "s": inner.seq, "t": "RESUMED", "d": {}}),
+            ));
+            inner.socket = Some(tx.clone());
+            out
+        }
+        _ => Vec::new(),
+    }
+}
+
+fn text(value: &Value) -> WsMessage {
+    WsMessage::Text(value.to_string().into())
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bot {TEST_TOKEN}"))
+}
+
+fn error(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+/// A 429 for `channel` if it is limited.
+fn limited(inner: &mut Inner, channel: u64) -> Option<Response> {
+    let (retry_after, left) = inner.limited.get_mut(&channel)?;
+    if *left == 0 {
+        return None;
+    }
+    *left -= 1;
+    let retry_after = *retry_after;
+    inner.limited_at.push((channel, Instant::now()));
+    let body = json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": false});
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, body);
+    if let Ok(value) = format!("{retry_after}").parse() {
+        response.headers_mut().insert("retry-after", value);
+    }
+    Some(response)
+}
+
+async fn create(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<u64>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    write(&shared, channel, None, &headers, &body)
+}
+
+async fn edit(
+    State(shared): State<Arc<Shared>>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    write(&shared, channel, Some(message), &headers, &body)
+}
+
+/// A new message (`message` is `None`) or an edit, as Discord takes it.
+fn write(
+    shared: &Shared,
+    channel: u64,
+    message: Option<u64>,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Response {
+    if !authorized(headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401: Unauthorized", "code": 0}),
+        );
+    }
+    let mut inner = shared.lock();
+    if let Some(response) = limited(&mut inner, channel) {
+        drop(inner);
+        shared.changed.notify_waiters();
+        return response;
+    }
+    let content = body["content"].as_str().unwrap_or_default().to_owned();
+    if content.chars().count() > 2000 || (content.is_empty() && message.is_none()) {
+        let why = if content.is_empty() {
+            "Cannot send an empty message"
+        } else {
+            "Invalid Form Body: content: Must be 2000 or fewer in length."
+        };
+        inner.refused.push((channel, why.to_owned()));
+        drop(inner);
+        shared.changed.notify_waiters();
+        return error(
+            StatusCode::BAD_REQUEST,
+            json!({"message": why, "code": 50035}),
+        );
+    }
+    if let Some(id) = message
+        && !inner.texts.contains_key(&(channel, id))
+    {
+        return error(
+            StatusCode::NOT_FOUND,
+            json!({"message": "Unknown Message", "code": 10008}),
+        );
+    }
+    let reply_to = body["message_reference"]["message_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok());
+    let replied_author = reply_to.and_then(|id| inner.authors.get(&id).copied());
+    let pinged = pings(&content, body.get("allowed_mentions"), replied_author);
+    let id = match message {
+        Some(id) => id,
+        None => {
+            inner.next_id += 1;
+            inner.next_id
+        }
+    };
+    inner.texts.insert((channel, id), content.clone());
+    inner.sent.push(Sent {
+        channel,
+        message_id: id,
+        content: content.clone(),
+        reply_to,
+        edit: message.is_some(),
+        pinged,
+        at: Instant::now(),
+    });
+    drop(inner);
+    shared.changed.notify_waiters();
+    axum::Json(json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}))
+        .into_response()
+}
+
+/// Who a message would ping under `allowed` (Discord's rules: without `allowed_mentions`
+/// every mention pings; with it, only the kinds in `parse` and the ids listed).
+pub fn pings(content: &str, allowed: Option<&Value>, replied_author: Option<u64>) -> Vec<String> {
+    let parse = |kind: &str| {
+        allowed.is_none_or(|a| {
+            a["parse"]
+                .as_array()
+                .is_some_and(|p| p.iter().any(|k| k == kind))
+        })
+    };
+    let listed = |key: &str, id: &str| {
+        allowed.is_some_and(|a| {
+            a[key]
+                .as_array()
+                .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(id)))
+        })
+    };
+    let mut pinged = Vec::new();
+    if (content.contains("@everyone") || content.contains("@here")) && parse("everyone") {
+        pinged.push("everyone".to_owned());
+    }
+    let mut rest = content;
+    while let Some(start) = rest.find("<@") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('>') else { break };
+        let inner = &after[..end];
+        if let Some(role) = inner.strip_prefix('&') {
+            if parse("roles") || listed("roles", role) {
+                pinged.push(format!("role:{role}"));
+            }
+        } else {
+            let user = inner.trim_start_matches('!');
+            if !user.is_empty()
+                && user.bytes().all(|b| b.is_ascii_digit())
+                && (parse("users") || listed("users", user))
+            {
+                pinged.push(format!("user:{user}"));
+            }
+        }
+        rest = &after[end..];
+    }
+    if let Some(author) = replied_author {
+        let replied = allowed.is_none_or(|a| a["replied_user"].as_bool() == Some(true));
+        if replied {
+            pinged.push(format!("user:{author}"));
+        }
+    }
+    pinged.sort();
+    pinged.dedup();
+    pinged
+}
+
+async fn typing(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<u64>,
+    headers: HeaderMap,
+) -> StatusCode {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED;
+    }
+    shared.lock().typing.push(channel);
+    shared.changed.notify_waiters();
+    StatusCode::NO_CONTENT
+}
+
+async fn commands(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let list = body.as_array().cloned().unwrap_or_default();
+    shared.lock().commands = list.clone();
+    shared.changed.notify_waiters();
+    axum::Json(Value::Array(list)).into_response()
+}
+
+async fn callback(
+    State(shared): State<Arc<Shared>>,
+    Path((id, _token)): Path<(String, String)>,
+    axum::Json(body): axum::Json<Value>,
+) -> StatusCode {
+    shared.lock().callbacks.push((id, body));
+    shared.changed.notify_waiters();
+    StatusCode::NO_CONTENT
+}
+
+async fn file(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
+    match shared.lock().files.get(&name) {
+        Some(bytes) => bytes.clone().into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pings_follow_discords_allowed_mentions_rules() {
+        let text = "@everyone look <@&55> and <@!42> and <@43>";
+        assert_eq!(
+            pings(text, None, Some(42)),
+            ["everyone", "role:55", "user:42", "user:43"]
+        );
+        let none = json!({"parse": [], "users": [], "roles": [], "replied_user": false});
+        assert!(pings(text, Some(&none), Some(42)).is_empty());
+        let author = json!({"parse": [], "users": ["42"], "replied_user": true});
+        assert_eq!(pings(text, Some(&author), Some(42)), ["user:42"]);
+    }
+}

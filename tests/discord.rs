@@ -1,0 +1,394 @@
+//! Discord, end to end: a person writes where a Discord user would (the fake gateway's
+//! dispatches), and the answer is read where they would see it (what the bot sent the fake's
+//! REST API).
+
+use std::time::Duration;
+
+use switchboard_testkit::discord::TEST_TOKEN;
+use switchboard_testkit::{FakeDiscord, Reply, ScriptedLlm};
+
+use crate::util::{self, Extra, PATIENCE};
+
+/// People on the allow list, and one who is not.
+const ADA: u64 = 42;
+const CAROL: u64 = 44;
+const BOB: u64 = 43;
+/// A server and one of its channels.
+const GUILD: u64 = 7_000;
+const GENERAL: u64 = 7_001;
+
+/// A daemon with Discord (and the WebSocket channel) against the fakes.
+struct Discord {
+    dir: tempfile::TempDir,
+    llm: ScriptedLlm,
+    fake: FakeDiscord,
+    daemon: switchboard::app::Running,
+}
+
+impl Discord {
+    async fn start(extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let fake = FakeDiscord::start().await.expect("fake Discord");
+        let tables = format!(
+            r#"[channels.discord]
+enabled = true
+token = "{TEST_TOKEN}"
+api_url = "{api}"
+allow_from = ["{ADA}", "{CAROL}"]
+edit_interval_secs = 0.3
+{extra}
+"#,
+            api = fake.api_url()
+        );
+        let config = Extra {
+            tables: &tables,
+            ..Extra::default()
+        };
+        let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+        fake.wait_until(PATIENCE, "the bot connected", FakeDiscord::connected)
+            .await;
+        Self {
+            dir,
+            llm,
+            fake,
+            daemon,
+        }
+    }
+
+    /// The first new message in `channel` replying to `id`, once it arrived.
+    async fn wait_for_reply(&self, channel: u64, id: u64) -> String {
+        self.fake
+            .wait_until(PATIENCE, "a reply", |f| {
+                f.messages_to(channel)
+                    .iter()
+                    .any(|m| m.reply_to == Some(id))
+            })
+            .await;
+        let reply = self
+            .fake
+            .messages_to(channel)
+            .into_iter()
+            .find(|m| m.reply_to == Some(id))
+            .expect("a reply");
+        reply.content
+    }
+}
+
+fn dm(user: u64) -> u64 {
+    FakeDiscord::dm_channel(user)
+}
+
+#[tokio::test]
+async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_not() {
+    let t = Discord::start("stream = false").await;
+    let id = t.fake.dm(ADA, "hello bot");
+    assert_eq!(t.wait_for_reply(dm(ADA), id).await, "echo: hello bot");
+    assert!(t.fake.typing_in(dm(ADA)) >= 1, "typing… was shown");
+
+    let mention = t
+        .fake
+        .guild_message(GUILD, GENERAL, ADA, true, "what is up?");
+    assert_eq!(
+        t.wait_for_reply(GENERAL, mention).await,
+        "echo: what is up?",
+        "the mention was taken out of the text"
+    );
+
+    // Neither of these reaches the model; intake takes events in order, so once the
+    // last DM is answered both were seen.
+    t.fake
+        .guild_message(GUILD, GENERAL, ADA, false, "just chatting");
+    t.fake.bot_message(dm(ADA), 555, "I am another bot");
+    let last = t.fake.dm(ADA, "are you there?");
+    assert_eq!(
+        t.wait_for_reply(dm(ADA), last).await,
+        "echo: are you there?"
+    );
+    let asked: Vec<String> = t
+        .llm
+        .requests()
+        .iter()
+        .map(|r| {
+            util::conversation(r)
+                .last()
+                .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(asked, ["hello bot", "what is up?", "are you there?"]);
+
+    // The slash commands were registered for the bot's application.
+    let names: Vec<String> = t
+        .fake
+        .commands()
+        .iter()
+        .filter_map(|c| c["name"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(names, ["new", "stop", "help", "status"]);
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_reply_with_a_code_block_arrives_in_parts_that_fit_with_fences_balanced() {
+    let t = Discord::start("stream = false").await;
+    let code: String = (0..60)
+        .map(|i| format!("    total = total + values[{i}]  # step {i}\n"))
+        .collect();
+    let reply = format!(
+        "Here is the program.\n\n```python\n{code}```\n\n{}",
+        "It adds the values one by one and prints the total. ".repeat(60)
+    );
+    assert!(reply.chars().count() >= 5_000, "{}", reply.chars().count());
+    t.llm.push(Reply::text(reply.clone()));
+    let id = t.fake.dm(ADA, "write me a program");
+
+    let content = |text: &str| -> String {
+        text.lines()
+            .filter(|line| !line.trim_start().starts_with("```"))
+            .flat_map(|line| line.chars().filter(|c| !c.is_whitespace()))
+            .collect()
+    };
+    let expected = content(&reply);
+    t.fake
+        .wait_until(PATIENCE, "the whole reply", |f| {
+            let got: String = f
+                .messages_to(dm(ADA))
+                .iter()
+                .map(|m| content(&m.content))
+                .collect();
+            got == expected
+        })
+        .await;
+    let parts = t.fake.messages_to(dm(ADA));
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    assert_eq!(parts[0].reply_to, Some(id), "the first part replies");
+    for part in &parts {
+        assert!(part.content.chars().count() <= 2000);
+        let fences = part
+            .content
+            .lines()
+            .filter(|l| l.trim_start().starts_with("```"))
+            .count();
+        assert_eq!(fences % 2, 0, "fences balanced in {:?}", part.content);
+    }
+    assert!(t.fake.refused().is_empty(), "{:?}", t.fake.refused());
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn nothing_the_model_writes_pings_anyone_but_the_author() {
+    let t = Discord::start("stream = true").await;
+    let reply = "Hey @everyone and @here, <@&123456> meet <@77> and <@!78>; you too <@42>.";
+    t.llm
+        .push(Reply::paced(reply.to_owned(), Duration::from_millis(20)));
+    let id = t
+        .fake
+        .guild_message(GUILD, GENERAL, ADA, true, "announce it");
+    t.fake
+        .wait_until(PATIENCE, "the whole reply", |f| {
+            f.messages_to(GENERAL)
+                .first()
+                .and_then(|m| f.current_text(GENERAL, m.message_id))
+                .is_some_and(|text| text == reply)
+        })
+        .await;
+    let sent = t.fake.sent();
+    assert!(!sent.is_empty());
+    for message in &sent {
+        for ping in &message.pinged {
+            assert_eq!(ping, &format!("user:{ADA}"), "{message:?}");
+        }
+    }
+    assert_eq!(t.fake.messages_to(GENERAL)[0].reply_to, Some(id));
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dropped_gateway_is_resumed_and_what_was_said_meanwhile_is_answered() {
+    let t = Discord::start("stream = false").await;
+    let first = t.fake.dm(ADA, "before");
+    assert_eq!(t.wait_for_reply(dm(ADA), first).await, "echo: before");
+
+    t.fake.close_gateway(4000);
+    // Said while the connection is down: Discord replays it on RESUME.
+    let during = t.fake.dm(ADA, "while you were away");
+    t.fake
+        .wait_until(PATIENCE, "a resumed session", |f| {
+            f.resumes() == 1 && f.connected()
+        })
+        .await;
+    assert_eq!(
+        t.wait_for_reply(dm(ADA), during).await,
+        "echo: while you were away"
+    );
+    let after = t.fake.dm(ADA, "after");
+    assert_eq!(t.wait_for_reply(dm(ADA), after).await, "echo: after");
+    assert_eq!(t.fake.identifies(), 1, "resumed, not identified again");
+    assert_eq!(t.llm.requests().len(), 3, "each message answered once");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_sender_not_allowed_gets_a_pairing_code_and_never_reaches_the_model() {
+    let t = Discord::start("stream = false").await;
+    let id = t.fake.dm(BOB, "let me in");
+    let code = t.wait_for_reply(dm(BOB), id).await;
+    assert!(code.contains("switchboard pairing approve"), "{code}");
+    // In a server, a stranger gets silence, not a code.
+    t.fake.guild_message(GUILD, GENERAL, BOB, true, "hello?");
+    let marker = t.fake.dm(ADA, "marker");
+    t.wait_for_reply(dm(ADA), marker).await;
+    assert_eq!(
+        t.llm.requests().len(),
+        1,
+        "only the marker reached the model"
+    );
+    assert!(t.fake.messages_to(GENERAL).is_empty());
+
+    // Once approved, Bob is answered.
+    let pairing = switchboard_adapter::Pairing::open(&t.dir.path().join("state"));
+    let pending = pairing.list().expect("pairing file").pending;
+    let pending = pending.first().expect("a code");
+    pairing.approve(&pending.code).expect("approved");
+    let again = t.fake.dm(BOB, "now?");
+    assert_eq!(t.wait_for_reply(dm(BOB), again).await, "echo: now?");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn streaming_edits_respect_the_interval_and_end_with_the_full_text() {
+    let t = Discord::start("stream = true").await;
+    let words: Vec<String> = (0..50).map(|i| format!("word{i}")).collect();
+    let reply = words.join(" ");
+    t.llm
+        .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
+    let id = t.fake.dm(ADA, "stream something");
+    t.fake
+        .wait_until(PATIENCE, "the draft to end with the whole reply", |f| {
+            f.messages_to(dm(ADA))
+                .first()
+                .and_then(|draft| f.current_text(dm(ADA), draft.message_id))
+                .is_some_and(|text| text == reply)
+        })
+        .await;
+    let drafts = t.fake.messages_to(dm(ADA));
+    assert_eq!(drafts.len(), 1, "one message, edited in place");
+    assert_eq!(drafts[0].reply_to, Some(id));
+    let writes: Vec<_> = t
+        .fake
+        .sent()
+        .into_iter()
+        .filter(|s| s.channel == dm(ADA) && s.message_id == drafts[0].message_id)
+        .collect();
+    assert!(writes.len() >= 3, "it streamed: {} writes", writes.len());
+    for pair in writes.windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(gap >= Duration::from_millis(300), "edits {gap:?} apart");
+    }
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_429_on_one_channel_delays_only_that_channels_reply() {
+    let t = Discord::start("stream = false").await;
+    t.fake.rate_limit(dm(ADA), Duration::from_secs(2), 1);
+    let ada = t.fake.dm(ADA, "first in line");
+    let carol = t.fake.dm(CAROL, "second in line");
+    assert_eq!(
+        t.wait_for_reply(dm(CAROL), carol).await,
+        "echo: second in line"
+    );
+    assert_eq!(t.wait_for_reply(dm(ADA), ada).await, "echo: first in line");
+    let ada_reply = t.fake.messages_to(dm(ADA))[0].at;
+    let carol_reply = t.fake.messages_to(dm(CAROL))[0].at;
+    let limited = t.fake.limited_at(dm(ADA));
+    assert_eq!(limited.len(), 1);
+    assert!(
+        ada_reply.duration_since(limited[0]) >= Duration::from_secs(2),
+        "Discord's retry_after was honoured"
+    );
+    assert!(carol_reply < ada_reply, "the other channel was not held up");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slash_command_is_answered_and_runs_as_the_typed_command() {
+    let t = Discord::start("stream = false").await;
+    let first = t.fake.dm(ADA, "remember me");
+    t.wait_for_reply(dm(ADA), first).await;
+    let interaction = t.fake.slash_command(dm(ADA), None, ADA, "status");
+    t.fake
+        .wait_until(PATIENCE, "the interaction answered", |f| {
+            f.callbacks().iter().any(|(id, _)| *id == interaction)
+        })
+        .await;
+    t.fake
+        .wait_until(PATIENCE, "the status", |f| {
+            f.messages_to(dm(ADA)).len() >= 2
+        })
+        .await;
+    let status = &t.fake.messages_to(dm(ADA))[1].content;
+    assert!(status.contains("message"), "{status}");
+    assert_eq!(t.llm.requests().len(), 1, "/status is not a turn");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_file_is_saved_in_the_workspace_and_handed_to_the_agent() {
+    let t = Discord::start("stream = false").await;
+    let bytes = b"the notes of the meeting".to_vec();
+    let id = t
+        .fake
+        .dm_file(ADA, "summarise this", "notes.txt", bytes.clone());
+    t.wait_for_reply(dm(ADA), id).await;
+    let conversation = util::conversation(&t.llm.requests()[0]);
+    let text = conversation.last().expect("message")["content"]
+        .as_str()
+        .expect("text")
+        .to_owned();
+    let path = text
+        .split("saved in the workspace at ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("a path");
+    assert!(
+        path.starts_with(&format!("media/discord/{}-", dm(ADA))),
+        "{path}"
+    );
+    let saved = std::fs::read(t.dir.path().join("workspace").join(path)).expect("saved");
+    assert_eq!(saved, bytes);
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_token_shows_in_healthz_naming_the_fix() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeDiscord::start().await.expect("fake Discord");
+    let tables = format!(
+        "[channels.discord]\nenabled = true\ntoken = \"MTAwMDAwMDAwMDAwMDAwMDAw.wrong.token-for-test\"\napi_url = \"{}\"\n",
+        fake.api_url()
+    );
+    let config = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let health = util::health(daemon.addr()).await;
+        if health.to_string().contains("close 4004") {
+            assert_eq!(health["status"], "degraded", "{health}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "healthz never named the token: {health}"
+        );
+        // Polling /healthz: the channel's failure has no event to wait on.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fake.identifies(), 0);
+    daemon.shutdown().await;
+}
