@@ -127,6 +127,11 @@ async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_no
         .collect();
     assert_eq!(names, ["new", "stop", "help", "status"]);
     t.daemon.shutdown().await;
+    // The bot logged off: a normal close, not a dropped connection.
+    t.fake
+        .wait_until(PATIENCE, "a close", |f| !f.closes().is_empty())
+        .await;
+    assert_eq!(t.fake.closes(), [1000]);
 }
 
 #[tokio::test]

@@ -304,11 +304,19 @@ impl<S: Surface> Replies<S> {
                         let (_, wait) = draft.finish(out.started.elapsed());
                         tokio::time::sleep(wait).await;
                     }
-                    let said = Said {
+                    let edit = Said {
                         as_reply: false,
                         ..said
                     };
-                    self.surface.edit(place, &message, said).await?;
+                    match self.surface.edit(place, &message, edit).await {
+                        Ok(()) => {}
+                        // The draft is gone (deleted by someone): the part goes out anew.
+                        Err(CoreError::Channel { message: why, .. }) => {
+                            tracing::info!(%why, "the draft could not be edited; the reply is sent anew");
+                            self.surface.send(place, said).await?;
+                        }
+                        Err(err) => return Err(err),
+                    }
                 }
                 _ => {
                     self.surface.send(place, said).await?;
@@ -372,6 +380,8 @@ mod tests {
         /// Sends that fail with a rate limit, by the number of the send (0-based).
         failing_send: Mutex<Option<usize>>,
         sends: Mutex<usize>,
+        /// Edits fail as if the message were gone.
+        edits_fail: bool,
     }
 
     #[async_trait]
@@ -410,6 +420,12 @@ mod tests {
         }
 
         async fn edit(&self, (): (), message: &str, said: Said<'_>) -> Result<(), CoreError> {
+            if self.edits_fail {
+                return Err(CoreError::Channel {
+                    channel: "test".into(),
+                    message: "Unknown Message".into(),
+                });
+            }
             self.calls.lock().unwrap_or_else(|e| e.into_inner()).push((
                 "edit",
                 message.into(),
@@ -535,5 +551,28 @@ mod tests {
         let calls = calls(&replies);
         assert_eq!(calls[1], ("send", "m1".into(), "a reminder".into(), false));
         assert_eq!(calls[2], ("edit", "m0".into(), "the answer".into(), false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_whose_draft_is_gone_is_sent_anew() {
+        let recorder = Recorder {
+            edits_fail: true,
+            ..Recorder::default()
+        };
+        let replies = Replies::new(Arc::new(recorder), true, Duration::from_secs(1));
+        replies.send(out(OutboundKind::TurnStarted)).await.ok();
+        replies
+            .send(out(OutboundKind::Delta("draft".into())))
+            .await
+            .ok();
+        let sent = replies
+            .send(out(OutboundKind::Message("the answer".into())))
+            .await;
+        assert!(sent.is_ok(), "{sent:?}");
+        let calls = calls(&replies);
+        assert_eq!(
+            calls.last(),
+            Some(&("send", "m1".into(), "the answer".into(), true))
+        );
     }
 }

@@ -64,6 +64,7 @@ enum Scenario {
     Disk,
     Idle,
     Telegram,
+    Channels,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -146,6 +147,57 @@ async fn main() -> anyhow::Result<()> {
         .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         results.insert("telegram_rss_idle_mib".into(), mib(daemon.rss_kib()));
+        daemon.stop().await?;
+    }
+
+    // Every channel at once — WebSocket, Telegram polling, Discord's gateway — each
+    // connected to its fake: start and idle cost.
+    if run(Scenario::Channels) {
+        let telegram = switchboard_testkit::FakeTelegram::start().await?;
+        let discord = switchboard_testkit::FakeDiscord::start().await?;
+        let tables = format!(
+            "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n\n\
+             [channels.discord]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
+            switchboard_testkit::telegram::TEST_TOKEN,
+            telegram.api_url(),
+            switchboard_testkit::discord::TEST_TOKEN,
+            discord.api_url(),
+        );
+        let mut ready = Vec::new();
+        let mut connected = Vec::new();
+        for _ in 0..args.starts {
+            let dir = tempfile::tempdir()?;
+            let identifies = discord.identifies();
+            let started = std::time::Instant::now();
+            let (daemon, times) =
+                daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+            ready.push(times.ready);
+            discord
+                .wait_until(Duration::from_secs(10), "Discord READY", |f| {
+                    f.identifies() > identifies && f.connected()
+                })
+                .await;
+            connected.push(started.elapsed());
+            daemon.stop().await?;
+        }
+        results.insert("channels_start_ready_ms_p50".into(), median_ms(&mut ready));
+        results.insert("discord_connected_ms_p50".into(), median_ms(&mut connected));
+        let dir = tempfile::tempdir()?;
+        let identifies = discord.identifies();
+        let polls = telegram.polls();
+        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+        discord
+            .wait_until(Duration::from_secs(10), "Discord READY", |f| {
+                f.identifies() > identifies && f.connected()
+            })
+            .await;
+        telegram
+            .wait_until(Duration::from_secs(10), "a long poll", |f| {
+                f.polls() > polls
+            })
+            .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        results.insert("channels_rss_idle_mib".into(), mib(daemon.rss_kib()));
         daemon.stop().await?;
     }
 

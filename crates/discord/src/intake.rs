@@ -79,7 +79,8 @@ impl Intake {
             Event::Ready { user, application } => {
                 self.scope.me = user;
                 if self.slash_commands {
-                    self.register(application).await;
+                    // In the background: messages are not held up by it.
+                    tokio::spawn(register(self.rest.clone(), application));
                 }
             }
             Event::Message(message) => match incoming(&message, &self.scope) {
@@ -177,27 +178,6 @@ impl Intake {
         media::save(&self.workspace, incoming, response.bytes_stream()).await
     }
 
-    /// Registers the slash commands (replacing the application's global ones).
-    async fn register(&self, application: u64) {
-        let commands: Vec<Value> = SLASH_COMMANDS
-            .iter()
-            .map(|(name, description)| {
-                json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]})
-            })
-            .collect();
-        let path = format!("applications/{application}/commands");
-        match self
-            .rest
-            .call(reqwest::Method::PUT, &path, Some(&Value::Array(commands)))
-            .await
-        {
-            Ok(_) => tracing::debug!("Discord: slash commands registered"),
-            Err(err) => {
-                tracing::warn!(error = %err, "Discord: slash commands not registered (typed commands still work)");
-            }
-        }
-    }
-
     /// A slash command: answered at once, then taken as the command typed in its channel.
     async fn interaction(&self, interaction: Value) {
         // Type 2 is an application command.
@@ -265,6 +245,26 @@ impl Intake {
             if let Err(err) = self.hub.publish_inbound(message).await {
                 tracing::info!(error = %err, "a Discord command was not taken");
             }
+        }
+    }
+}
+
+/// Registers the slash commands (replacing the application's global ones).
+async fn register(rest: Rest, application: u64) {
+    let commands: Vec<Value> = SLASH_COMMANDS
+        .iter()
+        .map(|(name, description)| {
+            json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]})
+        })
+        .collect();
+    let path = format!("applications/{application}/commands");
+    match rest
+        .call(reqwest::Method::PUT, &path, Some(&Value::Array(commands)))
+        .await
+    {
+        Ok(_) => tracing::debug!("Discord: slash commands registered"),
+        Err(err) => {
+            tracing::warn!(error = %err, "Discord: slash commands not registered (typed commands still work)");
         }
     }
 }

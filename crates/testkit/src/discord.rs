@@ -68,6 +68,8 @@ struct Inner {
     identifies: u32,
     resumes: u32,
     heartbeats: u32,
+    /// Close codes the bot sent.
+    closes: Vec<u16>,
     heartbeat_ms: u64,
     next_id: u64,
     /// Authors of the people's messages, by id (for a reply's ping).
@@ -291,6 +293,11 @@ impl FakeDiscord {
         self.shared.lock().resumes
     }
 
+    /// Close codes the bot sent (1000: it logged off).
+    pub fn closes(&self) -> Vec<u16> {
+        self.shared.lock().closes.clone()
+    }
+
     /// Heartbeats received.
     pub fn heartbeats(&self) -> u32 {
         self.shared.lock().heartbeats
@@ -433,6 +440,9 @@ async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
                 return;
             }
             frame = socket.recv() => {
+                if let Some(Ok(WsMessage::Close(Some(close)))) = &frame {
+                    shared.lock().closes.push(close.code);
+                }
                 let Some(Ok(WsMessage::Text(body))) = frame else {
                     if matches!(frame, None | Some(Err(_)) | Some(Ok(WsMessage::Close(_)))) {
                         forget(&shared, &tx);
