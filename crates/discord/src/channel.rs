@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serenity::model::gateway::GatewayIntents;
 use switchboard_adapter::{AllowList, Gate, Pairing, Replies};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
@@ -18,6 +17,7 @@ use crate::config::DiscordSettings;
 use crate::convert::Scope;
 use crate::gateway::{Ended, Gateway};
 use crate::intake::{Chats, Intake};
+use crate::model;
 use crate::rest::{Authors, CHANNEL_NAME, Discord, Rest};
 
 /// Events waiting for intake at most; beyond, the gateway waits (and Discord with it).
@@ -41,10 +41,8 @@ struct Inner {
 }
 
 /// The intents the channel asks for: server and direct messages, with their text.
-pub fn intents() -> GatewayIntents {
-    GatewayIntents::GUILD_MESSAGES
-        | GatewayIntents::DIRECT_MESSAGES
-        | GatewayIntents::MESSAGE_CONTENT
+pub fn intents() -> u64 {
+    model::GUILD_MESSAGES | model::DIRECT_MESSAGES | model::MESSAGE_CONTENT
 }
 
 impl DiscordChannel {
@@ -86,7 +84,7 @@ impl DiscordChannel {
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                gateway: Gateway::new(rest, settings.token.clone(), intents().bits()),
+                gateway: Gateway::new(rest, settings.token.clone(), intents()),
                 replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval),
                 gate,
                 chats,

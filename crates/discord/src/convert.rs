@@ -3,7 +3,7 @@
 //! allow lists of servers and channels decide), with the bot's mentions taken out of the
 //! text.
 
-use serenity::model::channel::{Message, MessageType};
+use crate::model::Message;
 
 use crate::config::GuildPolicy;
 
@@ -64,25 +64,23 @@ pub(crate) enum Incoming {
 
 /// Reads `message` for the bot `scope.me`.
 pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
-    if message.author.id.get() == scope.me {
+    if message.author.id == scope.me {
         return Incoming::Ignore("the bot's own message");
     }
     if message.author.bot || message.webhook_id.is_some() {
         return Incoming::Ignore("a bot's message");
     }
-    if !matches!(
-        message.kind,
-        MessageType::Regular | MessageType::InlineReply
-    ) {
+    // 0: written; 19: a reply. The rest are system messages (joins, pins, …).
+    if !matches!(message.kind, 0 | 19) {
         return Incoming::Ignore("not a message someone wrote");
     }
     let text = strip_mentions(&message.content, scope.me);
     let private = message.guild_id.is_none();
     if let Some(guild) = message.guild_id {
-        if !scope.guilds.is_empty() && !scope.guilds.contains(&guild.get()) {
+        if !scope.guilds.is_empty() && !scope.guilds.contains(&guild) {
             return Incoming::Ignore("a server not in channels.discord.guilds");
         }
-        let channel = message.channel_id.get();
+        let channel = message.channel_id;
         if !scope.channels.is_empty() && !scope.channels.contains(&channel) {
             return Incoming::Ignore("a channel not in channels.discord.channels");
         }
@@ -90,11 +88,11 @@ pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
             GuildPolicy::Off => return Incoming::Ignore("server messages are off"),
             GuildPolicy::All => {}
             GuildPolicy::Mention => {
-                let mentioned = message.mentions.iter().any(|u| u.id.get() == scope.me)
+                let mentioned = message.mentions.iter().any(|u| u.id == scope.me)
                     || message
                         .referenced_message
                         .as_ref()
-                        .is_some_and(|r| r.author.id.get() == scope.me);
+                        .is_some_and(|r| r.author.id == scope.me);
                 let command = COMMANDS
                     .iter()
                     .any(|c| text == *c || text.starts_with(&format!("{c} ")));
@@ -110,7 +108,7 @@ pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
         .map(|a| FileRef {
             name: a.filename.clone(),
             url: a.url.clone(),
-            size: u64::from(a.size),
+            size: a.size,
             mime: a.content_type.clone(),
         })
         .collect();
@@ -118,21 +116,21 @@ pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
         return Incoming::Ignore("nothing to read");
     }
     Incoming::Message(Box::new(Received {
-        chat: message.channel_id.get().to_string(),
+        chat: message.channel_id.to_string(),
         private,
-        sender: message.author.id.get(),
+        sender: message.author.id,
         name: message
             .author
             .global_name
             .clone()
-            .unwrap_or_else(|| message.author.name.clone()),
-        message: message.id.get().to_string(),
+            .unwrap_or_else(|| message.author.username.clone()),
+        message: message.id.to_string(),
         text,
         reply_to: message
             .message_reference
             .as_ref()
             .and_then(|r| r.message_id)
-            .map(|id| id.get().to_string()),
+            .map(|id| id.to_string()),
         files,
     }))
 }

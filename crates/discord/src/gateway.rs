@@ -5,8 +5,7 @@
 //! sent quickly in one chat can reach the hub swapped; its WebSocket reads frames of any
 //! size; and its connection type is private to the crate, so an ordered loop cannot be built
 //! on its `Shard`. This loop is the protocol's small core (documented at
-//! <https://discord.com/developers/docs/events/gateway>); serenity still provides the data
-//! model the dispatches are read into.
+//! <https://discord.com/developers/docs/events/gateway>).
 //!
 //! A session that drops (network, zombie, op 7) is resumed where it left off — Discord
 //! replays what was missed — so no message is lost while the daemon runs. A close that
@@ -18,7 +17,6 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use serenity::model::channel::Message;
 use switchboard_core::{CoreError, error_chain};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -27,6 +25,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message as Frame};
 use tokio_util::sync::CancellationToken;
 
+use crate::model::Message;
 use crate::rest::{CHANNEL_NAME, Rest, channel_error};
 
 /// The largest gateway message read (READY of a bot in many servers is the largest).

@@ -12,6 +12,7 @@
 //! # Layout
 //! - `config`: [`DiscordSection`], the config file's part, and [`DiscordSettings`].
 //! - `convert`: messages ⇄ switchboard's types, without a network.
+//! - `model`: the parts of Discord's payloads the channel reads.
 //! - `gateway`: the gateway connection, its events in order.
 //! - `intake`: from an event to the hub (who may talk, files, slash commands).
 //! - `rest`: REST calls with their errors mapped for delivery; Discord as a `Surface`.
@@ -22,6 +23,7 @@ mod config;
 mod convert;
 mod gateway;
 mod intake;
+mod model;
 mod rest;
 
 pub use channel::{DiscordChannel, intents};
