@@ -85,7 +85,11 @@ impl Intake {
             }
             Event::Message(message) => match incoming(&message, &self.scope) {
                 Incoming::Ignore(why) => {
-                    tracing::debug!(message = message.id, why, "Discord message not for the agent");
+                    tracing::debug!(
+                        message = message.id,
+                        why,
+                        "Discord message not for the agent"
+                    );
                 }
                 Incoming::Message(received) => {
                     let username = message.author.username.clone();

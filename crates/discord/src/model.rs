@@ -126,11 +126,19 @@ mod tests {
             "message_reference": {"message_id": "4000"},
         }))
         .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((message.id, message.channel_id, message.author.id), (5001, 77, 42));
+        assert_eq!(
+            (message.id, message.channel_id, message.author.id),
+            (5001, 77, 42)
+        );
         assert_eq!(message.guild_id, None);
-        assert_eq!(message.message_reference.and_then(|r| r.message_id), Some(4000));
+        assert_eq!(
+            message.message_reference.and_then(|r| r.message_id),
+            Some(4000)
+        );
         assert!(!message.author.bot);
-        let broken = serde_json::from_value::<Message>(json!({"id": "x", "channel_id": "1", "author": {"id": "2"}}));
+        let broken = serde_json::from_value::<Message>(
+            json!({"id": "x", "channel_id": "1", "author": {"id": "2"}}),
+        );
         assert!(broken.is_err());
     }
 }

@@ -373,21 +373,16 @@ impl FakeDiscord {
         what: &str,
         check: impl Fn(&FakeDiscord) -> bool,
     ) {
-        let wait = async {
-            loop {
-                let changed = self.shared.changed.notified();
-                if check(self) {
-                    return;
-                }
-                changed.await;
-            }
-        };
-        if tokio::time::timeout(timeout, wait).await.is_err() {
-            panic!(
-                "the fake Discord did not see {what} within {timeout:?}; sent: {:#?}",
-                self.sent()
-            );
-        }
+        let what = format!("the fake Discord seeing {what}");
+        let context = || format!("sent: {:#?}", self.sent());
+        crate::wait_on(
+            &self.shared.changed,
+            timeout,
+            &what,
+            || check(self),
+            context,
+        )
+        .await;
     }
 }
 

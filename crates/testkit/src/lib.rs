@@ -44,3 +44,26 @@ pub(crate) async fn serve(
     });
     Ok((addr, stop))
 }
+
+/// Waits until `check` holds, looking again each time `changed` is notified; panics after
+/// `timeout` naming `what`, with `context` (what the fake recorded) for the reader.
+pub(crate) async fn wait_on(
+    changed: &tokio::sync::Notify,
+    timeout: std::time::Duration,
+    what: &str,
+    check: impl Fn() -> bool,
+    context: impl FnOnce() -> String,
+) {
+    let wait = async {
+        loop {
+            let notified = changed.notified();
+            if check() {
+                return;
+            }
+            notified.await;
+        }
+    };
+    if tokio::time::timeout(timeout, wait).await.is_err() {
+        panic!("{what} did not happen within {timeout:?}; {}", context());
+    }
+}

@@ -282,21 +282,16 @@ impl FakeTelegram {
         what: &str,
         check: impl Fn(&FakeTelegram) -> bool,
     ) {
-        let wait = async {
-            loop {
-                let changed = self.shared.changed.notified();
-                if check(self) {
-                    return;
-                }
-                changed.await;
-            }
-        };
-        if tokio::time::timeout(timeout, wait).await.is_err() {
-            panic!(
-                "the fake Telegram did not see {what} within {timeout:?}; sent: {:#?}",
-                self.sent()
-            );
-        }
+        let what = format!("the fake Telegram seeing {what}");
+        let context = || format!("sent: {:#?}", self.sent());
+        crate::wait_on(
+            &self.shared.changed,
+            timeout,
+            &what,
+            || check(self),
+            context,
+        )
+        .await;
     }
 }
 
