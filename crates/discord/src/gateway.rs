@@ -32,6 +32,9 @@ use crate::rest::{CHANNEL_NAME, Rest, channel_error};
 const MAX_FRAME_BYTES: usize = 8 * 1024 * 1024;
 /// How long the gateway has to say HELLO, and to answer IDENTIFY or RESUME.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
+/// After Discord refused the config (token, intents), the next attempt waits this long
+/// since the refusal: Discord resets a token that identifies more than 1,000 times a day.
+const AFTER_REFUSAL: Duration = Duration::from_secs(300);
 /// The query every gateway URL gets.
 const QUERY: &str = "v=10&encoding=json";
 
@@ -85,6 +88,8 @@ pub(crate) struct Gateway {
     token: String,
     intents: u64,
     resume: Mutex<Option<Resume>>,
+    /// When Discord last refused the config, and why.
+    refused: Mutex<Option<(Instant, String)>>,
 }
 
 impl Gateway {
@@ -94,6 +99,7 @@ impl Gateway {
             token,
             intents,
             resume: Mutex::new(None),
+            refused: Mutex::new(None),
         }
     }
 
@@ -109,6 +115,21 @@ impl Gateway {
         stop: &CancellationToken,
         live: impl Fn(),
     ) -> Result<Ended, CoreError> {
+        let refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((at, why)) = refused {
+            let left = (at + AFTER_REFUSAL).saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                // Not asked again yet: the channel stays failed, saying why.
+                return Err(channel_error(format!(
+                    "{why} (asking again in {} s)",
+                    left.as_secs()
+                )));
+            }
+        }
         let resume = self.resume().clone();
         let url = match &resume {
             Some(resume) => resume.url.clone(),
@@ -169,6 +190,10 @@ impl Gateway {
         let first = interval.mul_f64(fastrand::f64());
         let mut beat = tokio::time::interval_at(Instant::now() + first, interval);
         let mut acked = true;
+        // READY (or RESUMED) must come within the handshake's time.
+        let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
+        tokio::pin!(handshake);
+        let mut live_yet = false;
         loop {
             let envelope = tokio::select! {
                 () = stop.cancelled() => {
@@ -177,6 +202,9 @@ impl Gateway {
                     let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
                     let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
                     return Ok(Ended::Stopped);
+                }
+                () = &mut handshake, if !live_yet => {
+                    return Err(unavailable("the gateway did not answer IDENTIFY or RESUME in time".into()));
                 }
                 _ = beat.tick() => {
                     if !acked {
@@ -207,6 +235,9 @@ impl Gateway {
                         && let Some(resume) = self.resume().as_mut()
                     {
                         resume.seq = resume.seq.max(seq);
+                    }
+                    if matches!(envelope.t.as_deref(), Some("READY" | "RESUMED")) {
+                        live_yet = true;
                     }
                     let Some(event) = self.dispatch(envelope, &live) else {
                         continue;
@@ -307,6 +338,8 @@ impl Gateway {
         };
         if let Some(message) = fatal {
             *self.resume() = None;
+            *self.refused.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((Instant::now(), message.to_owned()));
             return Err(channel_error(message.into()));
         }
         if matches!(code, 4007 | 4009) {

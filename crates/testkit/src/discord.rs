@@ -66,6 +66,7 @@ struct Inner {
     /// Every dispatch of the session, for RESUME.
     dispatched: Vec<Value>,
     identifies: u32,
+    refused_identifies: u32,
     resumes: u32,
     heartbeats: u32,
     /// Close codes the bot sent.
@@ -288,6 +289,11 @@ impl FakeDiscord {
         self.shared.lock().identifies
     }
 
+    /// IDENTIFYs refused for a wrong token (close 4004).
+    pub fn refused_identifies(&self) -> u32 {
+        self.shared.lock().refused_identifies
+    }
+
     /// RESUMEs accepted.
     pub fn resumes(&self) -> u32 {
         self.shared.lock().resumes
@@ -489,6 +495,7 @@ fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec
         }
         Some(2) => {
             if frame["d"]["token"].as_str() != Some(TEST_TOKEN) {
+                inner.refused_identifies += 1;
                 return vec![Push::Close(4004)];
             }
             inner.identifies += 1;

@@ -166,7 +166,8 @@ impl ToolsSection {
             ));
         }
         for pattern in self.exec.deny.get_ref() {
-            if let Err(err) = regex::Regex::new(pattern) {
+            // Parsed only: compiling is left to the first command (exec.rs).
+            if let Err(err) = regex_syntax::Parser::new().parse(pattern) {
                 return Err(ConfigProblem::new(
                     Some(self.exec.deny.span()),
                     "exec.deny",

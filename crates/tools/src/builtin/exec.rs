@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -71,27 +71,36 @@ pub struct SandboxHelper {
 #[derive(Debug)]
 pub struct Exec {
     options: ExecOptions,
-    deny: RegexSet,
+    /// The deny list, compiled at the first command (compiling it costs a few hundred KiB
+    /// of memory at its peak, which a daemon that never runs a command need not pay).
+    deny: OnceLock<Result<RegexSet, String>>,
     /// Sessions already told that commands run without Landlock.
     told: Mutex<HashSet<String>>,
 }
 
 impl Exec {
-    /// An `exec` tool; fails when a deny pattern is not a valid regular expression.
-    pub fn new(options: ExecOptions) -> Result<Self, regex::Error> {
-        let deny = RegexSet::new(&options.deny)?;
-        Ok(Self {
+    /// An `exec` tool (the config checked that the deny patterns are regular expressions).
+    pub fn new(options: ExecOptions) -> Self {
+        Self {
             options,
-            deny,
+            deny: OnceLock::new(),
             told: Mutex::new(HashSet::new()),
-        })
+        }
     }
 
-    /// Which deny pattern, if any, refuses `command`.
+    /// Which deny pattern, if any, refuses `command`. A deny list that cannot be compiled
+    /// refuses every command.
     pub fn denied_by(&self, command: &str) -> Option<&str> {
+        let deny = self.deny.get_or_init(|| {
+            RegexSet::new(&self.options.deny)
+                .map_err(|err| format!("the deny list (tools.exec.deny) cannot be compiled: {err}"))
+        });
+        let deny = match deny {
+            Ok(deny) => deny,
+            Err(why) => return Some(why.as_str()),
+        };
         let flat = command.split_whitespace().collect::<Vec<_>>().join(" ");
-        self.deny
-            .matches(&flat)
+        deny.matches(&flat)
             .iter()
             .next()
             .map(|index| self.options.deny[index].as_str())
