@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use serde_json::json;
 use switchboard_testkit::discord::TEST_TOKEN;
 use switchboard_testkit::{FakeDiscord, Reply, ScriptedLlm};
 
@@ -406,4 +407,62 @@ async fn a_wrong_token_shows_in_healthz_naming_the_fix() {
     assert_eq!(fake.refused_identifies(), 1);
     assert_eq!(fake.identifies(), 0);
     daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() {
+    let t = Discord::start("stream = false").await;
+    let id = t.fake.dm(ADA, "hello bot");
+    assert_eq!(t.wait_for_reply(dm(ADA), id).await, "echo: hello bot");
+    let mention = t.fake.guild_message(GUILD, GENERAL, ADA, true, "hi all");
+    assert_eq!(t.wait_for_reply(GENERAL, mention).await, "echo: hi all");
+
+    t.llm.push(Reply::tools([
+        (
+            "message",
+            json!({"channel": "discord", "chat_id": dm(ADA).to_string(), "text": "Your tea is ready, <@42>."}),
+        ),
+        (
+            "message",
+            json!({"channel": "discord", "chat_id": GENERAL.to_string(), "text": "@everyone the build is green"}),
+        ),
+        (
+            "message",
+            json!({"channel": "discord", "chat_id": "99", "text": "hi"}),
+        ),
+    ]));
+    t.llm.push(Reply::text("notified"));
+    let mut client = util::WsClient::connect(t.daemon.addr()).await;
+    assert_eq!(
+        client.say("ops", "tell Ada her tea is ready").await.reply(),
+        "notified"
+    );
+    let results: Vec<String> = util::conversation(&t.llm.requests()[3])
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results[0], format!("sent to discord chat {}", dm(ADA)));
+    assert_eq!(results[1], format!("sent to discord chat {GENERAL}"));
+    assert!(
+        results[2].contains("has never talked to the agent"),
+        "{}",
+        results[2]
+    );
+    t.fake
+        .wait_until(PATIENCE, "both posts", |f| {
+            f.messages_to(dm(ADA)).len() == 2 && f.messages_to(GENERAL).len() == 2
+        })
+        .await;
+    for post in [
+        &t.fake.messages_to(dm(ADA))[1],
+        &t.fake.messages_to(GENERAL)[1],
+    ] {
+        assert_eq!(post.reply_to, None, "{post:?}");
+        assert!(
+            post.pinged.is_empty(),
+            "an unasked post pings no one: {post:?}"
+        );
+    }
+    t.daemon.shutdown().await;
 }
