@@ -30,8 +30,8 @@ pub struct ChatRequest {
     /// History and the new messages, oldest first. Shared, so building a request from a
     /// session's history copies pointers, not text.
     pub messages: Vec<Arc<ChatMessage>>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolDefinition>,
+    /// The tools the model may call (the registry's, shared).
+    pub tools: Arc<[ToolDefinition]>,
     /// Whether to stream the reply (text arrives as [`StreamEvent::Text`]).
     pub stream: bool,
 }

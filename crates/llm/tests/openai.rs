@@ -53,7 +53,8 @@ fn request(text: &str) -> ChatRequest {
             name: "echo".into(),
             description: "echo".into(),
             parameters: json!({"type": "object"}),
-        }],
+        }]
+        .into(),
         stream: false,
     }
 }

@@ -1,7 +1,7 @@
 //! [`ToolRegistry`]: the tools of one daemon, by name.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::tool::{Tool, ToolDefinition};
 
@@ -9,6 +9,9 @@ use crate::tool::{Tool, ToolDefinition};
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// The definitions, built at the first request (every turn sends them; building them
+    /// per turn cost tens of microseconds with the built-in tools).
+    definitions: OnceLock<Arc<[ToolDefinition]>>,
 }
 
 impl ToolRegistry {
@@ -20,6 +23,7 @@ impl ToolRegistry {
     /// Adds a tool, replacing one of the same name.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> &mut Self {
         self.tools.insert(tool.name().to_owned(), tool);
+        self.definitions = OnceLock::new();
         self
     }
 
@@ -32,6 +36,7 @@ impl ToolRegistry {
     /// Adds every tool of `other`, replacing those of the same name.
     pub fn extend(&mut self, other: ToolRegistry) -> &mut Self {
         self.tools.extend(other.tools);
+        self.definitions = OnceLock::new();
         self
     }
 
@@ -41,15 +46,19 @@ impl ToolRegistry {
     }
 
     /// The definitions sent to the model, sorted by name so requests are stable.
-    pub fn definitions(&self) -> Vec<ToolDefinition> {
-        self.tools
-            .values()
-            .map(|tool| ToolDefinition {
-                name: tool.name().to_owned(),
-                description: tool.description().to_owned(),
-                parameters: tool.parameters(),
+    pub fn definitions(&self) -> Arc<[ToolDefinition]> {
+        self.definitions
+            .get_or_init(|| {
+                self.tools
+                    .values()
+                    .map(|tool| ToolDefinition {
+                        name: tool.name().to_owned(),
+                        description: tool.description().to_owned(),
+                        parameters: tool.parameters(),
+                    })
+                    .collect()
             })
-            .collect()
+            .clone()
     }
 
     /// The names of the registered tools, sorted.
@@ -100,7 +109,11 @@ mod tests {
         let registry = ToolRegistry::new()
             .with(Arc::new(Named("zeta")))
             .with(Arc::new(Named("alpha")));
-        let names: Vec<_> = registry.definitions().into_iter().map(|d| d.name).collect();
+        let names: Vec<_> = registry
+            .definitions()
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
         assert_eq!(names, ["alpha", "zeta"]);
         assert!(registry.get("alpha").is_some());
         assert!(registry.get("beta").is_none());

@@ -277,7 +277,8 @@ mod tests {
                 name: "echo".into(),
                 description: "echoes".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            }]
+            .into(),
             stream: true,
         };
         let settings = Settings {
