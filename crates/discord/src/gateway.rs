@@ -149,11 +149,19 @@ impl Gateway {
             .max_message_size(Some(MAX_FRAME_BYTES))
             .max_frame_size(Some(MAX_FRAME_BYTES));
         let connecting = tokio_tungstenite::connect_async_with_config(&url, Some(config), true);
-        let (mut socket, _) = tokio::select! {
+        let connected = tokio::select! {
             () = stop.cancelled() => return Ok(Ended::Stopped),
             connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting) => connected
-                .map_err(|_| unavailable(format!("the gateway {url} did not answer in time")))?
-                .map_err(|err| unavailable(format!("cannot reach the gateway {url}: {}", error_chain(&err))))?,
+                .map_err(|_| unavailable(format!("the gateway {url} did not answer in time")))
+                .and_then(|c| c.map_err(|err| unavailable(format!("cannot reach the gateway {url}: {}", error_chain(&err))))),
+        };
+        let (mut socket, _) = match connected {
+            Ok(connected) => connected,
+            Err(err) => {
+                // The resume address may be gone: the next attempt starts a new session.
+                *self.resume() = None;
+                return Err(err);
+            }
         };
 
         // HELLO: the heartbeat interval.
