@@ -466,3 +466,28 @@ async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() 
     }
     t.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order() {
+    let t = Discord::start("stream = false").await;
+    t.fake.set_file_delay(Duration::from_secs(2));
+    let file = t
+        .fake
+        .dm_file(ADA, "read this", "notes.txt", b"notes".to_vec());
+    let after = t.fake.dm(ADA, "and then this");
+    let other = t.fake.dm(CAROL, "meanwhile");
+    assert_eq!(t.wait_for_reply(dm(CAROL), other).await, "echo: meanwhile");
+    t.wait_for_reply(dm(ADA), after).await;
+    let ada = t.fake.messages_to(dm(ADA));
+    let carol = t.fake.messages_to(dm(CAROL));
+    assert_eq!(
+        ada.iter().map(|m| m.reply_to).collect::<Vec<_>>(),
+        [Some(file), Some(after)],
+        "Ada's messages answered in the order she wrote them"
+    );
+    assert!(
+        carol[0].at < ada[0].at,
+        "Carol was answered while Ada's file was still downloading"
+    );
+    t.daemon.shutdown().await;
+}

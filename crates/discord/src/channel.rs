@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use crate::config::DiscordSettings;
 use crate::convert::Scope;
 use crate::gateway::{Ended, Gateway};
-use crate::intake::{Chats, Intake};
+use crate::intake::{Admit, Chats, Intake};
 use crate::model;
 use crate::rest::{Authors, CHANNEL_NAME, Discord, Rest};
 
@@ -63,20 +63,23 @@ impl DiscordChannel {
         ));
         let chats = Arc::new(Chats::default());
         let intake = Intake {
-            rest: rest.clone(),
-            hub,
-            gate: gate.clone(),
-            chats: chats.clone(),
+            admit: Arc::new(Admit {
+                rest: rest.clone(),
+                hub,
+                gate: gate.clone(),
+                chats: chats.clone(),
+                authors: authors.clone(),
+                workspace: workspace.to_path_buf(),
+                max_attachment_bytes: settings.max_attachment_bytes,
+            }),
             scope: Scope {
                 me: 0,
                 policy: Some(settings.guild_policy),
                 guilds: settings.guilds.clone(),
                 channels: settings.channels.clone(),
             },
-            authors: authors.clone(),
-            workspace: workspace.to_path_buf(),
-            max_attachment_bytes: settings.max_attachment_bytes,
             slash_commands: settings.slash_commands,
+            pending: Default::default(),
         };
         let surface = Discord {
             rest: rest.clone(),

@@ -4,6 +4,7 @@
 //! and it is published. Slash commands are answered at once (Discord wants an answer
 //! within three seconds) and go on as the same command typed.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{Gate, Sender, Verdict, say};
 use switchboard_core::{ChatHub, ChatId, InboundMessage, MessageId};
+use tokio::task::JoinHandle;
 use url::Url;
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
@@ -61,26 +63,36 @@ impl Chats {
 
 /// What taking an event needs.
 pub(crate) struct Intake {
+    pub(crate) admit: Arc<Admit>,
+    pub(crate) scope: Scope,
+    pub(crate) slash_commands: bool,
+    /// Per chat, the task still admitting its last message (one with files to fetch): the
+    /// chat's next message waits for it, other chats do not.
+    pub(crate) pending: HashMap<String, JoinHandle<()>>,
+}
+
+/// Admitting a message: who may talk, its files, the hub.
+pub(crate) struct Admit {
     pub(crate) rest: Rest,
     pub(crate) hub: ChatHub,
     pub(crate) gate: Arc<Gate>,
     pub(crate) chats: Arc<Chats>,
-    pub(crate) scope: Scope,
     pub(crate) authors: Arc<Authors>,
     pub(crate) workspace: PathBuf,
     pub(crate) max_attachment_bytes: u64,
-    pub(crate) slash_commands: bool,
 }
 
 impl Intake {
-    /// Takes one event.
+    /// Takes one event. A message is admitted here, in order, unless it has files to fetch
+    /// or its chat is still waiting for an earlier one's: then in a task of its own that
+    /// follows the chat's previous one, so a slow download holds up only its own chat.
     pub(crate) async fn take(&mut self, event: Event) {
         match event {
             Event::Ready { user, application } => {
                 self.scope.me = user;
                 if self.slash_commands {
                     // In the background: messages are not held up by it.
-                    tokio::spawn(register(self.rest.clone(), application));
+                    tokio::spawn(register(self.admit.rest.clone(), application));
                 }
             }
             Event::Message(message) => match incoming(&message, &self.scope) {
@@ -93,13 +105,33 @@ impl Intake {
                 }
                 Incoming::Message(received) => {
                     let username = message.author.username.clone();
-                    self.admit(*received, &username).await;
+                    self.pending.retain(|_, task| !task.is_finished());
+                    let before = self.pending.remove(&received.chat);
+                    if before.is_none() && received.files.is_empty() {
+                        self.admit.admit(*received, &username).await;
+                        return;
+                    }
+                    let chat = received.chat.clone();
+                    let admit = self.admit.clone();
+                    let task = tokio::spawn(async move {
+                        if let Some(before) = before {
+                            let _ = before.await;
+                        }
+                        admit.admit(*received, &username).await;
+                    });
+                    self.pending.insert(chat, task);
                 }
             },
-            Event::Interaction(interaction) => self.interaction(interaction).await,
+            Event::Interaction(interaction) => {
+                // Its answer is a REST call: not in the way of other events.
+                let admit = self.admit.clone();
+                tokio::spawn(async move { admit.interaction(interaction).await });
+            }
         }
     }
+}
 
+impl Admit {
     async fn admit(&self, received: Received, username: &str) {
         let sender = received.sender.to_string();
         let verdict = self.gate.verdict(Sender {

@@ -87,6 +87,8 @@ struct Inner {
     /// Interaction answers: (interaction id, body).
     callbacks: Vec<(String, Value)>,
     files: HashMap<String, Vec<u8>>,
+    /// How long a file download takes before its bytes come.
+    file_delay: Duration,
 }
 
 struct Shared {
@@ -202,6 +204,11 @@ impl FakeDiscord {
             "proxy_url": url, "content_type": "text/plain"});
         let extra = json!({"attachments": [attachment]});
         self.message(Self::dm_channel(user), None, user, false, text, extra)
+    }
+
+    /// File downloads wait `delay` before their bytes come (a slow CDN).
+    pub fn set_file_delay(&self, delay: Duration) {
+        self.shared.lock().file_delay = delay;
     }
 
     /// `user` runs the slash command `/name` in `channel` (a server's when `guild`).
@@ -751,8 +758,13 @@ async fn callback(
 }
 
 async fn file(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
-    match shared.lock().files.get(&name) {
-        Some(bytes) => bytes.clone().into_response(),
+    let (bytes, delay) = {
+        let inner = shared.lock();
+        (inner.files.get(&name).cloned(), inner.file_delay)
+    };
+    tokio::time::sleep(delay).await;
+    match bytes {
+        Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
