@@ -470,7 +470,7 @@ async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() 
 #[tokio::test]
 async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order() {
     let t = Discord::start("stream = false").await;
-    t.fake.set_file_delay(Duration::from_secs(2));
+    t.fake.set_file_delay(Duration::from_secs(3));
     let file = t
         .fake
         .dm_file(ADA, "read this", "notes.txt", b"notes".to_vec());
@@ -485,8 +485,10 @@ async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order() {
         [Some(file), Some(after)],
         "Ada's messages answered in the order she wrote them"
     );
+    let served = t.fake.files_served();
+    assert_eq!(served.len(), 1);
     assert!(
-        carol[0].at < ada[0].at,
+        carol[0].at < served[0],
         "Carol was answered while Ada's file was still downloading"
     );
     t.daemon.shutdown().await;

@@ -89,6 +89,8 @@ struct Inner {
     files: HashMap<String, Vec<u8>>,
     /// How long a file download takes before its bytes come.
     file_delay: Duration,
+    /// When each file download was answered.
+    files_served: Vec<Instant>,
 }
 
 struct Shared {
@@ -209,6 +211,11 @@ impl FakeDiscord {
     /// File downloads wait `delay` before their bytes come (a slow CDN).
     pub fn set_file_delay(&self, delay: Duration) {
         self.shared.lock().file_delay = delay;
+    }
+
+    /// When each file download was answered.
+    pub fn files_served(&self) -> Vec<Instant> {
+        self.shared.lock().files_served.clone()
     }
 
     /// `user` runs the slash command `/name` in `channel` (a server's when `guild`).
@@ -763,6 +770,8 @@ async fn file(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Re
         (inner.files.get(&name).cloned(), inner.file_delay)
     };
     tokio::time::sleep(delay).await;
+    shared.lock().files_served.push(Instant::now());
+    shared.changed.notify_waiters();
     match bytes {
         Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
