@@ -634,3 +634,34 @@ async fn the_agent_writes_to_an_allowed_chat_that_talked_to_it_and_to_no_other()
     assert!(t.fake.messages_to(99).is_empty());
     t.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order() {
+    let t = Telegram::start("stream = false").await;
+    t.fake.set_file_delay(Duration::from_secs(3));
+    let photo = t
+        .fake
+        .private_photo(ADA, "what is this?", b"not really a jpeg".to_vec());
+    let after = t.fake.private_text(ADA, "and then this");
+    let other = t.fake.private_text(BOB, "meanwhile");
+    assert_eq!(t.wait_for_reply(chat(BOB), other).await, "echo: meanwhile");
+    t.wait_for_reply(chat(ADA), after).await;
+    let ada: Vec<Option<i64>> = t
+        .fake
+        .messages_to(chat(ADA))
+        .iter()
+        .map(|m| m.reply_to)
+        .collect();
+    assert_eq!(
+        ada,
+        [Some(photo), Some(after)],
+        "Ada's messages in her order"
+    );
+    let served = t.fake.files_served();
+    assert_eq!(served.len(), 1);
+    assert!(
+        t.fake.messages_to(chat(BOB))[0].at < served[0],
+        "Bob was answered while Ada's photo was still downloading"
+    );
+    t.daemon.shutdown().await;
+}

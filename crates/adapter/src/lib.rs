@@ -11,6 +11,7 @@
 //! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
 //! - `intake`: [`Gate`] (the allow list, then pairing) and [`say`], answering outside a turn.
+//! - `per_chat`: [`PerChat`], intake work in order per chat, side by side across chats.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
@@ -21,6 +22,7 @@ mod markdown;
 pub mod media;
 mod outbound;
 mod pairing;
+mod per_chat;
 pub mod settings;
 mod split;
 
@@ -32,4 +34,5 @@ pub use pairing::{
     AllowList, Approved, CODE_TTL, MAX_PENDING, Pairing, PairingError, PairingFile, PendingCode,
     RESEND_AFTER, Verdict,
 };
+pub use per_chat::{MAX_IN_FLIGHT, PerChat};
 pub use split::{Measure, split};

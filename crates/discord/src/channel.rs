@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use switchboard_adapter::{AllowList, Gate, Pairing, Replies};
+use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Replies};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
 };
@@ -79,7 +79,7 @@ impl DiscordChannel {
                 channels: settings.channels.clone(),
             },
             slash_commands: settings.slash_commands,
-            pending: Default::default(),
+            per_chat: PerChat::default(),
         };
         let surface = Discord {
             rest: rest.clone(),

@@ -4,15 +4,13 @@
 //! and it is published. Slash commands are answered at once (Discord wants an answer
 //! within three seconds) and go on as the same command typed.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
-use switchboard_adapter::{Gate, Sender, Verdict, say};
+use switchboard_adapter::{Gate, PerChat, Sender, Verdict, say};
 use switchboard_core::{ChatHub, ChatId, InboundMessage, MessageId};
-use tokio::task::JoinHandle;
 use url::Url;
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
@@ -66,9 +64,8 @@ pub(crate) struct Intake {
     pub(crate) admit: Arc<Admit>,
     pub(crate) scope: Scope,
     pub(crate) slash_commands: bool,
-    /// Per chat, the task still admitting its last message (one with files to fetch): the
-    /// chat's next message waits for it, other chats do not.
-    pub(crate) pending: HashMap<String, JoinHandle<()>>,
+    /// Messages with files are admitted beside other chats', in order within their own.
+    pub(crate) per_chat: PerChat,
 }
 
 /// Admitting a message: who may talk, its files, the hub.
@@ -83,9 +80,8 @@ pub(crate) struct Admit {
 }
 
 impl Intake {
-    /// Takes one event. A message is admitted here, in order, unless it has files to fetch
-    /// or its chat is still waiting for an earlier one's: then in a task of its own that
-    /// follows the chat's previous one, so a slow download holds up only its own chat.
+    /// Takes one event. A message with files to fetch is admitted beside other chats'
+    /// messages (in order within its own chat), so a slow download holds up only its chat.
     pub(crate) async fn take(&mut self, event: Event) {
         match event {
             Event::Ready { user, application } => {
@@ -105,21 +101,11 @@ impl Intake {
                 }
                 Incoming::Message(received) => {
                     let username = message.author.username.clone();
-                    self.pending.retain(|_, task| !task.is_finished());
-                    let before = self.pending.remove(&received.chat);
-                    if before.is_none() && received.files.is_empty() {
-                        self.admit.admit(*received, &username).await;
-                        return;
-                    }
                     let chat = received.chat.clone();
+                    let quick = received.files.is_empty();
                     let admit = self.admit.clone();
-                    let task = tokio::spawn(async move {
-                        if let Some(before) = before {
-                            let _ = before.await;
-                        }
-                        admit.admit(*received, &username).await;
-                    });
-                    self.pending.insert(chat, task);
+                    let work = async move { admit.admit(*received, &username).await };
+                    self.per_chat.run(&chat, quick, work).await;
                 }
             },
             Event::Interaction(interaction) => {

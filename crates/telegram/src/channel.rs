@@ -20,7 +20,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use subtle::ConstantTimeEq;
-use switchboard_adapter::{AllowList, Gate, Pairing, Replies};
+use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Replies};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatHub, CoreError, Fate, OutboundMessage,
 };
@@ -173,6 +173,7 @@ impl Inner {
         let mut last_ok = Instant::now();
         let mut backoff = Duration::from_millis(500);
         let mut saved = self.cursor().confirmed();
+        let mut per_chat = PerChat::default();
         loop {
             if last_ok.elapsed() > self.settings.watchdog {
                 return Err(CoreError::Unavailable {
@@ -228,7 +229,16 @@ impl Inner {
                 new += 1;
                 let inner = self.clone();
                 let settle = move |fate: Fate| inner.settle(id, fate);
-                self.intake.take(update, me, settle).await;
+                let Some(received) = self.intake.read(update, me) else {
+                    settle(Fate::Dropped);
+                    continue;
+                };
+                // A message with files is fetched beside other chats' messages.
+                let chat = received.chat.clone();
+                let quick = received.files.is_empty();
+                let inner = self.clone();
+                let work = async move { inner.intake.admit(received, settle).await };
+                per_chat.run(&chat, quick, work).await;
             }
             let offset = self.cursor().confirmed();
             if offset != saved {

@@ -39,18 +39,33 @@ impl Intake {
         me: &Me,
         settle: impl FnOnce(Fate) + Send + 'static,
     ) {
-        let received = match incoming(update, me, self.policy) {
+        match self.read(update, me) {
+            Some(received) => self.admit(received, settle).await,
+            None => settle(Fate::Dropped),
+        }
+    }
+
+    /// The message for the agent in an update, or `None` when there is none.
+    pub(crate) fn read(&self, update: &Update, me: &Me) -> Option<Box<Received>> {
+        match incoming(update, me, self.policy) {
             Incoming::Ignore(why) => {
                 tracing::debug!(
                     update = update.id.0,
                     why,
                     "Telegram update not for the agent"
                 );
-                settle(Fate::Dropped);
-                return;
+                None
             }
-            Incoming::Message(received) => received,
-        };
+            Incoming::Message(received) => Some(received),
+        }
+    }
+
+    /// Admits a message read from an update: who may talk, its files, the hub.
+    pub(crate) async fn admit(
+        &self,
+        received: Box<Received>,
+        settle: impl FnOnce(Fate) + Send + 'static,
+    ) {
         let username = received.username.as_deref();
         if let Some(name) = username {
             let mut known = self.usernames.lock().unwrap_or_else(|e| e.into_inner());

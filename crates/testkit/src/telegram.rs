@@ -72,6 +72,10 @@ struct Inner {
     /// When each 429 was answered: (chat, time).
     limited_at: Vec<(i64, Instant)>,
     get_me_garbage: bool,
+    /// How long a file download waits before its bytes come.
+    file_delay: Duration,
+    /// When each file download was answered.
+    files_served: Vec<Instant>,
     /// Refuse every HTML text as unparseable (Telegram is stricter than the bot thought).
     refuse_html: bool,
     /// Updates handed out by `getUpdates`, counting repeats.
@@ -273,6 +277,16 @@ impl FakeTelegram {
     /// Makes every HTML send or edit fail with "can't parse entities" (or not).
     pub fn set_refuse_html(&self, refuse: bool) {
         self.shared.lock().refuse_html = refuse;
+    }
+
+    /// File downloads wait `delay` before their bytes come (a slow file server).
+    pub fn set_file_delay(&self, delay: Duration) {
+        self.shared.lock().file_delay = delay;
+    }
+
+    /// When each file download was answered.
+    pub fn files_served(&self) -> Vec<Instant> {
+        self.shared.lock().files_served.clone()
     }
 
     /// Waits until `check` holds of what was recorded, or panics after `timeout`.
@@ -685,9 +699,20 @@ async fn file(
     if bot != format!("bot{TEST_TOKEN}") {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let inner = shared.lock();
-    match inner.files.values().find(|(p, _)| *p == path) {
-        Some((_, bytes)) => bytes.clone().into_response(),
+    let (bytes, delay) = {
+        let inner = shared.lock();
+        let bytes = inner
+            .files
+            .values()
+            .find(|(p, _)| *p == path)
+            .map(|(_, bytes)| bytes.clone());
+        (bytes, inner.file_delay)
+    };
+    tokio::time::sleep(delay).await;
+    shared.lock().files_served.push(Instant::now());
+    shared.changed.notify_waiters();
+    match bytes {
+        Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
     }
 }
