@@ -145,7 +145,10 @@ impl Gateway {
             }
         };
         let url = format!("{}/?{QUERY}", url.trim_end_matches('/'));
+        // Frames are small but for READY; the read buffer grows when one needs it (the
+        // default starts at 128 KiB).
         let config = WebSocketConfig::default()
+            .read_buffer_size(8 * 1024)
             .max_message_size(Some(MAX_FRAME_BYTES))
             .max_frame_size(Some(MAX_FRAME_BYTES));
         let connecting = tokio_tungstenite::connect_async_with_config(&url, Some(config), true);
