@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
+use crate::hooks::{Hook, Hooks};
 use crate::turn::{self, TurnInput};
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
@@ -21,6 +22,8 @@ pub struct Agent {
     pub(crate) config: AgentConfig,
     /// The system prompt built from the workspace files, reused for a moment.
     pub(crate) context: ContextCache,
+    /// Policies attached to every turn.
+    pub(crate) hooks: Hooks,
 }
 
 impl Agent {
@@ -37,7 +40,14 @@ impl Agent {
             store,
             config,
             context: ContextCache::default(),
+            hooks: Hooks::default(),
         }
+    }
+
+    /// Adds a hook, run after those added before it, in every turn.
+    pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
+        self.hooks.push(hook);
+        self
     }
 
     /// The agent's config.

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::events::{AgentEvent, EventSink};
+use crate::hooks::{ToolOutcome, TurnInfo};
 
 /// The result text of a call that was cancelled before it returned.
 pub(crate) const CANCELLED_RESULT: &str = "error: cancelled before the tool returned";
@@ -30,6 +31,7 @@ pub(crate) async fn run(
     calls: &[ToolCall],
     ctx: &ToolContext,
     events: &EventSink,
+    iteration: usize,
 ) -> BatchOutcome {
     let mut results: Vec<Option<ChatMessage>> = vec![None; calls.len()];
     let mut started = vec![false; calls.len()];
@@ -39,7 +41,8 @@ pub(crate) async fn run(
         let mut running: FuturesUnordered<_> = group
             .map(|index| {
                 started[index] = true;
-                call_one(agent, &calls[index], ctx, events).map(move |result| (index, result))
+                call_one(agent, &calls[index], ctx, events, iteration)
+                    .map(move |result| (index, result))
             })
             .collect();
         while !cancelled {
@@ -103,20 +106,36 @@ async fn call_one(
     call: &ToolCall,
     ctx: &ToolContext,
     events: &EventSink,
+    iteration: usize,
 ) -> ChatMessage {
     let _ = events.send(AgentEvent::ToolStarted {
         id: call.id.clone(),
         name: call.name.clone(),
     });
     let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id);
-    let outcome = invoke(agent, call, ctx).instrument(span.clone()).await;
-    let (content, is_error) = match outcome {
-        Ok(text) => (cap_result(text, agent.config.max_tool_result_bytes), false),
-        Err(err) => (
-            cap_result(format!("error: {err}"), agent.config.max_tool_result_bytes),
-            true,
-        ),
+    let turn = TurnInfo {
+        session: &ctx.session,
+        iteration,
     };
+    let outcome = invoke(agent, call, ctx, turn)
+        .instrument(span.clone())
+        .await;
+    let mut outcome = match outcome {
+        Ok(text) => ToolOutcome {
+            content: text,
+            is_error: false,
+        },
+        Err(Refused::Hook(outcome)) => outcome,
+        Err(Refused::Tool(err)) => ToolOutcome {
+            content: format!("error: {err}"),
+            is_error: true,
+        },
+    };
+    if !agent.hooks.is_empty() {
+        agent.hooks.after_tool(turn, call, &mut outcome).await;
+    }
+    let is_error = outcome.is_error;
+    let content = cap_result(outcome.content, agent.config.max_tool_result_bytes);
     span.in_scope(|| tracing::debug!(ok = !is_error, bytes = content.len(), "tool call done"));
     let _ = events.send(AgentEvent::ToolFinished {
         id: call.id.clone(),
@@ -126,23 +145,49 @@ async fn call_one(
     ChatMessage::tool_result(call, content, is_error)
 }
 
-async fn invoke(agent: &Agent, call: &ToolCall, ctx: &ToolContext) -> Result<String, ToolError> {
+/// Why a call has no result of its tool.
+enum Refused {
+    /// A hook denied or skipped it; this is its result.
+    Hook(ToolOutcome),
+    /// The tool (or its arguments) failed.
+    Tool(ToolError),
+}
+
+impl From<ToolError> for Refused {
+    fn from(err: ToolError) -> Self {
+        Self::Tool(err)
+    }
+}
+
+async fn invoke(
+    agent: &Agent,
+    call: &ToolCall,
+    ctx: &ToolContext,
+    turn: TurnInfo<'_>,
+) -> Result<String, Refused> {
     let Some(tool) = agent.tools.get(&call.name) else {
         let available: Vec<&str> = agent.tools.names().collect();
-        return Err(ToolError::Unknown {
+        return Err(Refused::Tool(ToolError::Unknown {
             name: call.name.clone(),
             available: if available.is_empty() {
                 "none".to_owned()
             } else {
                 available.join(", ")
             },
-        });
+        }));
     };
-    let args = parse_arguments(&call.arguments)?;
+    let mut args = parse_arguments(&call.arguments)?;
+    if !agent.hooks.is_empty() {
+        agent
+            .hooks
+            .before_tool(turn, call, &mut args)
+            .await
+            .map_err(Refused::Hook)?;
+    }
     let timeout = tool.timeout().unwrap_or(agent.config.tool_timeout);
     let call = AssertUnwindSafe(tool.call(args, ctx)).catch_unwind();
     match tokio::time::timeout(timeout, call).await {
-        Err(_) => Err(ToolError::Timeout(timeout)),
+        Err(_) => Err(ToolError::Timeout(timeout).into()),
         Ok(Err(panic)) => {
             let message = panic
                 .downcast_ref::<&str>()
@@ -150,9 +195,9 @@ async fn invoke(agent: &Agent, call: &ToolCall, ctx: &ToolContext) -> Result<Str
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".to_owned());
             tracing::error!(panic = %message, "tool panicked");
-            Err(ToolError::Failed(format!("the tool crashed: {message}")))
+            Err(ToolError::Failed(format!("the tool crashed: {message}")).into())
         }
-        Ok(Ok(result)) => result,
+        Ok(Ok(result)) => result.map_err(Refused::Tool),
     }
 }
 

@@ -16,6 +16,7 @@
 //! - `context`: the system prompt built from the workspace files.
 //! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
 //! - `events`: [`AgentEvent`] and its sink.
+//! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 
@@ -26,6 +27,7 @@ mod config;
 mod context;
 mod dispatcher;
 mod events;
+mod hooks;
 mod turn;
 mod worker;
 
@@ -35,4 +37,5 @@ pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
+pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use turn::TurnInput;

@@ -22,6 +22,7 @@ use tracing::Instrument;
 use crate::agent::Agent;
 use crate::batch;
 use crate::events::{AgentEvent, EventSink};
+use crate::hooks::{TurnInfo, TurnSummary};
 
 /// What the person sees when a turn is stopped.
 pub(crate) const STOPPED_REPLY: &str = "Stopped.";
@@ -71,7 +72,27 @@ pub(crate) async fn run(
         };
         let _ = events.send(AgentEvent::Started);
         let end = turn.drive(input, cancel).await;
+        if agent.hooks.is_empty() {
+            turn.finish(end);
+            return;
+        }
+        let (kind, text) = match &end {
+            End::Reply(reply, end) => (Some(*end), reply.clone()),
+            End::Failed(message) => (None, message.clone()),
+        };
+        let usage = turn.usage;
+        let key = turn.session.key().clone();
         turn.finish(end);
+        let info = TurnInfo {
+            session: &key,
+            iteration: 0,
+        };
+        let summary = TurnSummary {
+            end: kind,
+            text: &text,
+            usage,
+        };
+        agent.hooks.on_turn_end(info, summary).await;
     }
     .instrument(span)
     .await;
@@ -141,7 +162,8 @@ impl Turn<'_> {
             }
 
             let assistant = response.to_message();
-            let outcome = batch::run(self.agent, &response.tool_calls, &ctx, events).await;
+            let outcome =
+                batch::run(self.agent, &response.tool_calls, &ctx, events, iteration).await;
             agent.context.invalidate();
             tracing::info!(
                 iteration,
@@ -184,6 +206,18 @@ impl Turn<'_> {
                 StreamEvent::Status(text) => AgentEvent::Status(text),
             });
         };
+        let info = TurnInfo {
+            session: self.session.key(),
+            iteration,
+        };
+        let altered = if agent.hooks.is_empty() {
+            None
+        } else {
+            let mut altered = request.clone();
+            agent.hooks.before_llm(info, &mut altered).await;
+            Some(altered)
+        };
+        let request = altered.as_ref().unwrap_or(request);
         let span = tracing::info_span!("llm", model = agent.llm.model(), iteration);
         let call = agent.llm.chat(request, &forward).instrument(span);
         let result = tokio::select! {
@@ -198,6 +232,13 @@ impl Turn<'_> {
                 return Err(End::Failed(format!("The model call failed: {err}")));
             }
         };
+        if !agent.hooks.is_empty() {
+            let info = TurnInfo {
+                session: self.session.key(),
+                iteration,
+            };
+            agent.hooks.after_llm(info, &response).await;
+        }
         let mut taken: HashSet<String> = request
             .messages
             .iter()
