@@ -30,5 +30,5 @@ mod properties;
 pub use error::LlmError;
 pub use limits::ResponseLimits;
 pub use openai::{ApiKey, OpenAiConfig, OpenAiProvider};
-pub use provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
+pub use provider::{ChatRequest, ChatResponse, LlmProvider, StopReason, StreamEvent, StreamSink};
 pub use retry::{RetryPolicy, Retrying};

@@ -45,8 +45,37 @@ pub struct ChatResponse {
     pub tool_calls: Vec<ToolCall>,
     /// Tokens spent by this call.
     pub usage: Usage,
-    /// Why it stopped, as the provider says (`stop`, `tool_calls`, `length`).
-    pub finish_reason: Option<String>,
+    /// Why it stopped (`None`: the provider did not say).
+    pub stop: Option<StopReason>,
+}
+
+/// Why a model stopped answering, the same for every provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// It finished its answer (OpenAI `stop`, Anthropic `end_turn` / `stop_sequence`).
+    EndTurn,
+    /// It asked for tools (`tool_calls`, `function_call`, `tool_use`).
+    ToolUse,
+    /// It ran into the output token limit: the answer (or a tool call) is cut (`length`,
+    /// `max_tokens`).
+    MaxTokens,
+    /// The provider's filter cut it (`content_filter`, `refusal`).
+    Filtered,
+    /// Something else, as the provider wrote it.
+    Other(String),
+}
+
+impl StopReason {
+    /// Reads a provider's stop or finish reason.
+    pub fn parse(reason: &str) -> Self {
+        match reason {
+            "stop" | "end_turn" | "stop_sequence" => Self::EndTurn,
+            "tool_calls" | "function_call" | "tool_use" => Self::ToolUse,
+            "length" | "max_tokens" => Self::MaxTokens,
+            "content_filter" | "refusal" => Self::Filtered,
+            other => Self::Other(other.to_owned()),
+        }
+    }
 }
 
 impl ChatResponse {
@@ -75,4 +104,26 @@ pub trait LlmProvider: Send + Sync + 'static {
         request: &ChatRequest,
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_of_both_providers_read_the_same() {
+        for (openai, anthropic, expected) in [
+            ("stop", "end_turn", StopReason::EndTurn),
+            ("tool_calls", "tool_use", StopReason::ToolUse),
+            ("length", "max_tokens", StopReason::MaxTokens),
+            ("content_filter", "refusal", StopReason::Filtered),
+        ] {
+            assert_eq!(StopReason::parse(openai), expected);
+            assert_eq!(StopReason::parse(anthropic), expected);
+        }
+        assert_eq!(
+            StopReason::parse("pause_turn"),
+            StopReason::Other("pause_turn".into())
+        );
+    }
 }

@@ -16,7 +16,9 @@ use super::wire::{self, Settings};
 use crate::body::{self, error_chain};
 use crate::error::LlmError;
 use crate::limits::ResponseLimits;
-use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
+use crate::provider::{
+    ChatRequest, ChatResponse, LlmProvider, StopReason, StreamEvent, StreamSink,
+};
 
 /// How much of an error response's body is kept for the error message.
 const ERROR_BODY_BYTES: usize = 16 * 1024;
@@ -277,7 +279,7 @@ pub(crate) fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatR
         content,
         tool_calls,
         usage,
-        finish_reason: choice.finish_reason,
+        stop: choice.finish_reason.as_deref().map(StopReason::parse),
     })
 }
 

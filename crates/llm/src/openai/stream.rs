@@ -6,7 +6,7 @@ use switchboard_core::{ToolCall, Usage};
 use super::wire::{Chunk, call_id};
 use crate::error::LlmError;
 use crate::limits::ResponseLimits;
-use crate::provider::ChatResponse;
+use crate::provider::{ChatResponse, StopReason};
 
 /// The most tool calls one response may hold.
 pub(crate) const MAX_TOOL_CALLS: usize = 128;
@@ -138,7 +138,7 @@ impl Assembler {
                 })
                 .collect(),
             usage: self.usage,
-            finish_reason: self.finish_reason,
+            stop: self.finish_reason.as_deref().map(StopReason::parse),
         }
     }
 }
@@ -221,7 +221,7 @@ mod tests {
             assert_eq!(assembler.push(chunk(value)).expect("push"), None);
         }
         let response = assembler.finish();
-        assert_eq!(response.finish_reason.as_deref(), Some("tool_calls"));
+        assert_eq!(response.stop, Some(StopReason::ToolUse));
         assert_eq!(
             response.tool_calls,
             vec![
