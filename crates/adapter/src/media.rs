@@ -103,6 +103,16 @@ where
     }
 }
 
+/// Names a file that could not be saved in the message's text (the agent reads why), and
+/// logs it.
+pub fn not_saved(content: &mut String, channel: &str, name: &str, why: &str) {
+    tracing::warn!(channel, file = %name, %why, "attachment not saved");
+    if !content.is_empty() {
+        content.push('\n');
+    }
+    content.push_str(&format!("[attachment {name} was not saved: {why}]"));
+}
+
 /// A name safe to use as (part of) a file name.
 fn safe(name: &str) -> String {
     let cleaned: String = name

@@ -146,13 +146,7 @@ impl Admit {
         for file in &received.files {
             match self.save(&received, file).await {
                 Ok(attachment) => attachments.push(attachment),
-                Err(why) => {
-                    tracing::warn!(file = %file.name, %why, "Discord attachment not saved");
-                    if !content.is_empty() {
-                        content.push('\n');
-                    }
-                    content.push_str(&format!("[attachment {} was not saved: {why}]", file.name));
-                }
+                Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
             }
         }
         self.authors

@@ -130,13 +130,12 @@ impl Intake {
             .await
             {
                 Ok(attachment) => attachments.push(attachment),
-                Err(why) => {
-                    tracing::warn!(file = %file.name, %why, "Telegram attachment not saved");
-                    if !content.is_empty() {
-                        content.push('\n');
-                    }
-                    content.push_str(&format!("[attachment {} was not saved: {why}]", file.name));
-                }
+                Err(why) => switchboard_adapter::media::not_saved(
+                    &mut content,
+                    CHANNEL_NAME,
+                    &file.name,
+                    &why,
+                ),
             }
         }
         let mut message = InboundMessage::text(
