@@ -11,6 +11,7 @@
 //! replays what was missed — so no message is lost while the daemon runs. A close that
 //! means the config is wrong (token, intents) ends with an error naming the fix.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +36,13 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After Discord refused the config (token, intents), the next attempt waits this long
 /// since the refusal: Discord resets a token that identifies more than 1,000 times a day.
 const AFTER_REFUSAL: Duration = Duration::from_secs(300);
+/// IDENTIFYs remembered; more than this many in [`IDENTIFY_SPAN`] and the next one waits.
+const IDENTIFY_WINDOW: usize = 5;
+/// The span [`IDENTIFY_WINDOW`] IDENTIFYs may take before the next one waits.
+const IDENTIFY_SPAN: Duration = Duration::from_secs(600);
+/// The least time between two IDENTIFYs once the window is full: at most 720 a day,
+/// under Discord's 1,000.
+const IDENTIFY_EVERY: Duration = Duration::from_secs(120);
 /// The query every gateway URL gets.
 const QUERY: &str = "v=10&encoding=json";
 
@@ -90,6 +98,8 @@ pub(crate) struct Gateway {
     resume: Mutex<Option<Resume>>,
     /// When Discord last refused the config, and why.
     refused: Mutex<Option<(Instant, String)>>,
+    /// When the last IDENTIFYs were sent (at most [`IDENTIFY_WINDOW`] of them kept).
+    identified: Mutex<VecDeque<Instant>>,
 }
 
 impl Gateway {
@@ -100,6 +110,7 @@ impl Gateway {
             intents,
             resume: Mutex::new(None),
             refused: Mutex::new(None),
+            identified: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -131,6 +142,26 @@ impl Gateway {
             }
         }
         let resume = self.resume().clone();
+        if resume.is_none() {
+            // A new session: within Discord's budget of IDENTIFYs, waiting if need be.
+            let wait = identify_wait(
+                &self
+                    .identified
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+                Instant::now(),
+            );
+            if !wait.is_zero() {
+                tracing::warn!(
+                    wait_s = wait.as_secs(),
+                    "Discord: many new sessions lately; waiting before the next (Discord resets tokens that identify too often)"
+                );
+                tokio::select! {
+                    () = stop.cancelled() => return Ok(Ended::Stopped),
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
         let url = match &resume {
             Some(resume) => resume.url.clone(),
             None => {
@@ -190,11 +221,21 @@ impl Gateway {
             Some(resume) => json!({"op": 6, "d": {
                 "token": self.token, "session_id": resume.session, "seq": resume.seq,
             }}),
-            None => json!({"op": 2, "d": {
-                "token": self.token,
-                "intents": self.intents,
-                "properties": {"os": std::env::consts::OS, "browser": "switchboard", "device": "switchboard"},
-            }}),
+            None => {
+                let mut identified = self
+                    .identified
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if identified.len() >= IDENTIFY_WINDOW {
+                    identified.pop_front();
+                }
+                identified.push_back(Instant::now());
+                json!({"op": 2, "d": {
+                    "token": self.token,
+                    "intents": self.intents,
+                    "properties": {"os": std::env::consts::OS, "browser": "switchboard", "device": "switchboard"},
+                }})
+            }
         };
         send(&mut socket, &hello_back).await?;
 
@@ -361,6 +402,23 @@ impl Gateway {
     }
 }
 
+/// How long to wait before the next IDENTIFY, given when the last ones were sent (oldest
+/// first): nothing while fewer than [`IDENTIFY_WINDOW`] were sent in [`IDENTIFY_SPAN`];
+/// else until [`IDENTIFY_EVERY`] after the last. A reconnect loop that Discord keeps
+/// refusing (op 9, closes) then identifies at most 720 times a day.
+fn identify_wait(sent: &VecDeque<Instant>, now: Instant) -> Duration {
+    let recent = sent
+        .iter()
+        .filter(|at| now.saturating_duration_since(**at) < IDENTIFY_SPAN)
+        .count();
+    match sent.back() {
+        Some(last) if recent >= IDENTIFY_WINDOW => {
+            (*last + IDENTIFY_EVERY).saturating_duration_since(now)
+        }
+        _ => Duration::ZERO,
+    }
+}
+
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -425,5 +483,41 @@ pub(crate) fn snowflake(value: &Value) -> Option<u64> {
         Value::String(text) => text.parse().ok(),
         Value::Number(number) => number.as_u64(),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifies_stay_within_discords_daily_budget() {
+        let start = Instant::now();
+        let mut sent = VecDeque::new();
+        let mut now = start;
+        // A loop that reconnects as fast as it can for a day.
+        let day = start + Duration::from_secs(86_400);
+        let mut count = 0;
+        while now < day {
+            now += identify_wait(&sent, now);
+            if sent.len() >= IDENTIFY_WINDOW {
+                sent.pop_front();
+            }
+            sent.push_back(now);
+            count += 1;
+            // Discord refuses it at once (op 9): the next attempt a second later.
+            now += Duration::from_secs(1);
+        }
+        assert!(count <= 1_000, "{count} identifies in a day");
+        assert!(count >= 700, "not slower than needed: {count}");
+        // A few restarts in a row are not held up.
+        let mut few = VecDeque::new();
+        for i in 0..IDENTIFY_WINDOW as u64 - 1 {
+            few.push_back(start + Duration::from_secs(i));
+        }
+        assert_eq!(
+            identify_wait(&few, start + Duration::from_secs(5)),
+            Duration::ZERO
+        );
     }
 }
