@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::ws::{CloseFrame, Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -25,6 +24,11 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+mod gateway;
+mod mentions;
+
+pub use mentions::pings;
 
 /// The token tests configure.
 pub const TEST_TOKEN: &str = "MTAwMDAwMDAwMDAwMDAwMDAw.fake.discord-test-token";
@@ -126,9 +130,9 @@ impl FakeDiscord {
             stop: CancellationToken::new(),
         });
         let app = Router::new()
-            .route("/api/v10/gateway", get(gateway_url))
-            .route("/gateway", get(gateway))
-            .route("/gateway/", get(gateway))
+            .route("/api/v10/gateway", get(gateway::gateway_url))
+            .route("/gateway", get(gateway::gateway))
+            .route("/gateway/", get(gateway::gateway))
             .route("/api/v10/channels/{channel}/messages", post(create))
             .route(
                 "/api/v10/channels/{channel}/messages/{message}",
@@ -417,147 +421,6 @@ fn person(user: u64, bot: bool) -> Value {
         "global_name": format!("User {user}"), "discriminator": "0", "avatar": null, "bot": bot})
 }
 
-async fn gateway_url(State(shared): State<Arc<Shared>>) -> Response {
-    let addr = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
-    let url = addr
-        .map(|a| format!("ws://{a}/gateway"))
-        .unwrap_or_default();
-    axum::Json(json!({"url": url})).into_response()
-}
-
-async fn gateway(State(shared): State<Arc<Shared>>, upgrade: WebSocketUpgrade) -> Response {
-    upgrade.on_upgrade(move |socket| session(shared, socket))
-}
-
-/// One gateway connection.
-async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
-    let interval = shared.lock().heartbeat_ms;
-    let hello = json!({"op": 10, "d": {"heartbeat_interval": interval}});
-    if socket.send(text(&hello)).await.is_err() {
-        return;
-    }
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    loop {
-        tokio::select! {
-            () = shared.stop.cancelled() => return,
-            push = rx.recv() => {
-                let code = match push {
-                    Some(Push::Frame(frame)) => {
-                        if socket.send(text(&frame)).await.is_err() {
-                            return;
-                        }
-                        continue;
-                    }
-                    Some(Push::Close(code)) => code,
-                    None => 1000,
-                };
-                let _ = socket.send(WsMessage::Close(Some(CloseFrame { code, reason: "".into() }))).await;
-                return;
-            }
-            frame = socket.recv() => {
-                if let Some(Ok(WsMessage::Close(Some(close)))) = &frame {
-                    shared.lock().closes.push(close.code);
-                }
-                let Some(Ok(WsMessage::Text(body))) = frame else {
-                    if matches!(frame, None | Some(Err(_)) | Some(Ok(WsMessage::Close(_)))) {
-                        forget(&shared, &tx);
-                        return;
-                    }
-                    continue;
-                };
-                let Ok(frame) = serde_json::from_str::<Value>(body.as_str()) else {
-                    let _ = socket.send(WsMessage::Close(Some(CloseFrame { code: 4002, reason: "decode error".into() }))).await;
-                    return;
-                };
-                let answer = take(&shared, &frame, &tx);
-                for out in answer {
-                    match out {
-                        Push::Frame(frame) => {
-                            if socket.send(text(&frame)).await.is_err() {
-                                return;
-                            }
-                        }
-                        Push::Close(code) => {
-                            let _ = socket.send(WsMessage::Close(Some(CloseFrame { code, reason: "".into() }))).await;
-                            return;
-                        }
-                    }
-                }
-                shared.changed.notify_waiters();
-            }
-        }
-    }
-}
-
-/// The socket went away: it no longer takes dispatches.
-fn forget(shared: &Shared, tx: &mpsc::UnboundedSender<Push>) {
-    let mut inner = shared.lock();
-    if inner.socket.as_ref().is_some_and(|s| s.same_channel(tx)) {
-        inner.socket = None;
-    }
-    drop(inner);
-    shared.changed.notify_waiters();
-}
-
-/// What the fake answers a client's frame with.
-fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec<Push> {
-    let mut inner = shared.lock();
-    match frame["op"].as_u64() {
-        Some(1) => {
-            inner.heartbeats += 1;
-            vec![Push::Frame(json!({"op": 11}))]
-        }
-        Some(2) => {
-            if frame["d"]["token"].as_str() != Some(TEST_TOKEN) {
-                inner.refused_identifies += 1;
-                return vec![Push::Close(4004)];
-            }
-            inner.identifies += 1;
-            // A new session: what the last one had is gone.
-            inner.dispatched.clear();
-            inner.seq += 1;
-            let addr = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
-            let resume = addr
-                .map(|a| format!("ws://{a}/gateway"))
-                .unwrap_or_default();
-            let ready = json!({"op": 0, "s": inner.seq, "t": "READY", "d": {
-                "v": 10, "session_id": SESSION, "resume_gateway_url": resume,
-                "user": {"id": BOT_ID.to_string(), "username": "switchboard", "discriminator": "0", "avatar": null, "bot": true},
-                "guilds": [], "application": {"id": BOT_ID.to_string(), "flags": 0},
-            }});
-            inner.socket = Some(tx.clone());
-            vec![Push::Frame(ready)]
-        }
-        Some(6) => {
-            let d = &frame["d"];
-            if d["token"].as_str() != Some(TEST_TOKEN) || d["session_id"].as_str() != Some(SESSION)
-            {
-                return vec![Push::Frame(json!({"op": 9, "d": false}))];
-            }
-            inner.resumes += 1;
-            let after = d["seq"].as_u64().unwrap_or_default();
-            let mut out: Vec<Push> = inner
-                .dispatched
-                .iter()
-                .filter(|f| f["s"].as_u64().is_some_and(|s| s > after))
-                .cloned()
-                .map(Push::Frame)
-                .collect();
-            inner.seq += 1;
-            out.push(Push::Frame(
-                json!({"op": 0, "s": inner.seq, "t": "RESUMED", "d": {}}),
-            ));
-            inner.socket = Some(tx.clone());
-            out
-        }
-        _ => Vec::new(),
-    }
-}
-
-fn text(value: &Value) -> WsMessage {
-    WsMessage::Text(value.to_string().into())
-}
-
 fn authorized(headers: &HeaderMap) -> bool {
     headers
         .get("authorization")
@@ -675,58 +538,6 @@ fn write(
         .into_response()
 }
 
-/// Who a message would ping under `allowed` (Discord's rules: without `allowed_mentions`
-/// every mention pings; with it, only the kinds in `parse` and the ids listed).
-pub fn pings(content: &str, allowed: Option<&Value>, replied_author: Option<u64>) -> Vec<String> {
-    let parse = |kind: &str| {
-        allowed.is_none_or(|a| {
-            a["parse"]
-                .as_array()
-                .is_some_and(|p| p.iter().any(|k| k == kind))
-        })
-    };
-    let listed = |key: &str, id: &str| {
-        allowed.is_some_and(|a| {
-            a[key]
-                .as_array()
-                .is_some_and(|ids| ids.iter().any(|i| i.as_str() == Some(id)))
-        })
-    };
-    let mut pinged = Vec::new();
-    if (content.contains("@everyone") || content.contains("@here")) && parse("everyone") {
-        pinged.push("everyone".to_owned());
-    }
-    let mut rest = content;
-    while let Some(start) = rest.find("<@") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('>') else { break };
-        let inner = &after[..end];
-        if let Some(role) = inner.strip_prefix('&') {
-            if parse("roles") || listed("roles", role) {
-                pinged.push(format!("role:{role}"));
-            }
-        } else {
-            let user = inner.trim_start_matches('!');
-            if !user.is_empty()
-                && user.bytes().all(|b| b.is_ascii_digit())
-                && (parse("users") || listed("users", user))
-            {
-                pinged.push(format!("user:{user}"));
-            }
-        }
-        rest = &after[end..];
-    }
-    if let Some(author) = replied_author {
-        let replied = allowed.is_none_or(|a| a["replied_user"].as_bool() == Some(true));
-        if replied {
-            pinged.push(format!("user:{author}"));
-        }
-    }
-    pinged.sort();
-    pinged.dedup();
-    pinged
-}
-
 async fn typing(
     State(shared): State<Arc<Shared>>,
     Path(channel): Path<u64>,
@@ -775,23 +586,5 @@ async fn file(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Re
     match bytes {
         Some(bytes) => bytes.into_response(),
         None => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pings_follow_discords_allowed_mentions_rules() {
-        let text = "@everyone look <@&55> and <@!42> and <@43>";
-        assert_eq!(
-            pings(text, None, Some(42)),
-            ["everyone", "role:55", "user:42", "user:43"]
-        );
-        let none = json!({"parse": [], "users": [], "roles": [], "replied_user": false});
-        assert!(pings(text, Some(&none), Some(42)).is_empty());
-        let author = json!({"parse": [], "users": ["42"], "replied_user": true});
-        assert_eq!(pings(text, Some(&author), Some(42)), ["user:42"]);
     }
 }
