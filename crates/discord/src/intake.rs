@@ -204,12 +204,20 @@ impl Admit {
         if !SLASH_COMMANDS.iter().any(|(known, _)| *known == name) {
             return;
         }
-        let (Some(id), Some(token), Some(channel)) = (
-            interaction["id"].as_str(),
-            interaction["token"].as_str(),
-            snowflake(&interaction["channel_id"]),
-        ) else {
-            tracing::warn!("Discord: an interaction without an id, token or channel");
+        // Both go into a URL path: an id is digits, a token URL-safe characters.
+        let id = interaction["id"]
+            .as_str()
+            .filter(|id| !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()));
+        let token = interaction["token"].as_str().filter(|token| {
+            (1..=1024).contains(&token.len())
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        });
+        let (Some(id), Some(token), Some(channel)) =
+            (id, token, snowflake(&interaction["channel_id"]))
+        else {
+            tracing::warn!("Discord: an interaction without a usable id, token or channel");
             return;
         };
         let user = if interaction["member"]["user"].is_object() {
