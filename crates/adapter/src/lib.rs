@@ -11,6 +11,7 @@
 //! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
 //! - `intake`: [`Gate`] (the allow list, then pairing) and [`say`], answering outside a turn.
+//! - `remembered`: [`Remembered`], a bounded table of what was seen of people and chats.
 //! - `per_chat`: [`PerChat`], intake work in order per chat, side by side across chats.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
@@ -23,6 +24,7 @@ pub mod media;
 mod outbound;
 mod pairing;
 mod per_chat;
+mod remembered;
 pub mod settings;
 mod split;
 
@@ -35,4 +37,5 @@ pub use pairing::{
     RESEND_AFTER, Verdict,
 };
 pub use per_chat::{MAX_IN_FLIGHT, PerChat};
+pub use remembered::Remembered;
 pub use split::{Measure, split};

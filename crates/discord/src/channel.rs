@@ -16,9 +16,9 @@ use tokio::sync::mpsc;
 use crate::config::DiscordSettings;
 use crate::convert::Scope;
 use crate::gateway::{Ended, Gateway};
-use crate::intake::{Admit, Chats, Intake};
+use crate::intake::{Admit, Chats, Intake, MAX_KNOWN_CHATS};
 use crate::model;
-use crate::rest::{Authors, CHANNEL_NAME, Discord, Rest};
+use crate::rest::{Authors, CHANNEL_NAME, Discord, MAX_KNOWN_AUTHORS, Rest};
 
 /// Events waiting for intake at most; beyond, the gateway waits (and Discord with it).
 const EVENT_QUEUE: usize = 256;
@@ -55,13 +55,13 @@ impl DiscordChannel {
         pairing: Arc<Pairing>,
     ) -> Result<Self, CoreError> {
         let rest = Rest::new(&settings.api_url, &settings.token)?;
-        let authors = Arc::new(Authors::default());
+        let authors = Arc::new(Authors::new(MAX_KNOWN_AUTHORS));
         let gate = Arc::new(Gate::new(
             CHANNEL_NAME,
             AllowList::new(&settings.allow_from),
             pairing,
         ));
-        let chats = Arc::new(Chats::default());
+        let chats = Arc::new(Chats::new(MAX_KNOWN_CHATS));
         let intake = Intake {
             admit: Arc::new(Admit {
                 rest: rest.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
-use switchboard_adapter::{Gate, PerChat, Sender, Verdict, say};
+use switchboard_adapter::{Gate, PerChat, Remembered, Sender, Verdict, say};
 use switchboard_core::{ChatHub, ChatId, InboundMessage, MessageId};
 use url::Url;
 
@@ -29,35 +29,11 @@ pub(crate) const SLASH_COMMANDS: [(&str, &str); 4] = [
 const ATTACHMENT_HOSTS: [&str; 2] = ["cdn.discordapp.com", "media.discordapp.net"];
 
 /// Chats seen since the start, with the person of each direct message (`None` for a
-/// server channel): who the agent may write to unasked. Bounded; beyond, it starts over.
-#[derive(Default)]
-pub(crate) struct Chats(std::sync::Mutex<std::collections::HashMap<String, Option<String>>>);
+/// server channel): who the agent may write to unasked.
+pub(crate) type Chats = Remembered<String, Option<String>>;
 
-/// Chats remembered at most.
-const MAX_KNOWN_CHATS: usize = 10_000;
-
-impl Chats {
-    fn seen(&self, chat: &str, person: Option<String>) {
-        let mut known = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if known.len() >= MAX_KNOWN_CHATS {
-            known.clear();
-        }
-        known.insert(chat.to_owned(), person);
-    }
-
-    /// `None` for a chat not seen; `Some(None)` for a server channel; `Some(Some(id))` for
-    /// a direct message with the person `id`.
-    pub(crate) fn get(&self, chat: &str) -> Option<Option<String>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(chat)
-            .cloned()
-    }
-}
+/// Chats remembered at most; beyond, the table starts over.
+pub(crate) const MAX_KNOWN_CHATS: usize = 10_000;
 
 /// What taking an event needs.
 pub(crate) struct Intake {
@@ -149,10 +125,9 @@ impl Admit {
                 Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
             }
         }
-        self.authors
-            .insert(received.message.clone(), received.sender);
+        self.authors.note(received.message.clone(), received.sender);
         let person = received.private.then(|| received.sender.to_string());
-        self.chats.seen(&received.chat, person);
+        self.chats.note(received.chat.clone(), person);
         let mut message = InboundMessage::text(
             CHANNEL_NAME.into(),
             received.chat.as_str().into(),

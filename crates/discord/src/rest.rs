@@ -8,14 +8,13 @@
 //! one be pinged but the author being answered, replies as message references, embeds of
 //! links suppressed, "typing…".
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use switchboard_adapter::{Measure, Said, Surface};
+use switchboard_adapter::{Measure, Remembered, Said, Surface};
 use switchboard_core::{ChatId, CoreError, error_chain};
 use url::Url;
 
@@ -32,7 +31,7 @@ const TYPING_EVERY: Duration = Duration::from_secs(8);
 /// The message flag that turns off link embeds.
 const SUPPRESS_EMBEDS: u64 = 1 << 2;
 /// Authors remembered for the messages being answered; beyond, the table starts over.
-const MAX_KNOWN_AUTHORS: usize = 10_000;
+pub(crate) const MAX_KNOWN_AUTHORS: usize = 10_000;
 
 /// The REST API.
 #[derive(Clone)]
@@ -183,27 +182,8 @@ pub(crate) fn channel_error(message: String) -> CoreError {
 }
 
 /// Who wrote the messages being answered, by message id: their mention (and only theirs)
-/// may ping. Filled by intake; bounded.
-#[derive(Default)]
-pub(crate) struct Authors(Mutex<HashMap<String, u64>>);
-
-impl Authors {
-    pub(crate) fn insert(&self, message: String, author: u64) {
-        let mut known = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if known.len() >= MAX_KNOWN_AUTHORS {
-            known.clear();
-        }
-        known.insert(message, author);
-    }
-
-    fn get(&self, message: &str) -> Option<u64> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(message)
-            .copied()
-    }
-}
+/// may ping. Filled by intake.
+pub(crate) type Authors = Remembered<String, u64>;
 
 /// Discord as a [`Surface`].
 pub(crate) struct Discord {

@@ -20,7 +20,7 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use subtle::ConstantTimeEq;
-use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Replies};
+use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Remembered, Replies};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatHub, CoreError, Fate, OutboundMessage,
 };
@@ -103,7 +103,7 @@ impl TelegramChannel {
                     gate: Gate::new(CHANNEL_NAME, AllowList::new(&settings.allow_from), pairing),
                     workspace: workspace.to_path_buf(),
                     max_attachment_bytes: settings.max_attachment_bytes,
-                    usernames: Default::default(),
+                    usernames: Remembered::new(crate::intake::MAX_KNOWN_USERNAMES),
                 },
                 replies: Replies::new(
                     Arc::new(Telegram { bot: bot.clone() }),

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use switchboard_adapter::{Gate, Sender, Verdict, say};
+use switchboard_adapter::{Gate, Remembered, Sender, Verdict, say};
 use switchboard_core::{Ack, ChatHub, Fate, InboundMessage, MessageId};
 use teloxide::Bot;
 use teloxide::types::Update;
@@ -25,11 +25,11 @@ pub(crate) struct Intake {
     pub(crate) max_attachment_bytes: u64,
     /// The usernames of senders seen, by id (at most [`MAX_KNOWN_USERNAMES`]): a person on
     /// the allow list by `@username` can be written to unasked once they have written.
-    pub(crate) usernames: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    pub(crate) usernames: Remembered<String, String>,
 }
 
 /// Usernames remembered at most; beyond, the table starts over.
-const MAX_KNOWN_USERNAMES: usize = 10_000;
+pub(crate) const MAX_KNOWN_USERNAMES: usize = 10_000;
 
 impl Intake {
     /// Takes one update; `settle` learns its fate, once (when the agent is done with it).
@@ -68,11 +68,8 @@ impl Intake {
     ) {
         let username = received.username.as_deref();
         if let Some(name) = username {
-            let mut known = self.usernames.lock().unwrap_or_else(|e| e.into_inner());
-            if known.len() >= MAX_KNOWN_USERNAMES {
-                known.clear();
-            }
-            known.insert(received.sender.clone(), name.to_owned());
+            self.usernames
+                .note(received.sender.clone(), name.to_owned());
         }
         let verdict = self.gate.verdict(Sender {
             id: &received.sender,
@@ -106,12 +103,7 @@ impl Intake {
     /// Whether the person with this id may talk: on the allow list (by id, or by the
     /// username they last wrote with) or approved.
     pub(crate) fn allows(&self, sender: &str) -> bool {
-        let username = self
-            .usernames
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(sender)
-            .cloned();
+        let username = self.usernames.get(sender);
         self.gate.allows(sender, username.as_deref())
     }
 
