@@ -10,10 +10,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
-    /// What the person wrote.
+    /// What the person wrote: its text and, as further content parts, the images that
+    /// came with it.
     User {
         /// The text of the message.
         content: String,
+        /// Images sent with it, by where they were saved (absent in files written before
+        /// images were kept: they load as none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
     },
     /// What the model answered: text, tool calls, or both.
     Assistant {
@@ -43,6 +48,15 @@ impl ChatMessage {
     pub fn user(content: impl Into<String>) -> Self {
         Self::User {
             content: content.into(),
+            images: Vec::new(),
+        }
+    }
+
+    /// The images of a user message; empty for every other message.
+    pub fn images(&self) -> &[ImagePart] {
+        match self {
+            Self::User { images, .. } => images,
+            _ => &[],
         }
     }
 
@@ -88,11 +102,21 @@ impl ChatMessage {
     /// The text of the message (a tool result's output).
     pub fn text(&self) -> &str {
         match self {
-            Self::User { content }
+            Self::User { content, .. }
             | Self::Assistant { content, .. }
             | Self::Tool { content, .. } => content,
         }
     }
+}
+
+/// An image part of a user message: a file in the workspace. History keeps where it is,
+/// not its bytes; a request carries the bytes of the images it shows (see the LLM crate).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePart {
+    /// Where it was saved, relative to the workspace.
+    pub path: String,
+    /// Its MIME type (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
+    pub mime: String,
 }
 
 /// A tool call as the model asked for it.
@@ -212,6 +236,22 @@ mod tests {
         }
         let mut fresh = vec![call("x"), call("y")];
         assert_eq!(make_call_ids_unique(&mut fresh, &mut taken), 0);
+    }
+
+    #[test]
+    fn a_user_message_from_before_images_loads_and_one_with_images_round_trips() {
+        let old: ChatMessage =
+            serde_json::from_str(r#"{"role":"user","content":"hi"}"#).expect("old line");
+        assert_eq!(old, ChatMessage::user("hi"));
+        let with = ChatMessage::User {
+            content: "look".into(),
+            images: vec![ImagePart {
+                path: "media/telegram/1-photo.jpg".into(),
+                mime: "image/jpeg".into(),
+            }],
+        };
+        let json = serde_json::to_string(&with).expect("serialize");
+        assert_eq!(serde_json::from_str::<ChatMessage>(&json).expect("back"), with);
     }
 
     #[test]

@@ -32,7 +32,9 @@ mod shutdown;
 pub use ack::{Ack, Fate};
 pub use channel::{Channel, ChannelContext};
 pub use config::{ConfigProblem, expand_env};
-pub use conversation::{ChatMessage, ToolCall, ToolDefinition, Usage, make_call_ids_unique};
+pub use conversation::{
+    ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
+};
 pub use error::{CoreError, error_chain};
 pub use hub::ChatHub;
 pub use ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};

@@ -96,6 +96,27 @@ pub enum LlmError {
         /// The last attempt's error.
         last: Box<LlmError>,
     },
+    /// One provider's error, naming the provider (`openai gpt-4o-mini`), so a failover
+    /// chain's errors say which of its entries failed.
+    #[error("{provider}: {error}")]
+    Provider {
+        /// The provider's kind and model.
+        provider: String,
+        /// What went wrong.
+        error: Box<LlmError>,
+    },
+    /// Every provider of a failover chain failed (or was cooling down); each error names
+    /// its provider.
+    #[error("every configured model failed: {}", join(.0))]
+    AllFailed(Vec<LlmError>),
+}
+
+fn join(errors: &[LlmError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn retry_after_text(retry_after: Option<Duration>) -> String {
@@ -128,14 +149,41 @@ impl LlmError {
             | Self::Decode(_)
             | Self::TooLarge { .. }
             | Self::CallTimeout { .. }
-            | Self::Exhausted { .. } => false,
+            | Self::Exhausted { .. }
+            | Self::AllFailed(_) => false,
+            Self::Provider { error, .. } => error.is_transient(),
         }
+    }
+
+    /// The error under its provider's name.
+    pub fn root(&self) -> &LlmError {
+        match self {
+            Self::Provider { error, .. } => error.root(),
+            other => other,
+        }
+    }
+
+    /// Whether a failover chain moves the call on to its next provider: the provider is
+    /// unreachable, slow or overloaded even after its retries. An error about the request
+    /// or the key would fail the same way anywhere, or needs the operator.
+    pub fn fails_over(&self) -> bool {
+        match self.root() {
+            Self::Exhausted { .. } | Self::CallTimeout { .. } => true,
+            other => other.is_transient(),
+        }
+    }
+
+    /// Whether the model's own output was at fault (unreadable, too large, a stream that
+    /// ended inside a tool call): a new call may well go better, so a turn tries again.
+    pub fn is_bad_output(&self) -> bool {
+        matches!(self.root(), Self::Decode(_) | Self::TooLarge { .. })
     }
 
     /// The wait the server asked for, if it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::RateLimited { retry_after } | Self::Status { retry_after, .. } => *retry_after,
+            Self::Provider { error, .. } => error.retry_after(),
             _ => None,
         }
     }
@@ -156,6 +204,11 @@ impl LlmError {
             Self::Decode(_) => "the model's response could not be read".into(),
             Self::Stream(_) => "the model's stream broke off".into(),
             Self::Exhausted { last, .. } => last.summary(),
+            Self::Provider { provider, error } => format!("{} ({provider})", error.summary()),
+            Self::AllFailed(errors) => match errors.as_slice() {
+                [only] => only.summary(),
+                _ => format!("all {} configured models failed", errors.len()),
+            },
         }
     }
 }

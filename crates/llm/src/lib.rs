@@ -17,8 +17,11 @@
 //!   reassembly of streamed chunks (`stream`).
 //! - `error`: [`LlmError`].
 
+mod anthropic;
 mod body;
 mod error;
+mod failover;
+mod http;
 mod limits;
 mod openai;
 mod provider;
@@ -27,8 +30,12 @@ mod retry;
 #[cfg(test)]
 mod properties;
 
+pub use anthropic::{AnthropicConfig, AnthropicProvider};
 pub use error::LlmError;
+pub use failover::{COOL_AFTER, Failover};
 pub use limits::ResponseLimits;
 pub use openai::{ApiKey, OpenAiConfig, OpenAiProvider};
-pub use provider::{ChatRequest, ChatResponse, LlmProvider, StopReason, StreamEvent, StreamSink};
+pub use provider::{
+    ChatRequest, ChatResponse, ImageData, LlmProvider, StopReason, StreamEvent, StreamSink,
+};
 pub use retry::{RetryPolicy, Retrying};

@@ -139,8 +139,7 @@ proptest! {
                 break;
             }
         }
-        if !failed {
-            let response = assembler.finish();
+        if !failed && let Ok(response) = assembler.finish() {
             prop_assert!(response.content.len() <= limits().max_reply_bytes);
             prop_assert!(response.tool_calls.len() <= MAX_TOOL_CALLS);
             for call in &response.tool_calls {

@@ -34,6 +34,28 @@ pub struct ChatRequest {
     pub tools: Arc<[ToolDefinition]>,
     /// Whether to stream the reply (text arrives as [`StreamEvent::Text`]).
     pub stream: bool,
+    /// The bytes of the images the request shows, by the path their
+    /// [`ImagePart`](switchboard_core::ImagePart) names (the new message's; older images
+    /// are not sent again). A part without bytes here is left out of the request.
+    pub images: Vec<ImageData>,
+}
+
+/// An image's bytes, base64-encoded, for a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageData {
+    /// The path of the [`ImagePart`](switchboard_core::ImagePart) it belongs to.
+    pub path: String,
+    /// Its MIME type.
+    pub mime: String,
+    /// The bytes, base64 (standard alphabet, padded).
+    pub base64: Arc<str>,
+}
+
+impl ChatRequest {
+    /// The bytes of the image part at `path`, if the request carries them.
+    pub fn image(&self, path: &str) -> Option<&ImageData> {
+        self.images.iter().find(|image| image.path == path)
+    }
 }
 
 /// What the model answered.

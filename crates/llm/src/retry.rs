@@ -168,6 +168,21 @@ impl LlmProvider for Retrying {
         request: &ChatRequest,
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
+        self.call(request, events)
+            .await
+            .map_err(|error| LlmError::Provider {
+                provider: format!("{} {}", self.inner.name(), self.inner.model()),
+                error: Box::new(error),
+            })
+    }
+}
+
+impl Retrying {
+    async fn call(
+        &self,
+        request: &ChatRequest,
+        events: &StreamSink<'_>,
+    ) -> Result<ChatResponse, LlmError> {
         let started = Instant::now();
         let deadline = later(started, self.deadline);
         let activity = Activity::new();
@@ -417,7 +432,7 @@ mod tests {
         let started = Instant::now();
         let (result, events) = run(&retrying).await;
         let err = result.expect_err("deadline");
-        assert!(matches!(err, LlmError::CallTimeout { .. }), "{err}");
+        assert!(matches!(err.root(), LlmError::CallTimeout { .. }), "{err}");
         assert!(
             err.to_string().contains("llm.request_timeout_secs"),
             "{err}"
@@ -456,7 +471,7 @@ mod tests {
             .with_slow_notice(Duration::from_secs(3600));
         let started = Instant::now();
         let (result, _) = run(&retrying).await;
-        assert!(matches!(result, Err(LlmError::CallTimeout { .. })));
+        assert!(matches!(result.as_ref().map_err(LlmError::root), Err(LlmError::CallTimeout { .. })));
         assert!(started.elapsed() <= Duration::from_secs(50));
         assert!(inner.calls.load(std::sync::atomic::Ordering::SeqCst) <= 3);
     }

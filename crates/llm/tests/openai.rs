@@ -56,6 +56,7 @@ fn request(text: &str) -> ChatRequest {
         }]
         .into(),
         stream: false,
+        images: Vec::new(),
     }
 }
 
@@ -195,7 +196,7 @@ async fn client_errors_are_not_retried() {
         .await
         .expect_err("401");
     assert!(
-        matches!(err, LlmError::Unauthorized { status: 401, .. }),
+        matches!(err.root(), LlmError::Unauthorized { status: 401, .. }),
         "{err}"
     );
     assert!(err.to_string().contains("llm.api_key"));
@@ -216,7 +217,7 @@ async fn retries_run_out_with_the_last_error() {
         .await
         .expect_err("500s");
     assert!(
-        matches!(&err, LlmError::Exhausted { attempts: 4, last } if matches!(**last, LlmError::Status { status: 500, .. })),
+        matches!(err.root(), LlmError::Exhausted { attempts: 4, last } if matches!(**last, LlmError::Status { status: 500, .. })),
         "{err}"
     );
     assert_eq!(llm.requests().len(), 4, "one attempt and three retries");
@@ -252,7 +253,7 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
         .chat(&request("hi"), &ignore)
         .await
         .expect_err("refused");
-    assert!(matches!(err, LlmError::Connect { .. }), "{err}");
+    assert!(matches!(err.root(), LlmError::Connect { .. }), "{err}");
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
 }
 
@@ -269,7 +270,7 @@ async fn a_slow_server_hits_the_first_byte_timeout() {
         .chat(&request("hi"), &ignore)
         .await
         .expect_err("timeout");
-    assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
+    assert!(matches!(err.root(), LlmError::Timeout { .. }), "{err}");
 }
 
 #[test]
@@ -298,7 +299,7 @@ async fn a_stream_that_stalls_times_out_between_chunks() {
         .chat(&streamed("hi"), &recorder.sink())
         .await
         .expect_err("stalled");
-    assert!(matches!(err, LlmError::Timeout { .. }), "{err}");
+    assert!(matches!(err.root(), LlmError::Timeout { .. }), "{err}");
     assert!(err.to_string().contains("llm.idle_timeout_secs"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(recorder.shown(), "the first words");
@@ -419,7 +420,7 @@ async fn a_huge_retry_after_does_not_panic() {
         .chat(&request("hi"), &ignore)
         .await
         .expect_err("429");
-    assert!(matches!(err, LlmError::RateLimited { .. }), "{err}");
+    assert!(matches!(err.root(), LlmError::RateLimited { .. }), "{err}");
     assert!(
         !err.to_string().contains("gave up"),
         "a wait that long is not waited for: {err}"

@@ -9,19 +9,17 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use reqwest::header::CONTENT_TYPE;
 
 use super::stream::{Assembler, MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use super::wire::{self, Settings};
-use crate::body::{self, error_chain};
+use crate::body;
 use crate::error::LlmError;
+use crate::http;
 use crate::limits::ResponseLimits;
 use crate::provider::{
     ChatRequest, ChatResponse, LlmProvider, StopReason, StreamEvent, StreamSink,
 };
-
-/// How much of an error response's body is kept for the error message.
-const ERROR_BODY_BYTES: usize = 16 * 1024;
 
 /// An API key, or why there is none.
 #[derive(Clone, Default)]
@@ -95,26 +93,11 @@ pub struct OpenAiProvider {
 }
 
 impl OpenAiProvider {
-    /// A provider for the configured server. Fails only if the TLS stack cannot start.
+    /// A provider for the configured server. Fails if the base URL is not a URL or the
+    /// TLS stack cannot start.
     pub fn new(config: OpenAiConfig) -> Result<Self, LlmError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|err| LlmError::Connect {
-                url: config.base_url.clone(),
-                message: error_chain(&err),
-            })?;
-        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        let url = reqwest::Url::parse(&url)
-            .ok()
-            .filter(|url| matches!(url.scheme(), "http" | "https"))
-            .ok_or_else(|| LlmError::InvalidBaseUrl {
-                url: config.base_url.clone(),
-                message: "expected http:// or https:// followed by a host".into(),
-            })?;
+        let http = http::client(&config.base_url)?;
+        let url = http::endpoint(&config.base_url, "chat/completions")?;
         Ok(Self { http, url, config })
     }
 
@@ -135,41 +118,10 @@ impl OpenAiProvider {
         if let Some(key) = key {
             builder = builder.bearer_auth(key);
         }
-        let response = tokio::time::timeout(self.config.first_byte_timeout, builder.send())
-            .await
-            .map_err(|_| LlmError::Timeout {
-                what: "waiting for the first byte",
-                after: self.config.first_byte_timeout,
-                key: "timeout_secs",
-            })?
-            .map_err(|err| self.transport_error(&err))?;
-
-        let status = response.status();
-        if !status.is_success() {
-            let retry_after = retry_after(response.headers());
-            let body = body::read_prefix(response.bytes_stream(), idle, ERROR_BODY_BYTES).await;
-            let body: String = body.chars().take(500).collect();
-            return Err(match status.as_u16() {
-                429 => LlmError::RateLimited { retry_after },
-                401 | 403 => LlmError::Unauthorized {
-                    status: status.as_u16(),
-                    body,
-                },
-                code => LlmError::Status {
-                    status: code,
-                    body,
-                    retry_after,
-                },
-            });
-        }
-
-        let is_sse = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let response =
+            http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
         let limits = &self.config.limits;
-        if stream && is_sse {
+        if stream && http::is_sse(&response) {
             let mut assembler = Assembler::new(*limits);
             body::read_sse(response.bytes_stream(), idle, limits, |event| {
                 let data = event.data.trim();
@@ -179,18 +131,16 @@ impl OpenAiProvider {
                 if data.is_empty() {
                     return Ok(true);
                 }
-                let chunk: wire::Chunk = serde_json::from_str(data).map_err(|err| {
-                    let data: String = data.chars().take(200).collect();
-                    LlmError::Decode(format!("{err} in stream event `{data}`"))
-                })?;
+                let chunk: wire::Chunk = http::decode(data.as_bytes(), "stream event")?;
                 if let Some(text) = assembler.push(chunk)? {
                     events(StreamEvent::Text(text));
                 }
                 Ok(true)
             })
             .await?;
-            // Some servers close without `[DONE]`; what arrived is the response.
-            return Ok(assembler.finish());
+            // Some servers close without `[DONE]`; what arrived is the response, unless it
+            // broke off inside a tool call.
+            return assembler.finish();
         }
         let bytes =
             body::read_whole(response.bytes_stream(), idle, limits.max_response_bytes).await?;
@@ -199,21 +149,6 @@ impl OpenAiProvider {
             events(StreamEvent::Text(response.content.clone()));
         }
         Ok(response)
-    }
-
-    fn transport_error(&self, err: &reqwest::Error) -> LlmError {
-        if err.is_timeout() {
-            LlmError::Timeout {
-                what: "connecting",
-                after: Duration::from_secs(10),
-                key: "base_url",
-            }
-        } else {
-            LlmError::Connect {
-                url: self.url.to_string(),
-                message: error_chain(err),
-            }
-        }
     }
 }
 
@@ -253,10 +188,7 @@ impl LlmProvider for OpenAiProvider {
 }
 
 pub(crate) fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatResponse, LlmError> {
-    let response: wire::Response = serde_json::from_slice(bytes).map_err(|err| {
-        let text: String = String::from_utf8_lossy(bytes).chars().take(200).collect();
-        LlmError::Decode(format!("{err} in `{text}`"))
-    })?;
+    let response: wire::Response = http::decode(bytes, "the response")?;
     let usage = response.usage.map(Into::into).unwrap_or_default();
     let choice = response
         .choices
@@ -281,13 +213,4 @@ pub(crate) fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatR
         usage,
         stop: choice.finish_reason.as_deref().map(StopReason::parse),
     })
-}
-
-/// Retry-After in seconds (the HTTP-date form is rare from APIs and is ignored).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
-    let secs = value.parse::<f64>().ok().filter(|secs| *secs >= 0.0)?;
-    // A server's `Retry-After: 1e300` must not panic the daemon: it is a wait longer than
-    // any we accept, so the error is passed on at once.
-    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
 }

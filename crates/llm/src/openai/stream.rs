@@ -122,11 +122,17 @@ impl Assembler {
         Ok(())
     }
 
-    /// The whole response.
-    pub(crate) fn finish(self) -> ChatResponse {
+    /// The whole response. A stream that ended inside a tool call (calls begun, no finish
+    /// reason) is an error: its last call's arguments may be cut anywhere.
+    pub(crate) fn finish(self) -> Result<ChatResponse, LlmError> {
+        if !self.calls.is_empty() && self.finish_reason.is_none() {
+            return Err(LlmError::Stream(
+                "the stream ended inside a tool call, before the response was complete".into(),
+            ));
+        }
         let mut calls = self.calls;
         calls.sort_by_key(|call| call.index);
-        ChatResponse {
+        Ok(ChatResponse {
             content: self.content,
             tool_calls: calls
                 .into_iter()
@@ -139,7 +145,7 @@ impl Assembler {
                 .collect(),
             usage: self.usage,
             stop: self.finish_reason.as_deref().map(StopReason::parse),
-        }
+        })
     }
 }
 
@@ -197,7 +203,7 @@ mod tests {
                 json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}),
             ))
             .expect("usage");
-        let response = assembler.finish();
+        let response = assembler.finish().expect("complete");
         assert_eq!(response.content, "Hello");
         assert_eq!(response.usage.output_tokens, 2);
     }
@@ -220,7 +226,7 @@ mod tests {
         for value in chunks {
             assert_eq!(assembler.push(chunk(value)).expect("push"), None);
         }
-        let response = assembler.finish();
+        let response = assembler.finish().expect("complete");
         assert_eq!(response.stop, Some(StopReason::ToolUse));
         assert_eq!(
             response.tool_calls,
@@ -248,8 +254,12 @@ mod tests {
                     {"id": id, "function": {"name": name, "arguments": "{}"}}]}}]})))
                 .expect("push");
         }
+        assembler
+            .push(chunk(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})))
+            .expect("end");
         let names: Vec<_> = assembler
             .finish()
+            .expect("complete")
             .tool_calls
             .into_iter()
             .map(|c| c.name)
@@ -283,6 +293,18 @@ mod tests {
             err.to_string().contains("llm.max_tool_arguments_bytes"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_stream_that_ends_inside_a_tool_call_is_an_error() {
+        let mut assembler = Assembler::default();
+        assembler
+            .push(chunk(json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 0, "id": "a", "function": {"name": "write", "arguments": "{\"path\": \"no"}}]}}]})))
+            .expect("push");
+        let err = assembler.finish().expect_err("cut");
+        assert!(err.is_transient(), "tried again: {err}");
+        assert!(err.to_string().contains("inside a tool call"), "{err}");
     }
 
     #[test]

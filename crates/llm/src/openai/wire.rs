@@ -1,7 +1,7 @@
 //! The chat-completions wire format, and its mapping to and from core's conversation model.
 
 use serde::{Deserialize, Serialize};
-use switchboard_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
+use switchboard_core::{ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage};
 
 use crate::provider::ChatRequest;
 
@@ -32,7 +32,7 @@ enum Message<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: UserContent<'a>,
     },
     Assistant {
         content: Option<&'a str>,
@@ -43,6 +43,47 @@ enum Message<'a> {
         tool_call_id: &'a str,
         content: &'a str,
     },
+}
+
+/// A user message's content: its text, or its text and images as parts.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<Part<'a>>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Part<'a> {
+    Text { text: &'a str },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Serialize)]
+struct ImageUrl {
+    url: String,
+}
+
+fn user_content<'a>(
+    request: &'a ChatRequest,
+    content: &'a str,
+    images: &'a [ImagePart],
+) -> UserContent<'a> {
+    let shown: Vec<_> = images
+        .iter()
+        .filter_map(|image| request.image(&image.path))
+        .collect();
+    if shown.is_empty() {
+        return UserContent::Text(content);
+    }
+    let mut parts = vec![Part::Text { text: content }];
+    parts.extend(shown.into_iter().map(|image| Part::ImageUrl {
+        image_url: ImageUrl {
+            url: format!("data:{};base64,{}", image.mime, image.base64),
+        },
+    }));
+    UserContent::Parts(parts)
 }
 
 #[derive(Serialize)]
@@ -87,7 +128,9 @@ pub(crate) fn request<'a>(
     }
     messages.extend(request.messages.iter().map(|message| {
         match &**message {
-            ChatMessage::User { content } => Message::User { content },
+            ChatMessage::User { content, images } => Message::User {
+                content: user_content(request, content, images),
+            },
             ChatMessage::Assistant {
                 content,
                 tool_calls,
@@ -280,6 +323,7 @@ mod tests {
             }]
             .into(),
             stream: true,
+            images: Vec::new(),
         };
         let settings = Settings {
             model: "m",

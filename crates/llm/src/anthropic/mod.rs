@@ -1,0 +1,167 @@
+//! [`AnthropicProvider`]: the native client of Anthropic's Messages API
+//! (`POST {base_url}/messages`), whole or streamed as server-sent events.
+//!
+//! Like the OpenAI client, one call is one attempt, each within its first-byte and idle
+//! timeouts and its [`ResponseLimits`]; retries and failover wrap it.
+
+mod stream;
+mod wire;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::header::CONTENT_TYPE;
+
+use self::stream::Assembler;
+use crate::body;
+use crate::error::LlmError;
+use crate::http;
+use crate::limits::ResponseLimits;
+use crate::openai::stream::{MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
+use crate::openai::ApiKey;
+use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
+
+/// The API version sent with every request.
+const API_VERSION: &str = "2023-06-01";
+
+/// Settings of an Anthropic provider.
+#[derive(Clone, Debug)]
+pub struct AnthropicConfig {
+    /// The API root, e.g. `https://api.anthropic.com/v1`; `/messages` is appended.
+    pub base_url: String,
+    /// Sent as `x-api-key`.
+    pub api_key: ApiKey,
+    /// The model name.
+    pub model: String,
+    /// Sampling temperature; the server's default when `None`.
+    pub temperature: Option<f32>,
+    /// Upper bound on tokens per response (the API requires one: 4096 when `None`).
+    pub max_tokens: Option<u32>,
+    /// Deadline for the response headers (the first byte).
+    pub first_byte_timeout: Duration,
+    /// Deadline between two chunks of the response body.
+    pub idle_timeout: Duration,
+    /// Caps on what one response may hold.
+    pub limits: ResponseLimits,
+}
+
+impl Default for AnthropicConfig {
+    fn default() -> Self {
+        Self {
+            base_url: "https://api.anthropic.com/v1".into(),
+            api_key: ApiKey::None,
+            model: "claude-sonnet-4-5".into(),
+            temperature: None,
+            max_tokens: None,
+            first_byte_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            limits: ResponseLimits::default(),
+        }
+    }
+}
+
+/// A client of the Messages API.
+#[derive(Clone, Debug)]
+pub struct AnthropicProvider {
+    http: reqwest::Client,
+    /// `{base_url}/messages`, parsed once.
+    url: reqwest::Url,
+    config: AnthropicConfig,
+}
+
+impl AnthropicProvider {
+    /// A provider for the configured server. Fails if the base URL is not a URL or the
+    /// TLS stack cannot start.
+    pub fn new(config: AnthropicConfig) -> Result<Self, LlmError> {
+        let http = http::client(&config.base_url)?;
+        let url = http::endpoint(&config.base_url, "messages")?;
+        Ok(Self { http, url, config })
+    }
+}
+
+#[async_trait]
+impl LlmProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn model(&self) -> &str {
+        &self.config.model
+    }
+
+    async fn chat(
+        &self,
+        request: &ChatRequest,
+        events: &StreamSink<'_>,
+    ) -> Result<ChatResponse, LlmError> {
+        let settings = wire::Settings {
+            model: &self.config.model,
+            temperature: self.config.temperature,
+            max_tokens: self.config.max_tokens,
+        };
+        let body = serde_json::to_vec(&wire::request(&settings, request))
+            .map_err(|err| LlmError::Decode(err.to_string()))?;
+        let mut builder = self
+            .http
+            .post(self.url.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header("anthropic-version", API_VERSION)
+            .body(body);
+        match &self.config.api_key {
+            ApiKey::None => {}
+            ApiKey::Key(key) => builder = builder.header("x-api-key", key),
+            ApiKey::Missing { variable } => {
+                return Err(LlmError::MissingApiKey {
+                    variable: variable.clone(),
+                });
+            }
+        }
+        let idle = self.config.idle_timeout;
+        let response =
+            http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
+        let limits = &self.config.limits;
+        if request.stream && http::is_sse(&response) {
+            let mut assembler = Assembler::new(*limits);
+            body::read_sse(response.bytes_stream(), idle, limits, |event| {
+                let data = event.data.trim();
+                if data.is_empty() {
+                    return Ok(true);
+                }
+                let event: wire::Event = http::decode(data.as_bytes(), "stream event")?;
+                if let Some(text) = assembler.push(event)? {
+                    events(StreamEvent::Text(text));
+                }
+                Ok(!assembler.is_complete())
+            })
+            .await?;
+            return assembler.finish();
+        }
+        let bytes =
+            body::read_whole(response.bytes_stream(), idle, limits.max_response_bytes).await?;
+        let response = parse_whole(&bytes, limits)?;
+        if request.stream && !response.content.is_empty() {
+            events(StreamEvent::Text(response.content.clone()));
+        }
+        Ok(response)
+    }
+}
+
+fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatResponse, LlmError> {
+    let response: wire::Response = http::decode(bytes, "the response")?;
+    let (content, tool_calls) = wire::parts(response.content);
+    check_reply(content.len(), limits)?;
+    if tool_calls.len() > MAX_TOOL_CALLS {
+        return Err(too_many_calls());
+    }
+    let call_bytes = tool_calls
+        .iter()
+        .map(|call| call.id.len() + call.name.len() + call.arguments.len())
+        .sum();
+    check_calls(call_bytes, limits)?;
+    Ok(ChatResponse {
+        content,
+        tool_calls,
+        usage: response.usage.into(),
+        stop: wire::stop(response.stop_reason.as_deref()),
+    })
+}

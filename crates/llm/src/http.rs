@@ -1,0 +1,119 @@
+//! What every HTTP provider shares: the client, the endpoint URL, sending one request with
+//! a deadline for its first byte, and reading an error status as an [`LlmError`].
+
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+
+use crate::body::{self, error_chain};
+use crate::error::LlmError;
+
+/// How much of an error response's body is kept for the error message.
+const ERROR_BODY_BYTES: usize = 16 * 1024;
+
+/// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`).
+pub(crate) fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|err| LlmError::Connect {
+            url: base_url.to_owned(),
+            message: error_chain(&err),
+        })
+}
+
+/// `{base_url}/{path}`, checked to be an http(s) URL.
+pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
+    let url = format!("{}/{path}", base_url.trim_end_matches('/'));
+    reqwest::Url::parse(&url)
+        .ok()
+        .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
+        .ok_or_else(|| LlmError::InvalidBaseUrl {
+            url: base_url.to_owned(),
+            message: "expected http:// or https:// followed by a host".into(),
+        })
+}
+
+/// Sends `request`, waiting at most `first_byte` for the response headers; a response
+/// whose status is not a success becomes the matching error (its body read within `idle`).
+pub(crate) async fn send(
+    request: reqwest::RequestBuilder,
+    url: &reqwest::Url,
+    first_byte: Duration,
+    idle: Duration,
+) -> Result<reqwest::Response, LlmError> {
+    let response = tokio::time::timeout(first_byte, request.send())
+        .await
+        .map_err(|_| LlmError::Timeout {
+            what: "waiting for the first byte",
+            after: first_byte,
+            key: "timeout_secs",
+        })?
+        .map_err(|err| transport_error(url, &err))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after = retry_after(response.headers());
+    let body = body::read_prefix(response.bytes_stream(), idle, ERROR_BODY_BYTES).await;
+    let body: String = body.chars().take(500).collect();
+    Err(match status.as_u16() {
+        429 => LlmError::RateLimited { retry_after },
+        401 | 403 => LlmError::Unauthorized {
+            status: status.as_u16(),
+            body,
+        },
+        code => LlmError::Status {
+            status: code,
+            body,
+            retry_after,
+        },
+    })
+}
+
+/// Whether the response is a server-sent event stream.
+pub(crate) fn is_sse(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+fn transport_error(url: &reqwest::Url, err: &reqwest::Error) -> LlmError {
+    if err.is_timeout() {
+        LlmError::Timeout {
+            what: "connecting",
+            after: Duration::from_secs(10),
+            key: "base_url",
+        }
+    } else {
+        LlmError::Connect {
+            url: url.to_string(),
+            message: error_chain(err),
+        }
+    }
+}
+
+/// Retry-After in seconds (the HTTP-date form is rare from APIs and is ignored).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let value = headers.get(RETRY_AFTER)?.to_str().ok()?.trim();
+    let secs = value.parse::<f64>().ok().filter(|secs| *secs >= 0.0)?;
+    // A server's `Retry-After: 1e300` must not panic the daemon: it is a wait longer than
+    // any we accept, so the error is passed on at once.
+    Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
+/// Decodes one JSON value of a response, naming the start of the text that failed.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    bytes: &[u8],
+    what: &str,
+) -> Result<T, LlmError> {
+    serde_json::from_slice(bytes).map_err(|err| {
+        let text: String = String::from_utf8_lossy(bytes).chars().take(200).collect();
+        LlmError::Decode(format!("{err} in {what} `{text}`"))
+    })
+}
