@@ -1,5 +1,7 @@
-//! [`ScriptedLlm`]: an OpenAI-compatible server that answers from a script.
+//! [`ScriptedLlm`]: a server that answers from a script, speaking both OpenAI's chat
+//! completions (`/v1/chat/completions`) and Anthropic's Messages API (`/v1/messages`).
 //!
+//! Replies are written once and rendered in the dialect of the endpoint asked.
 //! Each request takes the next [`Reply`] of the script; when the script is empty it asks
 //! the responder set with [`ScriptedLlm::respond_with`], or echoes the last user message
 //! (`echo: <text>`). A request with `"stream": true` gets server-sent events (text word by
@@ -23,6 +25,15 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+
+mod anthropic;
+
+/// The API a request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    OpenAi,
+    Anthropic,
+}
 
 /// One scripted answer.
 #[derive(Clone, Debug)]
@@ -151,6 +162,8 @@ impl ScriptedLlm {
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
             .route("/chat/completions", post(complete))
+            .route("/v1/messages", post(messages))
+            .route("/messages", post(messages))
             .with_state(script.clone());
         let (addr, stop) = crate::serve(app, addr).await?;
         Ok(Self { addr, script, stop })
@@ -237,6 +250,14 @@ impl Drop for ScriptedLlm {
 }
 
 async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
+    answer(&script, body, Dialect::OpenAi).await
+}
+
+async fn messages(State(script): State<Arc<Script>>, body: String) -> Response {
+    answer(&script, body, Dialect::Anthropic).await
+}
+
+async fn answer(script: &Script, body: String, dialect: Dialect) -> Response {
     let request: Value = match serde_json::from_str(&body) {
         Ok(value) => value,
         Err(err) => {
@@ -247,7 +268,10 @@ async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
     let violation = script
         .strict
         .load(std::sync::atomic::Ordering::Relaxed)
-        .then(|| crate::strict::check_openai_request(&request).err())
+        .then(|| match dialect {
+            Dialect::OpenAi => crate::strict::check_openai_request(&request).err(),
+            Dialect::Anthropic => crate::strict::check_anthropic_request(&request).err(),
+        })
         .flatten();
     let scripted = lock(&script.replies).pop_front();
     let reply = match (violation, scripted) {
@@ -273,13 +297,16 @@ async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
         lock(&script.requests).push(request);
     }
     script.recorded.notify_waiters();
-    respond(reply, number, stream).await
+    respond(reply, number, stream, dialect).await
 }
 
-async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
+async fn respond(mut reply: Reply, number: usize, stream: bool, dialect: Dialect) -> Response {
     while let Reply::Delayed(delay, inner) = reply {
         tokio::time::sleep(delay).await;
         reply = *inner;
+    }
+    if dialect == Dialect::Anthropic {
+        return respond_anthropic(reply, number, stream);
     }
     match reply {
         Reply::Error {
@@ -377,6 +404,45 @@ async fn respond(mut reply: Reply, number: usize, stream: bool) -> Response {
     }
 }
 
+fn respond_anthropic(reply: Reply, number: usize, stream: bool) -> Response {
+    match reply {
+        Reply::Error {
+            status,
+            retry_after,
+        } => anthropic::error(status, retry_after, "scripted error"),
+        Reply::ErrorWithMessage(status, message) => anthropic::error(status, None, &message),
+        Reply::Text(text) => anthropic::text(&text, Duration::ZERO, stream),
+        Reply::Paced(text, gap) => anthropic::text(&text, gap, stream),
+        Reply::ToolCalls(calls) => {
+            let calls: Vec<_> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, args))| (format!("toolu_{number}_{i}"), name, args))
+                .collect();
+            anthropic::calls(&calls, stream)
+        }
+        Reply::ToolCallsWithIds(calls) => anthropic::calls(&calls, stream),
+        Reply::Endless => anthropic::endless(),
+        Reply::StallAfter(text) => sse_body(paced(
+            anthropic::opening(&text).chain(futures::stream::pending()),
+            Duration::ZERO,
+        )),
+        Reply::BreakAfter(text) => {
+            let events = paced(anthropic::opening(&text), Duration::from_millis(20))
+                .map(|item| item.map_err(|never| match never {}))
+                .chain(futures::stream::once(async {
+                    Err(std::io::Error::other("scripted connection break"))
+                }));
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(events))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        // Unwrapped by `respond` already.
+        Reply::Delayed(_, inner) => respond_anthropic(*inner, number, stream),
+    }
+}
+
 fn tool_calls_reply(calls: Vec<Value>, stream: bool) -> Response {
     if stream {
         sse(tool_chunks(&calls), Duration::ZERO)
@@ -458,7 +524,7 @@ fn events_of(
 }
 
 /// `events`, each `gap` after the one before.
-fn paced(
+pub(super) fn paced(
     events: impl futures::Stream<Item = Bytes> + Send + 'static,
     gap: Duration,
 ) -> impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static {
@@ -474,7 +540,7 @@ fn sse(chunks: Vec<Value>, gap: Duration) -> Response {
     sse_body(paced(events_of(chunks, Some(())), gap))
 }
 
-fn sse_body(
+pub(super) fn sse_body(
     events: impl futures::Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
 ) -> Response {
     Response::builder()
@@ -493,11 +559,25 @@ fn json_body(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
+/// The text of the last user message, in either dialect (Anthropic's content blocks: its
+/// last text block; a message of only tool results is not one the person wrote).
 fn last_user_text(request: &Value) -> String {
-    request["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
+    let messages = request["messages"].as_array().into_iter().flatten().rev();
+    for message in messages.filter(|m| m["role"] == "user") {
+        match &message["content"] {
+            Value::String(text) => return text.clone(),
+            Value::Array(blocks) => {
+                let text = blocks
+                    .iter()
+                    .rev()
+                    .find(|b| b["type"] == "text")
+                    .and_then(|b| b["text"].as_str());
+                if let Some(text) = text {
+                    return text.to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    String::new()
 }

@@ -88,6 +88,79 @@ pub fn check_openai_request(request: &Value) -> Result<(), String> {
     check_conversation(wire)
 }
 
+/// Checks the `messages` of an Anthropic Messages request body: roles alternate, start
+/// with the user, no message is empty, tool results come first in their user message, and
+/// the conversation rules above hold for `tool_use` / `tool_result` blocks.
+pub fn check_anthropic_request(request: &Value) -> Result<(), String> {
+    let Some(messages) = request["messages"].as_array() else {
+        return Err("`messages` must be an array".into());
+    };
+    if request["max_tokens"].as_u64().is_none() {
+        return Err("max_tokens: field required".into());
+    }
+    let mut wire = Vec::new();
+    let mut last_role = "";
+    for (index, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or("");
+        if role != "user" && role != "assistant" {
+            return Err(format!("messages.{index}.role: unexpected role `{role}`"));
+        }
+        if role == last_role {
+            return Err(format!(
+                "messages.{index}: roles must alternate between user and assistant"
+            ));
+        }
+        last_role = role;
+        let blocks: Vec<&Value> = match &message["content"] {
+            Value::String(text) if !text.is_empty() => Vec::new(),
+            Value::Array(blocks) if !blocks.is_empty() => blocks.iter().collect(),
+            _ => return Err(format!("messages.{index}: content must not be empty")),
+        };
+        if role == "assistant" {
+            wire.push(WireMessage {
+                role,
+                tool_call_ids: blocks
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str())
+                    .collect(),
+                tool_call_id: None,
+            });
+            if blocks
+                .iter()
+                .any(|b| b["type"] == "tool_use" && !b["input"].is_object())
+            {
+                return Err(format!("messages.{index}: tool_use.input must be an object"));
+            }
+            continue;
+        }
+        let mut other = false;
+        for block in &blocks {
+            if block["type"] == "tool_result" {
+                if other {
+                    return Err(format!(
+                        "messages.{index}: tool_result blocks must come before other content"
+                    ));
+                }
+                wire.push(WireMessage {
+                    role: "tool",
+                    tool_call_ids: Vec::new(),
+                    tool_call_id: block["tool_use_id"].as_str(),
+                });
+            } else {
+                other = true;
+            }
+        }
+        if other || blocks.is_empty() {
+            wire.push(WireMessage {
+                role,
+                ..WireMessage::default()
+            });
+        }
+    }
+    check_conversation(wire)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -96,6 +169,41 @@ mod tests {
 
     fn check(messages: Value) -> Result<(), String> {
         check_openai_request(&json!({ "messages": messages }))
+    }
+
+    #[test]
+    fn anthropic_rules_are_checked() {
+        let check = |messages: Value| {
+            check_anthropic_request(&json!({"max_tokens": 10, "messages": messages}))
+        };
+        check(json!([
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "x"},
+                {"type": "text", "text": "q2"}]},
+        ]))
+        .expect("valid");
+        for (messages, reason) in [
+            (json!([{"role": "user", "content": "q"}, {"role": "user", "content": "q"}]), "alternate"),
+            (json!([{"role": "user", "content": []}]), "empty"),
+            (
+                json!([{"role": "user", "content": "q"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "input": {}}]},
+                    {"role": "user", "content": [{"type": "text", "text": "no result"}]}]),
+                "no results",
+            ),
+            (
+                json!([{"role": "user", "content": "q"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "a", "input": {}}]},
+                    {"role": "user", "content": [{"type": "text", "text": "t"},
+                        {"type": "tool_result", "tool_use_id": "a"}]}]),
+                "must come before",
+            ),
+        ] {
+            let err = check(messages).expect_err(reason);
+            assert!(err.contains(reason), "{err}");
+        }
     }
 
     #[test]
