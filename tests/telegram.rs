@@ -392,10 +392,18 @@ async fn a_photo_is_saved_in_the_workspace_and_handed_to_the_agent() {
     let id = t.fake.private_photo(ADA, "what is this?", bytes.clone());
     t.wait_for_reply(chat(ADA), id).await;
     let conversation = util::conversation(&t.llm.requests()[0]);
-    let text = conversation.last().expect("message")["content"]
+    // The photo reaches the model twice: named in the text, and as an image part.
+    let parts = conversation.last().expect("message")["content"]
+        .as_array()
+        .expect("text and image parts")
+        .clone();
+    let text = parts[0]["text"].as_str().expect("text").to_owned();
+    let image = parts[1]["image_url"]["url"]
         .as_str()
-        .expect("text")
-        .to_owned();
+        .expect("an image part");
+    use base64::Engine as _;
+    let expected = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    assert_eq!(image, format!("data:image/jpeg;base64,{expected}"));
     assert!(
         text.starts_with("what is this?\n[attachment: photo-"),
         "{text}"

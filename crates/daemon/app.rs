@@ -19,9 +19,6 @@ use switchboard_core::{
     Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
 };
 use switchboard_discord::DiscordChannel;
-use switchboard_llm::{
-    ApiKey, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
-};
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_telegram::TelegramChannel;
 use switchboard_tools::builtin::{self, SandboxHelper};
@@ -31,11 +28,11 @@ use switchboard_websocket::WebSocketChannel;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, expand_env};
+use crate::config::Config;
 use crate::health::Health;
 use crate::outbox::HubOutbox;
 use crate::server::{self, Server};
-use crate::{cli, notify, supervisor};
+use crate::{cli, notify, supervisor, turn_config};
 
 /// After the grace period and cancellation, how long cancelled turns get to save.
 const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
@@ -104,7 +101,8 @@ pub fn build_agent(
     let mut tools = builtin::registry(&config.tools, helper, outbox)
         .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
     tools.extend(extra_tools);
-    let llm = build_llm(config)?;
+    turn_config::add_ask_user(config, &mut tools);
+    let llm = crate::llm_config::build(config)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
         workspace: Arc::new(workspace),
@@ -121,8 +119,12 @@ pub fn build_agent(
             .clone()
             .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
         max_queued_messages: *section.max_queued_messages.get_ref(),
+        max_turn_tokens: section.max_turn_tokens,
+        turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
+        verify: turn_config::verify(config)?,
     };
-    Ok(Arc::new(Agent::new(llm, tools, store, agent_config)))
+    let agent = Agent::new(llm, tools, store, agent_config);
+    Ok(Arc::new(turn_config::with_approvals(config, agent)?))
 }
 
 /// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
@@ -152,45 +154,6 @@ fn sandbox_helper(config: &Config, forbidden: Vec<std::path::PathBuf>) -> Option
         forbidden,
         confinement,
     })
-}
-
-fn build_llm(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    let llm = &config.llm;
-    let api_key = match &llm.api_key {
-        None => ApiKey::None,
-        Some(raw) => match expand_env(raw.get_ref()) {
-            Ok(key) => ApiKey::Key(key),
-            Err(variable) => {
-                tracing::warn!(%variable, "llm.api_key refers to an unset environment variable; \
-                    every message will get an error until it is set");
-                ApiKey::Missing { variable }
-            }
-        },
-    };
-    let client = OpenAiProvider::new(OpenAiConfig {
-        base_url: llm.base_url.get_ref().clone(),
-        api_key,
-        model: llm.model.clone(),
-        temperature: llm.temperature,
-        max_tokens: llm.max_tokens,
-        first_byte_timeout: Config::duration(&llm.timeout_secs),
-        idle_timeout: Config::duration(&llm.idle_timeout_secs),
-        limits: ResponseLimits {
-            max_response_bytes: *llm.max_response_bytes.get_ref(),
-            max_reply_bytes: *llm.max_reply_bytes.get_ref(),
-            max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
-        },
-    })?;
-    let retrying = Retrying::new(
-        Arc::new(client),
-        RetryPolicy {
-            max_retries: llm.max_retries,
-            ..RetryPolicy::default()
-        },
-        Config::duration(&llm.request_timeout_secs),
-    )
-    .with_slow_notice(Config::duration(&llm.slow_notice_secs));
-    Ok(Arc::new(retrying))
 }
 
 fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
@@ -315,7 +278,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         "http_refused_connections",
         Box::new(server.refused_connections()),
     );
-    tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url.get_ref(),
+    tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url(), provider = %config.llm.provider.get_ref(),
+        fallbacks = config.llm.fallbacks.len(),
         websocket = ws_section.enabled, telegram = telegram_section.enabled,
         discord = discord_section.enabled,
         max_connections = limits.max_connections,

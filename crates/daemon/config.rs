@@ -3,13 +3,15 @@
 //! Every error names the file, the line and column, and the key: a typo must never be
 //! silently ignored by a service that runs for months.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_core::ConfigProblem;
+
+pub use crate::llm_config::{Fallback, LlmSection, ProviderKind};
+pub use crate::turn_config::{ApprovalsSection, JudgeSection, VerifySection};
 use toml::Spanned;
 
 /// A config problem, located.
@@ -98,6 +100,16 @@ pub struct AgentSection {
     pub system_prompt: Option<String>,
     /// Messages one chat may have waiting behind its running turn.
     pub max_queued_messages: Spanned<usize>,
+    /// Tokens a turn may spend (in + out over its LLM calls) before it stops calling tools.
+    pub max_turn_tokens: Option<u64>,
+    /// Seconds a turn may take in all.
+    pub turn_timeout_secs: Option<Spanned<f64>>,
+    /// Seconds the `ask_user` tool waits for the person's answer.
+    pub ask_timeout_secs: Spanned<f64>,
+    /// `[agent.verify]`.
+    pub verify: VerifySection,
+    /// `[agent.approvals]`.
+    pub approvals: ApprovalsSection,
 }
 
 impl Default for AgentSection {
@@ -114,71 +126,11 @@ impl Default for AgentSection {
             stream: true,
             system_prompt: None,
             max_queued_messages: Spanned::new(0..0, 32),
-        }
-    }
-}
-
-/// Which API the LLM speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    /// OpenAI chat completions (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp …).
-    Openai,
-    /// Anthropic's Messages API.
-    Anthropic,
-}
-
-/// `[llm]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct LlmSection {
-    /// The API the server speaks.
-    pub provider: Spanned<ProviderKind>,
-    /// The API root.
-    pub base_url: Spanned<String>,
-    /// The key, usually `${SOME_ENV_VAR}`; absent for local servers.
-    pub api_key: Option<Spanned<String>>,
-    /// The model.
-    pub model: String,
-    /// Sampling temperature.
-    pub temperature: Option<f32>,
-    /// Upper bound on tokens per response.
-    pub max_tokens: Option<u32>,
-    /// Seconds to wait for the first byte of a response.
-    pub timeout_secs: Spanned<f64>,
-    /// Seconds to wait between two chunks of a response.
-    pub idle_timeout_secs: Spanned<f64>,
-    /// Seconds a whole call may take, retries and their waits included.
-    pub request_timeout_secs: Spanned<f64>,
-    /// Seconds of silence after which the chat is told the model is slow.
-    pub slow_notice_secs: Spanned<f64>,
-    /// Retries of timeouts, connection errors, 429 and 5xx.
-    pub max_retries: u32,
-    /// Bytes read from the server for one response.
-    pub max_response_bytes: Spanned<usize>,
-    /// Bytes of a reply's text.
-    pub max_reply_bytes: Spanned<usize>,
-    /// Bytes of one response's tool calls.
-    pub max_tool_arguments_bytes: Spanned<usize>,
-}
-
-impl Default for LlmSection {
-    fn default() -> Self {
-        Self {
-            provider: Spanned::new(0..0, ProviderKind::Openai),
-            base_url: Spanned::new(0..0, "https://api.openai.com/v1".into()),
-            api_key: None,
-            model: "gpt-4o-mini".into(),
-            temperature: None,
-            max_tokens: None,
-            timeout_secs: Spanned::new(0..0, 30.0),
-            idle_timeout_secs: Spanned::new(0..0, 60.0),
-            request_timeout_secs: Spanned::new(0..0, 300.0),
-            slow_notice_secs: Spanned::new(0..0, 15.0),
-            max_retries: 3,
-            max_response_bytes: Spanned::new(0..0, 32 * 1024 * 1024),
-            max_reply_bytes: Spanned::new(0..0, 1024 * 1024),
-            max_tool_arguments_bytes: Spanned::new(0..0, 1024 * 1024),
+            max_turn_tokens: None,
+            turn_timeout_secs: None,
+            ask_timeout_secs: Spanned::new(0..0, 600.0),
+            verify: VerifySection::default(),
+            approvals: ApprovalsSection::default(),
         }
     }
 }
@@ -325,6 +277,15 @@ impl Config {
             (&self.llm.idle_timeout_secs, "llm.idle_timeout_secs"),
             (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
             (&self.llm.slow_notice_secs, "llm.slow_notice_secs"),
+            (&self.agent.ask_timeout_secs, "agent.ask_timeout_secs"),
+            (
+                &self.agent.approvals.timeout_secs,
+                "agent.approvals.timeout_secs",
+            ),
+            (
+                &self.llm.fallback_cooldown_secs,
+                "llm.fallback_cooldown_secs",
+            ),
             (&self.http.header_timeout_secs, "http.header_timeout_secs"),
             (
                 &self.daemon.shutdown_grace_secs,
@@ -336,29 +297,17 @@ impl Config {
                     .error_at(Some(value.span()), key.into(), message)
             })?;
         }
-        let base_url = self.llm.base_url.get_ref();
-        let host = base_url
-            .strip_prefix("http://")
-            .or_else(|| base_url.strip_prefix("https://"));
-        if host.is_none_or(|rest| rest.is_empty() || rest.starts_with('/')) {
-            return Err(self.source.error_at(
-                Some(self.llm.base_url.span()),
-                "llm.base_url".into(),
-                format!(
-                    "`{base_url}` is not an http:// or https:// URL with a host, e.g. \
-                     \"http://127.0.0.1:11434/v1\""
-                ),
-            ));
+        if let Some(value) = &self.agent.turn_timeout_secs {
+            seconds(value).map_err(|message| {
+                self.source.error_at(
+                    Some(value.span()),
+                    "agent.turn_timeout_secs".into(),
+                    message,
+                )
+            })?;
         }
-        if *self.llm.provider.get_ref() == ProviderKind::Anthropic {
-            return Err(self.source.error_at(
-                Some(self.llm.provider.span()),
-                "llm.provider".into(),
-                "the anthropic provider is not available in this version yet; use \"openai\" \
-                 (any OpenAI-compatible server)"
-                    .into(),
-            ));
-        }
+        self.llm.validate(&self.source)?;
+        crate::turn_config::validate(self, &self.source)?;
         self.channels
             .websocket
             .validate(*self.http.bind.get_ref())
@@ -458,15 +407,6 @@ impl Source {
 }
 
 pub use switchboard_core::expand_env;
-
-impl fmt::Display for ProviderKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Openai => "openai",
-            Self::Anthropic => "anthropic",
-        })
-    }
-}
 
 #[cfg(test)]
 mod tests {

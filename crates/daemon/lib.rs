@@ -21,6 +21,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod health;
+pub mod llm_config;
 pub mod logging;
 pub mod notify;
 pub mod onboard;
@@ -29,6 +30,7 @@ pub mod pairing;
 pub mod server;
 pub mod supervisor;
 pub mod terminal;
+pub mod turn_config;
 
 #[cfg(test)]
 mod config_properties;

@@ -74,6 +74,10 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
                 false
             }
         },
+        Some(Command::Approve | Command::Deny) => {
+            eprintln!("Nothing is waiting for your approval.");
+            true
+        }
         Some(Command::Help | Command::Status | Command::Stop) => {
             eprintln!(
                 "{} messages in history; type /new to start over, /quit to leave.",
@@ -109,10 +113,15 @@ async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
                     // Printed text cannot be taken back: mark where the answer starts again.
                     if streamed {
                         let _ = writeln!(stdout);
-                        eprintln!("[the model's answer broke off; it starts again]");
+                        eprintln!("[the text above is void; the answer starts again]");
                     }
                     streamed = false;
                 }
+                AgentEvent::Verified {
+                    rejected: Some(reason),
+                    ..
+                } => eprintln!("[check: {reason}]"),
+                AgentEvent::Verified { rejected: None, .. } => {}
                 AgentEvent::Status(text) => eprintln!("[{text}]"),
                 AgentEvent::Notice(text) => eprintln!("note: {text}"),
                 AgentEvent::ToolStarted { name, .. } => eprintln!("[tool {name} started]"),

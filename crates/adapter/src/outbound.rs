@@ -164,6 +164,12 @@ impl<S: Surface> Replies<S> {
                 let said = notice(&text, None, false);
                 return self.surface.send(place, said).await.map(drop);
             }
+            OutboundKind::Question { text, .. } => {
+                // A message of its own, kept apart from the draft: the turn waits on it.
+                let text = format!("❓ {text}");
+                let said = notice(&text, answering, true);
+                return self.surface.send(place, said).await.map(drop);
+            }
             OutboundKind::Post(text) => {
                 // Outside any turn: its own parts, never the chat's draft.
                 let mut own = ChatOut::new();
@@ -206,6 +212,7 @@ impl<S: Surface> Replies<S> {
             }
             OutboundKind::Error(_)
             | OutboundKind::Notice(_)
+            | OutboundKind::Question { .. }
             | OutboundKind::Post(_)
             | OutboundKind::Status(_)
             | OutboundKind::Tool { .. }

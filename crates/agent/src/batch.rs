@@ -112,10 +112,12 @@ async fn call_one(
         id: call.id.clone(),
         name: call.name.clone(),
     });
-    let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id);
+    let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id, iteration,
+        input_bytes = call.arguments.len(), output_bytes = tracing::field::Empty);
     let turn = TurnInfo {
         session: &ctx.session,
         iteration,
+        user: ctx.user.as_ref(),
     };
     let outcome = invoke(agent, call, ctx, turn)
         .instrument(span.clone())
@@ -136,6 +138,7 @@ async fn call_one(
     }
     let is_error = outcome.is_error;
     let content = cap_result(outcome.content, agent.config.max_tool_result_bytes);
+    span.record("output_bytes", content.len());
     span.in_scope(|| tracing::debug!(ok = !is_error, bytes = content.len(), "tool call done"));
     let _ = events.send(AgentEvent::ToolFinished {
         id: call.id.clone(),

@@ -11,6 +11,10 @@ pub enum Command {
     Help,
     /// `/status`: what the session holds and whether a turn runs.
     Status,
+    /// `/approve`: consent to the tool call the turn waits on.
+    Approve,
+    /// `/deny`: refuse the tool call the turn waits on.
+    Deny,
 }
 
 impl Command {
@@ -24,6 +28,8 @@ impl Command {
             "stop" => Some(Self::Stop),
             "help" | "start" => Some(Self::Help),
             "status" => Some(Self::Status),
+            "approve" | "yes" => Some(Self::Approve),
+            "deny" | "no" => Some(Self::Deny),
             _ => None,
         }
     }
@@ -34,6 +40,7 @@ pub const HELP: &str = "Commands:\n\
 /new — forget this chat's history and start a new session\n\
 /stop — stop the answer in progress\n\
 /status — what this session holds\n\
+/approve, /deny — answer a request to run a tool\n\
 /help — this list\n\
 Anything else goes to the agent.";
 
@@ -47,6 +54,8 @@ mod tests {
         assert_eq!(Command::parse("  /STOP "), Some(Command::Stop));
         assert_eq!(Command::parse("/help@my_bot"), Some(Command::Help));
         assert_eq!(Command::parse("/status"), Some(Command::Status));
+        assert_eq!(Command::parse("/approve"), Some(Command::Approve));
+        assert_eq!(Command::parse("/Deny@my_bot"), Some(Command::Deny));
     }
 
     #[test]

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use switchboard_tools::Workspace;
 
+use crate::verify::Verify;
+
 /// How the agent loop behaves. The daemon fills it from `[agent]` in the config.
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -33,6 +35,14 @@ pub struct AgentConfig {
     pub stream: bool,
     /// The opening of the system prompt, before the workspace files.
     pub system_prompt: String,
+    /// Tokens (in + out, summed over its LLM calls) after which a turn that still calls
+    /// tools ends; `None`: no budget.
+    pub max_turn_tokens: Option<u64>,
+    /// How long a turn may run in all (LLM calls, tools, waiting on the person included);
+    /// `None`: no limit.
+    pub turn_timeout: Option<Duration>,
+    /// Checks of the final reply.
+    pub verify: Verify,
 }
 
 impl AgentConfig {
@@ -50,6 +60,9 @@ impl AgentConfig {
             max_queued_messages: 32,
             stream: true,
             system_prompt: DEFAULT_SYSTEM_PROMPT.to_owned(),
+            max_turn_tokens: None,
+            turn_timeout: None,
+            verify: Verify::default(),
         }
     }
 }

@@ -11,6 +11,11 @@
 //! session leaves memory). `/stop` bypasses the queue: the dispatcher cancels the worker's
 //! running turn and drops the messages queued behind it.
 //!
+//! A turn that waits on the person (an approval, a question) leaves a slot in the control
+//! the dispatcher shares with its worker; the chat's next fitting message goes into the
+//! slot instead of the queue — the turn holds the worker, so a queued answer would never
+//! be read. `ask.rs` says why such a message is never lost between the two.
+//!
 //! # Why `/stop` neither misses a turn nor drops a message sent after it
 //! Each queued message carries the chat's stop count at the time it was queued. Under the
 //! worker's control lock, the dispatcher bumps the count and reads the running turn's
@@ -32,6 +37,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::ask::Waiting;
 use crate::command::Command;
 use crate::worker::{Worker, reply, shutting_down};
 
@@ -55,6 +61,9 @@ pub(crate) struct Control {
     pub(crate) running: Option<CancellationToken>,
     /// `/stop`s so far; messages stamped with less are dropped.
     pub(crate) stops: u64,
+    /// A turn waiting on the person: the chat's next fitting message is its answer
+    /// (see `ask.rs`).
+    pub(crate) waiting: Option<Waiting>,
 }
 
 /// Held only for a moment, never across an await.
@@ -143,12 +152,24 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Hands a message to its session's worker without waiting.
-    fn route(&self, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
+    /// Hands a message to its session's worker without waiting: into its waiting turn
+    /// when the turn waits on the person and the message answers it, else into its queue.
+    fn route(&self, mut message: InboundMessage, replies: &mpsc::Sender<Reply>) {
         let key = message.session_key();
         if Command::parse(&message.content) == Some(Command::Stop) {
             self.stop(&key, message, replies);
             return;
+        }
+        if let Some(worker) = self.workers.get(&key) {
+            let mut control = control(&worker.control);
+            if let Some(waiting) = control.waiting.take_if(|waiting| waiting.accepts(&message)) {
+                // Sent under the lock: an asker that stops waiting finds it sent (see ask.rs).
+                match waiting.tx.send(message) {
+                    Ok(()) => return,
+                    // Its turn is gone: the message is routed as usual.
+                    Err(back) => message = back,
+                }
+            }
         }
         let queued = match self.workers.get(&key) {
             None => Box::new((0, message)),

@@ -35,6 +35,13 @@ pub enum AgentEvent {
         /// Whether it returned a result (rather than an error).
         ok: bool,
     },
+    /// A final reply was checked (see `verify`): rejected ones go back to the model.
+    Verified {
+        /// The attempt, from 1.
+        attempt: usize,
+        /// `None` when it passed, else why it did not.
+        rejected: Option<String>,
+    },
     /// The turn ended with a reply.
     Finished {
         /// The whole reply.

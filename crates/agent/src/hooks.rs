@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use switchboard_core::{SessionKey, ToolCall, TurnEnd, Usage};
 use switchboard_llm::{ChatRequest, ChatResponse};
+use switchboard_tools::User;
 
 /// Where in which turn a hook is called.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +23,9 @@ pub struct TurnInfo<'a> {
     pub session: &'a SessionKey,
     /// The LLM → tools round, from 1.
     pub iteration: usize,
+    /// The person the turn answers, to ask something of (approvals do); `None` when
+    /// nobody can be asked.
+    pub user: Option<&'a User>,
 }
 
 /// A hook's answer to "may this tool call run?".

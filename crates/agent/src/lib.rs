@@ -13,6 +13,9 @@
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
 //! - `turn`: the loop of one turn.
 //! - `batch`: running the tool calls of one response concurrently.
+//! - `verify`: checks of a final reply (leaked markup always; rules and a judge by config).
+//! - `ask`: pausing a turn on the person (the waiting slot) and the `ask_user` tool.
+//! - `approval`: [`Approvals`], the hook that asks before chosen tool calls run.
 //! - `context`: the system prompt built from the workspace files.
 //! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
 //! - `events`: [`AgentEvent`] and its sink.
@@ -21,6 +24,8 @@
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 
 mod agent;
+mod approval;
+mod ask;
 mod batch;
 mod command;
 mod config;
@@ -29,13 +34,17 @@ mod dispatcher;
 mod events;
 mod hooks;
 mod turn;
+mod verify;
 mod worker;
 
 pub use agent::Agent;
+pub use approval::Approvals;
+pub use ask::AskUserTool;
 pub use command::Command;
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
-pub use turn::TurnInput;
+pub use turn::{MAX_LLM_FAILURES, TurnInput};
+pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

@@ -1,4 +1,11 @@
-//! One turn: context → [LLM → tools]* → reply.
+//! One turn: context → [LLM → tools]* → check → reply.
+//!
+//! The loop ends when the model answers without tool calls and the answer passes its
+//! checks (`verify`), or on a stop condition: `max_iterations` rounds, the token budget
+//! (`max_turn_tokens`, checked after each call that asks for tools), the time budget
+//! (`turn_timeout`, which stops the turn as `/stop` would), [`MAX_LLM_FAILURES`]
+//! consecutive calls whose output could not be used, an LLM error the provider chain
+//! could not get past, or cancellation. Each ends with its reason in the reply.
 //!
 //! Every message is saved the moment it is complete — the user message first, then each
 //! assistant message together with all of its tool results, then the final reply — so the
@@ -10,12 +17,17 @@
 //! waiting" status lines belong to the provider's retry layer, whose events reach the chat.
 
 use std::collections::HashSet;
+use std::io::Read;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, MessageId, TurnEnd, Usage, make_call_ids_unique};
-use switchboard_llm::{ChatRequest, ChatResponse, StreamEvent};
+use base64::Engine;
+use switchboard_core::{
+    Attachment, ChatMessage, ImagePart, InboundMessage, MessageId, SenderId, TurnEnd, Usage,
+    make_call_ids_unique,
+};
+use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StreamEvent};
 use switchboard_sessions::{Batch, InboundState, Session};
-use switchboard_tools::ToolContext;
+use switchboard_tools::{ToolContext, User, Workspace};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -23,23 +35,40 @@ use crate::agent::Agent;
 use crate::batch;
 use crate::events::{AgentEvent, EventSink};
 use crate::hooks::{TurnInfo, TurnSummary};
+use crate::verify::{self, Verdict};
+
+/// Consecutive LLM calls whose output could not be used (unreadable, too large) after
+/// which the turn gives up.
+pub const MAX_LLM_FAILURES: usize = 3;
+/// The largest image sent to a model, in bytes (Anthropic's limit is 5 MB).
+const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
+/// The most images of one message sent to a model.
+const MAX_IMAGES: usize = 8;
 
 /// What the person sees when a turn is stopped.
 pub(crate) const STOPPED_REPLY: &str = "Stopped.";
 /// What history keeps for a stopped turn, so the model knows the request went unanswered.
 pub(crate) const STOPPED_NOTE: &str = "[This turn was stopped before it finished.]";
 
-/// What a turn answers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What a turn answers: the whole inbound message as the turn needs it.
+#[derive(Clone, Debug, Default)]
 pub struct TurnInput {
     /// The person's text (with a line for each attachment, naming where it was saved).
     pub text: String,
+    /// The images among the attachments: shown to the model with the message.
+    pub images: Vec<ImagePart>,
+    /// Who wrote it.
+    pub sender: Option<SenderId>,
+    /// The platform id of the message it replies to, if any.
+    pub reply_to: Option<MessageId>,
     /// The inbound message's platform id: the turn's progress is journaled under it, so a
     /// message delivered again after a crash is taken up, not answered twice.
     pub inbound: Option<MessageId>,
     /// The user message is in history already (a turn a crash interrupted, taken up again):
     /// answer it without saving it again.
     pub resume: bool,
+    /// The person, for tools and hooks that ask them something mid-turn.
+    pub user: Option<User>,
 }
 
 impl TurnInput {
@@ -50,6 +79,86 @@ impl TurnInput {
             ..Self::default()
         }
     }
+
+    /// The turn answering `message`.
+    pub fn from_message(message: &InboundMessage) -> Self {
+        Self {
+            text: message_text(message),
+            images: message.attachments.iter().filter_map(image_part).collect(),
+            sender: Some(message.sender.clone()),
+            reply_to: message.reply_to.clone(),
+            inbound: message.id.clone(),
+            resume: false,
+            user: None,
+        }
+    }
+}
+
+/// What the model reads of a message: its text, and a line for each attachment naming
+/// where it was saved.
+pub(crate) fn message_text(message: &InboundMessage) -> String {
+    let mut text = message.content.clone();
+    for attachment in &message.attachments {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[attachment: {} ({}, {} bytes), saved in the workspace at {}]",
+            attachment.name,
+            attachment.mime.as_deref().unwrap_or("unknown type"),
+            attachment.bytes,
+            attachment.path
+        ));
+    }
+    text
+}
+
+/// An attachment a model can look at: PNG, JPEG, GIF or WebP within the size limit.
+fn image_part(attachment: &Attachment) -> Option<ImagePart> {
+    let mime = attachment.mime.as_deref()?;
+    let known = matches!(
+        mime,
+        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+    );
+    (known && attachment.bytes <= MAX_IMAGE_BYTES).then(|| ImagePart {
+        path: attachment.path.clone(),
+        mime: mime.to_owned(),
+    })
+}
+
+/// Reads the images of the new message for the request (through the workspace, so a path
+/// cannot leave it). One that cannot be read is left out, and logged: the text still names
+/// where it was saved.
+fn load_images(workspace: &Workspace, parts: &[ImagePart]) -> Vec<ImageData> {
+    let mut loaded = Vec::new();
+    for part in parts.iter().take(MAX_IMAGES) {
+        let read = workspace
+            .resolve(&part.path)
+            .and_then(|path| workspace.open_read(&path))
+            .map_err(|err| err.to_string())
+            .and_then(|file| {
+                let mut bytes = Vec::new();
+                file.take(MAX_IMAGE_BYTES + 1)
+                    .read_to_end(&mut bytes)
+                    .map_err(|err| err.to_string())?;
+                if bytes.len() as u64 > MAX_IMAGE_BYTES {
+                    return Err(format!("larger than {MAX_IMAGE_BYTES} bytes"));
+                }
+                Ok(bytes)
+            });
+        match read {
+            Ok(bytes) => loaded.push(ImageData {
+                path: part.path.clone(),
+                mime: part.mime.clone(),
+                base64: base64::engine::general_purpose::STANDARD
+                    .encode(bytes)
+                    .into(),
+            }),
+            Err(err) => tracing::warn!(path = %part.path, error = %err,
+                "an image could not be read; the model gets only its path"),
+        }
+    }
+    loaded
 }
 
 pub(crate) async fn run(
@@ -59,7 +168,8 @@ pub(crate) async fn run(
     cancel: &CancellationToken,
     events: &EventSink,
 ) {
-    let span = tracing::info_span!("turn", session = %session.key(), resume = input.resume);
+    let span = tracing::info_span!("turn", session = %session.key(), resume = input.resume,
+        input_bytes = input.text.len(), images = input.images.len());
     async {
         let mut turn = Turn {
             agent,
@@ -69,9 +179,36 @@ pub(crate) async fn run(
             events,
             unsaved: false,
             inbound: input.inbound.clone(),
+            user: input.user.clone(),
         };
         let _ = events.send(AgentEvent::Started);
-        let end = turn.drive(input, cancel).await;
+        // The time budget stops the turn the way `/stop` does (open tool calls get their
+        // results), then says why.
+        let budget = cancel.child_token();
+        let drive = turn.drive(input, &budget);
+        let end = match agent.config.turn_timeout {
+            None => drive.await,
+            Some(limit) => {
+                let mut drive = std::pin::pin!(drive);
+                tokio::select! {
+                    end = &mut drive => end,
+                    () = tokio::time::sleep(limit) => {
+                        budget.cancel();
+                        match drive.await {
+                            End::Reply(_, TurnEnd::Cancelled) if !cancel.is_cancelled() => {
+                                tracing::warn!(limit_s = limit.as_secs_f64(), "turn ran out of time");
+                                End::Reply(format!(
+                                    "I stopped: this turn took longer than its limit of {} s \
+                                     (agent.turn_timeout_secs). Ask me to continue if you want more.",
+                                    limit.as_secs()
+                                ), TurnEnd::TimeLimit)
+                            }
+                            end => end,
+                        }
+                    }
+                }
+            }
+        };
         if agent.hooks.is_empty() {
             turn.finish(end);
             return;
@@ -86,6 +223,7 @@ pub(crate) async fn run(
         let info = TurnInfo {
             session: &key,
             iteration: 0,
+            user: None,
         };
         let summary = TurnSummary {
             end: kind,
@@ -104,6 +242,14 @@ enum End {
     Failed(String),
 }
 
+/// Why an LLM call gave no response.
+enum CallFailed {
+    /// The turn was stopped meanwhile.
+    Stopped(End),
+    /// The call failed.
+    Llm(LlmError),
+}
+
 struct Turn<'a> {
     agent: &'a Agent,
     session: &'a mut Session,
@@ -115,6 +261,8 @@ struct Turn<'a> {
     unsaved: bool,
     /// The inbound message's id, when its progress is journaled.
     inbound: Option<MessageId>,
+    /// The person, to ask something of.
+    user: Option<User>,
 }
 
 impl Turn<'_> {
@@ -122,11 +270,25 @@ impl Turn<'_> {
         let events = self.events;
         let agent = self.agent;
         let config = &agent.config;
+        let question = input.text.clone();
+        let images = if input.images.is_empty() || input.resume {
+            Vec::new()
+        } else {
+            let workspace = config.workspace.clone();
+            let parts = input.images.clone();
+            tokio::task::spawn_blocking(move || load_images(&workspace, &parts))
+                .await
+                .unwrap_or_default()
+        };
         if !input.resume {
             let received = InboundState::Received;
             let id = self.inbound.clone();
             let batch_inbound = id.as_ref().map(|id| (id, &received));
-            self.save_with(vec![ChatMessage::user(input.text)], batch_inbound);
+            let message = ChatMessage::User {
+                content: input.text,
+                images: input.images,
+            };
+            self.save_with(vec![message], batch_inbound);
         }
 
         let mut request = ChatRequest {
@@ -138,27 +300,87 @@ impl Turn<'_> {
             messages: self.session.history(),
             tools: self.agent.tools.definitions(),
             stream: config.stream,
+            images,
         };
         request.messages.extend(self.new.iter().cloned());
         let ctx = ToolContext {
             workspace: config.workspace.clone(),
             session: self.session.key().clone(),
             cancel: cancel.clone(),
+            user: self.user.clone(),
         };
 
+        let mut failures = 0;
+        let mut rejected = 0;
         for iteration in 1..=config.max_iterations {
             let response = match self.call_llm(&request, cancel, iteration).await {
                 Ok(response) => response,
-                Err(end) => return end,
+                Err(CallFailed::Stopped(end)) => return end,
+                Err(CallFailed::Llm(err)) => {
+                    failures += 1;
+                    if err.is_bad_output() && failures < MAX_LLM_FAILURES {
+                        // The model's own output was at fault: a new call may go better.
+                        let _ = events.send(AgentEvent::TextReset);
+                        let _ = events.send(AgentEvent::Status(format!(
+                            "The model's answer could not be used ({}); asking again.",
+                            err.summary()
+                        )));
+                        continue;
+                    }
+                    return End::Failed(if failures > 1 {
+                        format!("The model failed {failures} times in a row: {err}")
+                    } else {
+                        format!("The model call failed: {err}")
+                    });
+                }
             };
+            failures = 0;
             self.usage += response.usage;
             if response.tool_calls.is_empty() {
-                let reply = if response.content.trim().is_empty() {
-                    "(the model returned an empty reply)".to_owned()
-                } else {
-                    response.content
+                let reply = verify::strip_thinking(&response.content);
+                let verdict = self.check(&question, &reply, rejected + 1, cancel).await;
+                let reason = match verdict {
+                    Some(Verdict::Pass) if reply.is_empty() => {
+                        return End::Reply(
+                            "(the model returned an empty reply)".to_owned(),
+                            TurnEnd::Answered,
+                        );
+                    }
+                    Some(Verdict::Pass) => return End::Reply(reply, TurnEnd::Answered),
+                    Some(Verdict::Fail(reason)) => reason,
+                    None => return self.stopped(),
                 };
-                return End::Reply(reply, TurnEnd::Answered);
+                rejected += 1;
+                let max = config.verify.max_attempts.max(1);
+                // The rejected text was a draft at most: it is void now.
+                let _ = events.send(AgentEvent::TextReset);
+                if rejected >= max {
+                    tracing::warn!(attempts = rejected, "no reply passed verification");
+                    return End::Reply(verify::graceful_failure(rejected), TurnEnd::Unverified);
+                }
+                // The rejected reply and the feedback go to the model, not into history.
+                request
+                    .messages
+                    .push(Arc::new(ChatMessage::assistant(response.content)));
+                request
+                    .messages
+                    .push(Arc::new(ChatMessage::user(verify::feedback(
+                        &reason, rejected, max,
+                    ))));
+                continue;
+            }
+            let total = self.usage.input_tokens + self.usage.output_tokens;
+            if let Some(max) = config.max_turn_tokens
+                && total >= max
+            {
+                tracing::warn!(total, max, "turn used up its token budget");
+                return End::Reply(
+                    format!(
+                        "I stopped: this turn used {total} tokens, its budget is {max} \
+                         (agent.max_turn_tokens). Ask me to continue if you want more."
+                    ),
+                    TurnEnd::TokenLimit,
+                );
             }
 
             let assistant = response.to_message();
@@ -188,6 +410,61 @@ impl Turn<'_> {
         End::Reply(reply, TurnEnd::IterationLimit)
     }
 
+    /// Checks a final reply: leaked tool-call markup always, the configured rules and
+    /// judge when verification is on. `None` when the turn was stopped meanwhile.
+    async fn check(
+        &mut self,
+        question: &str,
+        reply: &str,
+        attempt: usize,
+        cancel: &CancellationToken,
+    ) -> Option<Verdict> {
+        let verify = &self.agent.config.verify;
+        let span = tracing::info_span!("verify", attempt, reply_bytes = reply.len());
+        let mut verdict = match verify::leaked(reply) {
+            Some(reason) => Verdict::Fail(reason),
+            None if !verify.enabled => return Some(Verdict::Pass),
+            None => match verify.rules(reply) {
+                Err(reason) => Verdict::Fail(reason),
+                Ok(()) => Verdict::Pass,
+            },
+        };
+        if verdict == Verdict::Pass
+            && verify.enabled
+            && let Some(judge) = &verify.judge
+        {
+            let _ = self
+                .events
+                .send(AgentEvent::Status("Checking the answer…".into()));
+            let request = verify::judge_request(judge, question, reply);
+            let call = judge.llm.chat(&request, &|_| {}).instrument(span.clone());
+            let answer = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return None,
+                answer = call => answer,
+            };
+            match answer {
+                Ok(answer) => {
+                    self.usage += answer.usage;
+                    verdict = verify::verdict(&answer.content);
+                }
+                // A judge that cannot be reached must not hold every reply back.
+                Err(err) => span.in_scope(|| {
+                    tracing::warn!(error = %err, "the verification judge failed; reply passed unjudged");
+                }),
+            }
+        }
+        let rejected = match &verdict {
+            Verdict::Pass => None,
+            Verdict::Fail(reason) => Some(reason.clone()),
+        };
+        span.in_scope(
+            || tracing::info!(passed = rejected.is_none(), reason = ?rejected, "verified"),
+        );
+        let _ = self.events.send(AgentEvent::Verified { attempt, rejected });
+        Some(verdict)
+    }
+
     /// Calls the model once (its retry layer retries); a failure ends the turn with the
     /// error, which says what to fix. The response's tool-call ids are made unique across
     /// the conversation, since providers refuse repeated ones.
@@ -196,7 +473,7 @@ impl Turn<'_> {
         request: &ChatRequest,
         cancel: &CancellationToken,
         iteration: usize,
-    ) -> Result<ChatResponse, End> {
+    ) -> Result<ChatResponse, CallFailed> {
         let agent = self.agent;
         let events = self.events;
         let forward = |event: StreamEvent| {
@@ -209,6 +486,7 @@ impl Turn<'_> {
         let info = TurnInfo {
             session: self.session.key(),
             iteration,
+            user: self.user.as_ref(),
         };
         let altered = if agent.hooks.is_empty() {
             None
@@ -218,24 +496,38 @@ impl Turn<'_> {
             Some(altered)
         };
         let request = altered.as_ref().unwrap_or(request);
-        let span = tracing::info_span!("llm", model = agent.llm.model(), iteration);
-        let call = agent.llm.chat(request, &forward).instrument(span);
+        let span = tracing::info_span!(
+            "llm",
+            model = agent.llm.model(),
+            iteration,
+            messages = request.messages.len(),
+            output_bytes = tracing::field::Empty
+        );
+        let call = agent.llm.chat(request, &forward).instrument(span.clone());
         let result = tokio::select! {
             biased;
-            () = cancel.cancelled() => return Err(self.stopped()),
+            () = cancel.cancelled() => return Err(CallFailed::Stopped(self.stopped())),
             result = call => result,
         };
         let mut response = match result {
             Ok(response) => response,
             Err(err) => {
-                tracing::warn!(error = %err, "LLM call failed");
-                return Err(End::Failed(format!("The model call failed: {err}")));
+                span.in_scope(|| tracing::warn!(error = %err, "LLM call failed"));
+                return Err(CallFailed::Llm(err));
             }
         };
+        let output: usize = response.content.len()
+            + response
+                .tool_calls
+                .iter()
+                .map(|c| c.arguments.len())
+                .sum::<usize>();
+        span.record("output_bytes", output);
         if !agent.hooks.is_empty() {
             let info = TurnInfo {
                 session: self.session.key(),
                 iteration,
+                user: self.user.as_ref(),
             };
             agent.hooks.after_llm(info, &response).await;
         }

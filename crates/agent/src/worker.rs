@@ -21,10 +21,12 @@ use switchboard_core::{
     Shutdown, ToolStatus, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
+use switchboard_tools::User;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
+use crate::ask::ChatUser;
 use crate::command::{Command, HELP};
 use crate::dispatcher::{Queued, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
@@ -216,6 +218,10 @@ impl Worker {
             }
             // `/stop` is the dispatcher's; one can only get here in a race with a restart.
             Some(Command::Stop) => "Nothing to stop.".to_owned(),
+            // A waiting turn gets these from the dispatcher; here nothing waits.
+            Some(Command::Approve | Command::Deny) => {
+                "Nothing is waiting for your approval.".to_owned()
+            }
         };
         reply(&self.hub, &message, OutboundKind::Message(text)).await;
         self.close(session, &message, TurnEnd::NotATurn).await;
@@ -309,10 +315,17 @@ impl Worker {
                 }
             }
         };
+        let user = ChatUser {
+            hub: self.hub.clone(),
+            to: OutboundMessage::reply_to(&message, OutboundKind::TurnStarted),
+            control: self.control.clone(),
+            cancel: cancel.clone(),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        };
         let input = TurnInput {
-            text: turn_text(&message),
-            inbound: message.id.clone(),
             resume,
+            user: Some(User(Arc::new(user))),
+            ..TurnInput::from_message(&message)
         };
         let run = async {
             self.agent.run_turn(session, input, &cancel, &events).await;
@@ -321,24 +334,6 @@ impl Worker {
         tokio::join!(run, forward);
         self.close(session, &message, end).await;
     }
-}
-
-/// What the turn reads: the text, and a line for each attachment naming where it was saved.
-fn turn_text(message: &InboundMessage) -> String {
-    let mut text = message.content.clone();
-    for attachment in &message.attachments {
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        text.push_str(&format!(
-            "[attachment: {} ({}, {} bytes), saved in the workspace at {}]",
-            attachment.name,
-            attachment.mime.as_deref().unwrap_or("unknown type"),
-            attachment.bytes,
-            attachment.path
-        ));
-    }
-    text
 }
 
 /// The answer a turn gave, from what its session saved, to send again.
@@ -383,6 +378,14 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
                 ToolStatus::Failed
             },
         }],
+        AgentEvent::Verified {
+            attempt,
+            rejected: Some(reason),
+        } => vec![OutboundKind::Status(format!(
+            "The answer did not pass a check ({reason}); writing it again (attempt {}).",
+            attempt + 1
+        ))],
+        AgentEvent::Verified { rejected: None, .. } => Vec::new(),
         AgentEvent::Finished { reply, end, .. } => {
             vec![OutboundKind::Message(reply), OutboundKind::Done(end)]
         }

@@ -251,7 +251,10 @@ mod tests {
             }],
         };
         let json = serde_json::to_string(&with).expect("serialize");
-        assert_eq!(serde_json::from_str::<ChatMessage>(&json).expect("back"), with);
+        assert_eq!(
+            serde_json::from_str::<ChatMessage>(&json).expect("back"),
+            with
+        );
     }
 
     #[test]

@@ -39,6 +39,8 @@ pub use error::{CoreError, error_chain};
 pub use hub::ChatHub;
 pub use ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
-pub use message::{Attachment, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd};
+pub use message::{
+    Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd,
+};
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;

@@ -99,6 +99,25 @@ impl ToolStatus {
     }
 }
 
+/// What a paused turn waits for from the person.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Awaiting {
+    /// Consent to run a tool: `/approve` or `/deny`.
+    Approval,
+    /// An answer to the model's question (the `ask_user` tool).
+    Answer,
+}
+
+impl Awaiting {
+    /// The lowercase name used on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Approval => "approval",
+            Self::Answer => "answer",
+        }
+    }
+}
+
 /// How the exchange that a [`OutboundKind::Done`] closes ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -107,6 +126,12 @@ pub enum TurnEnd {
     Answered,
     /// `max_iterations` rounds were used up.
     IterationLimit,
+    /// The turn's token budget (`agent.max_turn_tokens`) was used up.
+    TokenLimit,
+    /// The turn's time budget (`agent.turn_timeout_secs`) ran out.
+    TimeLimit,
+    /// No answer passed verification within its attempts; a graceful failure was sent.
+    Unverified,
     /// The turn was cancelled (`/stop`, shutdown).
     Cancelled,
     /// The turn failed; an error came before.
@@ -121,6 +146,9 @@ impl TurnEnd {
         match self {
             Self::Answered => "answered",
             Self::IterationLimit => "iteration_limit",
+            Self::TokenLimit => "token_limit",
+            Self::TimeLimit => "time_limit",
+            Self::Unverified => "unverified",
             Self::Cancelled => "cancelled",
             Self::Failed => "failed",
             Self::NotATurn => "not_a_turn",
@@ -156,6 +184,14 @@ pub enum OutboundKind {
     /// Something the person should know that is not the reply, e.g. that the conversation
     /// could not be saved. It may arrive outside a turn.
     Notice(String),
+    /// The turn paused to ask the person something; their next message in the chat is
+    /// the answer. Shown as a message of its own (not the reply, not the draft).
+    Question {
+        /// The question, with how to answer it.
+        text: String,
+        /// What kind of answer it waits for.
+        awaiting: Awaiting,
+    },
     /// A message the agent sends unasked (the `message` tool, scheduled work): shaped like a
     /// reply (split, rendered), but part of no turn — it never touches a turn's draft, and
     /// no `Done` follows it.

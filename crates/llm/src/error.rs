@@ -173,10 +173,11 @@ impl LlmError {
         }
     }
 
-    /// Whether the model's own output was at fault (unreadable, too large, a stream that
-    /// ended inside a tool call): a new call may well go better, so a turn tries again.
+    /// Whether the response could not be read (not JSON, no choices, a malformed event):
+    /// a new call may well go better, so a turn tries again. (A response past its size
+    /// limit is not retried: it would most likely be as large again.)
     pub fn is_bad_output(&self) -> bool {
-        matches!(self.root(), Self::Decode(_) | Self::TooLarge { .. })
+        matches!(self.root(), Self::Decode(_))
     }
 
     /// The wait the server asked for, if it did.

@@ -238,7 +238,9 @@ mod tests {
         let seen = Mutex::new(Vec::new());
         let result = chain
             .chat(&ChatRequest::default(), &|event| {
-                seen.lock().unwrap_or_else(PoisonError::into_inner).push(event)
+                seen.lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(event)
             })
             .await;
         (result, seen.into_inner().unwrap_or_default())
@@ -252,16 +254,25 @@ mod tests {
 
         let (result, events) = call(&chain).await;
         assert_eq!(result.expect("answered").content, "fallback");
-        assert!(events.contains(&StreamEvent::Reset), "the half answer is void");
         assert!(
-            events.iter().any(|e| matches!(e, StreamEvent::Status(s) if s.contains("asking fallback m"))),
+            events.contains(&StreamEvent::Reset),
+            "the half answer is void"
+        );
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::Status(s) if s.contains("asking fallback m"))),
             "{events:?}"
         );
         // A second failure in a row: the primary cools down and is not even tried.
         call(&chain).await.0.expect("answered");
         assert_eq!(primary.calls.load(Ordering::Relaxed), 2);
         call(&chain).await.0.expect("answered");
-        assert_eq!(primary.calls.load(Ordering::Relaxed), 2, "skipped while cooling");
+        assert_eq!(
+            primary.calls.load(Ordering::Relaxed),
+            2,
+            "skipped while cooling"
+        );
 
         primary.failing.store(false, Ordering::Relaxed);
         tokio::time::advance(Duration::from_secs(61)).await;
@@ -290,8 +301,14 @@ mod tests {
         let chain = chain(&primary, &fallback);
         for _ in 0..3 {
             let err = call(&chain).await.0.expect_err("all down");
-            assert!(matches!(&err, LlmError::AllFailed(errors) if errors.len() == 2), "{err}");
-            assert!(err.to_string().starts_with("every configured model failed"), "{err}");
+            assert!(
+                matches!(&err, LlmError::AllFailed(errors) if errors.len() == 2),
+                "{err}"
+            );
+            assert!(
+                err.to_string().starts_with("every configured model failed"),
+                "{err}"
+            );
         }
         assert_eq!(primary.calls.load(Ordering::Relaxed), 3);
     }

@@ -471,7 +471,10 @@ mod tests {
             .with_slow_notice(Duration::from_secs(3600));
         let started = Instant::now();
         let (result, _) = run(&retrying).await;
-        assert!(matches!(result.as_ref().map_err(LlmError::root), Err(LlmError::CallTimeout { .. })));
+        assert!(matches!(
+            result.as_ref().map_err(LlmError::root),
+            Err(LlmError::CallTimeout { .. })
+        ));
         assert!(started.elapsed() <= Duration::from_secs(50));
         assert!(inner.calls.load(std::sync::atomic::Ordering::SeqCst) <= 3);
     }

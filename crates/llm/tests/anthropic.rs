@@ -80,7 +80,10 @@ async fn a_tool_calling_conversation_works_whole_and_streamed() {
         assert_eq!(first.stop, Some(StopReason::ToolUse));
         assert_eq!(first.tool_calls.len(), 1, "{first:?}");
         let call = first.tool_calls[0].clone();
-        assert_eq!((call.name.as_str(), call.arguments.as_str()), ("echo", r#"{"text":"hi"}"#));
+        assert_eq!(
+            (call.name.as_str(), call.arguments.as_str()),
+            ("echo", r#"{"text":"hi"}"#)
+        );
 
         messages.push(first.to_message());
         messages.push(ChatMessage::tool_result(&call, "hi", false));
@@ -97,7 +100,10 @@ async fn a_tool_calling_conversation_works_whole_and_streamed() {
         let sent = llm.requests();
         assert_eq!(sent[1]["system"], "system prompt");
         assert_eq!(sent[1]["stream"], stream);
-        assert_eq!(sent[1]["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(
+            sent[1]["tools"][0]["input_schema"],
+            json!({"type": "object"})
+        );
         assert_eq!(
             sent[1]["messages"][2]["content"][0],
             json!({"type": "tool_result", "tool_use_id": call.id, "content": "hi"})
@@ -149,8 +155,14 @@ async fn overloaded_is_retried_and_a_refused_key_is_not() {
     });
     let (err, _) = chat(&*client, &request(vec![ChatMessage::user("hi")], true)).await;
     let err = err.expect_err("refused");
-    assert!(matches!(err.root(), LlmError::Unauthorized { status: 401, .. }), "{err}");
-    assert!(err.to_string().starts_with("anthropic claude-scripted: "), "{err}");
+    assert!(
+        matches!(err.root(), LlmError::Unauthorized { status: 401, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("anthropic claude-scripted: "),
+        "{err}"
+    );
     assert_eq!(llm.requests().len(), 3);
 }
 

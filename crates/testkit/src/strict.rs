@@ -130,7 +130,9 @@ pub fn check_anthropic_request(request: &Value) -> Result<(), String> {
                 .iter()
                 .any(|b| b["type"] == "tool_use" && !b["input"].is_object())
             {
-                return Err(format!("messages.{index}: tool_use.input must be an object"));
+                return Err(format!(
+                    "messages.{index}: tool_use.input must be an object"
+                ));
             }
             continue;
         }
@@ -185,7 +187,10 @@ mod tests {
         ]))
         .expect("valid");
         for (messages, reason) in [
-            (json!([{"role": "user", "content": "q"}, {"role": "user", "content": "q"}]), "alternate"),
+            (
+                json!([{"role": "user", "content": "q"}, {"role": "user", "content": "q"}]),
+                "alternate",
+            ),
             (json!([{"role": "user", "content": []}]), "empty"),
             (
                 json!([{"role": "user", "content": "q"},

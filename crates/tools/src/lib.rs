@@ -35,5 +35,5 @@ pub use cap::{HeadTail, cap_result};
 pub use config::ToolsSection;
 pub use error::ToolError;
 pub use registry::ToolRegistry;
-pub use tool::{Tool, ToolContext, ToolDefinition};
+pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, User};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

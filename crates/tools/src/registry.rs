@@ -127,6 +127,7 @@ mod tests {
             workspace: Arc::new(crate::Workspace::new(dir.path(), &[], true).expect("workspace")),
             session: "s".into(),
             cancel: Default::default(),
+            user: None,
         };
         let tool = registry.get("echo").expect("registered");
         assert_eq!(tool.call(json!({}), &ctx).await.expect("call"), "echo");

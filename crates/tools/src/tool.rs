@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use switchboard_core::SessionKey;
 pub use switchboard_core::ToolDefinition;
+use switchboard_core::{Awaiting, SessionKey};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
@@ -20,6 +20,29 @@ pub struct ToolContext {
     pub session: SessionKey,
     /// Cancelled when the turn is stopped (`/stop`, shutdown); long tools select on it.
     pub cancel: CancellationToken,
+    /// The person the turn answers, to ask something of (`None`: nobody can be asked,
+    /// e.g. a scheduled turn).
+    pub user: Option<User>,
+}
+
+/// The person a turn answers, for tools and policies that must ask them something: the
+/// turn pauses until their next message in the chat, which is the answer.
+#[async_trait]
+pub trait AskUser: Send + Sync + 'static {
+    /// Shows `question` in the chat and waits for the person's next message. `None` when
+    /// no answer came within `timeout`, or the turn was stopped meanwhile. Questions of
+    /// one turn are asked one at a time.
+    async fn ask(&self, question: &str, awaiting: Awaiting, timeout: Duration) -> Option<String>;
+}
+
+/// A shared [`AskUser`].
+#[derive(Clone)]
+pub struct User(pub Arc<dyn AskUser>);
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("User")
+    }
 }
 
 /// Something the agent can run when the model asks.

@@ -42,6 +42,7 @@ fn setup_with(state_inside: bool) -> Setup {
         workspace: Arc::new(workspace),
         session: "test_1".into(),
         cancel: CancellationToken::new(),
+        user: None,
     };
     Setup {
         _dir: dir,

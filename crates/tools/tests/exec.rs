@@ -32,6 +32,7 @@ fn context(dir: &Path) -> ToolContext {
         workspace: Arc::new(Workspace::new(dir, &[], true).expect("workspace")),
         session: "test_1".into(),
         cancel: CancellationToken::new(),
+        user: None,
     }
 }
 

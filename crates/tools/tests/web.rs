@@ -54,6 +54,7 @@ fn context(dir: &tempfile::TempDir) -> ToolContext {
         workspace: Arc::new(Workspace::new(dir.path(), &[], true).expect("workspace")),
         session: "test_1".into(),
         cancel: CancellationToken::new(),
+        user: None,
     }
 }
 

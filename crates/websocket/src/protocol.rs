@@ -118,12 +118,18 @@ pub enum ServerFrame {
         /// The chat.
         chat_id: String,
     },
-    /// What the turn waits on (a slow model, a retry); replaced by the next frame.
+    /// What the turn waits on (a slow model, a retry, a check of the answer); replaced by
+    /// the next frame. With `waiting_for`, the turn waits on the person: the text is a
+    /// question (`answer`) or a request to run a tool (`approval`, answered by `/approve`
+    /// or `/deny`), and the chat's next message is the answer.
     Status {
         /// The chat.
         chat_id: String,
         /// The status line.
         text: String,
+        /// `approval` or `answer` when the turn waits on the person.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        waiting_for: Option<&'static str>,
     },
     /// A message the agent sent unasked, outside any turn (no `done` follows).
     Post {
@@ -192,7 +198,16 @@ impl ServerFrame {
                 status: status.as_str(),
             },
             OutboundKind::DraftReset => Self::Reset { chat_id },
-            OutboundKind::Status(text) => Self::Status { chat_id, text },
+            OutboundKind::Status(text) => Self::Status {
+                chat_id,
+                text,
+                waiting_for: None,
+            },
+            OutboundKind::Question { text, awaiting } => Self::Status {
+                chat_id,
+                text,
+                waiting_for: Some(awaiting.as_str()),
+            },
             OutboundKind::Notice(text) => Self::Notice { chat_id, text },
             OutboundKind::Post(content) => Self::Post { chat_id, content },
             OutboundKind::Done(end) => Self::Done {
@@ -327,8 +342,17 @@ mod tests {
                 ServerFrame::Status {
                     chat_id: "c".into(),
                     text: "slow".into(),
+                    waiting_for: None,
                 },
                 r#"{"type":"status","chat_id":"c","text":"slow"}"#,
+            ),
+            (
+                ServerFrame::Status {
+                    chat_id: "c".into(),
+                    text: "Run `exec`?".into(),
+                    waiting_for: Some("approval"),
+                },
+                r#"{"type":"status","chat_id":"c","text":"Run `exec`?","waiting_for":"approval"}"#,
             ),
             (
                 ServerFrame::Notice {

@@ -17,8 +17,8 @@ use crate::body;
 use crate::error::LlmError;
 use crate::http;
 use crate::limits::ResponseLimits;
-use crate::openai::stream::{MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use crate::openai::ApiKey;
+use crate::openai::stream::{MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
 
 /// The API version sent with every request.
@@ -117,8 +117,7 @@ impl LlmProvider for AnthropicProvider {
             }
         }
         let idle = self.config.idle_timeout;
-        let response =
-            http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
+        let response = http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
         let limits = &self.config.limits;
         if request.stream && http::is_sse(&response) {
             let mut assembler = Assembler::new(*limits);

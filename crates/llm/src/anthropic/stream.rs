@@ -92,8 +92,8 @@ impl Assembler {
                 self.blocks.push((index, block));
             }
             Event::ContentBlockDelta { index, delta } => match delta {
-                Delta::TextDelta { text } => return self.text(text),
-                Delta::InputJsonDelta { partial_json } => {
+                Delta::Text { text } => return self.text(text),
+                Delta::InputJson { partial_json } => {
                     self.call_bytes += partial_json.len();
                     check_calls(self.call_bytes, &self.limits)?;
                     let block = self.blocks.iter_mut().rev().find(|(i, _)| *i == index);

@@ -271,12 +271,10 @@ pub(crate) struct StartedMessage {
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(crate) enum Delta {
-    TextDelta {
-        text: String,
-    },
-    InputJsonDelta {
-        partial_json: String,
-    },
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
     /// Thinking and signatures: not part of the reply.
     #[serde(other)]
     Other,
@@ -423,6 +421,9 @@ mod tests {
         let (text, calls) = parts(response.content);
         assert_eq!(text, "Let me look.");
         assert_eq!(calls[0].arguments, r#"{"path":"a"}"#);
-        assert_eq!(stop(response.stop_reason.as_deref()), Some(StopReason::ToolUse));
+        assert_eq!(
+            stop(response.stop_reason.as_deref()),
+            Some(StopReason::ToolUse)
+        );
     }
 }

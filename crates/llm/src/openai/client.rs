@@ -118,8 +118,7 @@ impl OpenAiProvider {
         if let Some(key) = key {
             builder = builder.bearer_auth(key);
         }
-        let response =
-            http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
+        let response = http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
         let limits = &self.config.limits;
         if stream && http::is_sse(&response) {
             let mut assembler = Assembler::new(*limits);

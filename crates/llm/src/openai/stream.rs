@@ -255,7 +255,9 @@ mod tests {
                 .expect("push");
         }
         assembler
-            .push(chunk(json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]})))
+            .push(chunk(
+                json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+            ))
             .expect("end");
         let names: Vec<_> = assembler
             .finish()

@@ -53,9 +53,11 @@ fn event(value: Value) -> Bytes {
 }
 
 fn start() -> Bytes {
-    event(json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message",
+    event(
+        json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message",
         "role": "assistant", "content": [], "model": "scripted", "stop_reason": null,
-        "usage": {"input_tokens": 10, "output_tokens": 1}}}))
+        "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+    )
 }
 
 fn text_block(index: usize, text: &str) -> Vec<Bytes> {
@@ -70,8 +72,10 @@ fn text_block(index: usize, text: &str) -> Vec<Bytes> {
 
 fn end(stop_reason: &str) -> Vec<Bytes> {
     vec![
-        event(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason},
-            "usage": {"output_tokens": 5}})),
+        event(
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason},
+            "usage": {"output_tokens": 5}}),
+        ),
         event(json!({"type": "message_stop"})),
     ]
 }

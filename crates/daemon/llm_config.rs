@@ -1,0 +1,279 @@
+//! `[llm]`: which models answer, and building the provider chain from it.
+//!
+//! The primary provider and each of `fallbacks` is a plain client (OpenAI-compatible or
+//! Anthropic, chosen by `provider`) inside its own [`Retrying`]; with fallbacks they are
+//! chained by a [`Failover`]. Timeouts, limits, retries, temperature and `max_tokens` are
+//! the section's, shared by every entry.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use switchboard_llm::{
+    AnthropicConfig, AnthropicProvider, ApiKey, Failover, LlmProvider, OpenAiConfig,
+    OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
+};
+use toml::Spanned;
+
+use crate::config::{Config, ConfigError, Source, expand_env};
+
+/// Which API the LLM speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// OpenAI chat completions (OpenAI, OpenRouter, vLLM, Ollama, llama.cpp …).
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl ProviderKind {
+    /// The API root used when the config gives none.
+    pub fn default_base_url(self) -> &'static str {
+        match self {
+            Self::Openai => "https://api.openai.com/v1",
+            Self::Anthropic => "https://api.anthropic.com/v1",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        })
+    }
+}
+
+/// `[llm]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSection {
+    /// The API the server speaks.
+    pub provider: Spanned<ProviderKind>,
+    /// The API root; the provider's own when absent.
+    pub base_url: Option<Spanned<String>>,
+    /// The key, usually `${SOME_ENV_VAR}`; absent for local servers.
+    pub api_key: Option<Spanned<String>>,
+    /// The model.
+    pub model: String,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// Upper bound on tokens per response.
+    pub max_tokens: Option<u32>,
+    /// Seconds to wait for the first byte of a response.
+    pub timeout_secs: Spanned<f64>,
+    /// Seconds to wait between two chunks of a response.
+    pub idle_timeout_secs: Spanned<f64>,
+    /// Seconds a whole call to one provider may take, retries and their waits included.
+    pub request_timeout_secs: Spanned<f64>,
+    /// Seconds of silence after which the chat is told the model is slow.
+    pub slow_notice_secs: Spanned<f64>,
+    /// Retries of timeouts, connection errors, 429 and 5xx, per provider.
+    pub max_retries: u32,
+    /// Bytes read from the server for one response.
+    pub max_response_bytes: Spanned<usize>,
+    /// Bytes of a reply's text.
+    pub max_reply_bytes: Spanned<usize>,
+    /// Bytes of one response's tool calls.
+    pub max_tool_arguments_bytes: Spanned<usize>,
+    /// Providers tried in order when the one before fails after its retries.
+    pub fallbacks: Vec<Fallback>,
+    /// Seconds a provider that failed twice in a row is skipped.
+    pub fallback_cooldown_secs: Spanned<f64>,
+}
+
+impl Default for LlmSection {
+    fn default() -> Self {
+        Self {
+            provider: Spanned::new(0..0, ProviderKind::Openai),
+            base_url: None,
+            api_key: None,
+            model: "gpt-4o-mini".into(),
+            temperature: None,
+            max_tokens: None,
+            timeout_secs: Spanned::new(0..0, 30.0),
+            idle_timeout_secs: Spanned::new(0..0, 60.0),
+            request_timeout_secs: Spanned::new(0..0, 300.0),
+            slow_notice_secs: Spanned::new(0..0, 15.0),
+            max_retries: 3,
+            max_response_bytes: Spanned::new(0..0, 32 * 1024 * 1024),
+            max_reply_bytes: Spanned::new(0..0, 1024 * 1024),
+            max_tool_arguments_bytes: Spanned::new(0..0, 1024 * 1024),
+            fallbacks: Vec::new(),
+            fallback_cooldown_secs: Spanned::new(0..0, 60.0),
+        }
+    }
+}
+
+/// One entry of `llm.fallbacks`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fallback {
+    /// The API the server speaks.
+    pub provider: Spanned<ProviderKind>,
+    /// The API root; the provider's own when absent.
+    pub base_url: Option<Spanned<String>>,
+    /// The key, usually `${SOME_ENV_VAR}`.
+    pub api_key: Option<Spanned<String>>,
+    /// The model.
+    pub model: String,
+}
+
+impl LlmSection {
+    /// The primary's API root.
+    pub fn base_url(&self) -> String {
+        base_url(*self.provider.get_ref(), self.base_url.as_ref())
+    }
+
+    /// Checks what serde cannot: URLs.
+    pub(crate) fn validate(&self, source: &Source) -> Result<(), ConfigError> {
+        check_url(source, self.base_url.as_ref(), "llm.base_url")?;
+        for (index, fallback) in self.fallbacks.iter().enumerate() {
+            let key = format!("llm.fallbacks[{index}].base_url");
+            check_url(source, fallback.base_url.as_ref(), &key)?;
+        }
+        Ok(())
+    }
+}
+
+fn base_url(kind: ProviderKind, configured: Option<&Spanned<String>>) -> String {
+    configured.map_or_else(
+        || kind.default_base_url().to_owned(),
+        |url| url.get_ref().clone(),
+    )
+}
+
+pub(crate) fn check_url(
+    source: &Source,
+    url: Option<&Spanned<String>>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    let Some(url) = url else { return Ok(()) };
+    let text = url.get_ref();
+    let host = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"));
+    if host.is_none_or(|rest| rest.is_empty() || rest.starts_with('/')) {
+        return Err(source.error_at(
+            Some(url.span()),
+            key.into(),
+            format!(
+                "`{text}` is not an http:// or https:// URL with a host, e.g. \
+                 \"http://127.0.0.1:11434/v1\""
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn api_key(raw: Option<&Spanned<String>>, key: &str) -> ApiKey {
+    match raw {
+        None => ApiKey::None,
+        Some(raw) => match expand_env(raw.get_ref()) {
+            Ok(value) => ApiKey::Key(value),
+            Err(variable) => {
+                tracing::warn!(%variable, key, "an API key refers to an unset environment \
+                    variable; calls to that model fail until it is set");
+                ApiKey::Missing { variable }
+            }
+        },
+    }
+}
+
+/// The provider chain the config describes (see the module doc).
+pub fn build(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
+    let llm = &config.llm;
+    let primary = model(
+        llm,
+        *llm.provider.get_ref(),
+        llm.base_url.as_ref(),
+        llm.api_key.as_ref(),
+        &llm.model,
+        "llm.api_key",
+    )?;
+    if llm.fallbacks.is_empty() {
+        return Ok(primary);
+    }
+    let mut fallbacks = Vec::with_capacity(llm.fallbacks.len());
+    for (index, fallback) in llm.fallbacks.iter().enumerate() {
+        fallbacks.push(model(
+            llm,
+            *fallback.provider.get_ref(),
+            fallback.base_url.as_ref(),
+            fallback.api_key.as_ref(),
+            &fallback.model,
+            &format!("llm.fallbacks[{index}].api_key"),
+        )?);
+    }
+    let cooldown = Config::duration(&llm.fallback_cooldown_secs);
+    Ok(Arc::new(Failover::new(primary, fallbacks, cooldown)))
+}
+
+/// One model behind its retry layer, with `[llm]`'s timeouts, limits and retries;
+/// `key_name` is the config key of its API key, for the warning when it is unset.
+pub(crate) fn model(
+    llm: &LlmSection,
+    kind: ProviderKind,
+    base: Option<&Spanned<String>>,
+    key: Option<&Spanned<String>>,
+    model: &str,
+    key_name: &str,
+) -> anyhow::Result<Arc<dyn LlmProvider>> {
+    entry(
+        llm,
+        kind,
+        base_url(kind, base),
+        api_key(key, key_name),
+        model,
+    )
+}
+
+/// One provider of the chain: its client inside its retry layer.
+fn entry(
+    llm: &LlmSection,
+    kind: ProviderKind,
+    base_url: String,
+    api_key: ApiKey,
+    model: &str,
+) -> anyhow::Result<Arc<dyn LlmProvider>> {
+    let first_byte_timeout = Config::duration(&llm.timeout_secs);
+    let idle_timeout = Config::duration(&llm.idle_timeout_secs);
+    let limits = ResponseLimits {
+        max_response_bytes: *llm.max_response_bytes.get_ref(),
+        max_reply_bytes: *llm.max_reply_bytes.get_ref(),
+        max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
+    };
+    let client: Arc<dyn LlmProvider> = match kind {
+        ProviderKind::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig {
+            base_url,
+            api_key,
+            model: model.to_owned(),
+            temperature: llm.temperature,
+            max_tokens: llm.max_tokens,
+            first_byte_timeout,
+            idle_timeout,
+            limits,
+        })?),
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
+            base_url,
+            api_key,
+            model: model.to_owned(),
+            temperature: llm.temperature,
+            max_tokens: llm.max_tokens,
+            first_byte_timeout,
+            idle_timeout,
+            limits,
+        })?),
+    };
+    let policy = RetryPolicy {
+        max_retries: llm.max_retries,
+        ..RetryPolicy::default()
+    };
+    let deadline: Duration = Config::duration(&llm.request_timeout_secs);
+    let retrying = Retrying::new(client, policy, deadline)
+        .with_slow_notice(Config::duration(&llm.slow_notice_secs));
+    Ok(Arc::new(retrying))
+}

@@ -1,0 +1,170 @@
+//! The policies of the agent loop in the config — `[agent.verify]`, `[agent.approvals]`,
+//! the `ask_user` tool's wait — and building them into the agent.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use switchboard_agent::{Agent, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT, Judge, Verify};
+use switchboard_tools::ToolRegistry;
+use toml::Spanned;
+
+use crate::config::{Config, ConfigError, Source};
+use crate::llm_config::{self, ProviderKind};
+
+/// `[agent.verify]`: checks of a final reply before it is sent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VerifySection {
+    /// Whether the rules (and the judge) run.
+    pub enabled: bool,
+    /// Attempts at a passing reply, the first included.
+    pub max_attempts: Spanned<usize>,
+    /// The shortest reply accepted, in characters.
+    pub min_chars: usize,
+    /// The longest reply accepted, in characters.
+    pub max_chars: Option<usize>,
+    /// An LLM that judges each reply.
+    pub judge: Option<JudgeSection>,
+}
+
+impl Default for VerifySection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            max_attempts: Spanned::new(0..0, 3),
+            min_chars: 1,
+            max_chars: None,
+            judge: None,
+        }
+    }
+}
+
+/// `[agent.verify.judge]`: a model like an entry of `llm.fallbacks`, and its prompt.
+/// Timeouts, limits and retries are `[llm]`'s.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JudgeSection {
+    /// The API the server speaks.
+    pub provider: Spanned<ProviderKind>,
+    /// The API root; the provider's own when absent.
+    pub base_url: Option<Spanned<String>>,
+    /// The key, usually `${SOME_ENV_VAR}`.
+    pub api_key: Option<Spanned<String>>,
+    /// The model.
+    pub model: String,
+    /// Its instructions; a built-in prompt asking for PASS or FAIL when absent.
+    pub prompt: Option<String>,
+}
+
+/// `[agent.approvals]`: tool calls that need the person's consent.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsSection {
+    /// Tools every call of which needs consent.
+    pub tools: Vec<String>,
+    /// Regular expressions: an `exec` command matching one needs consent.
+    pub commands: Spanned<Vec<String>>,
+    /// Seconds to wait for `/approve`; silence is a denial.
+    pub timeout_secs: Spanned<f64>,
+}
+
+impl Default for ApprovalsSection {
+    fn default() -> Self {
+        Self {
+            tools: Vec::new(),
+            commands: Spanned::new(0..0, Vec::new()),
+            timeout_secs: Spanned::new(0..0, 300.0),
+        }
+    }
+}
+
+impl ApprovalsSection {
+    fn is_empty(&self) -> bool {
+        self.tools.is_empty() && self.commands.get_ref().is_empty()
+    }
+}
+
+/// Checks what serde cannot.
+pub(crate) fn validate(config: &Config, source: &Source) -> Result<(), ConfigError> {
+    let agent = &config.agent;
+    if *agent.verify.max_attempts.get_ref() == 0 {
+        return Err(source.error_at(
+            Some(agent.verify.max_attempts.span()),
+            "agent.verify.max_attempts".into(),
+            "must be at least 1".into(),
+        ));
+    }
+    if let Some(judge) = &agent.verify.judge {
+        llm_config::check_url(
+            source,
+            judge.base_url.as_ref(),
+            "agent.verify.judge.base_url",
+        )?;
+    }
+    let commands = &agent.approvals.commands;
+    let probe = Approvals::new(Vec::new(), commands.get_ref(), Default::default());
+    if let Err(err) = probe {
+        return Err(source.error_at(
+            Some(commands.span()),
+            "agent.approvals.commands".into(),
+            format!("not a valid regular expression: {err}"),
+        ));
+    }
+    if agent.max_turn_tokens == Some(0) {
+        return Err(source.error_at(
+            None,
+            "agent.max_turn_tokens".into(),
+            "must be at least 1 (leave it out for no budget)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The `[agent.verify]` policy.
+pub(crate) fn verify(config: &Config) -> anyhow::Result<Verify> {
+    let section = &config.agent.verify;
+    let judge = match &section.judge {
+        None => None,
+        Some(judge) => Some(Judge {
+            llm: llm_config::model(
+                &config.llm,
+                *judge.provider.get_ref(),
+                judge.base_url.as_ref(),
+                judge.api_key.as_ref(),
+                &judge.model,
+                "agent.verify.judge.api_key",
+            )?,
+            prompt: judge
+                .prompt
+                .clone()
+                .unwrap_or_else(|| DEFAULT_JUDGE_PROMPT.to_owned()),
+        }),
+    };
+    Ok(Verify {
+        enabled: section.enabled,
+        max_attempts: *section.max_attempts.get_ref(),
+        min_chars: section.min_chars,
+        max_chars: section.max_chars,
+        judge,
+    })
+}
+
+/// Adds the `ask_user` tool to `tools`.
+pub(crate) fn add_ask_user(config: &Config, tools: &mut ToolRegistry) {
+    let timeout = Config::duration(&config.agent.ask_timeout_secs);
+    tools.register(Arc::new(AskUserTool::new(timeout)));
+}
+
+/// Attaches the `[agent.approvals]` hook, when it lists anything.
+pub(crate) fn with_approvals(config: &Config, agent: Agent) -> anyhow::Result<Agent> {
+    let section = &config.agent.approvals;
+    if section.is_empty() {
+        return Ok(agent);
+    }
+    let approvals = Approvals::new(
+        section.tools.clone(),
+        section.commands.get_ref(),
+        Config::duration(&section.timeout_secs),
+    )?;
+    Ok(agent.with_hook(Arc::new(approvals)))
+}
