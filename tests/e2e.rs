@@ -6,6 +6,9 @@
 /// Helpers: the test daemon, the WebSocket client, history invariants.
 mod util;
 
+/// The agent loop: both providers, a provider switch, failover, the token budget,
+/// verification, cut / malformed / empty responses.
+mod agent_loop;
 /// The binary: SIGTERM during a turn, right after start and under load; config errors;
 /// the example config; the terminal agent.
 mod binary;
@@ -27,6 +30,8 @@ mod http;
 mod llm;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).
 mod once;
+/// A turn pausing on the person: approvals and `ask_user`.
+mod pause;
 /// Restart keeps the conversation; long conversations stay within the history limit.
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).

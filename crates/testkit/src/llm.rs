@@ -63,6 +63,12 @@ pub enum Reply {
     StallAfter(String),
     /// The words of the text, streamed, then the connection breaks.
     BreakAfter(String),
+    /// This body, as it is, with status 200 and a JSON content type (a malformed or empty
+    /// response).
+    Raw(String),
+    /// A streamed call of the tool named, cut inside its arguments: the stream ends
+    /// cleanly there, without a finish reason (or `message_stop`).
+    CutToolCall(String),
     /// An HTTP error with a message in the body (strict mode's 400s).
     #[doc(hidden)]
     ErrorWithMessage(u16, String),
@@ -305,10 +311,23 @@ async fn respond(mut reply: Reply, number: usize, stream: bool, dialect: Dialect
         tokio::time::sleep(delay).await;
         reply = *inner;
     }
+    if let Reply::Raw(body) = reply {
+        return json_body(futures::stream::once(async move {
+            Ok::<_, Infallible>(Bytes::from(body))
+        }));
+    }
     if dialect == Dialect::Anthropic {
         return respond_anthropic(reply, number, stream);
     }
     match reply {
+        Reply::CutToolCall(name) => {
+            let head = chunk(
+                json!({"tool_calls": [{"index": 0, "id": format!("call_{number}_0"),
+                    "type": "function", "function": {"name": name, "arguments": "{\"text\": \"cu"}}]}),
+                None,
+            );
+            sse_body(paced(events_of(vec![head], None), Duration::ZERO))
+        }
         Reply::Error {
             status,
             retry_after,
@@ -400,12 +419,13 @@ async fn respond(mut reply: Reply, number: usize, stream: bool, dialect: Dialect
                 .collect(),
             stream,
         ),
-        Reply::Delayed(..) => unreachable!("unwrapped above"),
+        Reply::Delayed(..) | Reply::Raw(_) => unreachable!("answered above"),
     }
 }
 
 fn respond_anthropic(reply: Reply, number: usize, stream: bool) -> Response {
     match reply {
+        Reply::CutToolCall(name) => anthropic::cut_call(&format!("toolu_{number}_0"), &name),
         Reply::Error {
             status,
             retry_after,
@@ -438,8 +458,9 @@ fn respond_anthropic(reply: Reply, number: usize, stream: bool) -> Response {
                 .body(Body::from_stream(events))
                 .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
         }
-        // Unwrapped by `respond` already.
+        // Answered by `respond` already.
         Reply::Delayed(_, inner) => respond_anthropic(*inner, number, stream),
+        Reply::Raw(_) => unreachable!("answered above"),
     }
 }
 

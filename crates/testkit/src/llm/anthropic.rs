@@ -135,3 +135,15 @@ pub(super) fn endless() -> Response {
     let events = head.chain(futures::stream::repeat_with(move || piece.clone()));
     sse_body(events.map(Ok::<_, Infallible>))
 }
+
+/// A tool call cut inside its input: the stream ends there without `message_stop`.
+pub(super) fn cut_call(id: &str, name: &str) -> Response {
+    let events = vec![
+        start(),
+        event(json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}})),
+        event(json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": "{\"text\": \"cu"}})),
+    ];
+    sse_body(paced(futures::stream::iter(events), Duration::ZERO))
+}
