@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::outbox::HubOutbox;
 use crate::server::{self, Server};
+use crate::telemetry::Telemetry;
 use crate::{cli, notify, supervisor, turn_config};
 
 /// After the grace period and cancellation, how long cancelled turns get to save.
@@ -366,6 +367,7 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     let mut signals = Signals::install()?;
     let path = cli::resolve_config(config)?;
     let config = Config::load(&path)?;
+    let telemetry = Telemetry::start(&config.telemetry).await?;
     let running = start(config, ToolRegistry::new()).await?;
     notify::ready();
     let watchdog = CancellationToken::new();
@@ -381,6 +383,7 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     });
     running.shutdown().await;
     hurry.abort();
+    telemetry.shutdown().await;
     watchdog.cancel();
     Ok(ExitCode::SUCCESS)
 }

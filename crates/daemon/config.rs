@@ -60,6 +60,9 @@ pub struct Config {
     /// `[daemon]`.
     #[serde(default)]
     pub daemon: DaemonSection,
+    /// `[telemetry]`.
+    #[serde(default)]
+    pub telemetry: crate::telemetry::TelemetrySection,
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
@@ -308,6 +311,7 @@ impl Config {
         }
         self.llm.validate(&self.source)?;
         crate::turn_config::validate(self, &self.source)?;
+        self.telemetry.validate(&self.source)?;
         self.channels
             .websocket
             .validate(*self.http.bind.get_ref())

@@ -29,6 +29,7 @@ pub mod outbox;
 pub mod pairing;
 pub mod server;
 pub mod supervisor;
+pub mod telemetry;
 pub mod terminal;
 pub mod turn_config;
 

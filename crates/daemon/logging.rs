@@ -1,8 +1,21 @@
-//! Logging through `tracing`, to stderr, as text or JSON; `RUST_LOG` filters.
+//! Logging through `tracing`, to stderr, as text or JSON; `RUST_LOG` filters. With the
+//! `otlp` feature the subscriber also has a slot for the span exporter, filled once the
+//! config is read (see `telemetry.rs`).
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::cli::LogFormat;
+
+#[cfg(feature = "otlp")]
+type Slot = Option<Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync>>;
+
+/// The exporter's place in the global subscriber.
+#[cfg(feature = "otlp")]
+static EXPORTER: std::sync::OnceLock<
+    tracing_subscriber::reload::Handle<Slot, tracing_subscriber::Registry>,
+> = std::sync::OnceLock::new();
 
 /// Installs the global subscriber (and the `log` bridge, for libraries that use `log`).
 /// `quiet` (the terminal agent, which prints its own errors) logs errors only unless
@@ -10,11 +23,32 @@ use crate::cli::LogFormat;
 pub fn init(format: LogFormat, quiet: bool) {
     let default = if quiet { "error" } else { "info" };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    #[cfg(feature = "otlp")]
+    let registry = {
+        let (slot, handle) = tracing_subscriber::reload::Layer::new(Slot::None);
+        let _ = EXPORTER.set(handle);
+        tracing_subscriber::registry().with(slot)
     };
+    #[cfg(not(feature = "otlp"))]
+    let registry = tracing_subscriber::registry();
+    let registry = registry.with(filter);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => registry.with(fmt).try_init(),
+        LogFormat::Json => registry.with(fmt.json().flatten_event(true)).try_init(),
+    };
+}
+
+/// Sends every span from now on to `provider`'s exporter.
+#[cfg(feature = "otlp")]
+pub(crate) fn export_spans(
+    provider: &opentelemetry_sdk::trace::SdkTracerProvider,
+) -> anyhow::Result<()> {
+    use opentelemetry::trace::TracerProvider as _;
+    let handle = EXPORTER
+        .get()
+        .ok_or_else(|| anyhow::anyhow!("the log subscriber is not installed"))?;
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("switchboard"));
+    handle.reload(Some(Box::new(layer) as _))?;
+    Ok(())
 }

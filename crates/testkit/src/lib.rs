@@ -2,8 +2,9 @@
 //! benchmarks and trying the daemon by hand. Never a dependency of the daemon itself.
 //!
 //! # Layout
-//! - `llm`: [`ScriptedLlm`], an OpenAI-compatible chat-completions server (whole and SSE
-//!   responses, scripted tool calls, injected errors, recorded requests).
+//! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
+//!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
+//! - `otlp`: [`OtlpReceiver`], a collector's OTLP/HTTP traces endpoint (JSON).
 //! - `process`: waiting for a file's line, whether processes run (for `exec` tests).
 //! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
 //!   pure check shared by the fake's strict mode and property tests.
@@ -15,6 +16,7 @@
 
 pub mod discord;
 mod llm;
+pub mod otlp;
 pub mod process;
 pub mod strict;
 pub mod telegram;
@@ -23,6 +25,7 @@ pub mod web;
 
 pub use discord::FakeDiscord;
 pub use llm::{Reply, Responder, ScriptedLlm};
+pub use otlp::OtlpReceiver;
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;
 pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};
