@@ -126,7 +126,7 @@ async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_no
         .iter()
         .filter_map(|c| c["name"].as_str().map(str::to_owned))
         .collect();
-    assert_eq!(names, ["new", "stop", "help", "status"]);
+    assert_eq!(names, ["new", "stop", "help", "status", "approve", "deny"]);
     t.daemon.shutdown().await;
     // The bot logged off: a normal close, not a dropped connection.
     t.fake

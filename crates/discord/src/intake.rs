@@ -18,11 +18,13 @@ use crate::gateway::{Event, snowflake};
 use crate::rest::{Authors, CHANNEL_NAME, Rest};
 
 /// The slash commands registered, with what they do.
-pub(crate) const SLASH_COMMANDS: [(&str, &str); 4] = [
+pub(crate) const SLASH_COMMANDS: [(&str, &str); 6] = [
     ("new", "Start a new conversation"),
     ("stop", "Stop the running turn"),
     ("help", "What the agent understands"),
     ("status", "The session's state"),
+    ("approve", "Let the agent run the tool it asked about"),
+    ("deny", "Refuse the tool the agent asked about"),
 ];
 
 /// Hosts attachments are fetched from (besides the API's own, for tests and proxies).
