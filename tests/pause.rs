@@ -206,3 +206,49 @@ async fn a_restart_while_asking_leaves_a_valid_session() {
     util::assert_no_orphans(&util::conversation(&request));
     daemon.shutdown().await;
 }
+
+/// On Telegram as a person would use it: the question arrives as a message of its own, the
+/// person's plain reply is its answer, and the turn's reply comes once — the answer is not
+/// a turn of its own (nothing replies to it).
+#[tokio::test]
+async fn a_telegram_user_answers_the_question_in_the_chat() {
+    use switchboard_testkit::FakeTelegram;
+    use switchboard_testkit::telegram::TEST_TOKEN;
+    const ADA: u64 = 42;
+    let chat = 42i64;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake Telegram");
+    let tables = format!(
+        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\n\
+         allow_from = [\"{ADA}\"]\npoll_timeout_secs = 1\nstream = false",
+        fake.api_url()
+    );
+    let extra = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    llm.push(Reply::tool("ask_user", json!({"question": "Which city?"})));
+    fake.private_text(ADA, "what's the weather?");
+    fake.wait_until(util::PATIENCE, "the question", |f| {
+        f.messages_to(chat)
+            .iter()
+            .any(|m| m.visible.contains("Which city?"))
+    })
+    .await;
+    llm.push(Reply::text("Sunny in Paris."));
+    let answer = fake.private_text(ADA, "Paris");
+    fake.wait_until(util::PATIENCE, "the reply", |f| {
+        f.messages_to(chat)
+            .iter()
+            .any(|m| m.visible == "Sunny in Paris.")
+    })
+    .await;
+    let sent = fake.messages_to(chat);
+    assert_eq!(sent.len(), 2, "the question and the reply: {sent:?}");
+    assert!(sent.iter().all(|m| m.reply_to != Some(answer)), "{sent:?}");
+    assert_eq!(result_of(&llm), ("Paris".to_owned(), false));
+    assert_eq!(llm.requests().len(), 2);
+    daemon.shutdown().await;
+}

@@ -78,12 +78,6 @@ impl Default for ApprovalsSection {
     }
 }
 
-impl ApprovalsSection {
-    fn is_empty(&self) -> bool {
-        self.tools.is_empty() && self.commands.get_ref().is_empty()
-    }
-}
-
 /// Checks what serde cannot.
 pub(crate) fn validate(config: &Config, source: &Source) -> Result<(), ConfigError> {
     let agent = &config.agent;
@@ -155,14 +149,22 @@ pub(crate) fn add_ask_user(config: &Config, tools: &mut ToolRegistry) {
     tools.register(Arc::new(AskUserTool::new(timeout)));
 }
 
-/// Attaches the `[agent.approvals]` hook, when it lists anything.
+/// Attaches the `[agent.approvals]` hook, when there is anything to approve: the tools it
+/// lists, those that say they always need approval (`Tool::needs_approval`), and `exec`
+/// commands matching its patterns.
 pub(crate) fn with_approvals(config: &Config, agent: Agent) -> anyhow::Result<Agent> {
     let section = &config.agent.approvals;
-    if section.is_empty() {
+    let mut tools = section.tools.clone();
+    let registry = agent.tools();
+    let flagged = registry
+        .names()
+        .filter(|name| registry.get(name).is_some_and(|tool| tool.needs_approval()));
+    tools.extend(flagged.map(str::to_owned).collect::<Vec<_>>());
+    if tools.is_empty() && section.commands.get_ref().is_empty() {
         return Ok(agent);
     }
     let approvals = Approvals::new(
-        section.tools.clone(),
+        tools,
         section.commands.get_ref(),
         Config::duration(&section.timeout_secs),
     )?;

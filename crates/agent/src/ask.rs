@@ -44,6 +44,18 @@ impl Waiting {
     }
 }
 
+/// Offers `message` to a turn of the session waiting on the person: `None` when it became
+/// the answer, else the message back, to be routed as usual (nothing waits, the message is
+/// a command the wait does not take, or the waiting turn is gone). The dispatcher's side of
+/// the module doc's argument: the slot is taken and the message sent under the lock.
+pub(crate) fn offer(shared: &SharedControl, message: InboundMessage) -> Option<InboundMessage> {
+    let mut control = control(shared);
+    match control.waiting.take_if(|waiting| waiting.accepts(&message)) {
+        Some(waiting) => waiting.tx.send(message).err(),
+        None => Some(message),
+    }
+}
+
 static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
 /// The person behind one turn's chat.
@@ -114,9 +126,17 @@ impl AskUser for ChatUser {
         };
         let answer = match answer {
             Some(message) => Some(message),
-            // Taken by the dispatcher just now: the message is in the channel.
-            None if !guard.clear() => rx.try_recv().ok(),
-            None => None,
+            None => {
+                // Holds the asker here in tests, where the dispatcher may take the slot now.
+                #[cfg(test)]
+                tokio::task::yield_now().await;
+                if guard.clear() {
+                    None
+                } else {
+                    // Taken by the dispatcher just now: the message is in the channel.
+                    rx.try_recv().ok()
+                }
+            }
         };
         let message = answer?;
         message.settle(Fate::Handled);
@@ -191,5 +211,125 @@ impl Tool for AskUserTool {
                 self.timeout.as_secs()
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchboard_core::{ChannelName, ChatId, SenderId, Shutdown};
+
+    use super::*;
+
+    fn message(text: &str) -> InboundMessage {
+        InboundMessage::text(
+            ChannelName::new("websocket"),
+            ChatId::new("c"),
+            SenderId::new("u"),
+            text,
+        )
+    }
+
+    fn asker(control: &SharedControl) -> ChatUser {
+        let shutdown = Shutdown::new();
+        ChatUser {
+            hub: ChatHub::new(8, shutdown.intake().clone()),
+            to: OutboundMessage::reply_to(&message("q"), OutboundKind::TurnStarted),
+            control: control.clone(),
+            cancel: CancellationToken::new(),
+            one_at_a_time: Mutex::new(()),
+        }
+    }
+
+    /// The race of the module doc, run many times with random timing: a message offered
+    /// while the asker times out is either its answer or routed as usual — never both,
+    /// never neither.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_offered_message_is_the_answer_or_routed_never_lost() {
+        let (mut answered, mut routed) = (0, 0);
+        for round in 0..500 {
+            let control = SharedControl::default();
+            let user = asker(&control);
+            let timeout = Duration::from_micros(fastrand::u64(0..1500));
+            let asking =
+                tokio::spawn(async move { user.ask("q?", Awaiting::Answer, timeout).await });
+            for _ in 0..fastrand::usize(0..200) {
+                tokio::task::yield_now().await;
+            }
+            let offered = offer(&control, message("the answer"));
+            let answer = asking.await.expect("asker");
+            match (answer, offered) {
+                (Some(text), None) => {
+                    assert_eq!(text, "the answer");
+                    answered += 1;
+                }
+                (None, Some(back)) => {
+                    assert_eq!(back.content, "the answer");
+                    routed += 1;
+                }
+                (answer, back) => {
+                    panic!(
+                        "round {round}: answer {answer:?}, routed {:?}",
+                        back.is_some()
+                    )
+                }
+            }
+            assert!(
+                control.lock().expect("lock").waiting.is_none(),
+                "no slot left behind"
+            );
+        }
+        assert!(
+            answered > 0 && routed > 0,
+            "both outcomes seen: {answered} / {routed}"
+        );
+    }
+
+    /// The narrow case of that race, made deterministic: the asker's time is up, and before
+    /// it clears the slot (a test-only yield holds it there) the dispatcher takes the slot and
+    /// sends. The message must still be the answer.
+    #[tokio::test(start_paused = true)]
+    async fn a_message_taken_as_the_wait_times_out_is_still_the_answer() {
+        let control = SharedControl::default();
+        let user = asker(&control);
+        let asking = tokio::spawn(async move {
+            user.ask("q?", Awaiting::Answer, Duration::from_secs(1))
+                .await
+        });
+        while control.lock().expect("lock").waiting.is_none() {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::task::yield_now().await;
+        assert!(
+            offer(&control, message("just in time")).is_none(),
+            "the slot was still there"
+        );
+        assert_eq!(
+            asking.await.expect("asker").as_deref(),
+            Some("just in time")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_takes_text_and_for_approvals_approve_or_deny_but_no_other_command() {
+        let control = SharedControl::default();
+        for (awaiting, text, taken) in [
+            (Awaiting::Answer, "Paris", true),
+            (Awaiting::Answer, "/approve", false),
+            (Awaiting::Approval, "/approve", true),
+            (Awaiting::Approval, "/deny", true),
+            (Awaiting::Approval, "no thanks", true),
+            (Awaiting::Approval, "/status", false),
+        ] {
+            let (tx, _rx) = oneshot::channel();
+            control.lock().expect("lock").waiting = Some(Waiting {
+                id: 0,
+                awaiting,
+                tx,
+            });
+            assert_eq!(offer(&control, message(text)).is_none(), taken, "{text}");
+            control.lock().expect("lock").waiting = None;
+        }
+        assert!(offer(&control, message("nobody waits")).is_some());
     }
 }

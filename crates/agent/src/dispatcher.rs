@@ -37,7 +37,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
-use crate::ask::Waiting;
+use crate::ask::{self, Waiting};
 use crate::command::Command;
 use crate::worker::{Worker, reply, shutting_down};
 
@@ -161,14 +161,9 @@ impl Dispatcher {
             return;
         }
         if let Some(worker) = self.workers.get(&key) {
-            let mut control = control(&worker.control);
-            if let Some(waiting) = control.waiting.take_if(|waiting| waiting.accepts(&message)) {
-                // Sent under the lock: an asker that stops waiting finds it sent (see ask.rs).
-                match waiting.tx.send(message) {
-                    Ok(()) => return,
-                    // Its turn is gone: the message is routed as usual.
-                    Err(back) => message = back,
-                }
+            match ask::offer(&worker.control, message) {
+                None => return,
+                Some(back) => message = back,
             }
         }
         let queued = match self.workers.get(&key) {
