@@ -180,6 +180,25 @@ async fn a_token_budget_ends_a_looping_turn_with_the_reason() {
     h.daemon.shutdown().await;
 }
 
+/// A turn past its time budget stops as `/stop` would — the running tool gets its result,
+/// the session stays valid — and says why.
+#[tokio::test]
+async fn a_turn_past_its_time_budget_stops_and_says_why() {
+    let mut h = Harness::start("turn_timeout_secs = 0.5").await;
+    h.llm.strict();
+    h.llm.push(Reply::tool("sleep", json!({"ms": 30_000})));
+    let started = Instant::now();
+    let turn = h.client.say("c", "take your time").await;
+    assert!(started.elapsed() < Duration::from_secs(10), "stopped in time");
+    let reply = turn.reply();
+    assert!(reply.contains("agent.turn_timeout_secs"), "{reply}");
+    assert_eq!(turn.of_type("done")[0]["end"], "time_limit");
+    // The next turn's history is valid: the cut call has its result.
+    assert_eq!(h.client.say("c", "and now?").await.reply(), "echo: and now?");
+    assert!(h.llm.violations().is_empty(), "{:?}", h.llm.violations());
+    h.daemon.shutdown().await;
+}
+
 const LEAKED: &str =
     "<tool_call>{\"name\": \"echo\", \"arguments\": {\"text\": \"x\"}}</tool_call>";
 
