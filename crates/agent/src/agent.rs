@@ -12,7 +12,8 @@ use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
-use crate::turn::{self, TurnInput};
+use crate::input::TurnInput;
+use crate::turn;
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
 pub struct Agent {

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::command::Command;
 use crate::dispatcher::{SharedControl, control};
-use crate::turn::message_text;
+use crate::input::message_text;
 
 /// A turn waiting on the person: the chat's next fitting message goes here.
 pub(crate) struct Waiting {

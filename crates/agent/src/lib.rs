@@ -11,6 +11,7 @@
 //! # Layout
 //! - `config`: [`AgentConfig`], the knobs of the loop.
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
+//! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
 //! - `turn`: the loop of one turn.
 //! - `batch`: running the tool calls of one response concurrently.
 //! - `verify`: checks of a final reply (leaked markup always; rules and a judge by config).
@@ -33,6 +34,7 @@ mod context;
 mod dispatcher;
 mod events;
 mod hooks;
+mod input;
 mod turn;
 mod verify;
 mod worker;
@@ -46,5 +48,6 @@ pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
-pub use turn::{MAX_LLM_FAILURES, TurnInput};
+pub use input::TurnInput;
+pub use turn::MAX_LLM_FAILURES;
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

@@ -30,7 +30,8 @@ use crate::ask::ChatUser;
 use crate::command::{Command, HELP};
 use crate::dispatcher::{Queued, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
-use crate::turn::{STOPPED_REPLY, TurnInput};
+use crate::input::TurnInput;
+use crate::turn::STOPPED_REPLY;
 
 /// One chat's worker.
 pub(crate) struct Worker {
