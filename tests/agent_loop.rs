@@ -189,12 +189,18 @@ async fn a_turn_past_its_time_budget_stops_and_says_why() {
     h.llm.push(Reply::tool("sleep", json!({"ms": 30_000})));
     let started = Instant::now();
     let turn = h.client.say("c", "take your time").await;
-    assert!(started.elapsed() < Duration::from_secs(10), "stopped in time");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "stopped in time"
+    );
     let reply = turn.reply();
     assert!(reply.contains("agent.turn_timeout_secs"), "{reply}");
     assert_eq!(turn.of_type("done")[0]["end"], "time_limit");
     // The next turn's history is valid: the cut call has its result.
-    assert_eq!(h.client.say("c", "and now?").await.reply(), "echo: and now?");
+    assert_eq!(
+        h.client.say("c", "and now?").await.reply(),
+        "echo: and now?"
+    );
     assert!(h.llm.violations().is_empty(), "{:?}", h.llm.violations());
     h.daemon.shutdown().await;
 }
