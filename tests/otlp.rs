@@ -1,5 +1,5 @@
 //! With the `otlp` feature: the binary sends the agent loop's spans to an OTLP/HTTP
-//! receiver — turn → llm → tool → verify, nested in one trace, with their sizes.
+//! receiver — turn → context, llm, tool, verify, nested in one trace, with their sizes.
 //! (`cargo test --features otlp --test otlp`; `.ci/run` runs it.)
 
 use std::process::Stdio;
@@ -114,7 +114,7 @@ otlp_endpoint = "{traces}"
     assert!(exit.success(), "{exit:?}");
 
     let spans = receiver
-        .wait_for(&["turn", "llm", "tool", "verify"], PATIENCE)
+        .wait_for(&["turn", "context", "llm", "tool", "verify"], PATIENCE)
         .await;
     let one = |name: &str| {
         spans
@@ -126,6 +126,14 @@ otlp_endpoint = "{traces}"
     let tool = one("tool");
     let verify = one("verify");
     assert_eq!(parent(&spans, tool).name, "turn");
+    assert_eq!(parent(&spans, one("context")).name, "turn");
+    assert_eq!(
+        one("context")
+            .attributes
+            .get("messages")
+            .map(String::as_str),
+        Some("1")
+    );
     assert_eq!(parent(&spans, verify).name, "turn");
     let calls: Vec<&Span> = spans.iter().filter(|s| s.name == "llm").collect();
     assert_eq!(calls.len(), 2, "two LLM calls");

@@ -172,7 +172,13 @@ impl Turn<'_> {
             self.save_with(vec![message], batch_inbound);
         }
 
-        let mut request = ChatRequest {
+        let context = tracing::info_span!(
+            "context",
+            system_bytes = tracing::field::Empty,
+            messages = tracing::field::Empty,
+            images = images.len()
+        );
+        let mut request = context.in_scope(|| ChatRequest {
             system: agent.context.get(
                 &config.system_prompt,
                 &config.workspace,
@@ -182,8 +188,11 @@ impl Turn<'_> {
             tools: self.agent.tools.definitions(),
             stream: config.stream,
             images,
-        };
+        });
         request.messages.extend(self.new.iter().cloned());
+        context.record("system_bytes", request.system.len());
+        context.record("messages", request.messages.len());
+        drop(context);
         let ctx = ToolContext {
             workspace: config.workspace.clone(),
             session: self.session.key().clone(),
