@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_llm::{
-    AnthropicConfig, AnthropicProvider, ApiKey, Failover, LlmProvider, OpenAiConfig,
-    OpenAiProvider, ResponseLimits, RetryPolicy, Retrying,
+    AnthropicProvider, ApiKey, Failover, LlmProvider, OpenAiProvider, ProviderConfig,
+    ResponseLimits, RetryPolicy, Retrying,
 };
 use toml::Spanned;
 
@@ -239,34 +239,23 @@ fn entry(
     api_key: ApiKey,
     model: &str,
 ) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    let first_byte_timeout = Config::duration(&llm.timeout_secs);
-    let idle_timeout = Config::duration(&llm.idle_timeout_secs);
-    let limits = ResponseLimits {
-        max_response_bytes: *llm.max_response_bytes.get_ref(),
-        max_reply_bytes: *llm.max_reply_bytes.get_ref(),
-        max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
+    let settings = ProviderConfig {
+        base_url,
+        api_key,
+        model: model.to_owned(),
+        temperature: llm.temperature,
+        max_tokens: llm.max_tokens,
+        first_byte_timeout: Config::duration(&llm.timeout_secs),
+        idle_timeout: Config::duration(&llm.idle_timeout_secs),
+        limits: ResponseLimits {
+            max_response_bytes: *llm.max_response_bytes.get_ref(),
+            max_reply_bytes: *llm.max_reply_bytes.get_ref(),
+            max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
+        },
     };
     let client: Arc<dyn LlmProvider> = match kind {
-        ProviderKind::Openai => Arc::new(OpenAiProvider::new(OpenAiConfig {
-            base_url,
-            api_key,
-            model: model.to_owned(),
-            temperature: llm.temperature,
-            max_tokens: llm.max_tokens,
-            first_byte_timeout,
-            idle_timeout,
-            limits,
-        })?),
-        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(AnthropicConfig {
-            base_url,
-            api_key,
-            model: model.to_owned(),
-            temperature: llm.temperature,
-            max_tokens: llm.max_tokens,
-            first_byte_timeout,
-            idle_timeout,
-            limits,
-        })?),
+        ProviderKind::Openai => Arc::new(OpenAiProvider::new(settings)?),
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(settings)?),
     };
     let policy = RetryPolicy {
         max_retries: llm.max_retries,

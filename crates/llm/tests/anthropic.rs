@@ -7,18 +7,17 @@ use std::time::Duration;
 use serde_json::json;
 use switchboard_core::{ChatMessage, ImagePart, ToolCall, ToolDefinition};
 use switchboard_llm::{
-    AnthropicConfig, AnthropicProvider, ApiKey, ChatRequest, ChatResponse, Failover, ImageData,
-    LlmError, LlmProvider, OpenAiConfig, OpenAiProvider, RetryPolicy, Retrying, StopReason,
-    StreamEvent,
+    AnthropicProvider, ApiKey, ChatRequest, ChatResponse, Failover, ImageData, LlmError,
+    LlmProvider, OpenAiProvider, ProviderConfig, RetryPolicy, Retrying, StopReason, StreamEvent,
 };
 use switchboard_testkit::{Reply, ScriptedLlm};
 
 fn anthropic(base_url: String) -> AnthropicProvider {
-    AnthropicProvider::new(AnthropicConfig {
+    AnthropicProvider::new(ProviderConfig {
         base_url,
         api_key: ApiKey::Key("test-key".into()),
         model: "claude-scripted".into(),
-        ..AnthropicConfig::default()
+        ..ProviderConfig::default()
     })
     .expect("provider")
 }
@@ -184,10 +183,10 @@ async fn a_stream_cut_mid_answer_is_retried_and_shown_anew() {
 async fn a_conversation_moves_between_providers_without_loss() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.strict();
-    let openai = OpenAiProvider::new(OpenAiConfig {
+    let openai = OpenAiProvider::new(ProviderConfig {
         base_url: llm.base_url(),
         model: "gpt-scripted".into(),
-        ..OpenAiConfig::default()
+        ..ProviderConfig::default()
     })
     .expect("openai");
     llm.push(Reply::tool("echo", json!({"text": "one"})));
@@ -223,10 +222,10 @@ async fn the_fallback_answers_after_the_primarys_attempts() {
         retrying(Arc::new(anthropic(primary.base_url())), 2),
         vec![retrying(
             Arc::new(
-                OpenAiProvider::new(OpenAiConfig {
+                OpenAiProvider::new(ProviderConfig {
                     base_url: fallback.base_url(),
                     model: "gpt-scripted".into(),
-                    ..OpenAiConfig::default()
+                    ..ProviderConfig::default()
                 })
                 .expect("openai"),
             ),

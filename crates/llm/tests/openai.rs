@@ -7,18 +7,18 @@ use std::sync::{Arc, Mutex};
 use switchboard_core::{ChatMessage, ToolDefinition};
 
 use switchboard_llm::{
-    ApiKey, ChatRequest, LlmError, LlmProvider, OpenAiConfig, OpenAiProvider, ResponseLimits,
+    ApiKey, ChatRequest, LlmError, LlmProvider, OpenAiProvider, ProviderConfig, ResponseLimits,
     RetryPolicy, Retrying, StreamEvent,
 };
 use switchboard_testkit::{Reply, ScriptedLlm};
 use tokio::sync::mpsc;
 
-fn config(base_url: String) -> OpenAiConfig {
-    OpenAiConfig {
+fn config(base_url: String) -> ProviderConfig {
+    ProviderConfig {
         base_url,
         api_key: ApiKey::Key("test-key".into()),
         model: "scripted".into(),
-        ..OpenAiConfig::default()
+        ..ProviderConfig::default()
     }
 }
 
@@ -27,7 +27,7 @@ fn provider(base_url: String) -> Retrying {
     retrying(config(base_url))
 }
 
-fn retrying(config: OpenAiConfig) -> Retrying {
+fn retrying(config: ProviderConfig) -> Retrying {
     let client = OpenAiProvider::new(config).expect("provider");
     Retrying::new(
         Arc::new(client),
@@ -41,7 +41,7 @@ fn retrying(config: OpenAiConfig) -> Retrying {
 }
 
 /// A bare client: one attempt per call.
-fn without_retries(config: OpenAiConfig) -> OpenAiProvider {
+fn without_retries(config: ProviderConfig) -> OpenAiProvider {
     OpenAiProvider::new(config).expect("provider")
 }
 
@@ -226,7 +226,7 @@ async fn retries_run_out_with_the_last_error() {
 #[tokio::test]
 async fn a_missing_key_names_the_variable_without_calling() {
     let llm = ScriptedLlm::start().await.expect("llm");
-    let provider = retrying(OpenAiConfig {
+    let provider = retrying(ProviderConfig {
         api_key: ApiKey::Missing {
             variable: "OPENAI_API_KEY".into(),
         },
@@ -245,9 +245,9 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
     drop(listener);
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         base_url: format!("http://{addr}/v1"),
-        ..OpenAiConfig::default()
+        ..ProviderConfig::default()
     });
     let err = provider
         .chat(&request("hi"), &ignore)
@@ -261,10 +261,10 @@ async fn an_unreachable_server_is_a_connect_error_naming_the_url() {
 async fn a_slow_server_hits_the_first_byte_timeout() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("late").delayed(Duration::from_secs(30)));
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         base_url: llm.base_url(),
         first_byte_timeout: Duration::from_millis(200),
-        ..OpenAiConfig::default()
+        ..ProviderConfig::default()
     });
     let err = provider
         .chat(&request("hi"), &ignore)
@@ -276,9 +276,9 @@ async fn a_slow_server_hits_the_first_byte_timeout() {
 #[test]
 fn an_invalid_base_url_is_refused_at_construction() {
     for bad in ["not a url", "ftp://example.com/v1", ""] {
-        let err = OpenAiProvider::new(OpenAiConfig {
+        let err = OpenAiProvider::new(ProviderConfig {
             base_url: bad.into(),
-            ..OpenAiConfig::default()
+            ..ProviderConfig::default()
         })
         .expect_err(bad);
         assert!(err.to_string().contains("llm.base_url"), "{err}");
@@ -289,7 +289,7 @@ fn an_invalid_base_url_is_refused_at_construction() {
 async fn a_stream_that_stalls_times_out_between_chunks() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::StallAfter("the first words".into()));
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         idle_timeout: Duration::from_millis(300),
         ..config(llm.base_url())
     });
@@ -309,7 +309,7 @@ async fn a_stream_that_stalls_times_out_between_chunks() {
 async fn an_endless_stream_is_cut_at_the_reply_limit() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::Endless);
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         limits: ResponseLimits {
             max_reply_bytes: 64 * 1024,
             ..ResponseLimits::default()
@@ -339,7 +339,7 @@ async fn an_endless_stream_is_cut_at_the_reply_limit() {
 async fn an_endless_whole_body_is_cut_at_the_response_limit() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::Endless);
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         limits: ResponseLimits {
             max_response_bytes: 256 * 1024,
             ..ResponseLimits::default()
@@ -357,7 +357,7 @@ async fn an_endless_whole_body_is_cut_at_the_response_limit() {
 async fn a_huge_whole_reply_is_refused() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("x".repeat(100_000)));
-    let provider = without_retries(OpenAiConfig {
+    let provider = without_retries(ProviderConfig {
         limits: ResponseLimits {
             max_reply_bytes: 50_000,
             ..ResponseLimits::default()

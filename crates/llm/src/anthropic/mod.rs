@@ -7,58 +7,20 @@
 mod stream;
 mod wire;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use reqwest::header::CONTENT_TYPE;
 
 use self::stream::Assembler;
 use crate::body;
+use crate::config::{ApiKey, ProviderConfig};
 use crate::error::LlmError;
 use crate::http;
 use crate::limits::ResponseLimits;
-use crate::openai::ApiKey;
 use crate::openai::stream::{MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
 
 /// The API version sent with every request.
 const API_VERSION: &str = "2023-06-01";
-
-/// Settings of an Anthropic provider.
-#[derive(Clone, Debug)]
-pub struct AnthropicConfig {
-    /// The API root, e.g. `https://api.anthropic.com/v1`; `/messages` is appended.
-    pub base_url: String,
-    /// Sent as `x-api-key`.
-    pub api_key: ApiKey,
-    /// The model name.
-    pub model: String,
-    /// Sampling temperature; the server's default when `None`.
-    pub temperature: Option<f32>,
-    /// Upper bound on tokens per response (the API requires one: 4096 when `None`).
-    pub max_tokens: Option<u32>,
-    /// Deadline for the response headers (the first byte).
-    pub first_byte_timeout: Duration,
-    /// Deadline between two chunks of the response body.
-    pub idle_timeout: Duration,
-    /// Caps on what one response may hold.
-    pub limits: ResponseLimits,
-}
-
-impl Default for AnthropicConfig {
-    fn default() -> Self {
-        Self {
-            base_url: "https://api.anthropic.com/v1".into(),
-            api_key: ApiKey::None,
-            model: "claude-sonnet-4-5".into(),
-            temperature: None,
-            max_tokens: None,
-            first_byte_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(60),
-            limits: ResponseLimits::default(),
-        }
-    }
-}
 
 /// A client of the Messages API.
 #[derive(Clone, Debug)]
@@ -66,13 +28,13 @@ pub struct AnthropicProvider {
     http: reqwest::Client,
     /// `{base_url}/messages`, parsed once.
     url: reqwest::Url,
-    config: AnthropicConfig,
+    config: ProviderConfig,
 }
 
 impl AnthropicProvider {
     /// A provider for the configured server. Fails if the base URL is not a URL or the
     /// TLS stack cannot start.
-    pub fn new(config: AnthropicConfig) -> Result<Self, LlmError> {
+    pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
         let http = http::client(&config.base_url)?;
         let url = http::endpoint(&config.base_url, "messages")?;
         Ok(Self { http, url, config })

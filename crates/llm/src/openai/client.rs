@@ -5,15 +5,13 @@
 //! `first_byte_timeout` for the response headers and `idle_timeout` between two chunks of
 //! the body, and reads the body within its [`ResponseLimits`].
 
-use std::fmt;
-use std::time::Duration;
-
 use async_trait::async_trait;
 use reqwest::header::CONTENT_TYPE;
 
 use super::stream::{Assembler, MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use super::wire::{self, Settings};
 use crate::body;
+use crate::config::{ApiKey, ProviderConfig};
 use crate::error::LlmError;
 use crate::http;
 use crate::limits::ResponseLimits;
@@ -21,81 +19,19 @@ use crate::provider::{
     ChatRequest, ChatResponse, LlmProvider, StopReason, StreamEvent, StreamSink,
 };
 
-/// An API key, or why there is none.
-#[derive(Clone, Default)]
-pub enum ApiKey {
-    /// No key is configured (local servers such as Ollama or llama.cpp).
-    #[default]
-    None,
-    /// The key to send as a bearer token.
-    Key(String),
-    /// The config names an environment variable that is not set; every call fails with
-    /// an error naming it.
-    Missing {
-        /// The variable's name.
-        variable: String,
-    },
-}
-
-impl fmt::Debug for ApiKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::None => f.write_str("None"),
-            Self::Key(_) => f.write_str("Key(<redacted>)"),
-            Self::Missing { variable } => write!(f, "Missing({variable})"),
-        }
-    }
-}
-
-/// Settings of an OpenAI-compatible provider.
-#[derive(Clone, Debug)]
-pub struct OpenAiConfig {
-    /// The API root, e.g. `https://api.openai.com/v1`; `/chat/completions` is appended.
-    pub base_url: String,
-    /// The bearer token.
-    pub api_key: ApiKey,
-    /// The model name.
-    pub model: String,
-    /// Sampling temperature; the server's default when `None`.
-    pub temperature: Option<f32>,
-    /// Upper bound on tokens per response; the server's default when `None`.
-    pub max_tokens: Option<u32>,
-    /// Deadline for the response headers (the first byte).
-    pub first_byte_timeout: Duration,
-    /// Deadline between two chunks of the response body.
-    pub idle_timeout: Duration,
-    /// Caps on what one response may hold.
-    pub limits: ResponseLimits,
-}
-
-impl Default for OpenAiConfig {
-    fn default() -> Self {
-        Self {
-            base_url: "https://api.openai.com/v1".into(),
-            api_key: ApiKey::None,
-            model: "gpt-4o-mini".into(),
-            temperature: None,
-            max_tokens: None,
-            first_byte_timeout: Duration::from_secs(30),
-            idle_timeout: Duration::from_secs(60),
-            limits: ResponseLimits::default(),
-        }
-    }
-}
-
 /// A client of one OpenAI-compatible server.
 #[derive(Clone, Debug)]
 pub struct OpenAiProvider {
     http: reqwest::Client,
     /// `{base_url}/chat/completions`, parsed once.
     url: reqwest::Url,
-    config: OpenAiConfig,
+    config: ProviderConfig,
 }
 
 impl OpenAiProvider {
     /// A provider for the configured server. Fails if the base URL is not a URL or the
     /// TLS stack cannot start.
-    pub fn new(config: OpenAiConfig) -> Result<Self, LlmError> {
+    pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
         let http = http::client(&config.base_url)?;
         let url = http::endpoint(&config.base_url, "chat/completions")?;
         Ok(Self { http, url, config })

@@ -4,6 +4,6 @@ mod client;
 pub(crate) mod stream;
 pub(crate) mod wire;
 
+pub use client::OpenAiProvider;
 #[cfg(test)]
 pub(crate) use client::parse_whole;
-pub use client::{ApiKey, OpenAiConfig, OpenAiProvider};

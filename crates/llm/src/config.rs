@@ -1,0 +1,72 @@
+//! [`ProviderConfig`]: what every provider client is configured with, and [`ApiKey`].
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::limits::ResponseLimits;
+
+/// An API key, or why there is none.
+#[derive(Clone, Default)]
+pub enum ApiKey {
+    /// No key is configured (local servers such as Ollama or llama.cpp).
+    #[default]
+    None,
+    /// The key (a bearer token for OpenAI-compatible servers, `x-api-key` for Anthropic).
+    Key(String),
+    /// The config names an environment variable that is not set; every call fails with
+    /// an error naming it.
+    Missing {
+        /// The variable's name.
+        variable: String,
+    },
+}
+
+impl fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            Self::Key(_) => f.write_str("Key(<redacted>)"),
+            Self::Missing { variable } => write!(f, "Missing({variable})"),
+        }
+    }
+}
+
+/// Settings of one provider client ([`OpenAiProvider`](crate::OpenAiProvider) or
+/// [`AnthropicProvider`](crate::AnthropicProvider)). `base_url` and `model` have no
+/// default: a client refuses an empty base URL.
+#[derive(Clone, Debug)]
+pub struct ProviderConfig {
+    /// The API root, e.g. `https://api.openai.com/v1`; the client appends its endpoint
+    /// (`/chat/completions`, `/messages`).
+    pub base_url: String,
+    /// The key.
+    pub api_key: ApiKey,
+    /// The model name.
+    pub model: String,
+    /// Sampling temperature; the server's default when `None`.
+    pub temperature: Option<f32>,
+    /// Upper bound on tokens per response; the server's default when `None` (Anthropic
+    /// requires one: 4096 then).
+    pub max_tokens: Option<u32>,
+    /// Deadline for the response headers (the first byte).
+    pub first_byte_timeout: Duration,
+    /// Deadline between two chunks of the response body.
+    pub idle_timeout: Duration,
+    /// Caps on what one response may hold.
+    pub limits: ResponseLimits,
+}
+
+impl Default for ProviderConfig {
+    fn default() -> Self {
+        Self {
+            base_url: String::new(),
+            api_key: ApiKey::None,
+            model: String::new(),
+            temperature: None,
+            max_tokens: None,
+            first_byte_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            limits: ResponseLimits::default(),
+        }
+    }
+}
