@@ -36,16 +36,21 @@ fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A daemon whose `[llm]` speaks `provider`'s API (to the same scripted server).
+async fn with_provider(provider: &str) -> Harness {
+    let llm_line = format!("provider = \"{provider}\"");
+    Harness::with_config(Extra {
+        llm: &llm_line,
+        ..Extra::default()
+    })
+    .await
+}
+
 /// 1. The same tool-calling conversation works through both providers, streamed.
 #[tokio::test]
 async fn a_tool_calling_turn_works_through_anthropic_and_openai() {
     for provider in ["anthropic", "openai"] {
-        let llm_line = format!("provider = \"{provider}\"");
-        let mut h = Harness::with_config(Extra {
-            llm: &llm_line,
-            ..Extra::default()
-        })
-        .await;
+        let mut h = with_provider(provider).await;
         h.llm.strict();
         h.llm.push(Reply::tool("echo", json!({"text": "ping"})));
         h.llm
@@ -294,12 +299,7 @@ async fn three_rejections_give_the_graceful_failure() {
 #[tokio::test]
 async fn a_stream_cut_mid_tool_call_is_tried_again_not_run() {
     for provider in ["openai", "anthropic"] {
-        let llm_line = format!("provider = \"{provider}\"");
-        let mut h = Harness::with_config(Extra {
-            llm: &llm_line,
-            ..Extra::default()
-        })
-        .await;
+        let mut h = with_provider(provider).await;
         h.llm.push(Reply::CutToolCall("echo".into()));
         h.llm.push(Reply::text("recovered"));
         let turn = h.client.say("c", "go").await;
