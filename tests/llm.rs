@@ -45,10 +45,17 @@ async fn an_endless_llm_stream_ends_the_turn_at_the_reply_limit() {
     let streamed = turn.streamed().len();
     assert!(streamed <= 65536, "{streamed} bytes were streamed");
 
-    // Nothing huge was kept: the file holds the user message only.
+    // Nothing huge was kept: the file holds the user message and a line saying it failed
+    // (so the next request does not carry two user messages in a row).
     let records = util::read_session_file(&util::session_file(h.dir.path(), "c"));
-    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records.len(), 2, "{records:?}");
     assert_eq!(records[0]["content"], "talk forever");
+    let note = records[1]["content"].as_str().expect("a note");
+    assert!(
+        note.starts_with("[This request was not answered."),
+        "{note}"
+    );
+    assert!(note.len() < 1024, "{note}");
     assert_eq!(
         h.client.say("c", "are you back?").await.reply(),
         "echo: are you back?"

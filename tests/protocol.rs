@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use switchboard::app;
 use switchboard_testkit::{Reply, ScriptedLlm};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -107,6 +107,31 @@ async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
         h.llm.requests().len() == 1,
         "malformed frames never reach the model"
     );
+    h.daemon.shutdown().await;
+}
+
+/// A turn that failed leaves its request answered by a line saying so: the next request
+/// never carries two user messages in a row, and `/status` counts them right.
+#[tokio::test]
+async fn a_failed_turn_leaves_no_dangling_user_message() {
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::Error {
+        status: 400,
+        retry_after: None,
+    });
+    assert!(h.client.say("c", "first").await.error().is_some());
+    let status = h.client.say("c", "/status").await;
+    assert!(
+        status.reply().contains("2 messages in history"),
+        "{}",
+        status.reply()
+    );
+    assert_eq!(h.client.say("c", "second").await.reply(), "echo: second");
+    let roles: Vec<Value> = util::conversation(&h.llm.requests()[1])
+        .iter()
+        .map(|m| m["role"].clone())
+        .collect();
+    assert_eq!(roles, [json!("user"), json!("assistant"), json!("user")]);
     h.daemon.shutdown().await;
 }
 

@@ -75,3 +75,39 @@ async fn stop_while_the_model_is_thinking_cancels_the_llm_call() {
     assert!(stopped_at.elapsed() < Duration::from_secs(1));
     h.daemon.shutdown().await;
 }
+
+/// `/stop` while the answer streams keeps what was shown — as the reply and in history —
+/// marked as stopped; the next turn's history is valid.
+#[tokio::test]
+async fn stop_while_the_answer_streams_keeps_what_was_shown() {
+    let mut h = Harness::start("").await;
+    h.llm.strict();
+    h.llm.push(Reply::paced(
+        "one two three four five six seven eight nine ten eleven twelve",
+        Duration::from_millis(150),
+    ));
+    h.client.send("c", "count slowly").await;
+    let mut shown = String::new();
+    while shown.split_whitespace().count() < 2 {
+        let frame = h.client.next_frame().await;
+        if frame["type"] == "delta" {
+            shown.push_str(frame["text"].as_str().expect("text"));
+        }
+    }
+    h.client.send("c", "/stop").await;
+    let turn = h.client.turn("c").await;
+    let reply = turn.reply().to_owned();
+    assert!(
+        reply.starts_with(shown.trim_end()),
+        "{reply:?} keeps {shown:?}"
+    );
+    assert!(reply.ends_with("(stopped)"), "{reply}");
+    assert!(!reply.contains("twelve"), "it was stopped: {reply}");
+    assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
+
+    let records = util::read_session_file(&util::session_file(h.dir.path(), "c"));
+    assert_eq!(records.last().expect("a record")["content"], reply.as_str());
+    assert_eq!(h.client.say("c", "go on").await.reply(), "echo: go on");
+    assert!(h.llm.violations().is_empty(), "{:?}", h.llm.violations());
+    h.daemon.shutdown().await;
+}

@@ -76,6 +76,22 @@ impl Agent {
         ))
     }
 
+    /// The answer to `/status`: what the session holds and has spent, and the model.
+    pub fn status(&self, session: &Session) -> String {
+        let usage = session.usage();
+        let count = session.len();
+        let plural = if count == 1 { "" } else { "s" };
+        format!(
+            "Session {}: {count} message{plural} in history (limit {}); {} tokens in, {} out; \
+             model {}.",
+            session.key(),
+            self.config.history_limit,
+            usage.input_tokens,
+            usage.output_tokens,
+            self.llm.model(),
+        )
+    }
+
     /// Lets the store drop what it keeps for a session that left memory.
     pub fn release_session(&self, key: &SessionKey) {
         self.store.release(key);

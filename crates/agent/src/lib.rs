@@ -42,7 +42,7 @@ mod worker;
 pub use agent::Agent;
 pub use approval::Approvals;
 pub use ask::AskUserTool;
-pub use command::Command;
+pub use command::{Command, HELP};
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;

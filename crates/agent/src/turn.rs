@@ -41,6 +41,9 @@ pub const MAX_LLM_FAILURES: usize = 3;
 pub(crate) const STOPPED_REPLY: &str = "Stopped.";
 /// What history keeps for a stopped turn, so the model knows the request went unanswered.
 pub(crate) const STOPPED_NOTE: &str = "[This turn was stopped before it finished.]";
+/// What ends the text of an answer that was stopped while it streamed: what was shown is
+/// kept, on screen and in history, marked.
+const STOPPED_MARK: &str = "\n\n(stopped)";
 
 pub(crate) async fn run(
     agent: &Agent,
@@ -115,6 +118,18 @@ pub(crate) async fn run(
     }
     .instrument(span)
     .await;
+}
+
+/// What history keeps for a turn that failed: that it did, and why, in a line.
+fn failed_note(message: &str) -> String {
+    let first: String = message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(300)
+        .collect();
+    format!("[This request was not answered. {first}]")
 }
 
 /// How the loop ended.
@@ -366,10 +381,23 @@ impl Turn<'_> {
     ) -> Result<ChatResponse, CallFailed> {
         let agent = self.agent;
         let events = self.events;
+        // The text this call has shown so far: kept if the turn is stopped mid-answer.
+        let shown = std::sync::Mutex::new(String::new());
+        let shown_text = || {
+            shown
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
         let forward = |event: StreamEvent| {
             let _ = events.send(match event {
-                StreamEvent::Text(text) => AgentEvent::TextDelta(text),
-                StreamEvent::Reset => AgentEvent::TextReset,
+                StreamEvent::Text(text) => {
+                    shown_text().push_str(&text);
+                    AgentEvent::TextDelta(text)
+                }
+                StreamEvent::Reset => {
+                    shown_text().clear();
+                    AgentEvent::TextReset
+                }
                 StreamEvent::Status(text) => AgentEvent::Status(text),
             });
         };
@@ -396,7 +424,10 @@ impl Turn<'_> {
         let call = agent.llm.chat(request, &forward).instrument(span.clone());
         let result = tokio::select! {
             biased;
-            () = cancel.cancelled() => return Err(CallFailed::Stopped(self.stopped())),
+            () = cancel.cancelled() => {
+                let partial = std::mem::take(&mut *shown_text());
+                return Err(CallFailed::Stopped(Self::stopped_after(&partial)));
+            }
             result = call => result,
         };
         let mut response = match result {
@@ -439,6 +470,16 @@ impl Turn<'_> {
 
     fn stopped(&mut self) -> End {
         End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled)
+    }
+
+    /// A turn stopped while its answer streamed: the text shown so far stays the reply
+    /// (and goes into history), marked as stopped.
+    fn stopped_after(partial: &str) -> End {
+        let partial = partial.trim_end();
+        if partial.is_empty() {
+            return End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled);
+        }
+        End::Reply(format!("{partial}{STOPPED_MARK}"), TurnEnd::Cancelled)
     }
 
     /// Appends messages to the store, then to this turn; returns them as saved.
@@ -486,11 +527,15 @@ impl Turn<'_> {
     /// published), moves the turn into the session, compacts when due, and reports.
     fn finish(mut self, end: End) {
         let last = match &end {
-            End::Reply(_, TurnEnd::Cancelled) => Some(ChatMessage::assistant(STOPPED_NOTE)),
-            End::Reply(reply, _) => Some(ChatMessage::assistant(reply.clone())),
-            End::Failed(_) => None,
+            End::Reply(reply, TurnEnd::Cancelled) if reply == STOPPED_REPLY => {
+                ChatMessage::assistant(STOPPED_NOTE)
+            }
+            End::Reply(reply, _) => ChatMessage::assistant(reply.clone()),
+            // The request stays answered in history, so the next one does not follow it
+            // as a second user message in a row.
+            End::Failed(message) => ChatMessage::assistant(failed_note(message)),
         };
-        let last: Vec<ChatMessage> = last.into_iter().collect();
+        let last = [last];
         let spent = (self.usage != Usage::default()).then_some(self.usage);
         let answered = match &end {
             End::Reply(_, end) => InboundState::Answered {
@@ -503,18 +548,16 @@ impl Turn<'_> {
             },
         };
         let inbound = self.inbound.clone();
-        if !last.is_empty() || spent.is_some() || inbound.is_some() {
-            let batch = Batch {
-                messages: &last,
-                usage: spent,
-                inbound: inbound.as_ref().map(|id| (id, &answered)),
-            };
-            let saved = self.agent.store.append(self.session.key(), &batch);
-            let ok = saved.is_ok();
-            self.check_saved(saved);
-            if ok && let Some(id) = inbound {
-                self.session.note_inbound(id, answered);
-            }
+        let batch = Batch {
+            messages: &last,
+            usage: spent,
+            inbound: inbound.as_ref().map(|id| (id, &answered)),
+        };
+        let saved = self.agent.store.append(self.session.key(), &batch);
+        let ok = saved.is_ok();
+        self.check_saved(saved);
+        if ok && let Some(id) = inbound {
+            self.session.note_inbound(id, answered);
         }
         let Turn {
             agent,

@@ -204,19 +204,7 @@ impl Worker {
                 Err(err) => format!("Could not start a new session: {err}"),
             },
             Some(Command::Help) => HELP.to_owned(),
-            Some(Command::Status) => {
-                let usage = session.usage();
-                format!(
-                    "Session {}: {} messages in history (limit {}); {} tokens in, {} out; \
-                     model {}.",
-                    session.key(),
-                    session.len(),
-                    self.agent.config.history_limit,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    self.agent.llm.model(),
-                )
-            }
+            Some(Command::Status) => self.agent.status(session),
             // `/stop` is the dispatcher's; one can only get here in a race with a restart.
             Some(Command::Stop) => "Nothing to stop.".to_owned(),
             // A waiting turn gets these from the dispatcher; here nothing waits.
