@@ -102,7 +102,18 @@ async fn the_example_config_parses() {
     let config = Config::load(&example).expect("config.example.toml parses");
     assert_eq!(*config.agent.history_limit.get_ref(), 50);
     assert_eq!(*config.agent.max_iterations.get_ref(), 40);
-    assert_eq!(config.http.bind.get_ref().to_string(), "127.0.0.1:8080");
+    assert_eq!(config.http.bind.get_ref().0.to_string(), "127.0.0.1:8080");
+}
+
+/// The README's "try it without a key" config: it parses, points at `fake-llm`'s default
+/// address, and keeps its files under `target/try`.
+#[tokio::test]
+async fn the_fake_llm_example_config_parses() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = Config::load(&root.join("examples/fake-llm.toml")).expect("it parses");
+    assert_eq!(config.llm.base_url(), "http://127.0.0.1:8081/v1");
+    let state = config.path(&config.agent.state_dir);
+    assert!(state.ends_with("examples/../target/try/state"), "{state:?}");
 }
 
 #[tokio::test]

@@ -263,7 +263,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         }
     });
 
-    let bind = *config.http.bind.get_ref();
+    let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {
         header_timeout: Config::duration(&config.http.header_timeout_secs),
         max_connections: *config.http.max_connections.get_ref(),

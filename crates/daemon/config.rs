@@ -138,12 +138,48 @@ impl Default for AgentSection {
     }
 }
 
+/// `http.bind`: an IP address and port, or a host name and port (`localhost:8080`), which is
+/// resolved when the config is read (an IPv4 address preferred: loopback names resolve to
+/// both, and the page's default URL is 127.0.0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub SocketAddr);
+
+impl<'de> Deserialize<'de> for BindAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        resolve_bind(&text)
+            .map(BindAddress)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let unresolved = |why: String| {
+        format!(
+            "`{text}` is not an address and port that resolves ({why}); write an IP address \
+             and port, e.g. \"127.0.0.1:8080\""
+        )
+    };
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|err| unresolved(err.to_string()))?
+        .collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| unresolved("no addresses".into()))
+}
+
 /// `[http]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSection {
     /// Where `/ws`, `/` and `/healthz` listen.
-    pub bind: Spanned<SocketAddr>,
+    pub bind: Spanned<BindAddress>,
     /// Seconds a client has to send a request's headers.
     pub header_timeout_secs: Spanned<f64>,
     /// Client connections open at once, WebSockets included.
@@ -157,7 +193,7 @@ pub struct HttpSection {
 impl Default for HttpSection {
     fn default() -> Self {
         Self {
-            bind: Spanned::new(0..0, SocketAddr::from(([127, 0, 0, 1], 8080))),
+            bind: Spanned::new(0..0, BindAddress(SocketAddr::from(([127, 0, 0, 1], 8080)))),
             header_timeout_secs: Spanned::new(0..0, 10.0),
             max_connections: Spanned::new(0..0, 4096),
             max_pending_connections: Spanned::new(0..0, 256),
@@ -314,7 +350,7 @@ impl Config {
         self.telemetry.validate(&self.source)?;
         self.channels
             .websocket
-            .validate(*self.http.bind.get_ref())
+            .validate(self.http.bind.get_ref().0)
             .map_err(|problem| self.source.problem("channels.websocket", problem))?;
         self.channels
             .telegram
@@ -427,7 +463,7 @@ mod tests {
         let config = parse(MINIMAL).expect("parse");
         assert_eq!(*config.agent.history_limit.get_ref(), 50);
         assert_eq!(*config.agent.max_iterations.get_ref(), 40);
-        assert_eq!(config.http.bind.get_ref().to_string(), "127.0.0.1:8080");
+        assert_eq!(config.http.bind.get_ref().0.to_string(), "127.0.0.1:8080");
     }
 
     #[test]
@@ -529,5 +565,33 @@ mod tests {
             PathBuf::from("/etc/switchboard/state")
         );
         assert_eq!(config.path("/abs"), PathBuf::from("/abs"));
+    }
+
+    #[test]
+    fn a_bind_host_name_is_resolved_and_one_without_a_port_says_to_write_an_ip() {
+        let config =
+            parse("[http]\nbind = \"localhost:8080\"\n[channels.websocket]\nauth = \"none\"\n")
+                .expect("a host name and port parse");
+        assert_eq!(
+            config.http.bind.get_ref().0,
+            SocketAddr::from(([127, 0, 0, 1], 8080))
+        );
+        let err = parse("[http]\nbind = \"localhost\"\n[channels.websocket]\nauth = \"none\"\n")
+            .expect_err("no port");
+        assert_eq!(err.key, "http.bind");
+        assert_eq!(err.line, Some(2));
+        assert!(
+            err.message.contains("write an IP address and port"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_token_that_auth_none_would_ignore_is_refused() {
+        let err =
+            parse("[channels.websocket]\nauth = \"none\"\ntoken = \"0123456789abcdef0123\"\n")
+                .expect_err("refused");
+        assert_eq!(err.key, "channels.websocket.token");
+        assert!(err.message.contains("set auth = \"token\""), "{err}");
     }
 }

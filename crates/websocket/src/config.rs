@@ -101,7 +101,17 @@ impl WsSection {
                      it is {bind}; set a token instead"
                 ),
             )),
-            AuthMode::None => Ok(()),
+            AuthMode::None => match &self.token {
+                // A token that is silently ignored would leave a socket open that its
+                // operator believes closed.
+                Some(token) => Err(ConfigProblem::new(
+                    Some(token.span()),
+                    "token",
+                    "a token is set but auth = \"none\" ignores it: set auth = \"token\" to \
+                     require it, or remove the token",
+                )),
+                None => Ok(()),
+            },
             AuthMode::Token => self.token().map(|_| ()),
         }
     }
