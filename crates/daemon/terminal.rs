@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use switchboard_agent::{Agent, AgentEvent, Command, TurnInput};
+use switchboard_agent::{Agent, AgentEvent, Command, HELP, TurnInput};
 use switchboard_core::{ChannelName, ChatId, SessionKey};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolRegistry;
@@ -42,11 +42,23 @@ pub async fn run(
         });
     }
 
-    eprintln!("switchboard agent — session {key}; /new, /help, /quit; ctrl-c stops an answer");
+    eprintln!(
+        "switchboard agent — session {key}; /help lists the commands; ctrl-c stops an answer, \
+         and at an empty prompt leaves"
+    );
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     loop {
         eprint!("> ");
-        let Some(line) = lines.next_line().await.context("cannot read stdin")? else {
+        // Once a turn listened for ctrl-c, the signal no longer ends the process by itself:
+        // the prompt listens too.
+        let line = tokio::select! {
+            line = lines.next_line() => line.context("cannot read stdin")?,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!();
+                None
+            }
+        };
+        let Some(line) = line else {
             break;
         };
         let text = line.trim();
@@ -78,11 +90,16 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             eprintln!("Nothing is waiting for your approval.");
             true
         }
-        Some(Command::Help | Command::Status | Command::Stop) => {
-            eprintln!(
-                "{} messages in history; type /new to start over, /quit to leave.",
-                session.len()
-            );
+        Some(Command::Help) => {
+            eprintln!("{HELP}\n/quit — leave (so does Ctrl-C at an empty prompt)");
+            true
+        }
+        Some(Command::Status) => {
+            eprintln!("{}", agent.status(session));
+            true
+        }
+        Some(Command::Stop) => {
+            eprintln!("Nothing to stop (Ctrl-C stops an answer in progress).");
             true
         }
         None => turn(agent, session, text).await,
