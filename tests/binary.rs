@@ -331,3 +331,61 @@ async fn onboard_writes_the_starter_workspace_and_keeps_what_exists() {
         "I am Ada."
     );
 }
+
+/// The first log line that mentions `needle`, of the binary started with `env`, in text
+/// format (stderr is a pipe here, as under systemd).
+async fn text_log_line(llm: &ScriptedLlm, env: &[(&str, &str)], needle: &str) -> String {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), llm, "2");
+    let mut command = Command::new(BINARY);
+    command
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("JOURNAL_STREAM")
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let line = tokio::time::timeout(util::PATIENCE, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(needle) {
+                return line;
+            }
+        }
+        panic!("the daemon exited without logging {needle:?}");
+    })
+    .await
+    .expect("logged in time");
+    sigterm(&child);
+    exit_code(&mut child).await;
+    line
+}
+
+/// Logs are journald-friendly: no colours when stderr is not a terminal, and no timestamp
+/// of their own under systemd (`JOURNAL_STREAM`), where the journal stamps each line.
+#[tokio::test]
+async fn text_logs_have_no_colours_in_a_pipe_and_no_timestamps_under_systemd() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let plain = text_log_line(&llm, &[], "switchboard is serving").await;
+    assert!(!plain.contains('\u{1b}'), "no ANSI colours: {plain:?}");
+    assert!(
+        plain.starts_with(|c: char| c.is_ascii_digit()),
+        "a timestamp first: {plain:?}"
+    );
+    let journal = text_log_line(
+        &llm,
+        &[("JOURNAL_STREAM", "8:12345")],
+        "switchboard is serving",
+    )
+    .await;
+    assert!(!journal.contains('\u{1b}'), "{journal:?}");
+    assert!(
+        journal.trim_start().starts_with("INFO"),
+        "no timestamp: {journal:?}"
+    );
+}

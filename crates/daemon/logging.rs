@@ -1,4 +1,6 @@
-//! Logging through `tracing`, to stderr, as text or JSON; `RUST_LOG` filters. With the
+//! Logging through `tracing`, to stderr, as text or JSON; `RUST_LOG` filters. Under
+//! systemd (`JOURNAL_STREAM` set) text lines carry no timestamp (the journal adds its own)
+//! and no colours; colours are used only when stderr is a terminal. With the
 //! `otlp` feature the subscriber also has a slot for the span exporter, filled once the
 //! config is read (see `telemetry.rs`).
 
@@ -32,8 +34,13 @@ pub fn init(format: LogFormat, quiet: bool) {
     #[cfg(not(feature = "otlp"))]
     let registry = tracing_subscriber::registry();
     let registry = registry.with(filter);
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(terminal && !journald);
     let _ = match format {
+        LogFormat::Text if journald => registry.with(fmt.without_time()).try_init(),
         LogFormat::Text => registry.with(fmt).try_init(),
         LogFormat::Json => registry.with(fmt.json().flatten_event(true)).try_init(),
     };
