@@ -389,3 +389,70 @@ async fn text_logs_have_no_colours_in_a_pipe_and_no_timestamps_under_systemd() {
         "no timestamp: {journal:?}"
     );
 }
+
+/// A systemd credential referenced from the config is read (the token it holds opens the
+/// WebSocket), and its value appears nowhere in the logs, even at debug level.
+#[tokio::test]
+async fn a_credential_is_read_and_never_logged() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    const SECRET: &str = "credential-token-6f1c2b9a7e";
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).expect("dir");
+    std::fs::write(credentials.join("ws-token"), format!("{SECRET}\n")).expect("credential");
+    let config = write_config(dir.path(), &llm, "2");
+    let text = std::fs::read_to_string(&config).expect("config").replace(
+        "auth = \"none\"",
+        "auth = \"token\"\ntoken = \"${credential:ws-token}\"",
+    );
+    std::fs::write(&config, text).expect("config");
+
+    let mut child = Command::new(BINARY)
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&config)
+        .env("CREDENTIALS_DIRECTORY", &credentials)
+        .env("RUST_LOG", "debug")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut log = Vec::new();
+    let addr = tokio::time::timeout(util::PATIENCE, async {
+        while let Ok(Some(line)) = lines.next_line().await {
+            let entry: Value = serde_json::from_str(&line).unwrap_or_default();
+            log.push(line);
+            if entry["message"] == "switchboard is serving" {
+                return entry["addr"].as_str().unwrap_or_default().to_owned();
+            }
+        }
+        panic!("the daemon exited: {log:?}");
+    })
+    .await
+    .expect("serving in time");
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/ws")
+        .into_client_request()
+        .expect("request");
+    request.headers_mut().insert(
+        "authorization",
+        format!("Bearer {SECRET}").parse().expect("header"),
+    );
+    let mut client = WsClient::connect_request(request)
+        .await
+        .expect("the credential's token is accepted");
+    assert_eq!(client.say("c", "hi").await.reply(), "echo: hi");
+
+    sigterm(&child);
+    exit_code(&mut child).await;
+    while let Ok(Some(line)) = lines.next_line().await {
+        log.push(line);
+    }
+    assert!(log.len() > 3, "the log was read: {log:?}");
+    assert!(
+        log.iter().all(|line| !line.contains(SECRET)),
+        "the secret leaked into the log"
+    );
+}

@@ -174,10 +174,12 @@ fn api_key(raw: Option<&Spanned<String>>, key: &str) -> ApiKey {
         None => ApiKey::None,
         Some(raw) => match expand_env(raw.get_ref()) {
             Ok(value) => ApiKey::Key(value),
-            Err(variable) => {
-                tracing::warn!(%variable, key, "an API key refers to an unset environment \
-                    variable; calls to that model fail until it is set");
-                ApiKey::Missing { variable }
+            Err(unresolved) => {
+                tracing::warn!(reason = %unresolved, key, "an API key cannot be resolved; \
+                    calls to that model fail until it is");
+                ApiKey::Missing {
+                    reason: unresolved.to_string(),
+                }
             }
         },
     }

@@ -21,13 +21,8 @@ pub fn secret(
             format!("is required when the channel is enabled, e.g. {key} = \"{example}\""),
         ));
     };
-    expand_env(value.get_ref()).map_err(|variable| {
-        ConfigProblem::new(
-            Some(value.span()),
-            key,
-            format!("the environment variable {variable} is not set"),
-        )
-    })
+    expand_env(value.get_ref())
+        .map_err(|unresolved| ConfigProblem::new(Some(value.span()), key, unresolved.to_string()))
 }
 
 /// An `http://` or `https://` URL with a host.

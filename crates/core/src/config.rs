@@ -1,6 +1,6 @@
 //! What adapter config sections share: a [`ConfigProblem`] located by its span in the
-//! config file (the daemon turns it into `file:line:col: key: problem`), and `${ENV}`
-//! expansion of secrets.
+//! config file (the daemon turns it into `file:line:col: key: problem`), and expansion of
+//! secrets: `${ENV}` from the environment, `${credential:NAME}` from systemd's credentials.
 
 use std::ops::Range;
 
@@ -27,9 +27,38 @@ impl ConfigProblem {
     }
 }
 
-/// Replaces every `${NAME}` with the environment variable's value. An unset or empty
-/// variable is an error carrying its name.
-pub fn expand_env(raw: &str) -> Result<String, String> {
+/// A `${…}` reference that could not be resolved. Its text names the reference and why,
+/// never a secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unresolved {
+    /// `${NAME}`: the environment variable is unset or empty.
+    Env(String),
+    /// `${credential:NAME}`: the credential could not be read.
+    Credential {
+        /// The credential's name.
+        name: String,
+        /// Why.
+        why: String,
+    },
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Env(name) => write!(f, "the environment variable {name} is not set"),
+            Self::Credential { name, why } => write!(f, "the credential {name} {why}"),
+        }
+    }
+}
+
+/// The longest credential read, in bytes.
+const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
+
+/// Replaces every `${NAME}` with the environment variable's value and every
+/// `${credential:NAME}` with the contents of `$CREDENTIALS_DIRECTORY/NAME` (systemd's
+/// `LoadCredential=`; one trailing newline dropped). An unset or empty one is an error
+/// naming it.
+pub fn expand_env(raw: &str) -> Result<String, Unresolved> {
     let mut out = String::with_capacity(raw.len());
     let mut rest = raw;
     while let Some(start) = rest.find("${") {
@@ -40,14 +69,56 @@ pub fn expand_env(raw: &str) -> Result<String, String> {
             return Ok(out);
         };
         let name = &after[..end];
-        match std::env::var(name) {
-            Ok(value) if !value.is_empty() => out.push_str(&value),
-            _ => return Err(name.to_owned()),
+        match name.strip_prefix("credential:") {
+            Some(credential) => out.push_str(&read_credential(credential)?),
+            None => match std::env::var(name) {
+                Ok(value) if !value.is_empty() => out.push_str(&value),
+                _ => return Err(Unresolved::Env(name.to_owned())),
+            },
         }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
     Ok(out)
+}
+
+fn read_credential(name: &str) -> Result<String, Unresolved> {
+    let fail = |why: String| Unresolved::Credential {
+        name: name.to_owned(),
+        why,
+    };
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(fail(
+            "is not a credential name (a file name, no `/`)".into(),
+        ));
+    }
+    let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") else {
+        return Err(fail(format!(
+            "cannot be read: $CREDENTIALS_DIRECTORY is not set (under systemd, add \
+             LoadCredential={name}:/path/to/file to the unit)"
+        )));
+    };
+    let path = std::path::Path::new(&dir).join(name);
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(
+            std::fs::File::open(&path).map_err(|err| fail(format!("cannot be read: {err}")))?,
+            MAX_CREDENTIAL_BYTES + 1,
+        ),
+        &mut text,
+    )
+    .map_err(|err| fail(format!("cannot be read: {err}")))?;
+    if text.len() as u64 > MAX_CREDENTIAL_BYTES {
+        return Err(fail(format!("is larger than {MAX_CREDENTIAL_BYTES} bytes")));
+    }
+    let value = text
+        .strip_suffix('\n')
+        .map(|v| v.strip_suffix('\r').unwrap_or(v))
+        .unwrap_or(&text);
+    if value.is_empty() {
+        return Err(fail("is empty".into()));
+    }
+    Ok(value.to_owned())
 }
 
 #[cfg(test)]
@@ -61,7 +132,17 @@ mod tests {
         assert_eq!(expand_env("a${HOME}b"), Ok(format!("a{home}b")));
         assert_eq!(
             expand_env("${SURELY_UNSET_VAR_123}"),
-            Err("SURELY_UNSET_VAR_123".into())
+            Err(Unresolved::Env("SURELY_UNSET_VAR_123".into()))
         );
+        // Without systemd's credentials directory (tests never set it in-process).
+        if std::env::var_os("CREDENTIALS_DIRECTORY").is_none() {
+            let err = expand_env("${credential:ws-token}").expect_err("no directory");
+            assert!(
+                err.to_string().contains("LoadCredential=ws-token:"),
+                "{err}"
+            );
+        }
+        let err = expand_env("${credential:../etc/passwd}").expect_err("a path");
+        assert!(err.to_string().contains("not a credential name"), "{err}");
     }
 }

@@ -31,7 +31,7 @@ mod shutdown;
 
 pub use ack::{Ack, Fate};
 pub use channel::{Channel, ChannelContext};
-pub use config::{ConfigProblem, expand_env};
+pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
 };

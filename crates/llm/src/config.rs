@@ -13,11 +13,11 @@ pub enum ApiKey {
     None,
     /// The key (a bearer token for OpenAI-compatible servers, `x-api-key` for Anthropic).
     Key(String),
-    /// The config names an environment variable that is not set; every call fails with
-    /// an error naming it.
+    /// The config's reference (an environment variable, a credential) cannot be resolved;
+    /// every call fails with an error saying which and why.
     Missing {
-        /// The variable's name.
-        variable: String,
+        /// Which reference, and why.
+        reason: String,
     },
 }
 
@@ -26,7 +26,7 @@ impl fmt::Debug for ApiKey {
         match self {
             Self::None => f.write_str("None"),
             Self::Key(_) => f.write_str("Key(<redacted>)"),
-            Self::Missing { variable } => write!(f, "Missing({variable})"),
+            Self::Missing { reason } => write!(f, "Missing({reason})"),
         }
     }
 }

@@ -6,11 +6,12 @@ use std::time::Duration;
 /// Why an LLM call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LlmError {
-    /// The config refers to an API key in an environment variable that is not set.
-    #[error("no API key: the environment variable {variable} is not set (config key llm.api_key)")]
+    /// The config refers to an API key that cannot be resolved (an unset environment
+    /// variable, an unreadable credential).
+    #[error("no API key: {reason} (config key llm.api_key)")]
     MissingApiKey {
-        /// The variable to set.
-        variable: String,
+        /// Which reference, and why (e.g. "the environment variable X is not set").
+        reason: String,
     },
     /// The configured base URL is not a URL.
     #[error("llm.base_url `{url}` is not a valid URL: {message}")]

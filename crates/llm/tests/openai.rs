@@ -228,7 +228,7 @@ async fn a_missing_key_names_the_variable_without_calling() {
     let llm = ScriptedLlm::start().await.expect("llm");
     let provider = retrying(ProviderConfig {
         api_key: ApiKey::Missing {
-            variable: "OPENAI_API_KEY".into(),
+            reason: "the environment variable OPENAI_API_KEY is not set".into(),
         },
         ..config(llm.base_url())
     });

@@ -236,11 +236,11 @@ impl ToolsSection {
             }
         };
         let api_key = match &section.api_key {
-            Some(raw) => Some(expand_env(raw.get_ref()).map_err(|name| {
+            Some(raw) => Some(expand_env(raw.get_ref()).map_err(|unresolved| {
                 ConfigProblem::new(
                     Some(raw.span()),
                     "web_search.api_key",
-                    format!("the environment variable {name} is not set"),
+                    unresolved.to_string(),
                 )
             })?),
             None => None,

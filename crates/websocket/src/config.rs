@@ -133,10 +133,10 @@ impl WsSection {
                 "token",
                 "the token must be at least 16 characters",
             )),
-            Err(variable) => Err(ConfigProblem::new(
+            Err(unresolved) => Err(ConfigProblem::new(
                 Some(token.span()),
                 "token",
-                format!("the environment variable {variable} is not set"),
+                unresolved.to_string(),
             )),
         }
     }

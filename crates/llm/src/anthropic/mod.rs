@@ -72,9 +72,9 @@ impl LlmProvider for AnthropicProvider {
         match &self.config.api_key {
             ApiKey::None => {}
             ApiKey::Key(key) => builder = builder.header("x-api-key", key),
-            ApiKey::Missing { variable } => {
+            ApiKey::Missing { reason } => {
                 return Err(LlmError::MissingApiKey {
-                    variable: variable.clone(),
+                    reason: reason.clone(),
                 });
             }
         }

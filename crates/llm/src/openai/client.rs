@@ -105,9 +105,9 @@ impl LlmProvider for OpenAiProvider {
         let key = match &self.config.api_key {
             ApiKey::None => None,
             ApiKey::Key(key) => Some(key.as_str()),
-            ApiKey::Missing { variable } => {
+            ApiKey::Missing { reason } => {
                 return Err(LlmError::MissingApiKey {
-                    variable: variable.clone(),
+                    reason: reason.clone(),
                 });
             }
         };
