@@ -30,6 +30,8 @@ mod http;
 mod llm;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).
 mod once;
+/// What an operator reaches for: `/metrics`, `/readyz`.
+mod operations;
 /// A turn pausing on the person: approvals and `ask_user`.
 mod pause;
 /// Restart keeps the conversation; long conversations stay within the history limit.

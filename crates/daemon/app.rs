@@ -30,6 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::health::Health;
+use crate::metrics::{self, MetricsHook};
 use crate::outbox::HubOutbox;
 use crate::server::{self, Server};
 use crate::telemetry::Telemetry;
@@ -124,7 +125,10 @@ pub fn build_agent(
         turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
         verify: turn_config::verify(config)?,
     };
-    let agent = Agent::new(llm, tools, store, agent_config);
+    let mut agent = Agent::new(llm, tools, store, agent_config);
+    if config.http.metrics {
+        agent = agent.with_hook(MetricsHook::new());
+    }
     Ok(Arc::new(turn_config::with_approvals(config, agent)?))
 }
 
@@ -196,6 +200,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     };
 
     let mut router = health.router();
+    if config.http.metrics
+        && let Some(handle) = metrics::recorder()
+    {
+        router = router.merge(metrics::router(handle, health.clone()));
+    }
     let mut websocket = None;
     let ws_section = &config.channels.websocket;
     if ws_section.enabled {
@@ -285,6 +294,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         discord = discord_section.enabled,
         max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
+    health.set_ready();
 
     Ok(Running {
         addr,

@@ -188,6 +188,8 @@ pub struct HttpSection {
     pub max_pending_connections: Spanned<usize>,
     /// Host names besides loopback ones that may reach the page and `/ws` without a token.
     pub allowed_hosts: Vec<String>,
+    /// Serve `/metrics` (Prometheus text).
+    pub metrics: bool,
 }
 
 impl Default for HttpSection {
@@ -198,6 +200,7 @@ impl Default for HttpSection {
             max_connections: Spanned::new(0..0, 4096),
             max_pending_connections: Spanned::new(0..0, 256),
             allowed_hosts: Vec::new(),
+            metrics: true,
         }
     }
 }

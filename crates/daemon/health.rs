@@ -47,6 +47,8 @@ struct Inner {
     channels: Mutex<BTreeMap<String, ChannelState>>,
     /// Set when shutdown begins.
     stopping: std::sync::atomic::AtomicBool,
+    /// Set once the daemon serves (listener bound, channels and dispatcher started).
+    ready: std::sync::atomic::AtomicBool,
     /// Gauges shown in `/healthz` (active sessions, open sockets), registered at start.
     gauges: Mutex<BTreeMap<String, Gauge>>,
     /// Checks shown under `checks` in `/healthz` (the session store), registered at start.
@@ -73,6 +75,7 @@ impl Health {
                 started: Instant::now(),
                 channels: Mutex::new(BTreeMap::new()),
                 stopping: Default::default(),
+                ready: Default::default(),
                 gauges: Mutex::new(BTreeMap::new()),
                 checks: Mutex::new(BTreeMap::new()),
             }),
@@ -96,6 +99,26 @@ impl Health {
             .unwrap_or_else(PoisonError::into_inner)
             .get(channel)
             .cloned()
+    }
+
+    /// Every channel's state, by name.
+    pub fn channels(&self) -> BTreeMap<String, ChannelState> {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every gauge's value now, by name.
+    pub fn gauges(&self) -> Vec<(String, usize)> {
+        self.inner
+            .gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(name, read)| (name.clone(), read()))
+            .collect()
     }
 
     /// Registers a gauge shown under its name in `/healthz`.
@@ -124,12 +147,49 @@ impl Health {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// The `/healthz` route.
+    /// Marks the daemon as serving.
+    pub fn set_ready(&self) {
+        self.inner
+            .ready
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The `/healthz` and `/readyz` routes.
     pub fn router(&self) -> Router {
         Router::new()
             .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
             .with_state(self.clone())
     }
+}
+
+/// `/readyz`: whether the daemon takes messages now — started, not stopping, and able to
+/// save what it is told (a failing channel does not make it unready: the others serve).
+async fn readyz(State(health): State<Health>) -> impl IntoResponse {
+    use std::sync::atomic::Ordering::Relaxed;
+    let not_ready = |reason: String| {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "not_ready", "reason": reason})),
+        )
+    };
+    if health.inner.stopping.load(Relaxed) {
+        return not_ready("stopping".into());
+    }
+    if !health.inner.ready.load(Relaxed) {
+        return not_ready("starting".into());
+    }
+    let checks = health
+        .inner
+        .checks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    for (name, check) in checks.iter() {
+        if let Err(problem) = check() {
+            return not_ready(format!("{name}: {problem}"));
+        }
+    }
+    (StatusCode::OK, Json(json!({"status": "ready"})))
 }
 
 async fn healthz(State(health): State<Health>) -> impl IntoResponse {

@@ -23,6 +23,7 @@ pub mod config;
 pub mod health;
 pub mod llm_config;
 pub mod logging;
+pub mod metrics;
 pub mod notify;
 pub mod onboard;
 pub mod outbox;

@@ -64,6 +64,8 @@ pub struct TurnSummary<'a> {
     pub text: &'a str,
     /// Tokens spent over the turn.
     pub usage: Usage,
+    /// How long it took.
+    pub duration: std::time::Duration,
 }
 
 /// A policy attached to every turn. All methods default to doing nothing.

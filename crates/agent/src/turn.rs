@@ -55,6 +55,7 @@ pub(crate) async fn run(
     let span = tracing::info_span!("turn", session = %session.key(), resume = input.resume,
         input_bytes = input.text.len(), images = input.images.len());
     async {
+        let started = std::time::Instant::now();
         let mut turn = Turn {
             agent,
             session,
@@ -113,6 +114,7 @@ pub(crate) async fn run(
             end: kind,
             text: &text,
             usage,
+            duration: started.elapsed(),
         };
         agent.hooks.on_turn_end(info, summary).await;
     }

@@ -55,10 +55,16 @@ impl ChatHub {
         if self.inner.intake.is_cancelled() {
             return Err(CoreError::ShuttingDown);
         }
-        tokio::select! {
+        let channel = message.channel.clone();
+        let sent = tokio::select! {
             sent = self.inner.inbound_tx.send(message) => sent.map_err(|_| CoreError::ShuttingDown),
             () = self.inner.intake.cancelled() => Err(CoreError::ShuttingDown),
+        };
+        if sent.is_ok() {
+            metrics::counter!("switchboard_messages_in_total", "channel" => channel.to_string())
+                .increment(1);
         }
+        sent
     }
 
     /// Whether the daemon still takes new messages.
@@ -105,11 +111,13 @@ impl ChatHub {
 
     /// Queues a message in its chat's lane, waiting only while that lane is full.
     pub async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        count_out(&message);
         self.lanes(&message.channel)?.push(message).await
     }
 
     /// Queues a message and waits until its channel delivered it (or gave up: the error).
     pub async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        count_out(&message);
         self.lanes(&message.channel)?.deliver(message).await
     }
 
@@ -127,6 +135,19 @@ impl ChatHub {
             clean &= lanes.close(deadline).await;
         }
         clean
+    }
+}
+
+/// Counts what a person sees as a message (a reply, a post, an error), not the frames of
+/// its making (deltas, statuses), in `switchboard_messages_out_total`.
+fn count_out(message: &OutboundMessage) {
+    use crate::message::OutboundKind;
+    if matches!(
+        message.kind,
+        OutboundKind::Message(_) | OutboundKind::Post(_) | OutboundKind::Error(_)
+    ) {
+        metrics::counter!("switchboard_messages_out_total", "channel" => message.channel.to_string())
+            .increment(1);
     }
 }
 

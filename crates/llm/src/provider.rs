@@ -69,6 +69,11 @@ pub struct ChatResponse {
     pub usage: Usage,
     /// Why it stopped (`None`: the provider did not say).
     pub stop: Option<StopReason>,
+    /// The API that answered (`openai`, `anthropic`; empty if unknown): in a failover
+    /// chain, not necessarily the first.
+    pub provider: &'static str,
+    /// The model that answered.
+    pub model: Arc<str>,
 }
 
 /// Why a model stopped answering, the same for every provider.

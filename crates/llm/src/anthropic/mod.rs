@@ -29,6 +29,8 @@ pub struct AnthropicProvider {
     /// `{base_url}/messages`, parsed once.
     url: reqwest::Url,
     config: ProviderConfig,
+    /// The model, for responses to name.
+    model: std::sync::Arc<str>,
 }
 
 impl AnthropicProvider {
@@ -37,7 +39,13 @@ impl AnthropicProvider {
     pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
         let http = http::client(&config.base_url)?;
         let url = http::endpoint(&config.base_url, "messages")?;
-        Ok(Self { http, url, config })
+        let model = config.model.as_str().into();
+        Ok(Self {
+            http,
+            url,
+            config,
+            model,
+        })
     }
 }
 
@@ -52,6 +60,20 @@ impl LlmProvider for AnthropicProvider {
     }
 
     async fn chat(
+        &self,
+        request: &ChatRequest,
+        events: &StreamSink<'_>,
+    ) -> Result<ChatResponse, LlmError> {
+        let mut response = self.call(request, events).await?;
+        response.provider = "anthropic";
+        response.model = self.model.clone();
+        Ok(response)
+    }
+}
+
+impl AnthropicProvider {
+    /// One attempt.
+    async fn call(
         &self,
         request: &ChatRequest,
         events: &StreamSink<'_>,
@@ -124,5 +146,6 @@ fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatResponse, Ll
         tool_calls,
         usage: response.usage.into(),
         stop: wire::stop(response.stop_reason.as_deref()),
+        ..ChatResponse::default()
     })
 }

@@ -187,6 +187,7 @@ impl Assembler {
             tool_calls,
             usage: self.usage,
             stop: stop(self.stop_reason.as_deref()),
+            ..ChatResponse::default()
         })
     }
 }

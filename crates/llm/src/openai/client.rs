@@ -26,6 +26,8 @@ pub struct OpenAiProvider {
     /// `{base_url}/chat/completions`, parsed once.
     url: reqwest::Url,
     config: ProviderConfig,
+    /// The model, for responses to name.
+    model: std::sync::Arc<str>,
 }
 
 impl OpenAiProvider {
@@ -34,7 +36,13 @@ impl OpenAiProvider {
     pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
         let http = http::client(&config.base_url)?;
         let url = http::endpoint(&config.base_url, "chat/completions")?;
-        Ok(Self { http, url, config })
+        let model = config.model.as_str().into();
+        Ok(Self {
+            http,
+            url,
+            config,
+            model,
+        })
     }
 
     /// One attempt.
@@ -118,7 +126,10 @@ impl LlmProvider for OpenAiProvider {
         };
         let body = serde_json::to_vec(&wire::request(&settings, request, request.stream))
             .map_err(|err| LlmError::Decode(err.to_string()))?;
-        self.attempt(body, key, request.stream, events).await
+        let mut response = self.attempt(body, key, request.stream, events).await?;
+        response.provider = "openai";
+        response.model = self.model.clone();
+        Ok(response)
     }
 }
 
@@ -147,5 +158,6 @@ pub(crate) fn parse_whole(bytes: &[u8], limits: &ResponseLimits) -> Result<ChatR
         tool_calls,
         usage,
         stop: choice.finish_reason.as_deref().map(StopReason::parse),
+        ..ChatResponse::default()
     })
 }

@@ -145,6 +145,7 @@ impl Assembler {
                 .collect(),
             usage: self.usage,
             stop: self.finish_reason.as_deref().map(StopReason::parse),
+            ..ChatResponse::default()
         })
     }
 }

@@ -1,0 +1,140 @@
+//! `/metrics`: Prometheus text, through the `metrics` facade and its Prometheus recorder.
+//!
+//! Nothing threads counters through the code. The agent loop is measured by a hook
+//! ([`MetricsHook`]: turns by how they ended and their duration, LLM calls' latency and
+//! tokens by provider and model, tool calls by tool and outcome); the hub counts messages in
+//! and out per channel where every message passes; and what `/healthz` already knows (active
+//! sessions, connections, channel restarts, undeliverable messages) is read when `/metrics`
+//! is asked. `[http] metrics = false` turns the route (and the recording) off.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use dashmap::DashMap;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use switchboard_agent::{Hook, ToolOutcome, TurnInfo, TurnSummary};
+use switchboard_core::{SessionKey, ToolCall};
+use switchboard_llm::{ChatRequest, ChatResponse};
+
+use crate::health::{ChannelState, Health};
+
+/// Latency buckets, in seconds: a tool call or a turn of a fast local model up to a long
+/// agentic turn.
+const BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// The process's recorder: installed once (tests run several daemons in one process).
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The Prometheus recorder, installed at the first call; `None` if another recorder was
+/// installed first.
+pub fn recorder() -> Option<PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let installed = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
+                .and_then(PrometheusBuilder::install_recorder);
+            match installed {
+                Ok(handle) => Some(handle),
+                Err(err) => {
+                    tracing::warn!(error = %err, "metrics are off: no recorder could be installed");
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+/// The `/metrics` route.
+pub fn router(handle: PrometheusHandle, health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(render))
+        .with_state((handle, health))
+}
+
+async fn render(State((handle, health)): State<(PrometheusHandle, Health)>) -> impl IntoResponse {
+    for (channel, state) in health.channels() {
+        let (up, restarts) = match state {
+            ChannelState::Running { restarts } => (1.0, restarts),
+            ChannelState::Failed { restarts, .. } => (0.0, restarts),
+            ChannelState::Stopped => (0.0, 0),
+        };
+        metrics::gauge!("switchboard_channel_up", "channel" => channel.clone()).set(up);
+        metrics::counter!("switchboard_channel_restarts_total", "channel" => channel)
+            .absolute(u64::from(restarts));
+    }
+    for (name, value) in health.gauges() {
+        match name.strip_suffix("_undeliverable") {
+            Some(channel) => metrics::counter!(
+                "switchboard_undeliverable_total", "channel" => channel.to_owned()
+            )
+            .absolute(value as u64),
+            None => metrics::gauge!(format!("switchboard_{name}")).set(value as f64),
+        }
+    }
+    handle.run_upkeep();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+}
+
+/// The agent loop's measurements.
+#[derive(Default)]
+pub struct MetricsHook {
+    /// When each session's running LLM call began (a session runs one turn at a time).
+    calls: DashMap<SessionKey, Instant>,
+}
+
+impl MetricsHook {
+    /// A hook to add to the agent.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+}
+
+#[async_trait]
+impl Hook for MetricsHook {
+    async fn before_llm(&self, turn: TurnInfo<'_>, _request: &mut ChatRequest) {
+        if turn.iteration == 1 {
+            metrics::counter!("switchboard_turns_started_total").increment(1);
+        }
+        self.calls.insert(turn.session.clone(), Instant::now());
+    }
+
+    async fn after_llm(&self, turn: TurnInfo<'_>, response: &ChatResponse) {
+        let provider = response.provider;
+        let model = response.model.to_string();
+        if let Some((_, started)) = self.calls.remove(turn.session) {
+            metrics::histogram!("switchboard_llm_call_seconds", "provider" => provider, "model" => model.clone())
+                .record(started.elapsed().as_secs_f64());
+        }
+        let usage = response.usage;
+        metrics::counter!("switchboard_llm_tokens_total", "provider" => provider, "model" => model.clone(), "direction" => "in")
+            .increment(usage.input_tokens);
+        metrics::counter!("switchboard_llm_tokens_total", "provider" => provider, "model" => model, "direction" => "out")
+            .increment(usage.output_tokens);
+    }
+
+    async fn after_tool(&self, _turn: TurnInfo<'_>, call: &ToolCall, outcome: &mut ToolOutcome) {
+        let result = if outcome.is_error { "error" } else { "ok" };
+        metrics::counter!("switchboard_tool_calls_total", "tool" => call.name.clone(), "outcome" => result)
+            .increment(1);
+    }
+
+    async fn on_turn_end(&self, turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
+        // A call the turn never saw answered (it failed, or was stopped) is forgotten.
+        self.calls.remove(turn.session);
+        let end = summary.end.map_or("failed", |end| end.as_str());
+        metrics::counter!("switchboard_turns_finished_total", "end" => end).increment(1);
+        metrics::histogram!("switchboard_turn_seconds").record(summary.duration.as_secs_f64());
+    }
+}

@@ -1,0 +1,145 @@
+//! What an operator reaches for: `/metrics` in Prometheus text, `/readyz`.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use switchboard_testkit::Reply;
+
+use crate::chat::http_get;
+use crate::util::{Extra, Harness};
+
+/// Parses Prometheus text exposition: every line is a comment or `name{labels} value`;
+/// returns the samples by their full series (`name{labels}`).
+fn parse_prometheus(text: &str) -> BTreeMap<String, f64> {
+    let mut samples = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if let Some(comment) = line.strip_prefix('#') {
+            let comment = comment.trim_start();
+            assert!(
+                comment.starts_with("HELP ") || comment.starts_with("TYPE "),
+                "an unknown comment: {line}"
+            );
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("no value: {line}"));
+        let name_end = series.find('{').unwrap_or(series.len());
+        let name = &series[..name_end];
+        assert!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                && !name.starts_with(|c: char| c.is_ascii_digit()),
+            "a bad metric name: {line}"
+        );
+        if name_end < series.len() {
+            let labels = &series[name_end..];
+            assert!(labels.ends_with('}'), "unclosed labels: {line}");
+            for pair in labels[1..labels.len() - 1]
+                .split("\",")
+                .filter(|p| !p.is_empty())
+            {
+                let (key, value) = pair.split_once('=').unwrap_or_else(|| panic!("{line}"));
+                assert!(
+                    key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                    "{line}"
+                );
+                assert!(value.starts_with('"'), "{line}");
+            }
+        }
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            "NaN" => f64::NAN,
+            other => other
+                .parse()
+                .unwrap_or_else(|_| panic!("a bad value: {line}")),
+        };
+        samples.insert(series.to_owned(), value);
+    }
+    samples
+}
+
+async fn scrape(h: &Harness) -> BTreeMap<String, f64> {
+    let response = http_get(h.daemon.addr(), "/metrics").await;
+    let (head, body) = response.split_once("\r\n\r\n").expect("a response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    parse_prometheus(body)
+}
+
+fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+    samples.get(series).copied().unwrap_or_default()
+}
+
+/// 3. `/metrics` parses as Prometheus text, and its counters move after a conversation with
+/// a tool. (The recorder is the process's: other tests in this binary add to the same
+/// counters, so each is checked to have grown by at least this conversation's share.)
+#[tokio::test]
+async fn metrics_parse_and_move_after_a_conversation_with_a_tool() {
+    let mut h = Harness::start("").await;
+    let before = scrape(&h).await;
+    h.llm.push(Reply::tool("echo", json!({"text": "x"})));
+    h.llm.push(Reply::text("done"));
+    assert_eq!(h.client.say("c", "use a tool").await.reply(), "done");
+    let after = scrape(&h).await;
+    for (series, at_least) in [
+        (
+            r#"switchboard_tool_calls_total{tool="echo",outcome="ok"}"#,
+            1.0,
+        ),
+        (r#"switchboard_turns_finished_total{end="answered"}"#, 1.0),
+        ("switchboard_turns_started_total", 1.0),
+        (r#"switchboard_messages_in_total{channel="websocket"}"#, 1.0),
+        (
+            r#"switchboard_messages_out_total{channel="websocket"}"#,
+            1.0,
+        ),
+        (
+            r#"switchboard_llm_tokens_total{provider="openai",model="scripted",direction="in"}"#,
+            20.0,
+        ),
+        (
+            r#"switchboard_llm_call_seconds_count{provider="openai",model="scripted"}"#,
+            2.0,
+        ),
+        ("switchboard_turn_seconds_count", 1.0),
+    ] {
+        let grown = value(&after, series) - value(&before, series);
+        assert!(
+            grown >= at_least,
+            "{series} grew by {grown}, expected ≥ {at_least}"
+        );
+    }
+    assert!(
+        after.contains_key(r#"switchboard_channel_up{channel="websocket"}"#),
+        "{after:?}"
+    );
+    assert!(
+        after.contains_key("switchboard_active_sessions"),
+        "{after:?}"
+    );
+    h.daemon.shutdown().await;
+}
+
+/// `[http] metrics = false` serves no `/metrics`; `/readyz` says ready while serving.
+#[tokio::test]
+async fn metrics_can_be_turned_off_and_readyz_says_ready() {
+    let h = Harness::with_config(Extra {
+        http: "metrics = false",
+        ..Extra::default()
+    })
+    .await;
+    let response = http_get(h.daemon.addr(), "/metrics").await;
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    let ready = http_get(h.daemon.addr(), "/readyz").await;
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
+    assert!(ready.ends_with(r#"{"status":"ready"}"#), "{ready}");
+    h.daemon.shutdown().await;
+}
