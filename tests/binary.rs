@@ -456,3 +456,49 @@ async fn a_credential_is_read_and_never_logged() {
         "the secret leaked into the log"
     );
 }
+
+/// systemd's notify protocol, as the unit's `Type=notify` and `WatchdogSec=` use it: READY=1
+/// once serving, WATCHDOG=1 pings while alive, STOPPING=1 after SIGTERM, then exit 0.
+#[tokio::test]
+async fn notify_socket_gets_ready_watchdog_pings_and_stopping() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &llm, "2");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = tokio::net::UnixDatagram::bind(&socket_path).expect("notify socket");
+    let mut child = Command::new(BINARY)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("WATCHDOG_PID")
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starts");
+    let mut seen: Vec<String> = Vec::new();
+    let next = async |seen: &mut Vec<String>, what: &str| {
+        let mut buf = vec![0u8; 4096];
+        tokio::time::timeout(util::PATIENCE, async {
+            loop {
+                let n = socket.recv(&mut buf).await.expect("recv");
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                seen.push(text.clone());
+                if text.lines().any(|line| line == what) {
+                    return;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {what} within {:?}; got {seen:?}", util::PATIENCE));
+    };
+    next(&mut seen, "READY=1").await;
+    next(&mut seen, "WATCHDOG=1").await;
+    next(&mut seen, "WATCHDOG=1").await;
+    sigterm(&child);
+    next(&mut seen, "STOPPING=1").await;
+    assert!(exit_code(&mut child).await.success());
+    let ready = seen.iter().position(|m| m.contains("READY=1"));
+    let stopping = seen.iter().position(|m| m.contains("STOPPING=1"));
+    assert!(ready < stopping, "{seen:?}");
+}

@@ -18,14 +18,26 @@ pub fn stopping() {
     let _ = sd_notify::notify(false, &[NotifyState::Stopping]);
 }
 
+/// The watchdog interval systemd asked for (`WatchdogSec=`): `$WATCHDOG_USEC`, unless
+/// `$WATCHDOG_PID` names another process. (sd_watchdog_enabled(3) treats an absent
+/// `$WATCHDOG_PID` as "this process"; the sd-notify crate requires it, so it is read here.)
+fn watchdog_interval() -> Option<Duration> {
+    let usec: u64 = std::env::var("WATCHDOG_USEC").ok()?.trim().parse().ok()?;
+    if let Ok(pid) = std::env::var("WATCHDOG_PID")
+        && pid.trim().parse::<u32>().ok() != Some(std::process::id())
+    {
+        return None;
+    }
+    (usec > 0).then(|| Duration::from_micros(usec))
+}
+
 /// Pings the watchdog at half its interval until `stop` is cancelled, if systemd asked
 /// for pings (`WatchdogSec=`).
 pub fn spawn_watchdog(stop: CancellationToken) {
-    let mut usec = 0;
-    if !sd_notify::watchdog_enabled(false, &mut usec) || usec == 0 {
+    let Some(interval) = watchdog_interval() else {
         return;
-    }
-    let period = Duration::from_micros(usec) / 2;
+    };
+    let period = interval / 2;
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(period);
         loop {
