@@ -502,3 +502,46 @@ async fn notify_socket_gets_ready_watchdog_pings_and_stopping() {
     let stopping = seen.iter().position(|m| m.contains("STOPPING=1"));
     assert!(ready < stopping, "{seen:?}");
 }
+
+/// `switchboard status` asks the running daemon at the config's `http.bind` and prints its
+/// health for people; with no daemon there it says so and exits 2.
+#[tokio::test]
+async fn status_reports_a_running_daemon_and_a_missing_one() {
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = write_config(dir.path(), &llm, "2");
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(&config, text).expect("config");
+    let status = || async {
+        Command::new(BINARY)
+            .args(["status", "--config"])
+            .arg(&config)
+            .output()
+            .await
+            .expect("status runs")
+    };
+
+    let (mut daemon, _) = spawn_daemon(&config).await;
+    let output = status().await;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    assert!(text.starts_with("✓ switchboard "), "{text}");
+    assert!(text.contains("✓ websocket: running"), "{text}");
+    assert!(text.contains("✓ store: ok"), "{text}");
+
+    sigterm(&daemon);
+    exit_code(&mut daemon).await;
+    let output = status().await;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains(&format!("no switchboard answers at 127.0.0.1:{port}")),
+        "{text}"
+    );
+}

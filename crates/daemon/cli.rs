@@ -57,6 +57,13 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Ask a running daemon (at the config's `http.bind`) how it is: channels, checks,
+    /// sessions. Exits 0 when healthy, 1 when degraded, 2 when nothing answers.
+    Status {
+        /// The config file (same search as `run`).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Runs one `exec` command confined (used by the daemon itself, not by people).
     #[command(hide = true)]
     SandboxExec {

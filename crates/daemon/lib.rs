@@ -29,6 +29,7 @@ pub mod onboard;
 pub mod outbox;
 pub mod pairing;
 pub mod server;
+pub mod status;
 pub mod supervisor;
 pub mod telemetry;
 pub mod terminal;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, cli, logging, onboard, pairing, terminal};
+use switchboard::{app, cli, logging, onboard, pairing, status, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -29,7 +29,10 @@ fn main() -> ExitCode {
     }
     let quiet = matches!(
         cli.command,
-        Command::Agent { .. } | Command::Pairing { .. } | Command::Onboard { .. }
+        Command::Agent { .. }
+            | Command::Pairing { .. }
+            | Command::Onboard { .. }
+            | Command::Status { .. }
     );
     logging::init(cli.log_format, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
                     .and_then(|path| Ok(switchboard::config::Config::load(&path)?))
                     .and_then(|config| onboard::run(&config.path(&config.agent.workspace), force)),
             },
+            Command::Status { config } => status::run(config.as_deref()).await,
             Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
         }
     });
