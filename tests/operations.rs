@@ -143,3 +143,78 @@ async fn metrics_can_be_turned_off_and_readyz_says_ready() {
     assert!(ready.ends_with(r#"{"status":"ready"}"#), "{ready}");
     h.daemon.shutdown().await;
 }
+
+/// 4. `doctor` against the testkit's fakes: a ✓ for the directories, the model and each
+/// channel's token; a wrong Discord token and a dead model URL are ✗ lines naming them,
+/// and the binary exits non-zero.
+#[tokio::test]
+async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
+    use switchboard_testkit::{FakeDiscord, FakeTelegram, ScriptedLlm};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let telegram = FakeTelegram::start().await.expect("fake Telegram");
+    let discord = FakeDiscord::start().await.expect("fake Discord");
+    let tables = |discord_token: &str| {
+        format!(
+            "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n\n\
+             [channels.discord]\nenabled = true\ntoken = \"{discord_token}\"\napi_url = \"{}\"\n",
+            switchboard_testkit::telegram::TEST_TOKEN,
+            telegram.api_url(),
+            discord.api_url()
+        )
+    };
+    let good = tables(switchboard_testkit::discord::TEST_TOKEN);
+    let text = crate::util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &good,
+            ..Extra::default()
+        },
+    );
+    let config = crate::util::config(&text, dir.path());
+    let lines = switchboard::doctor::report(&config).await;
+    let shown: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    assert!(lines.iter().all(|line| line.ok), "{shown:#?}");
+    for expected in [
+        "✓ agent.workspace ",
+        "✓ agent.state_dir ",
+        "✓ llm (openai scripted) answered",
+        "✓ channels.telegram: the token is accepted (bot @",
+        "✓ channels.discord: the token is accepted (bot switchboard)",
+    ] {
+        assert!(
+            shown.iter().any(|l| l.starts_with(expected)),
+            "{expected} in {shown:#?}"
+        );
+    }
+
+    // A wrong Discord token and a model nobody serves.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = format!("http://{}/v1", closed.local_addr().expect("addr"));
+    drop(closed);
+    let bad = tables("MTAwMDAwMDAwMDAwMDAwMDAw.wrong.token-for-test");
+    let text = crate::util::config_text_with(
+        &dead,
+        dir.path(),
+        Extra {
+            tables: &bad,
+            llm: "max_retries = 0",
+            ..Extra::default()
+        },
+    );
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, &text).expect("config");
+    let output = tokio::process::Command::new(crate::util::BINARY)
+        .args(["doctor", "--config"])
+        .arg(&path)
+        .output()
+        .await
+        .expect("doctor runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(stdout.contains("✗ llm (openai scripted): "), "{stdout}");
+    assert!(stdout.contains("llm.base_url"), "{stdout}");
+    assert!(stdout.contains("✗ channels.discord: "), "{stdout}");
+    assert!(stdout.contains("✓ channels.telegram"), "{stdout}");
+}

@@ -64,6 +64,13 @@ pub enum Command {
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
+    /// Check a config before running it: directories, every model (a tiny request), every
+    /// channel's token. One ✓/✗ line each; exits non-zero if any failed.
+    Doctor {
+        /// The config file (same search as `run`).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Runs one `exec` command confined (used by the daemon itself, not by people).
     #[command(hide = true)]
     SandboxExec {

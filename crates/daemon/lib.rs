@@ -20,6 +20,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod health;
 pub mod llm_config;
 pub mod logging;

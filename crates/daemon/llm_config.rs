@@ -187,31 +187,46 @@ fn api_key(raw: Option<&Spanned<String>>, key: &str) -> ApiKey {
 
 /// The provider chain the config describes (see the module doc).
 pub fn build(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    let llm = &config.llm;
-    let primary = model(
-        llm,
-        *llm.provider.get_ref(),
-        llm.base_url.as_ref(),
-        llm.api_key.as_ref(),
-        &llm.model,
-        "llm.api_key",
-    )?;
-    if llm.fallbacks.is_empty() {
+    let mut chain = models(config)?.into_iter().map(|(_, model)| model);
+    let primary = chain
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("no model configured"))?;
+    let fallbacks: Vec<_> = chain.collect();
+    if fallbacks.is_empty() {
         return Ok(primary);
     }
-    let mut fallbacks = Vec::with_capacity(llm.fallbacks.len());
+    let cooldown = Config::duration(&config.llm.fallback_cooldown_secs);
+    Ok(Arc::new(Failover::new(primary, fallbacks, cooldown)))
+}
+
+/// Each model of the chain on its own, with the config key that describes it (`llm`,
+/// `llm.fallbacks[0]`, …), primary first.
+pub fn models(config: &Config) -> anyhow::Result<Vec<(String, Arc<dyn LlmProvider>)>> {
+    let llm = &config.llm;
+    let mut models = vec![(
+        "llm".to_owned(),
+        model(
+            llm,
+            *llm.provider.get_ref(),
+            llm.base_url.as_ref(),
+            llm.api_key.as_ref(),
+            &llm.model,
+            "llm.api_key",
+        )?,
+    )];
     for (index, fallback) in llm.fallbacks.iter().enumerate() {
-        fallbacks.push(model(
+        let key = format!("llm.fallbacks[{index}]");
+        let entry = model(
             llm,
             *fallback.provider.get_ref(),
             fallback.base_url.as_ref(),
             fallback.api_key.as_ref(),
             &fallback.model,
-            &format!("llm.fallbacks[{index}].api_key"),
-        )?);
+            &format!("{key}.api_key"),
+        )?;
+        models.push((key, entry));
     }
-    let cooldown = Config::duration(&llm.fallback_cooldown_secs);
-    Ok(Arc::new(Failover::new(primary, fallbacks, cooldown)))
+    Ok(models)
 }
 
 /// One model behind its retry layer, with `[llm]`'s timeouts, limits and retries;

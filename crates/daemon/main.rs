@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, cli, logging, onboard, pairing, status, terminal};
+use switchboard::{app, cli, doctor, logging, onboard, pairing, status, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -33,6 +33,7 @@ fn main() -> ExitCode {
             | Command::Pairing { .. }
             | Command::Onboard { .. }
             | Command::Status { .. }
+            | Command::Doctor { .. }
     );
     logging::init(cli.log_format, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -65,6 +66,7 @@ fn main() -> ExitCode {
                     .and_then(|config| onboard::run(&config.path(&config.agent.workspace), force)),
             },
             Command::Status { config } => status::run(config.as_deref()).await,
+            Command::Doctor { config } => doctor::run(config.as_deref()).await,
             Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
         }
     });

@@ -42,4 +42,11 @@ pub trait Channel: Send + Sync + 'static {
     fn may_notify(&self, _chat: &ChatId) -> bool {
         true
     }
+
+    /// Asks the platform whether the channel's credentials are accepted, without starting
+    /// it (`switchboard doctor`): what the platform said about the bot (its name), or why
+    /// not. `None`: nothing to check (no platform account).
+    async fn check(&self) -> Result<Option<String>, CoreError> {
+        Ok(None)
+    }
 }

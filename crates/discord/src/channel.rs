@@ -103,6 +103,11 @@ impl Channel for DiscordChannel {
         ChannelName::from(CHANNEL_NAME)
     }
 
+    async fn check(&self) -> Result<Option<String>, CoreError> {
+        let me = self.inner.gateway.whoami().await?;
+        Ok(Some(format!("bot {me}")))
+    }
+
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         let (events, mut queue) = mpsc::channel(EVENT_QUEUE);
         let mut intake = self.inner.intake.lock().await;

@@ -103,6 +103,15 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
+    /// The bot's user name, as Discord knows it by the token (`GET /users/@me`).
+    pub(crate) async fn whoami(&self) -> Result<String, CoreError> {
+        let me = self
+            .rest
+            .call(reqwest::Method::GET, "users/@me", None)
+            .await?;
+        Ok(me["username"].as_str().unwrap_or("(unnamed)").to_owned())
+    }
+
     pub(crate) fn new(rest: Rest, token: String, intents: u64) -> Self {
         Self {
             rest,

@@ -302,6 +302,11 @@ impl Channel for TelegramChannel {
         ChannelName::from(CHANNEL_NAME)
     }
 
+    async fn check(&self) -> Result<Option<String>, CoreError> {
+        let me = self.inner.start().await?;
+        Ok(Some(format!("bot @{}", me.username)))
+    }
+
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         let me = tokio::select! {
             () = ctx.intake.cancelled() => return wait(&ctx).await,

@@ -139,6 +139,7 @@ impl FakeDiscord {
                 patch(edit),
             )
             .route("/api/v10/channels/{channel}/typing", post(typing))
+            .route("/api/v10/users/@me", get(whoami))
             .route("/api/v10/applications/{app}/commands", put(commands))
             .route(
                 "/api/v10/interactions/{id}/{token}/callback",
@@ -535,6 +536,18 @@ fn write(
     drop(inner);
     shared.changed.notify_waiters();
     axum::Json(json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}))
+        .into_response()
+}
+
+/// `GET /users/@me`: the bot, for the right token.
+async fn whoami(headers: HeaderMap) -> Response {
+    if !authorized(&headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401: Unauthorized", "code": 0}),
+        );
+    }
+    axum::Json(json!({"id": BOT_ID.to_string(), "username": "switchboard", "bot": true}))
         .into_response()
 }
 
