@@ -545,3 +545,94 @@ async fn status_reports_a_running_daemon_and_a_missing_one() {
         "{text}"
     );
 }
+
+/// 5. SIGHUP with a changed model: the next request uses it, and a changed key that needs a
+/// restart is named; SIGHUP with a broken config: the daemon keeps serving with the old one
+/// and logs the error with its line.
+#[tokio::test]
+async fn sighup_reloads_the_model_and_refuses_a_broken_config() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_config(dir.path(), &llm, "2");
+    let original = std::fs::read_to_string(&config).expect("config");
+    let mut child = Command::new(BINARY)
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&config)
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starts");
+    let (logs_tx, mut logs) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Ok(entry) = serde_json::from_str::<Value>(&line) {
+                let _ = logs_tx.send(entry);
+            }
+        }
+    });
+    let mut wait_for = async |message: &str| -> Value {
+        tokio::time::timeout(util::PATIENCE, async {
+            while let Some(entry) = logs.recv().await {
+                if entry["message"] == message {
+                    return entry;
+                }
+            }
+            panic!("the daemon exited before logging {message:?}");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no {message:?} logged in time"))
+    };
+    let serving = wait_for("switchboard is serving").await;
+    let addr = serving["addr"]
+        .as_str()
+        .expect("addr")
+        .parse()
+        .expect("addr");
+    let mut client = WsClient::connect(addr).await;
+    client.say("c", "one").await;
+    assert_eq!(llm.requests()[0]["model"], "scripted");
+
+    let changed = original
+        .replace("model = \"scripted\"", "model = \"scripted-2\"")
+        .replace("[agent]", "[agent]\nmax_iterations = 7");
+    std::fs::write(&config, changed).expect("config");
+    util::signal(&child, "-HUP");
+    wait_for("config reloaded").await;
+    let restart = wait_for(
+        "these changed keys take effect only after a restart (systemctl restart switchboard)",
+    )
+    .await;
+    assert!(
+        restart["keys"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("agent.max_iterations"),
+        "{restart}"
+    );
+    client.say("c", "two").await;
+    assert_eq!(
+        llm.requests()[1]["model"],
+        "scripted-2",
+        "the new model answers"
+    );
+
+    std::fs::write(&config, "[llm]\nmodel = 42\n").expect("config");
+    util::signal(&child, "-HUP");
+    let refused = wait_for("config reload refused; the running config is kept").await;
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(":2:") && error.contains("llm.model"),
+        "{error}"
+    );
+    assert_eq!(client.say("c", "three").await.reply(), "echo: three");
+    assert_eq!(
+        llm.requests()[2]["model"],
+        "scripted-2",
+        "the running config was kept"
+    );
+
+    sigterm(&child);
+    assert!(exit_code(&mut child).await.success());
+}

@@ -54,6 +54,10 @@ pub struct Running {
     channels_stop: CancellationToken,
     /// Stopped last.
     server: Server,
+    /// The agent (a reload replaces its model chain).
+    agent: Arc<Agent>,
+    /// The text of the config in use.
+    config_text: String,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
@@ -260,7 +264,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
     }
 
-    let dispatcher = Arc::new(Dispatcher::new(agent, hub.clone(), shutdown.clone()));
+    let dispatcher = Arc::new(Dispatcher::new(
+        agent.clone(),
+        hub.clone(),
+        shutdown.clone(),
+    ));
     let sessions = dispatcher.clone();
     health.gauge(
         "active_sessions",
@@ -306,6 +314,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         channels,
         channels_stop,
         server,
+        agent,
+        config_text: config.source.text.clone(),
     })
 }
 
@@ -325,6 +335,11 @@ impl Running {
     /// The address the HTTP listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Reads the config at `path` again and applies what can change live (see `reload.rs`).
+    pub fn reload(&mut self, path: &Path) -> crate::reload::Reloaded {
+        crate::reload::reload(path, &mut self.config_text, &self.agent)
     }
 
     /// The `/healthz` state (tests look at it without HTTP).
@@ -378,16 +393,21 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     let path = cli::resolve_config(config)?;
     let config = Config::load(&path)?;
     let telemetry = Telemetry::start(&config.telemetry).await?;
-    let running = start(config, ToolRegistry::new()).await?;
+    let mut running = start(config, ToolRegistry::new()).await?;
     notify::ready();
     let watchdog = CancellationToken::new();
     notify::spawn_watchdog(watchdog.clone());
 
-    signals.next().await;
+    while signals.next().await == Signal::Reload {
+        notify::reloading();
+        running.reload(&path);
+        notify::ready();
+    }
     notify::stopping();
     let turns = running.shutdown.clone();
     let hurry = tokio::spawn(async move {
-        signals.next().await;
+        // A SIGHUP while stopping is no reason to hurry.
+        while signals.next().await == Signal::Reload {}
         tracing::warn!("second signal: cancelling running turns now");
         turns.cancel_turns();
     });
@@ -398,13 +418,24 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     Ok(ExitCode::SUCCESS)
 }
 
-/// SIGTERM and SIGINT, listened for from the moment this is made (signals that arrive
-/// before [`Signals::next`] is awaited are kept, not lost).
+/// SIGTERM, SIGINT and SIGHUP, listened for from the moment this is made (signals that
+/// arrive before [`Signals::next`] is awaited are kept, not lost).
 struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,
     #[cfg(unix)]
     interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    hangup: tokio::signal::unix::Signal,
+}
+
+/// What a signal asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Signal {
+    /// SIGTERM, SIGINT: stop.
+    Stop,
+    /// SIGHUP: read the config again.
+    Reload,
 }
 
 impl Signals {
@@ -415,6 +446,7 @@ impl Signals {
             Ok(Self {
                 term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
                 interrupt: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
+                hangup: signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?,
             })
         }
         #[cfg(not(unix))]
@@ -422,13 +454,26 @@ impl Signals {
     }
 
     /// Waits for the next signal.
-    async fn next(&mut self) {
+    async fn next(&mut self) -> Signal {
         #[cfg(unix)]
         tokio::select! {
-            _ = self.term.recv() => tracing::info!("SIGTERM received"),
-            _ = self.interrupt.recv() => tracing::info!("interrupt received"),
+            _ = self.term.recv() => {
+                tracing::info!("SIGTERM received");
+                Signal::Stop
+            }
+            _ = self.interrupt.recv() => {
+                tracing::info!("interrupt received");
+                Signal::Stop
+            }
+            _ = self.hangup.recv() => {
+                tracing::info!("SIGHUP received: reading the config again");
+                Signal::Reload
+            }
         }
         #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            Signal::Stop
+        }
     }
 }

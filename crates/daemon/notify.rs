@@ -13,6 +13,11 @@ pub fn ready() {
     }
 }
 
+/// Tells systemd the daemon is reloading its config (`READY=1` follows when done).
+pub fn reloading() {
+    let _ = sd_notify::notify(false, &[NotifyState::Reloading]);
+}
+
 /// Tells systemd the daemon is stopping.
 pub fn stopping() {
     let _ = sd_notify::notify(false, &[NotifyState::Stopping]);

@@ -17,7 +17,8 @@ use crate::turn;
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
 pub struct Agent {
-    pub(crate) llm: Arc<dyn LlmProvider>,
+    /// The model (chain); replaced whole when the config is reloaded.
+    llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
     pub(crate) tools: ToolRegistry,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
@@ -36,7 +37,7 @@ impl Agent {
         config: AgentConfig,
     ) -> Self {
         Self {
-            llm,
+            llm: std::sync::RwLock::new(llm),
             tools,
             store,
             config,
@@ -49,6 +50,23 @@ impl Agent {
     pub fn with_hook(mut self, hook: Arc<dyn Hook>) -> Self {
         self.hooks.push(hook);
         self
+    }
+
+    /// The model (chain) turns call now.
+    pub fn llm(&self) -> Arc<dyn LlmProvider> {
+        self.llm
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the model (chain): turns that start from now on use it; a running turn
+    /// finishes its current call with the old one and uses the new one for the next.
+    pub fn set_llm(&self, llm: Arc<dyn LlmProvider>) {
+        *self
+            .llm
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = llm;
     }
 
     /// The agent's config.
@@ -88,7 +106,7 @@ impl Agent {
             self.config.history_limit,
             usage.input_tokens,
             usage.output_tokens,
-            self.llm.model(),
+            self.llm().model(),
         )
     }
 

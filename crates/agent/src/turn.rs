@@ -416,14 +416,15 @@ impl Turn<'_> {
             Some(altered)
         };
         let request = altered.as_ref().unwrap_or(request);
+        let llm = agent.llm();
         let span = tracing::info_span!(
             "llm",
-            model = agent.llm.model(),
+            model = llm.model(),
             iteration,
             messages = request.messages.len(),
             output_bytes = tracing::field::Empty
         );
-        let call = agent.llm.chat(request, &forward).instrument(span.clone());
+        let call = llm.chat(request, &forward).instrument(span.clone());
         let result = tokio::select! {
             biased;
             () = cancel.cancelled() => {
