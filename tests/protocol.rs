@@ -66,6 +66,73 @@ async fn unauthenticated_websockets_are_refused_and_tokens_accepted() {
     daemon.shutdown().await;
 }
 
+/// A page can learn why its socket was refused: a plain GET of `/ws` answers 401 for a
+/// missing or wrong token and something else (not an upgrade: no socket) for the right one.
+#[tokio::test]
+async fn a_plain_get_of_ws_tells_a_wrong_token_from_a_right_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = start_with_token(&llm, dir.path()).await;
+    let get = |authorization: Option<&str>| {
+        let addr = daemon.addr();
+        let header = authorization
+            .map(|value| format!("Authorization: {value}\r\n"))
+            .unwrap_or_default();
+        async move {
+            util::raw_http(
+                addr,
+                &format!("GET /ws HTTP/1.1\r\nHost: {addr}\r\n{header}Connection: close\r\n\r\n"),
+                util::PATIENCE,
+            )
+            .await
+        }
+    };
+    assert!(get(None).await.starts_with("HTTP/1.1 401"));
+    assert!(
+        get(Some("Bearer wrong-token-0123456789"))
+            .await
+            .starts_with("HTTP/1.1 401")
+    );
+    let right = get(Some(&format!("Bearer {TOKEN}"))).await;
+    assert!(
+        !right.starts_with("HTTP/1.1 401") && !right.starts_with("HTTP/1.1 101"),
+        "{right}"
+    );
+    daemon.shutdown().await;
+}
+
+/// `history` answers with the chat's conversation as its people saw it — what was said and
+/// the replies, no tool calls — so a page shows it again after a reload; another chat's is
+/// its own.
+#[tokio::test]
+async fn history_shows_a_chat_again_after_a_reconnect() {
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tool("echo", json!({"text": "x"})));
+    h.llm.push(Reply::text("used the tool"));
+    h.client.say("c", "first").await;
+    h.client.say("c", "second").await;
+
+    let mut again = WsClient::connect(h.daemon.addr()).await;
+    again
+        .send_json(json!({"type": "history", "chat_id": "c"}))
+        .await;
+    let history = again.wait_for("history").await;
+    assert_eq!(
+        history["messages"],
+        json!([
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "used the tool"},
+            {"role": "user", "content": "second"},
+            {"role": "assistant", "content": "echo: second"},
+        ])
+    );
+    again
+        .send_json(json!({"type": "history", "chat_id": "other"}))
+        .await;
+    assert_eq!(again.wait_for("history").await["messages"], json!([]));
+    h.daemon.shutdown().await;
+}
+
 #[tokio::test]
 async fn malformed_frames_get_an_error_frame_and_the_connection_stays_up() {
     let mut h = Harness::start("").await;

@@ -16,7 +16,8 @@ use serde_json::json;
 use switchboard_adapter::Pairing;
 use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
+    Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
+    RetryingChannel, SessionKey, Shutdown,
 };
 use switchboard_discord::DiscordChannel;
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
@@ -24,7 +25,7 @@ use switchboard_telegram::TelegramChannel;
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::Confinement;
 use switchboard_tools::{ToolRegistry, Workspace};
-use switchboard_websocket::WebSocketChannel;
+use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -215,7 +216,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         let settings = ws_section
             .build(config.http.allowed_hosts.clone())
             .map_err(|problem| config.source.problem("channels.websocket", problem))?;
-        let channel = WebSocketChannel::new(settings, hub.clone());
+        let history = Arc::new(SessionHistory(agent.clone()));
+        let channel = WebSocketChannel::new(settings, hub.clone()).with_history(history);
         router = router.merge(channel.router());
         let sockets = channel.clone();
         health.gauge(
@@ -317,6 +319,45 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         agent,
         config_text: config.source.text.clone(),
     })
+}
+
+/// The most of a chat's history one `history` frame carries (the newest messages kept).
+const MAX_HISTORY_BYTES: usize = 256 * 1024;
+
+/// A WebSocket chat's conversation so far, read from its session file without touching it
+/// (its worker may be appending), for `history` frames.
+struct SessionHistory(Arc<Agent>);
+
+impl HistorySource for SessionHistory {
+    fn history(&self, chat: &ChatId) -> Vec<Said> {
+        let key = SessionKey::of(&ChannelName::from("websocket"), chat);
+        let messages = match self.0.store().transcript(&key) {
+            Ok(messages) => messages,
+            Err(err) => {
+                tracing::warn!(session = %key, error = %err, "could not read a chat's history");
+                return Vec::new();
+            }
+        };
+        let mut said: Vec<Said> = Vec::new();
+        let mut bytes = 0;
+        for message in messages.into_iter().rev() {
+            let (role, content) = match message {
+                ChatMessage::User { content, .. } => ("user", content),
+                ChatMessage::Assistant {
+                    content,
+                    tool_calls,
+                } if tool_calls.is_empty() && !content.is_empty() => ("assistant", content),
+                _ => continue,
+            };
+            bytes += content.len();
+            if bytes > MAX_HISTORY_BYTES {
+                break;
+            }
+            said.push(Said { role, content });
+        }
+        said.reverse();
+        said
+    }
 }
 
 /// Routes a channel's outbound messages through per-chat lanes, its sends retried when the

@@ -88,6 +88,67 @@ pub struct JsonlStore {
 }
 
 impl JsonlStore {
+    /// Reads and parses the tail of a session's file without changing anything (safe while
+    /// its worker appends: a record being written shows as a torn last line and is
+    /// skipped). `None`: no file; the flag: the file needs repair before the next append.
+    fn read_tail(&self, key: &SessionKey) -> Result<Option<(Loaded, bool)>, StoreError> {
+        let path = self.path_of(key);
+        let mut file = match File::open(&path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(StoreError::io(&path)(err)),
+        };
+        let len = file.metadata().map_err(StoreError::io(&path))?.len();
+        let skip_partial_first = len > TAIL_BYTES;
+        if skip_partial_first {
+            file.seek(SeekFrom::Start(len - TAIL_BYTES))
+                .map_err(StoreError::io(&path))?;
+        }
+        let mut text = Vec::new();
+        // Bounded even if the file grows while it is read.
+        file.take(TAIL_BYTES)
+            .read_to_end(&mut text)
+            .map_err(StoreError::io(&path))?;
+
+        let mut loaded = Loaded::default();
+        let mut lines = text.split(|&b| b == b'\n').peekable();
+        if skip_partial_first {
+            lines.next();
+        }
+        let mut torn = false;
+        let mut line_no = 0usize;
+        while let Some(line) = lines.next() {
+            line_no += 1;
+            let is_last = lines.peek().is_none();
+            if line.is_empty() {
+                continue;
+            }
+            match serde_json::from_slice::<Record<'_>>(line) {
+                Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
+                Ok(Record::Usage { usage }) => loaded.usage += usage,
+                Ok(Record::Inbound { inbound }) => note_inbound(
+                    &mut loaded.inbound,
+                    inbound.id.into_owned(),
+                    inbound.state.into_owned(),
+                ),
+                Err(err) if is_last => {
+                    tracing::warn!(session = %key, path = %path.display(), error = %err,
+                        "skipping torn last record of session file");
+                    torn = true;
+                    continue;
+                }
+                Err(err) => {
+                    tracing::warn!(session = %key, path = %path.display(), line = line_no,
+                        error = %err, "skipping unreadable record of session file");
+                    continue;
+                }
+            }
+            loaded.records += 1;
+        }
+        let needs_repair = torn || text.last().is_some_and(|&b| b != b'\n');
+        Ok(Some((loaded, needs_repair)))
+    }
+
     /// A store keeping its files in `<state_dir>/sessions`, created (mode 0700) if missing.
     /// Fails when the directory cannot be created or does not take a test write, so a daemon
     /// whose state directory is read-only or full refuses to start instead of losing
@@ -295,62 +356,12 @@ fn check_writable(dir: &Path) -> Result<(), StoreError> {
 
 impl SessionStore for JsonlStore {
     fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError> {
-        let path = self.path_of(key);
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
-            Err(err) => return Err(StoreError::io(&path)(err)),
+        let Some((mut loaded, needs_repair)) = self.read_tail(key)? else {
+            return Ok(Loaded::default());
         };
-        let len = file.metadata().map_err(StoreError::io(&path))?.len();
-        let skip_partial_first = len > TAIL_BYTES;
-        if skip_partial_first {
-            file.seek(SeekFrom::Start(len - TAIL_BYTES))
-                .map_err(StoreError::io(&path))?;
-        }
-        let mut text = Vec::new();
-        // Bounded even if the file grows while it is read.
-        file.take(TAIL_BYTES)
-            .read_to_end(&mut text)
-            .map_err(StoreError::io(&path))?;
-
-        let mut loaded = Loaded::default();
-        let mut lines = text.split(|&b| b == b'\n').peekable();
-        if skip_partial_first {
-            lines.next();
-        }
-        let mut torn = false;
-        let mut line_no = 0usize;
-        while let Some(line) = lines.next() {
-            line_no += 1;
-            let is_last = lines.peek().is_none();
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<Record<'_>>(line) {
-                Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
-                Ok(Record::Usage { usage }) => loaded.usage += usage,
-                Ok(Record::Inbound { inbound }) => note_inbound(
-                    &mut loaded.inbound,
-                    inbound.id.into_owned(),
-                    inbound.state.into_owned(),
-                ),
-                Err(err) if is_last => {
-                    tracing::warn!(session = %key, path = %path.display(), error = %err,
-                        "skipping torn last record of session file");
-                    torn = true;
-                    continue;
-                }
-                Err(err) => {
-                    tracing::warn!(session = %key, path = %path.display(), line = line_no,
-                        error = %err, "skipping unreadable record of session file");
-                    continue;
-                }
-            }
-            loaded.records += 1;
-        }
         // A torn last line, or a whole record whose newline was lost: rewrite now, or the
         // next append would be glued onto it.
-        if torn || text.last().is_some_and(|&b| b != b'\n') {
+        if needs_repair {
             let snapshot = Snapshot {
                 messages: &loaded.messages,
                 usage: loaded.usage,
@@ -361,6 +372,13 @@ impl SessionStore for JsonlStore {
         }
         lock(&self.damaged).remove(key);
         Ok(loaded)
+    }
+
+    fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
+        Ok(self
+            .read_tail(key)?
+            .map(|(loaded, _)| loaded.messages)
+            .unwrap_or_default())
     }
 
     fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {

@@ -101,10 +101,14 @@ pub trait SessionStore: Send + Sync + 'static {
     /// The session left memory (its worker exited): drop what is kept open for it.
     fn release(&self, _key: &SessionKey) {}
 
+    /// The session's messages on record, read without changing anything — safe while the
+    /// session's worker appends (`load` may repair the file, which only its owner may do).
+    fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError>;
+
     /// Whether the session has a conversation on record.
     fn has_history(&self, key: &SessionKey) -> bool {
-        self.load(key)
-            .is_ok_and(|loaded| !loaded.messages.is_empty())
+        self.transcript(key)
+            .is_ok_and(|messages| !messages.is_empty())
     }
 
     /// Moves the session aside (for `/new`); the next load starts empty.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use axum::Router;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Utf8Bytes, WebSocketUpgrade};
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -26,7 +27,7 @@ use crate::auth::{BEARER_PROTOCOL, WsAuth, check_host};
 use crate::config::WsConfig;
 use crate::connection;
 use crate::page;
-use crate::protocol::ServerFrame;
+use crate::protocol::{Said, ServerFrame};
 
 /// The channel's name, and the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "websocket";
@@ -50,10 +51,19 @@ pub(crate) struct Subscriber {
     pub kill: CancellationToken,
 }
 
+/// Where a chat's conversation so far is read from (the daemon's session store), for
+/// `history` requests.
+pub trait HistorySource: Send + Sync + 'static {
+    /// The chat's messages as its people saw them, oldest first.
+    fn history(&self, chat: &ChatId) -> Vec<Said>;
+}
+
 /// State shared by the channel, the route and every connection.
 pub(crate) struct Shared {
     pub config: WsConfig,
     pub hub: ChatHub,
+    /// Answers `history` requests (none: the chat's history is empty).
+    pub history: Option<Arc<dyn HistorySource>>,
     /// Sockets by chat. Guards are held only for non-blocking sends, never across awaits.
     pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
     pub next_conn: AtomicU64,
@@ -107,6 +117,7 @@ impl WebSocketChannel {
             shared: Arc::new(Shared {
                 config,
                 hub,
+                history: None,
                 subscribers: DashMap::new(),
                 next_conn: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
@@ -114,6 +125,14 @@ impl WebSocketChannel {
                 connections: TaskTracker::new(),
             }),
         }
+    }
+
+    /// Answers `history` requests from `source`. (Before the channel is shared.)
+    pub fn with_history(mut self, source: Arc<dyn HistorySource>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.history = Some(source);
+        }
+        self
     }
 
     /// The routes of this channel: `GET /ws` and the web chat page at `GET /`. Without
@@ -163,12 +182,18 @@ async fn upgrade(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     Query(query): Query<TokenQuery>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
+    // The credentials first: a page may ask with a plain GET whether its token is right
+    // (401) before it opens a socket, which cannot tell it why it was refused.
     if let Err(reason) = shared.config.auth.check(&headers, query.token.as_deref()) {
         tracing::info!(reason, "refused a WebSocket connection");
         return (StatusCode::UNAUTHORIZED, reason).into_response();
     }
+    let ws = match ws {
+        Ok(ws) => ws,
+        Err(rejection) => return rejection.into_response(),
+    };
     if !shared.hub.is_accepting() || shared.closing.is_cancelled() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -224,6 +224,17 @@ async fn handle(
             shared.unsubscribe(subscriber.conn, &chat);
         }
         ClientFrame::Ping => reply(subscriber, ServerFrame::Pong).await,
+        ClientFrame::History { chat_id } => {
+            let chat = ChatId::from(chat_id.as_str());
+            let messages = match shared.history.clone() {
+                // Reads a file: off the connection's task.
+                Some(source) => tokio::task::spawn_blocking(move || source.history(&chat))
+                    .await
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            reply(subscriber, ServerFrame::History { chat_id, messages }).await;
+        }
     }
 }
 

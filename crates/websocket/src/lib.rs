@@ -22,6 +22,6 @@ mod page;
 mod protocol;
 
 pub use auth::WsAuth;
-pub use channel::WebSocketChannel;
+pub use channel::{HistorySource, WebSocketChannel};
 pub use config::{AuthMode, MAX_FRAME_BYTES_LIMIT, WsConfig, WsSection};
-pub use protocol::{ClientFrame, ServerFrame};
+pub use protocol::{ClientFrame, Said, ServerFrame};

@@ -33,6 +33,12 @@ pub enum ClientFrame {
     },
     /// Asks for a `pong` (an application-level keepalive for clients without ping frames).
     Ping,
+    /// Asks for the chat's conversation so far (a page shown again after a reload or a
+    /// reconnect): answered with one `history` frame.
+    History {
+        /// The chat.
+        chat_id: String,
+    },
 }
 
 impl ClientFrame {
@@ -66,7 +72,9 @@ impl ClientFrame {
                     ));
                 }
             }
-            Self::Subscribe { chat_id } | Self::Unsubscribe { chat_id } => check_chat_id(chat_id)?,
+            Self::Subscribe { chat_id }
+            | Self::Unsubscribe { chat_id }
+            | Self::History { chat_id } => check_chat_id(chat_id)?,
             Self::Ping => {}
         }
         Ok(frame)
@@ -173,6 +181,23 @@ pub enum ServerFrame {
     },
     /// The answer to `ping`.
     Pong,
+    /// The answer to `history`: the chat's messages as its people saw them (what they
+    /// wrote and the agent's replies, oldest first; tool calls and results left out).
+    History {
+        /// The chat.
+        chat_id: String,
+        /// The messages.
+        messages: Vec<Said>,
+    },
+}
+
+/// One message of a chat's history as the client shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Said {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    /// The text.
+    pub content: String,
 }
 
 impl ServerFrame {
