@@ -47,3 +47,5 @@ mod storage;
 mod telegram;
 /// Tool calls: run concurrently, errors and unknown tools reach the model.
 mod tools;
+/// The web chat page in headless Chromium: token prompt, wrong token, history after reload.
+mod web_page;
