@@ -636,3 +636,46 @@ async fn sighup_reloads_the_model_and_refuses_a_broken_config() {
     sigterm(&child);
     assert!(exit_code(&mut child).await.success());
 }
+
+/// `onboard` with flags (no terminal: nothing is asked) writes a commented config that the
+/// daemon reads, and the workspace it names; run again, it keeps the config.
+#[tokio::test]
+async fn onboard_writes_a_config_from_flags_and_keeps_it_after() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("etc/config.toml");
+    let workspace = dir.path().join("agent");
+    let run = || {
+        Command::new(BINARY)
+            .args([
+                "onboard",
+                "--provider",
+                "anthropic",
+                "--api-key-env",
+                "MY_KEY",
+                "--config",
+            ])
+            .arg(&config)
+            .arg("--workspace")
+            .arg(&workspace)
+            .stdin(Stdio::null())
+            .output()
+    };
+    let output = run().await.expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("wrote   {}", config.display())),
+        "{stdout}"
+    );
+    let read = Config::load(&config).expect("the daemon reads it");
+    assert_eq!(read.llm.provider.get_ref().to_string(), "anthropic");
+    assert_eq!(read.llm.model, "claude-sonnet-4-5");
+    assert!(workspace.join("SOUL.md").is_file());
+
+    let output = run().await.expect("runs");
+    assert!(String::from_utf8_lossy(&output.stdout).contains("kept    "));
+}

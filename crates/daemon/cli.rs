@@ -44,15 +44,30 @@ pub enum Command {
         #[command(subcommand)]
         action: PairingAction,
     },
-    /// Write a workspace's starter files: SOUL.md, AGENTS.md, USER.md, TOOLS.md, MEMORY.md
-    /// and a sample skill. Existing files are kept unless --force.
+    /// Set up: write a commented config (asking for its few choices when run in a
+    /// terminal, else from the flags) and a workspace with starter files (SOUL.md,
+    /// AGENTS.md, USER.md, TOOLS.md, MEMORY.md, a sample skill). Existing files are kept
+    /// unless --force. With only --workspace, writes just the workspace.
     Onboard {
-        /// The workspace directory (else `agent.workspace` of the config).
+        /// The workspace directory (else the config's `agent.workspace`).
         #[arg(long)]
         workspace: Option<PathBuf>,
-        /// The config file (same search as `run`), for its `agent.workspace`.
+        /// The config file to write, or to read when it exists (same search as `run`;
+        /// written to ~/.config/switchboard/config.toml when none is found).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// The LLM's API: `openai` (any OpenAI-compatible server) or `anthropic`.
+        #[arg(long)]
+        provider: Option<String>,
+        /// The model.
+        #[arg(long)]
+        model: Option<String>,
+        /// The API root (default: the provider's).
+        #[arg(long)]
+        base_url: Option<String>,
+        /// The environment variable that will hold the API key (`none` for none).
+        #[arg(long)]
+        api_key_env: Option<String>,
         /// Replace files that exist.
         #[arg(long)]
         force: bool,
@@ -116,6 +131,15 @@ pub enum PairingAction {
         /// The sender's id, as `pairing list` shows it.
         sender: String,
     },
+}
+
+/// Where `onboard` writes a config when none exists: `$XDG_CONFIG_HOME` or
+/// `~/.config`, then `switchboard/config.toml`.
+pub fn default_config_path() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
+        .map(|dir| dir.join("switchboard/config.toml"))
 }
 
 /// The config file to use: the flag, else `$SWITCHBOARD_CONFIG`, else the XDG path, else

@@ -58,13 +58,37 @@ fn main() -> ExitCode {
             Command::Onboard {
                 workspace,
                 config,
+                provider,
+                model,
+                base_url,
+                api_key_env,
                 force,
-            } => match workspace {
-                Some(workspace) => onboard::run(&workspace, force),
-                None => cli::resolve_config(config.as_deref())
-                    .and_then(|path| Ok(switchboard::config::Config::load(&path)?))
-                    .and_then(|config| onboard::run(&config.path(&config.agent.workspace), force)),
-            },
+            } => {
+                let only_workspace = config.is_none()
+                    && provider.is_none()
+                    && model.is_none()
+                    && base_url.is_none()
+                    && api_key_env.is_none();
+                match workspace {
+                    Some(workspace) if only_workspace => onboard::run(&workspace, force),
+                    workspace => {
+                        let choices = onboard::Choices {
+                            provider,
+                            model,
+                            base_url,
+                            api_key_env,
+                            workspace,
+                        };
+                        let path = config
+                            .or_else(|| cli::resolve_config(None).ok())
+                            .or_else(cli::default_config_path)
+                            .ok_or_else(|| {
+                                anyhow::anyhow!("no place for a config: pass --config PATH")
+                            });
+                        path.and_then(|path| onboard::with_config(&path, choices, force))
+                    }
+                }
+            }
             Command::Status { config } => status::run(config.as_deref()).await,
             Command::Doctor { config } => doctor::run(config.as_deref()).await,
             Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
