@@ -260,8 +260,11 @@ impl Config {
             path: path.to_path_buf(),
             text: text.to_owned(),
         };
-        let deserializer = toml::de::Deserializer::parse(text)
+        let mut table = toml::de::DeTable::parse(text)
             .map_err(|err| source.error_at(err.span(), String::new(), err.message().to_owned()))?;
+        expand_strings(table.get_mut(), &mut Vec::new())
+            .map_err(|(span, key, message)| source.error_at(Some(span), key, message))?;
+        let deserializer = toml::de::Deserializer::from(table);
         let mut config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
             let key = key_of(err.path());
             let inner = err.into_inner();
@@ -392,6 +395,61 @@ impl Config {
                 .unwrap_or(Path::new("."))
                 .join(expanded)
         }
+    }
+}
+
+/// Keys whose values are secrets: their `${…}` references are resolved where they are used
+/// (an unresolvable LLM key is reported per message, not as a config error), so they are
+/// left as written here.
+const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret"];
+
+/// A located problem with one value: its span, dotted key and message.
+type ValueProblem = (std::ops::Range<usize>, String, String);
+
+/// Replaces `${ENV}` and `${credential:NAME}` in every string value but the secrets, in
+/// place (spans kept, so later errors still point into the file); an unresolvable
+/// reference is an error at its value.
+fn expand_strings(
+    table: &mut toml::de::DeTable<'_>,
+    path: &mut Vec<String>,
+) -> Result<(), ValueProblem> {
+    for (key, value) in table.iter_mut() {
+        path.push(key.get_ref().to_string());
+        let result = expand_value(value, path);
+        path.pop();
+        result?;
+    }
+    Ok(())
+}
+
+fn expand_value(
+    value: &mut toml::Spanned<toml::de::DeValue<'_>>,
+    path: &mut Vec<String>,
+) -> Result<(), ValueProblem> {
+    let span = value.span();
+    match value.get_mut() {
+        toml::de::DeValue::String(text) => {
+            let secret = path
+                .last()
+                .is_some_and(|key| SECRET_KEYS.contains(&key.as_str()));
+            if !secret && text.contains("${") {
+                let expanded = expand_env(text)
+                    .map_err(|unresolved| (span, path.join("."), unresolved.to_string()))?;
+                *text = std::borrow::Cow::Owned(expanded);
+            }
+            Ok(())
+        }
+        toml::de::DeValue::Table(table) => expand_strings(table, path),
+        toml::de::DeValue::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                path.push(index.to_string());
+                let result = expand_value(item, path);
+                path.pop();
+                result?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -585,6 +643,29 @@ mod tests {
         assert_eq!(err.line, Some(2));
         assert!(
             err.message.contains("write an IP address and port"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn env_references_expand_in_every_string_but_secrets_wait_for_their_use() {
+        let home = std::env::var("HOME").expect("HOME is set in tests");
+        let config = parse(
+            "[agent]\nworkspace = \"${HOME}/agent\"\n[llm]\napi_key = \"${SURELY_UNSET_KEY_9}\"\n\
+             [channels.websocket]\nauth = \"none\"\n",
+        )
+        .expect("a secret's unset variable is not a config error");
+        assert_eq!(config.agent.workspace, format!("{home}/agent"));
+        assert_eq!(
+            config.llm.api_key.as_ref().map(|k| k.get_ref().as_str()),
+            Some("${SURELY_UNSET_KEY_9}")
+        );
+        let err = parse("[agent]\nstate_dir = \"${SURELY_UNSET_DIR_9}/state\"\n")
+            .expect_err("an unset variable elsewhere");
+        assert_eq!(err.key, "agent.state_dir");
+        assert_eq!(err.line, Some(2));
+        assert!(
+            err.message.contains("SURELY_UNSET_DIR_9 is not set"),
             "{err}"
         );
     }
