@@ -218,3 +218,86 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
     assert!(stdout.contains("✗ channels.discord: "), "{stdout}");
     assert!(stdout.contains("✓ channels.telegram"), "{stdout}");
 }
+
+/// 5. A reload restarts a platform channel whose section changed: someone added to
+/// Telegram's allow list is answered at once, without restarting the daemon (the WebSocket
+/// chat goes on meanwhile), and the reload names nothing as needing a restart.
+#[tokio::test]
+async fn a_reload_applies_a_new_telegram_allow_list_live() {
+    use switchboard::reload::Reloaded;
+    use switchboard_testkit::telegram::TEST_TOKEN;
+    use switchboard_testkit::{FakeTelegram, ScriptedLlm};
+    const ADA: u64 = 42;
+    const BOB: u64 = 43;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake Telegram");
+    let table = |allow: &str| {
+        format!(
+            "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\n\
+             allow_from = [{allow}]\npoll_timeout_secs = 1\nstream = false\n",
+            fake.api_url()
+        )
+    };
+    let write = |allow: &str| {
+        let tables = table(allow);
+        let text = crate::util::config_text_with(
+            &llm.base_url(),
+            dir.path(),
+            Extra {
+                tables: &tables,
+                ..Extra::default()
+            },
+        );
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, &text).expect("config");
+        (path, text)
+    };
+    let (path, text) = write(&format!("\"{ADA}\""));
+    let mut daemon = switchboard::app::start(
+        crate::util::config(&text, dir.path()),
+        crate::util::test_tools(),
+    )
+    .await
+    .expect("daemon");
+    let mut client = crate::util::WsClient::connect(daemon.addr()).await;
+
+    // Bob is not on the list: he gets a pairing code, the model never sees him.
+    fake.private_text(BOB, "hello?");
+    fake.wait_until(crate::util::PATIENCE, "a pairing code for Bob", |f| {
+        !f.messages_to(BOB as i64).is_empty()
+    })
+    .await;
+    assert!(llm.requests().is_empty());
+
+    let (path_again, _) = write(&format!("\"{ADA}\", \"{BOB}\""));
+    assert_eq!(path_again, path);
+    let reloaded = daemon.reload(&path).await;
+    assert_eq!(
+        reloaded,
+        Reloaded::Applied {
+            need_restart: Vec::new()
+        }
+    );
+
+    let id = fake.private_text(BOB, "and now?");
+    fake.wait_until(crate::util::PATIENCE, "an answer to Bob", |f| {
+        f.messages_to(BOB as i64)
+            .iter()
+            .any(|m| m.reply_to == Some(id))
+    })
+    .await;
+    assert!(
+        fake.messages_to(BOB as i64)
+            .iter()
+            .any(|m| m.visible == "echo: and now?"),
+        "{:?}",
+        fake.messages_to(BOB as i64)
+    );
+    assert_eq!(
+        client.say("c", "still here").await.reply(),
+        "echo: still here"
+    );
+    assert_eq!(crate::util::health(daemon.addr()).await["status"], "ok");
+    daemon.shutdown().await;
+}

@@ -19,9 +19,7 @@ use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
     RetryingChannel, SessionKey, Shutdown,
 };
-use switchboard_discord::DiscordChannel;
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
-use switchboard_telegram::TelegramChannel;
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::Confinement;
 use switchboard_tools::{ToolRegistry, Workspace};
@@ -33,6 +31,7 @@ use crate::config::Config;
 use crate::health::Health;
 use crate::metrics::{self, MetricsHook};
 use crate::outbox::HubOutbox;
+use crate::platforms::{self, Platforms};
 use crate::server::{self, Server};
 use crate::telemetry::Telemetry;
 use crate::{cli, notify, supervisor, turn_config};
@@ -57,6 +56,8 @@ pub struct Running {
     server: Server,
     /// The agent (a reload replaces its model chain).
     agent: Arc<Agent>,
+    /// Telegram and Discord (a reload restarts one whose settings changed).
+    platforms: Platforms,
     /// The text of the config in use.
     config_text: String,
 }
@@ -236,35 +237,26 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
 
     let state_dir = config.path(&config.agent.state_dir);
     let workspace = config.path(&config.agent.workspace);
-    let pairing = Arc::new(Pairing::open(&state_dir));
-    let telegram_section = &config.channels.telegram;
-    if telegram_section.enabled {
-        let settings = telegram_section
-            .settings()
-            .map_err(|problem| config.source.problem("channels.telegram", problem))?;
-        let channel = TelegramChannel::new(
-            settings,
-            hub.clone(),
-            &state_dir,
-            &workspace,
-            pairing.clone(),
-        )?;
-        if let Some(webhook) = channel.router() {
-            router = router.merge(webhook);
+    let mut platforms = Platforms::new(platforms::Parts {
+        hub: hub.clone(),
+        health: health.clone(),
+        pairing: Arc::new(Pairing::open(&state_dir)),
+        state_dir,
+        workspace,
+        intake: shutdown.intake().clone(),
+        stop: channels_stop.clone(),
+        tracker: channels.clone(),
+    });
+    for name in platforms::NAMES {
+        if let Some(mut built) = platforms.build(&config, name)? {
+            if let Some(webhook) = built.router.take() {
+                router = router.merge(webhook);
+            }
+            platforms.start(built);
         }
-        register(&hub, &health, Arc::new(channel.clone()));
-        supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
     }
-
+    let telegram_section = &config.channels.telegram;
     let discord_section = &config.channels.discord;
-    if discord_section.enabled {
-        let settings = discord_section
-            .settings()
-            .map_err(|problem| config.source.problem("channels.discord", problem))?;
-        let channel = DiscordChannel::new(settings, hub.clone(), &workspace, pairing)?;
-        register(&hub, &health, Arc::new(channel.clone()));
-        supervisor::spawn_channel(Arc::new(channel), ctx.clone(), health.clone(), &channels);
-    }
 
     let dispatcher = Arc::new(Dispatcher::new(
         agent.clone(),
@@ -317,6 +309,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         channels_stop,
         server,
         agent,
+        platforms,
         config_text: config.source.text.clone(),
     })
 }
@@ -362,7 +355,7 @@ impl HistorySource for SessionHistory {
 
 /// Routes a channel's outbound messages through per-chat lanes, its sends retried when the
 /// platform rate limits or is briefly unavailable; `/healthz` counts what is given up on.
-fn register(hub: &ChatHub, health: &Health, channel: Arc<dyn Channel>) {
+pub(crate) fn register(hub: &ChatHub, health: &Health, channel: Arc<dyn Channel>) {
     let name = channel.name();
     let retrying = RetryingChannel::new(channel, ChannelRetry::default());
     let lanes = hub.register_channel(Arc::new(retrying), LaneOptions::default());
@@ -379,8 +372,15 @@ impl Running {
     }
 
     /// Reads the config at `path` again and applies what can change live (see `reload.rs`).
-    pub fn reload(&mut self, path: &Path) -> crate::reload::Reloaded {
-        crate::reload::reload(path, &mut self.config_text, &self.agent)
+    pub async fn reload(&mut self, path: &Path) -> crate::reload::Reloaded {
+        crate::reload::reload(
+            path,
+            &mut self.config_text,
+            &self.agent,
+            &mut self.platforms,
+            &self.health,
+        )
+        .await
     }
 
     /// The `/healthz` state (tests look at it without HTTP).
@@ -441,7 +441,7 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
 
     while signals.next().await == Signal::Reload {
         notify::reloading();
-        running.reload(&path);
+        running.reload(&path).await;
         notify::ready();
     }
     notify::stopping();

@@ -91,6 +91,15 @@ impl Health {
             .insert(channel.to_owned(), state);
     }
 
+    /// Forgets a channel (a reload disabled it).
+    pub fn remove(&self, channel: &str) {
+        self.inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(channel);
+    }
+
     /// A channel's state.
     pub fn get(&self, channel: &str) -> Option<ChannelState> {
         self.inner

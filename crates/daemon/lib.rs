@@ -29,6 +29,7 @@ pub mod notify;
 pub mod onboard;
 pub mod outbox;
 pub mod pairing;
+pub mod platforms;
 pub mod reload;
 pub mod server;
 pub mod status;

@@ -1,16 +1,18 @@
 //! Reloading the config on SIGHUP (`systemctl reload`): the file is read and checked again;
 //! a config with an error is refused — the error logged with file, line and key — and the
-//! running one kept. What can change live does: the model chain (`[llm]`). Every other key
-//! that changed is named in a log line saying it takes effect after a restart.
+//! running one kept. What can change live does: the model chain (`[llm]`) is swapped, and a
+//! platform channel whose section changed (a token, an allow list, a policy) is restarted
+//! with its new settings — the others go on. Every other key that changed is named in a log
+//! line saying it takes effect after a restart. Everything new is built before anything is
+//! applied, so a reload is applied whole or not at all.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::config::Config;
+use crate::health::Health;
 use crate::llm_config;
-
-/// The keys under which a change takes effect at once.
-const LIVE: &[&str] = &["llm"];
+use crate::platforms::{self, Platforms};
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -24,34 +26,78 @@ pub enum Reloaded {
     Refused(String),
 }
 
-/// Reads `path` again and applies what can change live to `agent`; `running` is the text
-/// of the config in use, and is replaced by the new one when it is applied.
-pub fn reload(path: &Path, running: &mut String, agent: &switchboard_agent::Agent) -> Reloaded {
+/// Reads `path` again and applies what can change live (see the module doc); `running` is
+/// the text of the config in use, replaced by the new one when it is applied.
+pub async fn reload(
+    path: &Path,
+    running: &mut String,
+    agent: &switchboard_agent::Agent,
+    platforms: &mut Platforms,
+    health: &Health,
+) -> Reloaded {
+    let refuse = |err: String| {
+        tracing::error!(error = %err, "config reload refused; the running config is kept");
+        Reloaded::Refused(err)
+    };
     let config = match Config::load(path) {
         Ok(config) => config,
-        Err(err) => {
-            let err = err.to_string();
-            tracing::error!(error = %err, "config reload refused; the running config is kept");
-            return Reloaded::Refused(err);
-        }
+        Err(err) => return refuse(err.to_string()),
     };
     let llm = match llm_config::build(&config) {
         Ok(llm) => llm,
-        Err(err) => {
-            let err = format!("{err:#}");
-            tracing::error!(error = %err, "config reload refused; the running config is kept");
-            return Reloaded::Refused(err);
-        }
+        Err(err) => return refuse(format!("{err:#}")),
     };
     let changed = changed_keys(running, &config.source.text);
-    let live = |key: &String| {
-        LIVE.iter()
-            .any(|l| key == l || key.starts_with(&format!("{l}.")))
+    let under = |key: &str, prefix: &str| key == prefix || key.starts_with(&format!("{prefix}."));
+    // A channel taking updates by webhook has its route mounted at start: it needs a restart.
+    let webhook = |text: &str| {
+        text.parse::<toml::Table>().ok().is_some_and(|table| {
+            table
+                .get("channels")
+                .and_then(|channels| channels.get("telegram"))
+                .and_then(|telegram| telegram.get("mode"))
+                .and_then(toml::Value::as_str)
+                == Some("webhook")
+        })
     };
-    if changed.iter().any(live) {
+    let mut restart = Vec::new();
+    for name in platforms::NAMES {
+        let prefix = format!("channels.{name}");
+        if !changed.iter().any(|key| under(key, &prefix)) {
+            continue;
+        }
+        if name == "telegram" && (webhook(running) || webhook(&config.source.text)) {
+            continue;
+        }
+        match platforms.build(&config, name) {
+            Ok(built) => restart.push((name, prefix, built)),
+            Err(err) => return refuse(format!("{err:#}")),
+        }
+    }
+
+    // Everything new is built: apply it.
+    let live =
+        |key: &String| under(key, "llm") || restart.iter().any(|(_, prefix, _)| under(key, prefix));
+    let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
+    if changed.iter().any(|key| under(key, "llm")) {
         agent.set_llm(llm);
     }
-    let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
+    for (name, _, built) in restart {
+        platforms.stop(name).await;
+        match built {
+            Some(built) => {
+                tracing::info!(
+                    channel = name,
+                    "restarting the channel with its new settings"
+                );
+                platforms.start(built);
+            }
+            None => {
+                tracing::info!(channel = name, "the channel is disabled now; stopped");
+                health.remove(name);
+            }
+        }
+    }
     tracing::info!(changed = ?changed, provider = %config.llm.provider.get_ref(),
         model = %config.llm.model, "config reloaded");
     if !need_restart.is_empty() {

@@ -65,14 +65,14 @@ pub async fn supervise(channel: Arc<dyn Channel>, ctx: ChannelContext, health: H
     }
 }
 
-/// Starts the supervisor of one channel on `tracker`.
+/// Starts the supervisor of one channel on `tracker`; the handle ends with it.
 pub fn spawn_channel(
     channel: Arc<dyn Channel>,
     ctx: ChannelContext,
     health: Health,
     tracker: &TaskTracker,
-) {
-    tracker.spawn(supervise(channel, ctx, health));
+) -> tokio::task::JoinHandle<()> {
+    tracker.spawn(supervise(channel, ctx, health))
 }
 
 #[cfg(test)]
