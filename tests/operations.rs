@@ -301,3 +301,61 @@ async fn a_reload_applies_a_new_telegram_allow_list_live() {
     assert_eq!(crate::util::health(daemon.addr()).await["status"], "ok");
     daemon.shutdown().await;
 }
+
+/// 5. A reload applies `[tools]` to the turns that start next: a tool turned off is no
+/// longer offered to the model, without a restart.
+#[tokio::test]
+async fn a_reload_applies_tool_settings_to_the_next_turn() {
+    use switchboard::reload::Reloaded;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let write = |tables: &str| {
+        let text = crate::util::config_text_with(
+            &llm.base_url(),
+            dir.path(),
+            Extra {
+                tables,
+                ..Extra::default()
+            },
+        );
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, &text).expect("config");
+        (path, text)
+    };
+    let offered = |request: &serde_json::Value| -> Vec<String> {
+        request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let (path, text) = write("[tools.web_fetch]\nenabled = true\n");
+    let mut daemon = switchboard::app::start(
+        crate::util::config(&text, dir.path()),
+        crate::util::test_tools(),
+    )
+    .await
+    .expect("daemon");
+    let mut client = crate::util::WsClient::connect(daemon.addr()).await;
+    client.say("c", "one").await;
+    assert!(offered(&llm.requests()[0]).contains(&"web_fetch".to_owned()));
+
+    write("[tools.web_fetch]\nenabled = false\n");
+    assert_eq!(
+        daemon.reload(&path).await,
+        Reloaded::Applied {
+            need_restart: Vec::new()
+        }
+    );
+    client.say("c", "two").await;
+    let tools = offered(&llm.requests()[1]);
+    assert!(!tools.contains(&"web_fetch".to_owned()), "{tools:?}");
+    assert!(
+        tools.contains(&"echo".to_owned()),
+        "the other tools stay: {tools:?}"
+    );
+    daemon.shutdown().await;
+}

@@ -58,6 +58,8 @@ pub struct Running {
     agent: Arc<Agent>,
     /// Telegram and Discord (a reload restarts one whose settings changed).
     platforms: Platforms,
+    /// What building the tools again needs.
+    tool_parts: ToolParts,
     /// The text of the config in use.
     config_text: String,
 }
@@ -71,6 +73,36 @@ pub fn build_agent(
     extra_tools: ToolRegistry,
     hub: Option<&ChatHub>,
 ) -> anyhow::Result<Arc<Agent>> {
+    Ok(build_agent_and_tools(config, extra_tools, hub)?.0)
+}
+
+/// What building the tools again needs (a reload does when `[tools]` changed).
+#[derive(Clone)]
+pub struct ToolParts {
+    /// Tools beside the built-in ones (tests', embedders').
+    extra: ToolRegistry,
+    /// Where the `message` tool sends.
+    outbox: Option<Arc<dyn builtin::Outbox>>,
+    /// Paths `exec`'s commands may not read.
+    forbidden: Vec<std::path::PathBuf>,
+}
+
+/// The tools the config describes: the built-in ones, `extra`, `ask_user`.
+pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {
+    let helper = sandbox_helper(config, parts.forbidden.clone());
+    let mut tools = builtin::registry(&config.tools, helper, parts.outbox.clone())
+        .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
+    tools.extend(parts.extra.clone());
+    turn_config::add_ask_user(config, &mut tools);
+    Ok(tools)
+}
+
+/// [`build_agent`], and what building its tools again needs.
+fn build_agent_and_tools(
+    config: &Config,
+    extra_tools: ToolRegistry,
+    hub: Option<&ChatHub>,
+) -> anyhow::Result<(Arc<Agent>, ToolParts)> {
     let state_dir = config.path(&config.agent.state_dir);
     let workspace_dir = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
@@ -102,14 +134,15 @@ pub fn build_agent(
         )
     })?;
     let store: Arc<dyn SessionStore> = Arc::new(store);
-    let helper = sandbox_helper(config, workspace.forbidden().to_vec());
     let outbox = hub.map(|hub| {
         Arc::new(HubOutbox::new(hub.clone(), store.clone())) as Arc<dyn builtin::Outbox>
     });
-    let mut tools = builtin::registry(&config.tools, helper, outbox)
-        .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
-    tools.extend(extra_tools);
-    turn_config::add_ask_user(config, &mut tools);
+    let tool_parts = ToolParts {
+        extra: extra_tools,
+        outbox,
+        forbidden: workspace.forbidden().to_vec(),
+    };
+    let tools = build_tools(config, &tool_parts)?;
     let llm = crate::llm_config::build(config)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
@@ -135,7 +168,10 @@ pub fn build_agent(
     if config.http.metrics {
         agent = agent.with_hook(MetricsHook::new());
     }
-    Ok(Arc::new(turn_config::with_approvals(config, agent)?))
+    Ok((
+        Arc::new(turn_config::with_approvals(config, agent)?),
+        tool_parts,
+    ))
 }
 
 /// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
@@ -184,7 +220,7 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
     let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
-    let agent = build_agent(&config, tools, Some(&hub))?;
+    let (agent, tool_parts) = build_agent_and_tools(&config, tools, Some(&hub))?;
     let health = Health::new();
     let store = agent.store();
     health.check(
@@ -310,6 +346,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         server,
         agent,
         platforms,
+        tool_parts,
         config_text: config.source.text.clone(),
     })
 }
@@ -378,6 +415,7 @@ impl Running {
             &mut self.config_text,
             &self.agent,
             &mut self.platforms,
+            &self.tool_parts,
             &self.health,
         )
         .await

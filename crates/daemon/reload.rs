@@ -1,6 +1,7 @@
 //! Reloading the config on SIGHUP (`systemctl reload`): the file is read and checked again;
 //! a config with an error is refused — the error logged with file, line and key — and the
-//! running one kept. What can change live does: the model chain (`[llm]`) is swapped, and a
+//! running one kept. What can change live does: the model chain (`[llm]`) and the tools
+//! (`[tools]`, but `restrict_to_workspace`) are swapped for the turns that start next, and a
 //! platform channel whose section changed (a token, an allow list, a policy) is restarted
 //! with its new settings — the others go on. Every other key that changed is named in a log
 //! line saying it takes effect after a restart. Everything new is built before anything is
@@ -33,6 +34,7 @@ pub async fn reload(
     running: &mut String,
     agent: &switchboard_agent::Agent,
     platforms: &mut Platforms,
+    tool_parts: &crate::app::ToolParts,
     health: &Health,
 ) -> Reloaded {
     let refuse = |err: String| {
@@ -75,9 +77,26 @@ pub async fn reload(
         }
     }
 
+    // The tools, unless the change is to what the workspace itself enforces.
+    let tools_live = |key: &str| under(key, "tools") && key != "tools.restrict_to_workspace";
+    let tools = if changed.iter().any(|key| tools_live(key)) {
+        match crate::app::build_tools(&config, tool_parts) {
+            Ok(tools) => Some(tools),
+            Err(err) => return refuse(format!("{err:#}")),
+        }
+    } else {
+        None
+    };
+
     // Everything new is built: apply it.
-    let live =
-        |key: &String| under(key, "llm") || restart.iter().any(|(_, prefix, _)| under(key, prefix));
+    let live = |key: &String| {
+        under(key, "llm")
+            || tools_live(key)
+            || restart.iter().any(|(_, prefix, _)| under(key, prefix))
+    };
+    if let Some(tools) = tools {
+        agent.set_tools(tools);
+    }
     let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
     if changed.iter().any(|key| under(key, "llm")) {
         agent.set_llm(llm);

@@ -19,7 +19,8 @@ use crate::turn;
 pub struct Agent {
     /// The model (chain); replaced whole when the config is reloaded.
     llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
-    pub(crate) tools: ToolRegistry,
+    /// The tools; replaced whole when the config is reloaded.
+    tools: std::sync::RwLock<Arc<ToolRegistry>>,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
     /// The system prompt built from the workspace files, reused for a moment.
@@ -38,7 +39,7 @@ impl Agent {
     ) -> Self {
         Self {
             llm: std::sync::RwLock::new(llm),
-            tools,
+            tools: std::sync::RwLock::new(Arc::new(tools)),
             store,
             config,
             context: ContextCache::default(),
@@ -74,9 +75,20 @@ impl Agent {
         &self.config
     }
 
-    /// The tools offered to the model.
-    pub fn tools(&self) -> &ToolRegistry {
-        &self.tools
+    /// The tools offered to the model now.
+    pub fn tools(&self) -> Arc<ToolRegistry> {
+        self.tools
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the tools: turns that start from now on offer these.
+    pub fn set_tools(&self, tools: ToolRegistry) {
+        *self
+            .tools
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tools);
     }
 
     /// The session store (the daemon reads its health).

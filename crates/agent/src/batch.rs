@@ -7,7 +7,7 @@ use std::panic::AssertUnwindSafe;
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use switchboard_core::{ChatMessage, ToolCall};
-use switchboard_tools::{ToolContext, ToolError, cap_result};
+use switchboard_tools::{ToolContext, ToolError, ToolRegistry, cap_result};
 use tracing::Instrument;
 
 use crate::agent::Agent;
@@ -28,6 +28,7 @@ pub(crate) struct BatchOutcome {
 /// Runs `calls`; never fails: errors become error results the model can read.
 pub(crate) async fn run(
     agent: &Agent,
+    tools: &ToolRegistry,
     calls: &[ToolCall],
     ctx: &ToolContext,
     events: &EventSink,
@@ -37,11 +38,11 @@ pub(crate) async fn run(
     let mut started = vec![false; calls.len()];
     let mut cancelled = false;
 
-    for group in groups(agent, calls) {
+    for group in groups(tools, calls) {
         let mut running: FuturesUnordered<_> = group
             .map(|index| {
                 started[index] = true;
-                call_one(agent, &calls[index], ctx, events, iteration)
+                call_one(agent, tools, &calls[index], ctx, events, iteration)
                     .map(move |result| (index, result))
             })
             .collect();
@@ -82,11 +83,11 @@ pub(crate) async fn run(
 
 /// Splits the calls into groups that run together: runs of non-exclusive calls, and each
 /// exclusive call on its own, in call order.
-fn groups(agent: &Agent, calls: &[ToolCall]) -> Vec<Range<usize>> {
+fn groups(tools: &ToolRegistry, calls: &[ToolCall]) -> Vec<Range<usize>> {
     let mut groups = Vec::new();
     let mut start = 0;
     for (index, call) in calls.iter().enumerate() {
-        let exclusive = agent.tools.get(&call.name).is_some_and(|t| t.exclusive());
+        let exclusive = tools.get(&call.name).is_some_and(|t| t.exclusive());
         if exclusive {
             if start < index {
                 groups.push(start..index);
@@ -103,6 +104,7 @@ fn groups(agent: &Agent, calls: &[ToolCall]) -> Vec<Range<usize>> {
 
 async fn call_one(
     agent: &Agent,
+    tools: &ToolRegistry,
     call: &ToolCall,
     ctx: &ToolContext,
     events: &EventSink,
@@ -119,7 +121,7 @@ async fn call_one(
         iteration,
         user: ctx.user.as_ref(),
     };
-    let outcome = invoke(agent, call, ctx, turn)
+    let outcome = invoke(agent, tools, call, ctx, turn)
         .instrument(span.clone())
         .await;
     let mut outcome = match outcome {
@@ -164,12 +166,13 @@ impl From<ToolError> for Refused {
 
 async fn invoke(
     agent: &Agent,
+    tools: &ToolRegistry,
     call: &ToolCall,
     ctx: &ToolContext,
     turn: TurnInfo<'_>,
 ) -> Result<String, Refused> {
-    let Some(tool) = agent.tools.get(&call.name) else {
-        let available: Vec<&str> = agent.tools.names().collect();
+    let Some(tool) = tools.get(&call.name) else {
+        let available: Vec<&str> = tools.names().collect();
         return Err(Refused::Tool(ToolError::Unknown {
             name: call.name.clone(),
             available: if available.is_empty() {

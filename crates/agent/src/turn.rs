@@ -189,6 +189,8 @@ impl Turn<'_> {
             self.save_with(vec![message], batch_inbound);
         }
 
+        // The tools of this turn (a reload may replace the agent's meanwhile).
+        let tools = agent.tools();
         let context = tracing::info_span!(
             "context",
             system_bytes = tracing::field::Empty,
@@ -202,7 +204,7 @@ impl Turn<'_> {
                 config.context_file_max_bytes,
             ),
             messages: self.session.history(),
-            tools: self.agent.tools.definitions(),
+            tools: tools.definitions(),
             stream: config.stream,
             images,
         });
@@ -291,8 +293,15 @@ impl Turn<'_> {
             }
 
             let assistant = response.to_message();
-            let outcome =
-                batch::run(self.agent, &response.tool_calls, &ctx, events, iteration).await;
+            let outcome = batch::run(
+                self.agent,
+                &tools,
+                &response.tool_calls,
+                &ctx,
+                events,
+                iteration,
+            )
+            .await;
             agent.context.invalidate();
             tracing::info!(
                 iteration,
