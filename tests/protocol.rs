@@ -265,3 +265,35 @@ async fn an_unreachable_llm_gets_an_error_naming_the_base_url_key() {
     );
     daemon.shutdown().await;
 }
+
+/// A socket that comes back to a chat gets the frames it missed while none was connected
+/// (a page reloaded mid-answer), in order, before anything newer.
+#[tokio::test]
+async fn frames_sent_while_no_socket_is_on_a_chat_reach_the_next_one() {
+    let mut h = Harness::start("stream = false").await;
+    h.llm
+        .push(Reply::text("answered while you were away").delayed(Duration::from_millis(300)));
+    let mut away = WsClient::connect(h.daemon.addr()).await;
+    away.send("c", "are you there?").await;
+    drop(away);
+    // The answer is written (and sent to nobody) while no socket is on the chat.
+    let file = util::session_file(h.dir.path(), "c");
+    let deadline = Instant::now() + util::PATIENCE;
+    while !std::fs::read_to_string(&file)
+        .unwrap_or_default()
+        .contains("answered while you were away")
+    {
+        assert!(Instant::now() < deadline, "the turn never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut back = WsClient::connect(h.daemon.addr()).await;
+    back.send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+    let turn = back.turn("c").await;
+    assert_eq!(turn.reply(), "answered while you were away");
+    assert_eq!(turn.of_type("done").len(), 1);
+    // The main client's chat is unaffected.
+    assert_eq!(h.client.say("d", "hi").await.reply(), "echo: hi");
+    h.daemon.shutdown().await;
+}

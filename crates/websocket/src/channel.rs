@@ -1,8 +1,9 @@
 //! [`WebSocketChannel`]: the `Channel` impl, the subscriber table and the `/ws` route.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use axum::Router;
@@ -66,6 +67,10 @@ pub(crate) struct Shared {
     pub history: Option<Arc<dyn HistorySource>>,
     /// Sockets by chat. Guards are held only for non-blocking sends, never across awaits.
     pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
+    /// Frames for chats with no socket, kept a while for a socket that reconnects (a page
+    /// reloaded mid-answer). Locked only while a `subscribers` guard of the same chat is
+    /// held, so a frame is either held and then replayed, or delivered — never lost between.
+    pub held: DashMap<ChatId, Held>,
     pub next_conn: AtomicU64,
     pub open: AtomicUsize,
     /// Cancelled by [`WebSocketChannel::close`]: each socket sends what is queued,
@@ -73,6 +78,20 @@ pub(crate) struct Shared {
     pub closing: CancellationToken,
     /// Every connection task, so closing can wait until each socket has flushed.
     pub connections: TaskTracker,
+}
+
+/// How long frames are kept for a chat with no socket.
+const HOLD_FOR: Duration = Duration::from_secs(120);
+/// The most bytes of frames kept per chat (the oldest go first).
+const HELD_BYTES: usize = 64 * 1024;
+/// The most chats with frames kept at once.
+const HELD_CHATS: usize = 256;
+
+/// A chat's frames kept while no socket is on it.
+pub(crate) struct Held {
+    frames: VecDeque<Utf8Bytes>,
+    bytes: usize,
+    since: Instant,
 }
 
 impl Shared {
@@ -84,10 +103,52 @@ impl Shared {
     ) {
         let mut chats = chats.lock().unwrap_or_else(PoisonError::into_inner);
         if chats.insert(chat.clone()) {
-            self.subscribers
-                .entry(chat)
-                .or_default()
-                .push(subscriber.clone());
+            let mut sockets = self.subscribers.entry(chat.clone()).or_default();
+            // The first socket back on a chat gets what it missed, before anything newer.
+            if sockets.is_empty()
+                && let Some((_, held)) = self.held.remove(&chat)
+                && held.since.elapsed() < HOLD_FOR
+            {
+                for frame in held.frames {
+                    let _ = subscriber.tx.try_send(Box::new(frame));
+                }
+            }
+            sockets.push(subscriber.clone());
+        }
+    }
+
+    /// Keeps a frame for a chat with no socket (bounded; see [`Held`]). Called with the
+    /// chat's `subscribers` shard locked.
+    fn hold(&self, chat: &ChatId, frame: Utf8Bytes) {
+        if frame.len() > HELD_BYTES {
+            return;
+        }
+        if !self.held.contains_key(chat) && self.held.len() >= HELD_CHATS {
+            self.held.retain(|_, held| held.since.elapsed() < HOLD_FOR);
+            if self.held.len() >= HELD_CHATS {
+                tracing::debug!(chat = %chat, "too many chats without a socket; frame dropped");
+                return;
+            }
+        }
+        let mut held = self.held.entry(chat.clone()).or_insert_with(|| Held {
+            frames: VecDeque::new(),
+            bytes: 0,
+            since: Instant::now(),
+        });
+        if held.since.elapsed() >= HOLD_FOR {
+            *held = Held {
+                frames: VecDeque::new(),
+                bytes: 0,
+                since: Instant::now(),
+            };
+        }
+        held.bytes += frame.len();
+        held.frames.push_back(frame);
+        while held.bytes > HELD_BYTES {
+            let Some(oldest) = held.frames.pop_front() else {
+                break;
+            };
+            held.bytes -= oldest.len();
         }
     }
 
@@ -119,6 +180,7 @@ impl WebSocketChannel {
                 hub,
                 history: None,
                 subscribers: DashMap::new(),
+                held: DashMap::new(),
                 next_conn: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
                 closing: CancellationToken::new(),
@@ -230,9 +292,19 @@ impl Channel for WebSocketChannel {
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let chat = message.chat_id.clone();
         let frame: Utf8Bytes = ServerFrame::from_outbound(message).to_json().into();
-        let Some(subscribers) = self.shared.subscribers.get(&chat) else {
-            tracing::debug!(chat = %chat, "no socket on this chat; frame dropped");
-            return Ok(());
+        let subscribers = match self.shared.subscribers.get(&chat) {
+            Some(subscribers) => subscribers,
+            None => {
+                // No socket: keep the frame for one that comes back — under the chat's
+                // shard lock, so a socket subscribing now either sees it held or gets it.
+                match self.shared.subscribers.entry(chat.clone()) {
+                    dashmap::Entry::Vacant(_vacant) => {
+                        self.shared.hold(&chat, frame);
+                        return Ok(());
+                    }
+                    dashmap::Entry::Occupied(occupied) => occupied.into_ref().downgrade(),
+                }
+            }
         };
         for subscriber in subscribers.iter() {
             match subscriber.tx.try_send(Box::new(frame.clone())) {
