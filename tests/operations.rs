@@ -219,6 +219,32 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
     assert!(stdout.contains("✓ channels.telegram"), "{stdout}");
 }
 
+/// Writes the test config with `tables` to `dir/config.toml`, where a reload reads it.
+fn write_config(
+    llm: &switchboard_testkit::ScriptedLlm,
+    dir: &std::path::Path,
+    tables: &str,
+) -> (std::path::PathBuf, String) {
+    let text = crate::util::config_text_with(
+        &llm.base_url(),
+        dir,
+        Extra {
+            tables,
+            ..Extra::default()
+        },
+    );
+    let path = dir.join("config.toml");
+    std::fs::write(&path, &text).expect("config");
+    (path, text)
+}
+
+/// A daemon (with the test tools) from config text.
+async fn start_from(text: &str, dir: &std::path::Path) -> switchboard::app::Running {
+    switchboard::app::start(crate::util::config(text, dir), crate::util::test_tools())
+        .await
+        .expect("daemon")
+}
+
 /// 5. A reload restarts a platform channel whose section changed: someone added to
 /// Telegram's allow list is answered at once, without restarting the daemon (the WebSocket
 /// chat goes on meanwhile), and the reload names nothing as needing a restart.
@@ -239,27 +265,9 @@ async fn a_reload_applies_a_new_telegram_allow_list_live() {
             fake.api_url()
         )
     };
-    let write = |allow: &str| {
-        let tables = table(allow);
-        let text = crate::util::config_text_with(
-            &llm.base_url(),
-            dir.path(),
-            Extra {
-                tables: &tables,
-                ..Extra::default()
-            },
-        );
-        let path = dir.path().join("config.toml");
-        std::fs::write(&path, &text).expect("config");
-        (path, text)
-    };
+    let write = |allow: &str| write_config(&llm, dir.path(), &table(allow));
     let (path, text) = write(&format!("\"{ADA}\""));
-    let mut daemon = switchboard::app::start(
-        crate::util::config(&text, dir.path()),
-        crate::util::test_tools(),
-    )
-    .await
-    .expect("daemon");
+    let mut daemon = start_from(&text, dir.path()).await;
     let mut client = crate::util::WsClient::connect(daemon.addr()).await;
 
     // Bob is not on the list: he gets a pairing code, the model never sees him.
@@ -311,19 +319,7 @@ async fn a_reload_applies_tool_settings_to_the_next_turn() {
     let llm = switchboard_testkit::ScriptedLlm::start()
         .await
         .expect("llm");
-    let write = |tables: &str| {
-        let text = crate::util::config_text_with(
-            &llm.base_url(),
-            dir.path(),
-            Extra {
-                tables,
-                ..Extra::default()
-            },
-        );
-        let path = dir.path().join("config.toml");
-        std::fs::write(&path, &text).expect("config");
-        (path, text)
-    };
+    let write = |tables: &str| write_config(&llm, dir.path(), tables);
     let offered = |request: &serde_json::Value| -> Vec<String> {
         request["tools"]
             .as_array()
@@ -333,12 +329,7 @@ async fn a_reload_applies_tool_settings_to_the_next_turn() {
             .collect()
     };
     let (path, text) = write("[tools.web_fetch]\nenabled = true\n");
-    let mut daemon = switchboard::app::start(
-        crate::util::config(&text, dir.path()),
-        crate::util::test_tools(),
-    )
-    .await
-    .expect("daemon");
+    let mut daemon = start_from(&text, dir.path()).await;
     let mut client = crate::util::WsClient::connect(daemon.addr()).await;
     client.say("c", "one").await;
     assert!(offered(&llm.requests()[0]).contains(&"web_fetch".to_owned()));

@@ -329,7 +329,10 @@ async fn a_get_me_that_answers_garbage_degrades_the_channel_until_it_recovers() 
         if state(&health) == "failed" {
             assert_eq!(health["status"], "degraded", "{health}");
             let raw = crate::chat::http_get(daemon.addr(), "/healthz").await;
-            assert!(raw.starts_with("HTTP/1.1 503"), "503 while Telegram is down: {raw}");
+            assert!(
+                raw.starts_with("HTTP/1.1 503"),
+                "503 while Telegram is down: {raw}"
+            );
             assert_eq!(
                 health["channels"]["websocket"]["state"], "running",
                 "others go on"
@@ -350,7 +353,10 @@ async fn a_get_me_that_answers_garbage_degrades_the_channel_until_it_recovers() 
     .await;
     assert_eq!(util::health(daemon.addr()).await["status"], "ok");
     let raw = crate::chat::http_get(daemon.addr(), "/healthz").await;
-    assert!(raw.starts_with("HTTP/1.1 200"), "200 once it is back: {raw}");
+    assert!(
+        raw.starts_with("HTTP/1.1 200"),
+        "200 once it is back: {raw}"
+    );
     daemon.shutdown().await;
 }
 

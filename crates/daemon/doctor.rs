@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use switchboard_adapter::Pairing;
 use switchboard_core::{Channel, ChatHub, ChatMessage};
-use switchboard_discord::DiscordChannel;
 use switchboard_llm::{ChatRequest, LlmProvider};
-use switchboard_telegram::TelegramChannel;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::cli::resolve_config;
 use crate::config::Config;
+use crate::health::Health;
+use crate::platforms::{self, Parts, Platforms};
 use crate::{llm_config, turn_config};
 
 /// How long one check may take.
@@ -158,55 +159,23 @@ async fn ask(key: &str, model: &dyn LlmProvider) -> Line {
 
 /// The enabled platform channels, built (not started) to be asked about their tokens.
 fn channels(config: &Config, lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
-    let hub = ChatHub::new(1, CancellationToken::new());
     let state_dir = config.path(&config.agent.state_dir);
-    let workspace = config.path(&config.agent.workspace);
-    let pairing = Arc::new(Pairing::open(&state_dir));
-    let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
-    if config.channels.telegram.enabled {
-        let built = config
-            .channels
-            .telegram
-            .settings()
-            .map_err(|problem| {
-                config
-                    .source
-                    .problem("channels.telegram", problem)
-                    .to_string()
-            })
-            .and_then(|settings| {
-                TelegramChannel::new(
-                    settings,
-                    hub.clone(),
-                    &state_dir,
-                    &workspace,
-                    pairing.clone(),
-                )
-                .map_err(|err| err.to_string())
-            });
-        match built {
-            Ok(channel) => channels.push(Arc::new(channel)),
-            Err(err) => lines.push(Line::failed(format!("channels.telegram: {err}"))),
-        }
-    }
-    if config.channels.discord.enabled {
-        let built = config
-            .channels
-            .discord
-            .settings()
-            .map_err(|problem| {
-                config
-                    .source
-                    .problem("channels.discord", problem)
-                    .to_string()
-            })
-            .and_then(|settings| {
-                DiscordChannel::new(settings, hub.clone(), &workspace, pairing.clone())
-                    .map_err(|err| err.to_string())
-            });
-        match built {
-            Ok(channel) => channels.push(Arc::new(channel)),
-            Err(err) => lines.push(Line::failed(format!("channels.discord: {err}"))),
+    let platforms = Platforms::new(Parts {
+        hub: ChatHub::new(1, CancellationToken::new()),
+        health: Health::new(),
+        pairing: Arc::new(Pairing::open(&state_dir)),
+        state_dir,
+        workspace: config.path(&config.agent.workspace),
+        intake: CancellationToken::new(),
+        stop: CancellationToken::new(),
+        tracker: TaskTracker::new(),
+    });
+    let mut channels = Vec::new();
+    for name in platforms::NAMES {
+        match platforms.build(config, name) {
+            Ok(Some(built)) => channels.push(built.channel),
+            Ok(None) => {}
+            Err(err) => lines.push(Line::failed(format!("channels.{name}: {err:#}"))),
         }
     }
     channels
