@@ -11,58 +11,19 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
+use switchboard_core::{ChatMessage, SessionKey};
 
+use crate::append::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::file_stem;
-use crate::store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
-
-/// At most this much of a file's end is read on load; compaction keeps files far smaller.
-const TAIL_BYTES: u64 = 8 * 1024 * 1024;
-
-/// One line of a session file.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum Record<'a> {
-    Usage { usage: Usage },
-    Inbound { inbound: InboundRecord<'a> },
-    Message(std::borrow::Cow<'a, ChatMessage>),
-}
-
-#[derive(Serialize, Deserialize)]
-struct InboundRecord<'a> {
-    id: std::borrow::Cow<'a, MessageId>,
-    #[serde(flatten)]
-    state: std::borrow::Cow<'a, InboundState>,
-}
-
-/// How many inbound messages a session remembers (read back, and kept by compaction): far
-/// more than a platform ever delivers again after a restart.
-pub const INBOUND_MEMORY: usize = 256;
-
-/// Records the last state of an inbound message, keeping at most [`INBOUND_MEMORY`].
-pub(crate) fn note_inbound(
-    inbound: &mut Vec<(MessageId, InboundState)>,
-    id: MessageId,
-    state: InboundState,
-) {
-    match inbound.iter_mut().find(|(known, _)| *known == id) {
-        Some(entry) => entry.1 = state,
-        None => {
-            inbound.push((id, state));
-            if inbound.len() > INBOUND_MEMORY {
-                inbound.remove(0);
-            }
-        }
-    }
-}
+use crate::record::{self, InboundRecord, Record};
+use crate::store::{Batch, Loaded, SessionStore, Snapshot, StoreHealth};
 
 /// At most this many session files are kept open between appends (one per active session);
 /// past it, appends open and close the file each time.
@@ -88,65 +49,10 @@ pub struct JsonlStore {
 }
 
 impl JsonlStore {
-    /// Reads and parses the tail of a session's file without changing anything (safe while
-    /// its worker appends: a record being written shows as a torn last line and is
-    /// skipped). `None`: no file; the flag: the file needs repair before the next append.
+    /// The tail of a session's file, read without changing anything (see
+    /// [`record::read_tail`]).
     fn read_tail(&self, key: &SessionKey) -> Result<Option<(Loaded, bool)>, StoreError> {
-        let path = self.path_of(key);
-        let mut file = match File::open(&path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(StoreError::io(&path)(err)),
-        };
-        let len = file.metadata().map_err(StoreError::io(&path))?.len();
-        let skip_partial_first = len > TAIL_BYTES;
-        if skip_partial_first {
-            file.seek(SeekFrom::Start(len - TAIL_BYTES))
-                .map_err(StoreError::io(&path))?;
-        }
-        let mut text = Vec::new();
-        // Bounded even if the file grows while it is read.
-        file.take(TAIL_BYTES)
-            .read_to_end(&mut text)
-            .map_err(StoreError::io(&path))?;
-
-        let mut loaded = Loaded::default();
-        let mut lines = text.split(|&b| b == b'\n').peekable();
-        if skip_partial_first {
-            lines.next();
-        }
-        let mut torn = false;
-        let mut line_no = 0usize;
-        while let Some(line) = lines.next() {
-            line_no += 1;
-            let is_last = lines.peek().is_none();
-            if line.is_empty() {
-                continue;
-            }
-            match serde_json::from_slice::<Record<'_>>(line) {
-                Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
-                Ok(Record::Usage { usage }) => loaded.usage += usage,
-                Ok(Record::Inbound { inbound }) => note_inbound(
-                    &mut loaded.inbound,
-                    inbound.id.into_owned(),
-                    inbound.state.into_owned(),
-                ),
-                Err(err) if is_last => {
-                    tracing::warn!(session = %key, path = %path.display(), error = %err,
-                        "skipping torn last record of session file");
-                    torn = true;
-                    continue;
-                }
-                Err(err) => {
-                    tracing::warn!(session = %key, path = %path.display(), line = line_no,
-                        error = %err, "skipping unreadable record of session file");
-                    continue;
-                }
-            }
-            loaded.records += 1;
-        }
-        let needs_repair = torn || text.last().is_some_and(|&b| b != b'\n');
-        Ok(Some((loaded, needs_repair)))
+        record::read_tail(&self.path_of(key), key)
     }
 
     /// A store keeping its files in `<state_dir>/sessions`, created (mode 0700) if missing.
@@ -255,83 +161,6 @@ impl JsonlStore {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What an append needs of a file. A trait so tests can make writes fail part-way.
-trait AppendTarget {
-    /// The current length.
-    fn len(&self) -> std::io::Result<u64>;
-    /// Writes all of `buf` at the end.
-    fn append(&self, buf: &[u8]) -> std::io::Result<()>;
-    /// Cuts the file to `len` bytes.
-    fn cut(&self, len: u64) -> std::io::Result<()>;
-}
-
-impl AppendTarget for File {
-    fn len(&self) -> std::io::Result<u64> {
-        self.metadata().map(|m| m.len())
-    }
-    fn append(&self, buf: &[u8]) -> std::io::Result<()> {
-        let mut file = self;
-        file.write_all(buf)
-    }
-    fn cut(&self, len: u64) -> std::io::Result<()> {
-        self.set_len(len)
-    }
-}
-
-/// A failed append: why, and whether the file was cut back to its length before.
-struct AppendFailure {
-    error: std::io::Error,
-    cut_back: bool,
-}
-
-/// Appends `buf` whole or not at all: when the write fails part-way (a full disk), the
-/// file is cut back to the length it had before, so it still ends with a whole record.
-/// Only the session's own worker appends to its file, so nothing else moves the end.
-fn append_whole(file: &impl AppendTarget, buf: &[u8]) -> Result<(), AppendFailure> {
-    let before = file.len().map_err(|error| AppendFailure {
-        error,
-        cut_back: true,
-    })?;
-    file.append(buf).map_err(|error| {
-        let cut_back = match file.cut(before) {
-            Ok(()) => true,
-            Err(cut) => {
-                tracing::warn!(error = %cut, "could not cut a failed append back");
-                false
-            }
-        };
-        AppendFailure { error, cut_back }
-    })
-}
-
-/// Cuts a file after its last newline, dropping a partial record at its end.
-fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
-    let mut file = match OpenOptions::new().read(true).write(true).open(path) {
-        Ok(file) => file,
-        // Moved or removed since: nothing left to cut.
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err),
-    };
-    let len = file.metadata()?.len();
-    let mut end = len;
-    let mut chunk = vec![0u8; 64 * 1024];
-    while end > 0 {
-        let start = end.saturating_sub(chunk.len() as u64);
-        let piece = &mut chunk[..(end - start) as usize];
-        file.seek(SeekFrom::Start(start))?;
-        file.read_exact(piece)?;
-        if let Some(at) = piece.iter().rposition(|&b| b == b'\n') {
-            let keep = start + at as u64 + 1;
-            if keep < len {
-                file.set_len(keep)?;
-            }
-            return Ok(());
-        }
-        end = start;
-    }
-    file.set_len(0)
 }
 
 /// Makes sure the directory takes a write, so a read-only or full state directory stops the
@@ -508,7 +337,7 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 #[cfg(test)]
 mod tests {
-    use switchboard_core::ToolCall;
+    use switchboard_core::{MessageId, ToolCall, Usage};
 
     use crate::store::{Batch, InboundState, Snapshot};
 
@@ -735,60 +564,6 @@ mod tests {
             .expect("dir")
             .count();
         assert_eq!(archived, 1);
-    }
-
-    /// A file that takes `room` more bytes, then fails like a full disk.
-    struct FullDisk {
-        data: std::cell::RefCell<Vec<u8>>,
-        room: usize,
-        cut_fails: bool,
-    }
-
-    impl AppendTarget for FullDisk {
-        fn len(&self) -> std::io::Result<u64> {
-            Ok(self.data.borrow().len() as u64)
-        }
-        fn append(&self, buf: &[u8]) -> std::io::Result<()> {
-            let mut data = self.data.borrow_mut();
-            let fits = buf.len().min(self.room.saturating_sub(data.len()));
-            data.extend_from_slice(&buf[..fits]);
-            if fits < buf.len() {
-                return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
-            }
-            Ok(())
-        }
-        fn cut(&self, len: u64) -> std::io::Result<()> {
-            if self.cut_fails {
-                return Err(std::io::Error::other("cannot cut"));
-            }
-            self.data.borrow_mut().truncate(len as usize);
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn a_failed_append_is_cut_back_to_the_last_whole_record() {
-        let disk = FullDisk {
-            data: std::cell::RefCell::new(b"{\"role\":\"user\",\"content\":\"q\"}\n".to_vec()),
-            room: 50,
-            cut_fails: false,
-        };
-        let before = disk.data.borrow().clone();
-        let record = b"{\"role\":\"assistant\",\"content\":\"a long answer\"}\n";
-        let failure = append_whole(&disk, record).expect_err("the disk is full");
-        assert!(failure.cut_back);
-        assert_eq!(failure.error.raw_os_error(), Some(28));
-        assert_eq!(*disk.data.borrow(), before, "no partial record is left");
-
-        let stuck = FullDisk {
-            cut_fails: true,
-            ..disk
-        };
-        let failure = append_whole(&stuck, record).expect_err("still full");
-        assert!(
-            !failure.cut_back,
-            "the caller must learn the file is damaged"
-        );
     }
 
     #[test]

@@ -10,18 +10,23 @@
 //! - `trim`: the pure trimming and repair rules, unit-tested edge by edge.
 //! - `store`: the [`SessionStore`] trait and what a load returns.
 //! - `jsonl`: [`JsonlStore`], the on-disk store.
+//! - `record`: the file format (one record per line) and reading a file's tail back.
+//! - `append`: appending records whole or not at all.
 //! - `file_name`: a session's file name from its key (percent-encoded, long ones hashed).
 //! - `error`: [`StoreError`].
 
+mod append;
 mod error;
 mod file_name;
 mod jsonl;
+mod record;
 mod session;
 mod store;
 mod trim;
 
 pub use error::StoreError;
-pub use jsonl::{INBOUND_MEMORY, JsonlStore};
+pub use jsonl::JsonlStore;
+pub use record::INBOUND_MEMORY;
 pub use session::Session;
 pub use store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
 pub use trim::{MISSING_RESULT, repair, trim};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
 
-use crate::jsonl::note_inbound;
+use crate::record::note_inbound;
 use crate::store::{InboundState, Loaded, Snapshot};
 use crate::trim::{repair, trim};
 
