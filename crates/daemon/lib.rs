@@ -20,6 +20,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+mod config_values;
 pub mod doctor;
 pub mod health;
 pub mod llm_config;

@@ -1,0 +1,154 @@
+//! What a value in the config may say beyond its type: `${ENV}` and `${credential:NAME}`
+//! references (resolved in the parsed document, spans kept, before the sections are read)
+//! and a bind address given by host name.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+
+use crate::config::expand_env;
+
+/// `http.bind`: an IP address and port, or a host name and port (`localhost:8080`), which is
+/// resolved when the config is read (an IPv4 address preferred: loopback names resolve to
+/// both, and the page's default URL is 127.0.0.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindAddress(pub SocketAddr);
+
+impl<'de> Deserialize<'de> for BindAddress {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        resolve_bind(&text)
+            .map(BindAddress)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let unresolved = |why: String| {
+        format!(
+            "`{text}` is not an address and port that resolves ({why}); write an IP address \
+             and port, e.g. \"127.0.0.1:8080\""
+        )
+    };
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(text)
+        .map_err(|err| unresolved(err.to_string()))?
+        .collect();
+    addrs
+        .iter()
+        .find(|addr| addr.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| unresolved("no addresses".into()))
+}
+
+/// Keys whose values are secrets: their `${…}` references are resolved where they are used
+/// (an unresolvable LLM key is reported per message, not as a config error), so they are
+/// left as written here.
+const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret"];
+
+/// A located problem with one value: its span, dotted key and message.
+pub(crate) type ValueProblem = (std::ops::Range<usize>, String, String);
+
+/// Replaces `${ENV}` and `${credential:NAME}` in every string value but the secrets, in
+/// place (spans kept, so later errors still point into the file); an unresolvable
+/// reference is an error at its value.
+pub(crate) fn expand_strings(
+    table: &mut toml::de::DeTable<'_>,
+    path: &mut Vec<String>,
+) -> Result<(), ValueProblem> {
+    for (key, value) in table.iter_mut() {
+        path.push(key.get_ref().to_string());
+        let result = expand_value(value, path);
+        path.pop();
+        result?;
+    }
+    Ok(())
+}
+
+fn expand_value(
+    value: &mut toml::Spanned<toml::de::DeValue<'_>>,
+    path: &mut Vec<String>,
+) -> Result<(), ValueProblem> {
+    let span = value.span();
+    match value.get_mut() {
+        toml::de::DeValue::String(text) => {
+            let secret = path
+                .last()
+                .is_some_and(|key| SECRET_KEYS.contains(&key.as_str()));
+            if !secret && text.contains("${") {
+                let expanded = expand_env(text)
+                    .map_err(|unresolved| (span, path.join("."), unresolved.to_string()))?;
+                *text = std::borrow::Cow::Owned(expanded);
+            }
+            Ok(())
+        }
+        toml::de::DeValue::Table(table) => expand_strings(table, path),
+        toml::de::DeValue::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                path.push(index.to_string());
+                let result = expand_value(item, path);
+                path.pop();
+                result?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::{Config, ConfigError};
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/switchboard/config.toml"))
+    }
+
+    #[test]
+    fn a_bind_host_name_is_resolved_and_one_without_a_port_says_to_write_an_ip() {
+        let config =
+            parse("[http]\nbind = \"localhost:8080\"\n[channels.websocket]\nauth = \"none\"\n")
+                .expect("a host name and port parse");
+        assert_eq!(
+            config.http.bind.get_ref().0,
+            SocketAddr::from(([127, 0, 0, 1], 8080))
+        );
+        let err = parse("[http]\nbind = \"localhost\"\n[channels.websocket]\nauth = \"none\"\n")
+            .expect_err("no port");
+        assert_eq!(err.key, "http.bind");
+        assert_eq!(err.line, Some(2));
+        assert!(
+            err.message.contains("write an IP address and port"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn env_references_expand_in_every_string_but_secrets_wait_for_their_use() {
+        let home = std::env::var("HOME").expect("HOME is set in tests");
+        let config = parse(
+            "[agent]\nworkspace = \"${HOME}/agent\"\n[llm]\napi_key = \"${SURELY_UNSET_KEY_9}\"\n\
+             [channels.websocket]\nauth = \"none\"\n",
+        )
+        .expect("a secret's unset variable is not a config error");
+        assert_eq!(config.agent.workspace, format!("{home}/agent"));
+        assert_eq!(
+            config.llm.api_key.as_ref().map(|k| k.get_ref().as_str()),
+            Some("${SURELY_UNSET_KEY_9}")
+        );
+        let err = parse("[agent]\nstate_dir = \"${SURELY_UNSET_DIR_9}/state\"\n")
+            .expect_err("an unset variable elsewhere");
+        assert_eq!(err.key, "agent.state_dir");
+        assert_eq!(err.line, Some(2));
+        assert!(
+            err.message.contains("SURELY_UNSET_DIR_9 is not set"),
+            "{err}"
+        );
+    }
+}
