@@ -247,7 +247,13 @@ impl Turn<'_> {
             self.usage += response.usage;
             if response.tool_calls.is_empty() {
                 let reply = verify::strip_thinking(&response.content);
-                let verdict = self.check(&question, &reply, rejected + 1, cancel).await;
+                let check = verify::Check {
+                    question: &question,
+                    reply: &reply,
+                    attempt: rejected + 1,
+                };
+                let verdict =
+                    verify::check(&config.verify, check, events, &mut self.usage, cancel).await;
                 let reason = match verdict {
                     Some(Verdict::Pass) if reply.is_empty() => {
                         return End::Reply(
@@ -324,61 +330,6 @@ impl Turn<'_> {
              (the limit is agent.max_iterations = {max}). Ask me to continue if you want more."
         );
         End::Reply(reply, TurnEnd::IterationLimit)
-    }
-
-    /// Checks a final reply: leaked tool-call markup always, the configured rules and
-    /// judge when verification is on. `None` when the turn was stopped meanwhile.
-    async fn check(
-        &mut self,
-        question: &str,
-        reply: &str,
-        attempt: usize,
-        cancel: &CancellationToken,
-    ) -> Option<Verdict> {
-        let verify = &self.agent.config.verify;
-        let span = tracing::info_span!("verify", attempt, reply_bytes = reply.len());
-        let mut verdict = match verify::leaked(reply) {
-            Some(reason) => Verdict::Fail(reason),
-            None if !verify.enabled => return Some(Verdict::Pass),
-            None => match verify.rules(reply) {
-                Err(reason) => Verdict::Fail(reason),
-                Ok(()) => Verdict::Pass,
-            },
-        };
-        if verdict == Verdict::Pass
-            && verify.enabled
-            && let Some(judge) = &verify.judge
-        {
-            let _ = self
-                .events
-                .send(AgentEvent::Status("Checking the answer…".into()));
-            let request = verify::judge_request(judge, question, reply);
-            let call = judge.llm.chat(&request, &|_| {}).instrument(span.clone());
-            let answer = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return None,
-                answer = call => answer,
-            };
-            match answer {
-                Ok(answer) => {
-                    self.usage += answer.usage;
-                    verdict = verify::verdict(&answer.content);
-                }
-                // A judge that cannot be reached must not hold every reply back.
-                Err(err) => span.in_scope(|| {
-                    tracing::warn!(error = %err, "the verification judge failed; reply passed unjudged");
-                }),
-            }
-        }
-        let rejected = match &verdict {
-            Verdict::Pass => None,
-            Verdict::Fail(reason) => Some(reason.clone()),
-        };
-        span.in_scope(
-            || tracing::info!(passed = rejected.is_none(), reason = ?rejected, "verified"),
-        );
-        let _ = self.events.send(AgentEvent::Verified { attempt, rejected });
-        Some(verdict)
     }
 
     /// Calls the model once (its retry layer retries); a failure ends the turn with the

@@ -11,8 +11,12 @@
 
 use std::sync::Arc;
 
-use switchboard_core::ChatMessage;
+use switchboard_core::{ChatMessage, Usage};
 use switchboard_llm::{ChatRequest, LlmProvider};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::events::{AgentEvent, EventSink};
 
 /// `[agent.verify]`.
 #[derive(Clone)]
@@ -71,6 +75,72 @@ pub const DEFAULT_JUDGE_PROMPT: &str = "You check an assistant's reply before it
 Read the user's message and the reply. If the reply answers the message, is coherent and \
 contains no internal markup, answer exactly PASS. Otherwise answer FAIL: followed by one \
 sentence saying what to fix.";
+
+/// A final reply to check, and what it answers.
+pub(crate) struct Check<'a> {
+    /// The person's message.
+    pub question: &'a str,
+    /// The reply, `<think>` blocks removed.
+    pub reply: &'a str,
+    /// Which attempt at the reply this is, from 1.
+    pub attempt: usize,
+}
+
+/// Checks a final reply: leaked tool-call markup always, the rules and the judge when
+/// verification is on. The judge's tokens are added to `usage`; the verdict is sent as an
+/// event and traced. `None` when the turn was stopped meanwhile.
+pub(crate) async fn check(
+    verify: &Verify,
+    check: Check<'_>,
+    events: &EventSink,
+    usage: &mut Usage,
+    cancel: &CancellationToken,
+) -> Option<Verdict> {
+    let Check {
+        question,
+        reply,
+        attempt,
+    } = check;
+    let span = tracing::info_span!("verify", attempt, reply_bytes = reply.len());
+    let mut verdict = match leaked(reply) {
+        Some(reason) => Verdict::Fail(reason),
+        None if !verify.enabled => return Some(Verdict::Pass),
+        None => match verify.rules(reply) {
+            Err(reason) => Verdict::Fail(reason),
+            Ok(()) => Verdict::Pass,
+        },
+    };
+    if verdict == Verdict::Pass
+        && verify.enabled
+        && let Some(judge) = &verify.judge
+    {
+        let _ = events.send(AgentEvent::Status("Checking the answer…".into()));
+        let request = judge_request(judge, question, reply);
+        let call = judge.llm.chat(&request, &|_| {}).instrument(span.clone());
+        let answer = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return None,
+            answer = call => answer,
+        };
+        match answer {
+            Ok(answer) => {
+                *usage += answer.usage;
+                verdict = self::verdict(&answer.content);
+            }
+            // A judge that cannot be reached must not hold every reply back.
+            Err(err) => span.in_scope(|| {
+                tracing::warn!(error = %err, "the verification judge failed; reply passed unjudged");
+            }),
+        }
+    }
+    let rejected = match &verdict {
+        Verdict::Pass => None,
+        Verdict::Fail(reason) => Some(reason.clone()),
+    };
+    span.in_scope(|| tracing::info!(passed = rejected.is_none(), reason = ?rejected, "verified"));
+    let _ = events.send(AgentEvent::Verified { attempt, rejected });
+    Some(verdict)
+}
 
 /// What the person gets when no attempt passed.
 pub(crate) fn graceful_failure(attempts: usize) -> String {
