@@ -38,6 +38,8 @@ mod pause;
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).
 mod protocol;
+/// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
+mod service;
 /// `/stop` ends a turn at once and leaves a valid session.
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.
