@@ -1,20 +1,23 @@
-//! kill -9 at random moments of tool-calling turns, cycle after cycle; afterwards every
+//! kill -9 at random moments, cycle after cycle. Over WebSocket, during tool-calling turns:
+//! afterwards every
 //! acknowledged message is on disk exactly once, nothing is on disk twice, and every
 //! session replays to the scripted LLM in strict mode (which answers unpaired or repeated
 //! tool-call ids with a provider's 400).
 //!
 //! `SWITCHBOARD_CRASH_CYCLES` sets the number of cycles (8 by default) and
-//! `SWITCHBOARD_CRASH_SEED` the random seed (printed, to replay a failure).
+//! `SWITCHBOARD_CRASH_SEED` the random seed (printed, to replay a failure). Over Telegram:
+//! every update is answered exactly once.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use switchboard_testkit::{Reply, ScriptedLlm};
+use switchboard_testkit::{FakeTelegram, Reply, ScriptedLlm};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::util::{self, WsClient};
+use crate::telegram::{ADA, BOB, chat, table};
+use crate::util::{self, Extra, PATIENCE, WsClient};
 
 const CHATS: usize = 3;
 
@@ -191,5 +194,119 @@ async fn kill_9_during_tool_calling_turns_loses_and_doubles_nothing() {
             });
         switchboard_testkit::strict::check_conversation(wire)
             .unwrap_or_else(|err| panic!("{chat}: the history read back is refused: {err}"));
+    }
+}
+
+/// kill -9 the binary at different moments, cycle after cycle, then let it finish: every
+/// update is answered exactly once. `SWITCHBOARD_TELEGRAM_KILLS` sets the cycles (8).
+///
+/// The moments: right after Telegram handed the updates out; while the model answers; at a
+/// random moment before any answer can go out; when all is answered and confirmed. Not
+/// targeted: the instant between Telegram accepting an answer and the daemon recording that
+/// (no Bot API call can be made idempotent; a crash there sends that answer twice — see
+/// crates/agent/src/worker.rs).
+#[tokio::test]
+async fn kill_9_at_any_moment_neither_loses_an_update_nor_answers_one_twice() {
+    let cycles: usize = std::env::var("SWITCHBOARD_TELEGRAM_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake");
+    // The model echoes, after a pause that varies, so kills land before, during and after.
+    let state = std::sync::Arc::new(std::sync::Mutex::new(0x2545_f491_4f6c_dd1du64));
+    let next = move || {
+        let mut s = state.lock().expect("lock");
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    };
+    let pause = next.clone();
+    llm.respond_with(move |request| {
+        let last = util::conversation(request)
+            .into_iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| m["content"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        Reply::text(format!("echo: {last}")).delayed(Duration::from_millis(30 + pause() % 120))
+    });
+    let config = dir.path().join("config.toml");
+    let tables = table(&fake, "stream = false");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
+
+    let mut sent: Vec<(i64, i64, String)> = Vec::new();
+    let answered = |f: &FakeTelegram, chat: i64, id: i64| {
+        f.messages_to(chat).iter().any(|m| m.reply_to == Some(id))
+    };
+    for cycle in 0..cycles {
+        let (mut child, _) = util::spawn_daemon(&config).await;
+        let delivered = fake.delivered();
+        let requests = llm.requests().len();
+        let mine: Vec<(i64, i64, String)> = [ADA, BOB]
+            .iter()
+            .map(|user| {
+                let text = format!("cycle {cycle} from {user}");
+                (chat(*user), fake.private_text(*user, &text), text)
+            })
+            .collect();
+        match cycle % 4 {
+            // Right after Telegram handed the updates out.
+            0 => {
+                fake.wait_until(PATIENCE, "the updates delivered", |f| {
+                    f.delivered() > delivered
+                })
+                .await;
+            }
+            // While the model is answering.
+            1 => {
+                llm.wait_for_requests(requests + 1, PATIENCE).await;
+            }
+            // At a random moment before the model (which pauses at least 30 ms) answers.
+            2 => tokio::time::sleep(Duration::from_millis(next() % 25)).await,
+            // When all is answered and confirmed: nothing may be answered again.
+            _ => {
+                fake.wait_until(PATIENCE, "this cycle's answers, confirmed", |f| {
+                    mine.iter().all(|(chat, id, _)| answered(f, *chat, *id)) && f.unconfirmed() == 0
+                })
+                .await;
+            }
+        }
+        util::signal(&child, "-KILL");
+        child.wait().await.expect("wait");
+        sent.extend(mine);
+    }
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait_until(PATIENCE * 3, "every message answered", |f| {
+        sent.iter().all(|(chat, id, _)| answered(f, *chat, *id))
+    })
+    .await;
+    fake.wait_until(PATIENCE, "every update confirmed", |f| f.unconfirmed() == 0)
+        .await;
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+    for (chat, id, text) in &sent {
+        let replies: Vec<String> = fake
+            .messages_to(*chat)
+            .into_iter()
+            .filter(|m| m.reply_to == Some(*id))
+            .map(|m| m.visible)
+            .collect();
+        assert_eq!(
+            replies,
+            [format!("echo: {text}")],
+            "message {id} in chat {chat}"
+        );
     }
 }

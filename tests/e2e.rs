@@ -17,7 +17,7 @@ mod binary;
 mod builtin;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
-/// kill -9 at random moments of tool-calling turns: nothing acknowledged is lost or doubled.
+/// kill -9 at random moments (WebSocket tool turns, Telegram updates): nothing acknowledged is lost or doubled.
 mod crash;
 /// Discord against a fake gateway and REST API: DMs, mentions, long replies, pings,
 /// resume, pairing, streaming, 429s, slash commands, files, a wrong token.

@@ -10,11 +10,11 @@ use switchboard_testkit::{FakeTelegram, Reply, ScriptedLlm};
 use crate::util::{self, BINARY, Extra, PATIENCE, WsClient};
 
 /// A private chat's user (on the allow list) and another.
-const ADA: u64 = 42;
-const BOB: u64 = 43;
+pub(crate) const ADA: u64 = 42;
+pub(crate) const BOB: u64 = 43;
 
 /// `[channels.telegram]` for the fake, with `extra` lines.
-fn table(fake: &FakeTelegram, extra: &str) -> String {
+pub(crate) fn table(fake: &FakeTelegram, extra: &str) -> String {
     format!(
         r#"[channels.telegram]
 enabled = true
@@ -77,7 +77,7 @@ impl Telegram {
     }
 }
 
-fn chat(user: u64) -> i64 {
+pub(crate) fn chat(user: u64) -> i64 {
     i64::try_from(user).expect("small")
 }
 
@@ -468,120 +468,6 @@ async fn a_webhook_update_with_the_secret_is_answered_and_one_without_is_refused
         "the refused one never reached the model"
     );
     t.daemon.shutdown().await;
-}
-
-/// kill -9 the binary at different moments, cycle after cycle, then let it finish: every
-/// update is answered exactly once. `SWITCHBOARD_TELEGRAM_KILLS` sets the cycles (8).
-///
-/// The moments: right after Telegram handed the updates out; while the model answers; at a
-/// random moment before any answer can go out; when all is answered and confirmed. Not
-/// targeted: the instant between Telegram accepting an answer and the daemon recording that
-/// (no Bot API call can be made idempotent; a crash there sends that answer twice — see
-/// crates/agent/src/worker.rs).
-#[tokio::test]
-async fn kill_9_at_any_moment_neither_loses_an_update_nor_answers_one_twice() {
-    let cycles: usize = std::env::var("SWITCHBOARD_TELEGRAM_KILLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(8);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let fake = FakeTelegram::start().await.expect("fake");
-    // The model echoes, after a pause that varies, so kills land before, during and after.
-    let state = std::sync::Arc::new(std::sync::Mutex::new(0x2545_f491_4f6c_dd1du64));
-    let next = move || {
-        let mut s = state.lock().expect("lock");
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        *s
-    };
-    let pause = next.clone();
-    llm.respond_with(move |request| {
-        let last = util::conversation(request)
-            .into_iter()
-            .rev()
-            .find(|m| m["role"] == "user")
-            .and_then(|m| m["content"].as_str().map(str::to_owned))
-            .unwrap_or_default();
-        Reply::text(format!("echo: {last}")).delayed(Duration::from_millis(30 + pause() % 120))
-    });
-    let config = dir.path().join("config.toml");
-    let tables = table(&fake, "stream = false");
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        Extra {
-            tables: &tables,
-            ..Extra::default()
-        },
-    );
-    std::fs::write(&config, text).expect("write");
-
-    let mut sent: Vec<(i64, i64, String)> = Vec::new();
-    let answered = |f: &FakeTelegram, chat: i64, id: i64| {
-        f.messages_to(chat).iter().any(|m| m.reply_to == Some(id))
-    };
-    for cycle in 0..cycles {
-        let (mut child, _) = util::spawn_daemon(&config).await;
-        let delivered = fake.delivered();
-        let requests = llm.requests().len();
-        let mine: Vec<(i64, i64, String)> = [ADA, BOB]
-            .iter()
-            .map(|user| {
-                let text = format!("cycle {cycle} from {user}");
-                (chat(*user), fake.private_text(*user, &text), text)
-            })
-            .collect();
-        match cycle % 4 {
-            // Right after Telegram handed the updates out.
-            0 => {
-                fake.wait_until(PATIENCE, "the updates delivered", |f| {
-                    f.delivered() > delivered
-                })
-                .await;
-            }
-            // While the model is answering.
-            1 => {
-                llm.wait_for_requests(requests + 1, PATIENCE).await;
-            }
-            // At a random moment before the model (which pauses at least 30 ms) answers.
-            2 => tokio::time::sleep(Duration::from_millis(next() % 25)).await,
-            // When all is answered and confirmed: nothing may be answered again.
-            _ => {
-                fake.wait_until(PATIENCE, "this cycle's answers, confirmed", |f| {
-                    mine.iter().all(|(chat, id, _)| answered(f, *chat, *id)) && f.unconfirmed() == 0
-                })
-                .await;
-            }
-        }
-        util::signal(&child, "-KILL");
-        child.wait().await.expect("wait");
-        sent.extend(mine);
-    }
-
-    let (mut child, _) = util::spawn_daemon(&config).await;
-    fake.wait_until(PATIENCE * 3, "every message answered", |f| {
-        sent.iter().all(|(chat, id, _)| answered(f, *chat, *id))
-    })
-    .await;
-    fake.wait_until(PATIENCE, "every update confirmed", |f| f.unconfirmed() == 0)
-        .await;
-    util::signal(&child, "-TERM");
-    assert!(child.wait().await.expect("wait").success());
-    for (chat, id, text) in &sent {
-        let replies: Vec<String> = fake
-            .messages_to(*chat)
-            .into_iter()
-            .filter(|m| m.reply_to == Some(*id))
-            .map(|m| m.visible)
-            .collect();
-        assert_eq!(
-            replies,
-            [format!("echo: {text}")],
-            "message {id} in chat {chat}"
-        );
-    }
 }
 
 #[tokio::test]
