@@ -13,7 +13,9 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{paced, sse_body};
+use axum::body::Body;
+
+use super::{Reply, paced, sse_body};
 
 /// An error the way Anthropic sends one.
 pub(super) fn error(status: u16, retry_after: Option<u64>, message: &str) -> Response {
@@ -146,4 +148,46 @@ pub(super) fn cut_call(id: &str, name: &str) -> Response {
             "delta": {"type": "input_json_delta", "partial_json": "{\"text\": \"cu"}})),
     ];
     sse_body(paced(futures::stream::iter(events), Duration::ZERO))
+}
+
+/// The answer to a request, for a reply that is neither delayed nor raw.
+pub(super) fn respond(reply: Reply, number: usize, stream: bool) -> Response {
+    match reply {
+        Reply::CutToolCall(name) => cut_call(&format!("toolu_{number}_0"), &name),
+        Reply::Error {
+            status,
+            retry_after,
+        } => error(status, retry_after, "scripted error"),
+        Reply::ErrorWithMessage(status, message) => error(status, None, &message),
+        Reply::Text(text) => self::text(&text, Duration::ZERO, stream),
+        Reply::Paced(text, gap) => self::text(&text, gap, stream),
+        Reply::ToolCalls(calls) => {
+            let calls: Vec<_> = calls
+                .into_iter()
+                .enumerate()
+                .map(|(i, (name, args))| (format!("toolu_{number}_{i}"), name, args))
+                .collect();
+            self::calls(&calls, stream)
+        }
+        Reply::ToolCallsWithIds(calls) => self::calls(&calls, stream),
+        Reply::Endless => endless(),
+        Reply::StallAfter(text) => sse_body(paced(
+            opening(&text).chain(futures::stream::pending()),
+            Duration::ZERO,
+        )),
+        Reply::BreakAfter(text) => {
+            let events = paced(opening(&text), Duration::from_millis(20))
+                .map(|item| item.map_err(|never| match never {}))
+                .chain(futures::stream::once(async {
+                    Err(std::io::Error::other("scripted connection break"))
+                }));
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .body(Body::from_stream(events))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        // Answered by `respond` already.
+        Reply::Delayed(_, inner) => respond(*inner, number, stream),
+        Reply::Raw(_) => unreachable!("answered above"),
+    }
 }
