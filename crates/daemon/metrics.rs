@@ -7,6 +7,7 @@
 //! sessions, connections, channel restarts, undeliverable messages) is read when `/metrics`
 //! is asked. `[http] metrics = false` turns the route (and the recording) off.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -103,7 +104,7 @@ impl MetricsHook {
 
 #[async_trait]
 impl Hook for MetricsHook {
-    async fn before_llm(&self, turn: TurnInfo<'_>, _request: &mut ChatRequest) {
+    async fn before_llm(&self, turn: TurnInfo<'_>, _request: &mut Cow<'_, ChatRequest>) {
         if turn.iteration == 1 {
             metrics::counter!("switchboard_turns_started_total").increment(1);
         }

@@ -8,6 +8,7 @@
 //! `before_tool` the first skip wins (later hooks are not asked); the others see what the
 //! earlier ones changed. With no hooks, the turn does no hook work at all.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -71,8 +72,9 @@ pub struct TurnSummary<'a> {
 /// A policy attached to every turn. All methods default to doing nothing.
 #[async_trait]
 pub trait Hook: Send + Sync + 'static {
-    /// Before an LLM call; may change the request.
-    async fn before_llm(&self, _turn: TurnInfo<'_>, _request: &mut ChatRequest) {}
+    /// Before an LLM call; may change the request for this call (`request.to_mut()` makes
+    /// the copy — a hook that only looks costs none).
+    async fn before_llm(&self, _turn: TurnInfo<'_>, _request: &mut Cow<'_, ChatRequest>) {}
 
     /// After an LLM call answered.
     async fn after_llm(&self, _turn: TurnInfo<'_>, _response: &ChatResponse) {}
@@ -120,7 +122,7 @@ impl Hooks {
         self.0.is_empty()
     }
 
-    pub(crate) async fn before_llm(&self, turn: TurnInfo<'_>, request: &mut ChatRequest) {
+    pub(crate) async fn before_llm(&self, turn: TurnInfo<'_>, request: &mut Cow<'_, ChatRequest>) {
         for hook in &self.0 {
             hook.before_llm(turn, request).await;
         }

@@ -368,14 +368,11 @@ impl Turn<'_> {
             iteration,
             user: self.user.as_ref(),
         };
-        let altered = if agent.hooks.is_empty() {
-            None
-        } else {
-            let mut altered = request.clone();
-            agent.hooks.before_llm(info, &mut altered).await;
-            Some(altered)
-        };
-        let request = altered.as_ref().unwrap_or(request);
+        let mut request = std::borrow::Cow::Borrowed(request);
+        if !agent.hooks.is_empty() {
+            agent.hooks.before_llm(info, &mut request).await;
+        }
+        let request = &*request;
         let llm = agent.llm();
         let span = tracing::info_span!(
             "llm",

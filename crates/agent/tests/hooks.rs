@@ -3,6 +3,7 @@
 //! tool never runs. The model is a script of responses (the loop is the subject here; the
 //! wire formats have their own tests against the testkit's servers).
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -83,8 +84,8 @@ struct Policy {
 
 #[async_trait]
 impl Hook for Policy {
-    async fn before_llm(&self, _turn: TurnInfo<'_>, request: &mut ChatRequest) {
-        request.system.push_str("\n[policy: be brief]");
+    async fn before_llm(&self, _turn: TurnInfo<'_>, request: &mut Cow<'_, ChatRequest>) {
+        request.to_mut().system.push_str("\n[policy: be brief]");
     }
     async fn after_llm(&self, _turn: TurnInfo<'_>, _response: &ChatResponse) {
         self.responses_seen.fetch_add(1, Ordering::SeqCst);
