@@ -140,11 +140,7 @@ async fn the_fallback_answers_when_the_primary_keeps_failing() {
     assert_eq!(turn.reply(), "echo: hello");
     assert_eq!(primary.requests().len(), 2, "1 attempt + max_retries = 1");
     assert_eq!(fallback.requests().len(), 1);
-    let statuses: Vec<&str> = turn
-        .of_type("status")
-        .iter()
-        .filter_map(|f| f["text"].as_str())
-        .collect();
+    let statuses = turn.statuses();
     assert!(
         statuses
             .iter()
@@ -231,11 +227,7 @@ async fn verification_rejects_leaked_markup_and_the_retry_passes() {
         !turn.of_type("reset").is_empty(),
         "the rejected draft is reset"
     );
-    let statuses: Vec<&str> = turn
-        .of_type("status")
-        .iter()
-        .filter_map(|f| f["text"].as_str())
-        .collect();
+    let statuses = turn.statuses();
     assert!(
         statuses.iter().any(|s| s.contains("did not pass a check")),
         "{statuses:?}"

@@ -23,13 +23,6 @@ fn shown(turn: &TurnFrames) -> String {
     shown
 }
 
-fn statuses(turn: &TurnFrames) -> Vec<String> {
-    turn.of_type("status")
-        .iter()
-        .filter_map(|f| f["text"].as_str().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test]
 async fn an_endless_llm_stream_ends_the_turn_at_the_reply_limit() {
     let mut h = Harness::with_config(Extra {
@@ -93,7 +86,7 @@ async fn a_stalled_stream_is_reported_and_times_out_between_chunks() {
     assert!(started.elapsed() < util::PATIENCE);
     assert_eq!(turn.streamed(), "the first words");
     assert!(
-        statuses(&turn)
+        turn.statuses()
             .iter()
             .any(|s| s.starts_with("Still waiting for the model")),
         "{:?}",
@@ -120,7 +113,7 @@ async fn a_silent_llm_is_reported_and_the_call_ends_within_the_request_timeout()
         took >= Duration::from_secs(2) && took < Duration::from_secs(8),
         "{took:?}"
     );
-    let statuses = statuses(&turn);
+    let statuses = turn.statuses();
     assert!(statuses.len() >= 2, "told while waiting: {statuses:?}");
     let error = turn.error().expect("an error frame");
     assert!(error.contains("llm.request_timeout_secs"), "{error}");
@@ -137,7 +130,7 @@ async fn a_retry_after_streamed_text_resets_the_draft_instead_of_repeating_it() 
     assert_eq!(shown(&turn), turn.reply(), "{:?}", turn.frames);
     assert_eq!(turn.of_type("reset").len(), 1, "{:?}", turn.frames);
     assert!(
-        statuses(&turn).iter().any(|s| s.contains("trying again")),
+        turn.statuses().iter().any(|s| s.contains("trying again")),
         "{:?}",
         turn.frames
     );

@@ -157,6 +157,14 @@ impl TurnFrames {
             .and_then(|f| f["message"].as_str())
     }
 
+    /// The texts of the turn's `status` frames.
+    pub fn statuses(&self) -> Vec<String> {
+        self.of_type("status")
+            .iter()
+            .filter_map(|f| f["text"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     /// The frames of one type.
     pub fn of_type(&self, kind: &str) -> Vec<&Value> {
         self.frames.iter().filter(|f| f["type"] == kind).collect()
