@@ -6,10 +6,35 @@ use std::time::Duration;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
 use crate::body::{self, error_chain};
+use crate::config::ProviderConfig;
 use crate::error::LlmError;
 
 /// How much of an error response's body is kept for the error message.
 const ERROR_BODY_BYTES: usize = 16 * 1024;
+
+/// What a provider client holds: its HTTP client, its endpoint, its settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Api {
+    pub(crate) http: reqwest::Client,
+    /// `{base_url}/{path}`, parsed once.
+    pub(crate) url: reqwest::Url,
+    pub(crate) config: ProviderConfig,
+    /// The model, for responses to name.
+    pub(crate) model: std::sync::Arc<str>,
+}
+
+impl Api {
+    /// The client of `config.base_url`'s `path`. Fails if the base URL is not a URL or the
+    /// TLS stack cannot start.
+    pub(crate) fn new(config: ProviderConfig, path: &str) -> Result<Self, LlmError> {
+        Ok(Self {
+            http: client(&config.base_url)?,
+            url: endpoint(&config.base_url, path)?,
+            model: config.model.as_str().into(),
+            config,
+        })
+    }
+}
 
 /// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`).
 pub(crate) fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {

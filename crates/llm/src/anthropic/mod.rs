@@ -25,26 +25,15 @@ const API_VERSION: &str = "2023-06-01";
 /// A client of the Messages API.
 #[derive(Clone, Debug)]
 pub struct AnthropicProvider {
-    http: reqwest::Client,
-    /// `{base_url}/messages`, parsed once.
-    url: reqwest::Url,
-    config: ProviderConfig,
-    /// The model, for responses to name.
-    model: std::sync::Arc<str>,
+    api: http::Api,
 }
 
 impl AnthropicProvider {
     /// A provider for the configured server. Fails if the base URL is not a URL or the
     /// TLS stack cannot start.
     pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
-        let http = http::client(&config.base_url)?;
-        let url = http::endpoint(&config.base_url, "messages")?;
-        let model = config.model.as_str().into();
         Ok(Self {
-            http,
-            url,
-            config,
-            model,
+            api: http::Api::new(config, "messages")?,
         })
     }
 }
@@ -56,7 +45,7 @@ impl LlmProvider for AnthropicProvider {
     }
 
     fn model(&self) -> &str {
-        &self.config.model
+        &self.api.config.model
     }
 
     async fn chat(
@@ -66,7 +55,7 @@ impl LlmProvider for AnthropicProvider {
     ) -> Result<ChatResponse, LlmError> {
         let mut response = self.call(request, events).await?;
         response.provider = "anthropic";
-        response.model = self.model.clone();
+        response.model = self.api.model.clone();
         Ok(response)
     }
 }
@@ -79,19 +68,20 @@ impl AnthropicProvider {
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
         let settings = wire::Settings {
-            model: &self.config.model,
-            temperature: self.config.temperature,
-            max_tokens: self.config.max_tokens,
+            model: &self.api.config.model,
+            temperature: self.api.config.temperature,
+            max_tokens: self.api.config.max_tokens,
         };
         let body = serde_json::to_vec(&wire::request(&settings, request))
             .map_err(|err| LlmError::Decode(err.to_string()))?;
         let mut builder = self
+            .api
             .http
-            .post(self.url.clone())
+            .post(self.api.url.clone())
             .header(CONTENT_TYPE, "application/json")
             .header("anthropic-version", API_VERSION)
             .body(body);
-        match &self.config.api_key {
+        match &self.api.config.api_key {
             ApiKey::None => {}
             ApiKey::Key(key) => builder = builder.header("x-api-key", key),
             ApiKey::Missing { reason } => {
@@ -100,9 +90,15 @@ impl AnthropicProvider {
                 });
             }
         }
-        let idle = self.config.idle_timeout;
-        let response = http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
-        let limits = &self.config.limits;
+        let idle = self.api.config.idle_timeout;
+        let response = http::send(
+            builder,
+            &self.api.url,
+            self.api.config.first_byte_timeout,
+            idle,
+        )
+        .await?;
+        let limits = &self.api.config.limits;
         if request.stream && http::is_sse(&response) {
             let mut assembler = Assembler::new(*limits);
             body::read_sse(response.bytes_stream(), idle, limits, |event| {

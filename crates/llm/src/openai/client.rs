@@ -22,26 +22,15 @@ use crate::provider::{
 /// A client of one OpenAI-compatible server.
 #[derive(Clone, Debug)]
 pub struct OpenAiProvider {
-    http: reqwest::Client,
-    /// `{base_url}/chat/completions`, parsed once.
-    url: reqwest::Url,
-    config: ProviderConfig,
-    /// The model, for responses to name.
-    model: std::sync::Arc<str>,
+    api: http::Api,
 }
 
 impl OpenAiProvider {
     /// A provider for the configured server. Fails if the base URL is not a URL or the
     /// TLS stack cannot start.
     pub fn new(config: ProviderConfig) -> Result<Self, LlmError> {
-        let http = http::client(&config.base_url)?;
-        let url = http::endpoint(&config.base_url, "chat/completions")?;
-        let model = config.model.as_str().into();
         Ok(Self {
-            http,
-            url,
-            config,
-            model,
+            api: http::Api::new(config, "chat/completions")?,
         })
     }
 
@@ -53,17 +42,24 @@ impl OpenAiProvider {
         stream: bool,
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
-        let idle = self.config.idle_timeout;
+        let idle = self.api.config.idle_timeout;
         let mut builder = self
+            .api
             .http
-            .post(self.url.clone())
+            .post(self.api.url.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         if let Some(key) = key {
             builder = builder.bearer_auth(key);
         }
-        let response = http::send(builder, &self.url, self.config.first_byte_timeout, idle).await?;
-        let limits = &self.config.limits;
+        let response = http::send(
+            builder,
+            &self.api.url,
+            self.api.config.first_byte_timeout,
+            idle,
+        )
+        .await?;
+        let limits = &self.api.config.limits;
         if stream && http::is_sse(&response) {
             let mut assembler = Assembler::new(*limits);
             body::read_sse(response.bytes_stream(), idle, limits, |event| {
@@ -102,7 +98,7 @@ impl LlmProvider for OpenAiProvider {
     }
 
     fn model(&self) -> &str {
-        &self.config.model
+        &self.api.config.model
     }
 
     async fn chat(
@@ -110,7 +106,7 @@ impl LlmProvider for OpenAiProvider {
         request: &ChatRequest,
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
-        let key = match &self.config.api_key {
+        let key = match &self.api.config.api_key {
             ApiKey::None => None,
             ApiKey::Key(key) => Some(key.as_str()),
             ApiKey::Missing { reason } => {
@@ -120,15 +116,15 @@ impl LlmProvider for OpenAiProvider {
             }
         };
         let settings = Settings {
-            model: &self.config.model,
-            temperature: self.config.temperature,
-            max_tokens: self.config.max_tokens,
+            model: &self.api.config.model,
+            temperature: self.api.config.temperature,
+            max_tokens: self.api.config.max_tokens,
         };
         let body = serde_json::to_vec(&wire::request(&settings, request, request.stream))
             .map_err(|err| LlmError::Decode(err.to_string()))?;
         let mut response = self.attempt(body, key, request.stream, events).await?;
         response.provider = "openai";
-        response.model = self.model.clone();
+        response.model = self.api.model.clone();
         Ok(response)
     }
 }
