@@ -37,7 +37,7 @@ impl Api {
 }
 
 /// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`).
-pub(crate) fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {
+fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
@@ -51,7 +51,7 @@ pub(crate) fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {
 }
 
 /// `{base_url}/{path}`, checked to be an http(s) URL.
-pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
+fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
     let url = format!("{}/{path}", base_url.trim_end_matches('/'));
     reqwest::Url::parse(&url)
         .ok()
