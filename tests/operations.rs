@@ -128,7 +128,8 @@ async fn metrics_parse_and_move_after_a_conversation_with_a_tool() {
     h.daemon.shutdown().await;
 }
 
-/// `[http] metrics = false` serves no `/metrics`; `/readyz` says ready while serving.
+/// `[http] metrics = false` serves no `/metrics`; `/readyz` says ready while serving and
+/// not once stopping.
 #[tokio::test]
 async fn metrics_can_be_turned_off_and_readyz_says_ready() {
     let h = Harness::with_config(Extra {
@@ -141,6 +142,11 @@ async fn metrics_can_be_turned_off_and_readyz_says_ready() {
     let ready = http_get(h.daemon.addr(), "/readyz").await;
     assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     assert!(ready.ends_with(r#"{"status":"ready"}"#), "{ready}");
+    // Once shutdown begins, it is not ready any more (and says why).
+    h.daemon.health().set_stopping();
+    let stopping = http_get(h.daemon.addr(), "/readyz").await;
+    assert!(stopping.starts_with("HTTP/1.1 503"), "{stopping}");
+    assert!(stopping.contains(r#""reason":"stopping""#), "{stopping}");
     h.daemon.shutdown().await;
 }
 

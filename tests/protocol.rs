@@ -199,6 +199,14 @@ async fn a_failed_turn_leaves_no_dangling_user_message() {
         .map(|m| m["role"].clone())
         .collect();
     assert_eq!(roles, [json!("user"), json!("assistant"), json!("user")]);
+    // The session's usage is summed over its turns (the scripted server: 10 in, 5 out).
+    let status = h.client.say("c", "/status").await;
+    assert!(
+        status.reply().contains("4 messages in history")
+            && status.reply().contains("10 tokens in, 5 out"),
+        "{}",
+        status.reply()
+    );
     h.daemon.shutdown().await;
 }
 
