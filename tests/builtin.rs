@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use switchboard_testkit::process::{alive, processes_mentioning, wait_for_line, wait_gone};
+use switchboard_testkit::process::{processes_mentioning, wait_for_line, wait_gone};
 use switchboard_testkit::{Reply, ScriptedLlm};
 use switchboard_tools::sandbox::Confinement;
 
@@ -138,21 +138,25 @@ async fn exec_runs_confined_with_none_of_the_daemons_secrets() {
 }
 
 /// A daemon (the binary) whose model runs a long command in chat `c`: it returns once the
-/// command's background process is up, with that process's pid.
+/// command's background processes are up — one in the shell's group, one in a session of
+/// its own — all of them running `marker`.
 async fn start_a_long_command(
     dir: &Path,
     llm: &ScriptedLlm,
     marker: &str,
-) -> (tokio::process::Child, WsClient, String) {
-    let command = format!("{marker} & echo $! > bg.pid; {marker}");
+) -> (tokio::process::Child, WsClient) {
+    let command = format!(
+        "{marker} & setsid sh -c 'echo > escaped; exec {marker}' & \
+         until [ -e escaped ]; do sleep 0.01; done; echo > started; {marker}"
+    );
     llm.push(Reply::tools([("exec", json!({"command": command}))]));
     let config = write_config(dir, llm, "");
     let (child, addr) =
         util::spawn_daemon_with(&config, &[], "export OPENAI_API_KEY=sk-test").await;
     let mut client = WsClient::connect(addr).await;
     client.send("c", "run the long thing").await;
-    let background = wait_for_line(&dir.join("workspace/bg.pid"), util::PATIENCE).await;
-    (child, client, background)
+    wait_for_line(&dir.join("workspace/started"), util::PATIENCE).await;
+    (child, client)
 }
 
 #[tokio::test]
@@ -161,19 +165,19 @@ async fn kill_9_while_exec_runs_leaves_no_process_and_a_valid_conversation() {
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.strict();
     let marker = format!("sleep 311{}", std::process::id() % 1000);
-    let (mut child, _client, background) = start_a_long_command(dir.path(), &llm, &marker).await;
+    let (mut child, _client) = start_a_long_command(dir.path(), &llm, &marker).await;
     let workspace = dir.path().join("workspace").display().to_string();
     let helpers = processes_mentioning(&workspace);
     assert!(!helpers.is_empty(), "the sandbox helper runs");
-    assert!(alive(&background));
+    let commands = processes_mentioning(&marker);
+    // The helper and the shells mention it too; at least the three `sleep`s run.
+    assert!(commands.len() >= 3, "{commands:?}");
 
     util::signal(&child, "-KILL");
     child.wait().await.expect("wait");
-    let mut ours = helpers;
-    ours.push(background);
-    wait_gone(&ours, Duration::from_secs(5)).await;
-    // The group got one SIGKILL; each of its processes exits in its own time.
-    wait_gone(&processes_mentioning(&marker), Duration::from_secs(5)).await;
+    // The lifeline closed: the helper kills every process the command started and exits.
+    wait_gone(&helpers, Duration::from_secs(5)).await;
+    wait_gone(&commands, Duration::from_secs(5)).await;
 
     // Restarted, the chat's next request is valid: the interrupted call has its result.
     llm.push(Reply::text("back again"));
@@ -195,7 +199,9 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     let marker = format!("sleep 207{}", std::process::id() % 1000);
-    let (mut child, mut client, background) = start_a_long_command(dir.path(), &llm, &marker).await;
+    let (mut child, mut client) = start_a_long_command(dir.path(), &llm, &marker).await;
+    let commands = processes_mentioning(&marker);
+    assert!(commands.len() >= 3, "{commands:?}");
     let stopped_at = Instant::now();
     client.send("c", "/stop").await;
     let turn = client.turn("c").await;
@@ -205,8 +211,7 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
         stopped_at.elapsed()
     );
     assert_eq!(turn.reply(), "Stopped.");
-    wait_gone(&[background], Duration::from_secs(5)).await;
-    wait_gone(&processes_mentioning(&marker), Duration::from_secs(5)).await;
+    wait_gone(&commands, Duration::from_secs(5)).await;
     util::signal(&child, "-TERM");
     assert!(child.wait().await.expect("wait").success());
 }

@@ -38,6 +38,9 @@ mod pause;
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).
 mod protocol;
+/// What `exec`'s commands cannot do: read the daemon's secrets, keep root's privileges,
+/// outlive their call (through the daemon, and the sandbox helper by hand).
+mod sandbox;
 /// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
 mod service;
 /// `/stop` ends a turn at once and leaves a valid session.

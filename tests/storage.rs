@@ -44,7 +44,16 @@ async fn a_full_disk_is_told_to_the_chat_shown_in_healthz_and_loses_no_later_rec
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).expect("mkdir");
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, util::config_text(&llm.base_url(), dir.path(), "")).expect("write");
+    // `exec` off: root of this user namespace has no unprivileged user to run commands as.
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        util::Extra {
+            tables: "[tools.exec]\nenabled = false",
+            ..util::Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
     // The daemon runs in a mount namespace of its own, its state directory on a tiny
     // tmpfs: a real file system that really fills up.
     let mount = format!(

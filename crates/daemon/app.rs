@@ -21,7 +21,7 @@ use switchboard_core::{
 };
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_tools::builtin::{self, SandboxHelper};
-use switchboard_tools::sandbox::Confinement;
+use switchboard_tools::sandbox::{Confinement, RunAs};
 use switchboard_tools::{ToolRegistry, Workspace};
 use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
@@ -106,8 +106,21 @@ fn build_agent_and_tools(
     let state_dir = config.path(&config.agent.state_dir);
     let workspace_dir = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
+    // As root, commands run as `[tools.exec] user`: the workspace is theirs to work in.
+    let exec_user = config
+        .tools
+        .exec_user()
+        .map_err(|problem| config.source.problem("tools", problem))?;
+    let new_workspace = !workspace_dir.exists();
     create_dir(&workspace_dir, "agent.workspace")?;
-    let forbidden = vec![state_dir.clone(), config.source.path.clone()];
+    if let Some(user) = &exec_user {
+        give_workspace(&workspace_dir, user, new_workspace)?;
+    }
+    let mut forbidden = vec![state_dir.clone(), config.source.path.clone()];
+    // systemd's copies of the service's credentials (LoadCredential=).
+    if let Some(credentials) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        forbidden.push(credentials.into());
+    }
     let workspace = Workspace::new(
         &workspace_dir,
         &forbidden,
@@ -118,7 +131,8 @@ fn build_agent_and_tools(
             "cannot open the workspace {} (agent.workspace)",
             workspace_dir.display()
         )
-    })?;
+    })?
+    .with_owner(exec_user);
     if state_dir
         .canonicalize()
         .is_ok_and(|state| state.starts_with(workspace.root()))
@@ -201,6 +215,34 @@ fn sandbox_helper(config: &Config, forbidden: Vec<std::path::PathBuf>) -> Option
         forbidden,
         confinement,
     })
+}
+
+/// When the daemon is root: a workspace it just created is given to the commands' user
+/// (made 0700 by [`create_dir`], it would be closed to them); an existing one they cannot
+/// write is only reported, with what to do — the operator's files are not changed.
+fn give_workspace(path: &Path, user: &RunAs, created: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if created {
+        return std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).with_context(|| {
+            format!(
+                "cannot give the new workspace {} to uid {}",
+                path.display(),
+                user.uid
+            )
+        });
+    }
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the workspace {}", path.display()))?;
+    let writable = meta.uid() == user.uid
+        || (meta.gid() == user.gid && meta.mode() & 0o030 == 0o030)
+        || meta.mode() & 0o003 == 0o003;
+    if !writable {
+        tracing::warn!(workspace = %path.display(), uid = user.uid, gid = user.gid,
+            "the daemon runs as root, so commands run by `exec` run as [tools.exec] user, \
+             who cannot write in the workspace: give it to them (chown -R {}:{} {}) or name its \
+             owner in [tools.exec] user", user.uid, user.gid, path.display());
+    }
+    Ok(())
 }
 
 fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {

@@ -89,18 +89,31 @@ pub enum Command {
     /// Runs one `exec` command confined (used by the daemon itself, not by people).
     #[command(hide = true)]
     SandboxExec {
+        /// Only tell (by the exit status) whether a PID namespace can be had here.
+        #[arg(long, exclusive = true)]
+        probe_isolation: bool,
         /// The workspace: working directory, readable and writable.
-        #[arg(long)]
-        workspace: PathBuf,
+        #[arg(long, required_unless_present = "probe_isolation")]
+        workspace: Option<PathBuf>,
         /// The command's private temp directory.
-        #[arg(long)]
-        tmp: PathBuf,
+        #[arg(long, required_unless_present = "probe_isolation")]
+        tmp: Option<PathBuf>,
         /// Paths the command may not read.
         #[arg(long)]
         forbid: Vec<PathBuf>,
+        /// The user id the command runs as (the helper must be root).
+        #[arg(long, requires = "gid")]
+        uid: Option<u32>,
+        /// The group id the command runs as.
+        #[arg(long, requires = "uid")]
+        gid: Option<u32>,
+        /// `pid-namespace` or `subreaper`: how the command's processes are kept from
+        /// outliving it.
+        #[arg(long, default_value = "subreaper", value_parser = parse_isolation)]
+        isolation: switchboard_tools::sandbox::Isolation,
         /// The `sh -c` command line.
         #[arg(last = true)]
-        command: String,
+        command: Option<String>,
     },
     /// Talk to the agent in the terminal: one turn with -m, else an interactive prompt.
     Agent {
@@ -131,6 +144,11 @@ pub enum PairingAction {
         /// The sender's id, as `pairing list` shows it.
         sender: String,
     },
+}
+
+fn parse_isolation(text: &str) -> Result<switchboard_tools::sandbox::Isolation, String> {
+    switchboard_tools::sandbox::Isolation::parse(text)
+        .ok_or_else(|| "expected pid-namespace or subreaper".to_owned())
 }
 
 /// Where `onboard` writes a config when none exists: `$XDG_CONFIG_HOME` or

@@ -49,6 +49,46 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
 /// left as written here.
 const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret"];
 
+/// The environment variables the secret keys of config `text` refer to (`${NAME}`, not
+/// credentials), wherever they are; none if the text does not parse (its errors are
+/// reported when the config is loaded).
+pub(crate) fn secret_references(text: &str) -> Vec<String> {
+    fn walk(value: &toml::Value, key: Option<&str>, out: &mut Vec<String>) {
+        match value {
+            toml::Value::String(text) if key.is_some_and(|key| SECRET_KEYS.contains(&key)) => {
+                let mut rest = text.as_str();
+                while let Some(start) = rest.find("${") {
+                    let after = &rest[start + 2..];
+                    let Some(end) = after.find('}') else { break };
+                    let name = &after[..end];
+                    if !name.starts_with("credential:") {
+                        out.push(name.to_owned());
+                    }
+                    rest = &after[end + 1..];
+                }
+            }
+            toml::Value::Table(table) => {
+                for (key, value) in table {
+                    walk(value, Some(key), out);
+                }
+            }
+            toml::Value::Array(items) => {
+                for item in items {
+                    walk(item, key, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    if let Ok(table) = text.parse::<toml::Table>() {
+        for (key, value) in &table {
+            walk(value, Some(key), &mut out);
+        }
+    }
+    out
+}
+
 /// A located problem with one value: its span, dotted key and message.
 pub(crate) type ValueProblem = (std::ops::Range<usize>, String, String);
 
@@ -127,6 +167,18 @@ mod tests {
             err.message.contains("write an IP address and port"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_secret_keys_references_are_found_in_every_section() {
+        let text = "[llm]\napi_key = \"${MY_LLM}\"\nbase_url = \"${NOT_A_SECRET}\"\n\
+                    [[llm.fallbacks]]\napi_key = \"Bearer ${FALLBACK}x\"\n\
+                    [channels.telegram]\ntoken = \"${credential:tg}\"\n\
+                    [channels.discord]\ntoken = \"${DISCORD_BOT}\"\n";
+        let mut found = secret_references(text);
+        found.sort();
+        assert_eq!(found, ["DISCORD_BOT", "FALLBACK", "MY_LLM"]);
+        assert!(secret_references("not [ toml").is_empty());
     }
 
     #[test]

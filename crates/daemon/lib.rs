@@ -15,6 +15,7 @@
 //! - `onboard`: `switchboard onboard`, a workspace's starter files.
 //! - `outbox`: where the `message` tool sends, and to whom it may.
 //! - `logging`: tracing setup (text or JSON).
+//! - `harden`: before anything runs: secrets out of the environment, not dumpable.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
 pub mod app;
@@ -22,6 +23,7 @@ pub mod cli;
 pub mod config;
 mod config_values;
 pub mod doctor;
+pub mod harden;
 pub mod health;
 pub mod llm_config;
 pub mod logging;

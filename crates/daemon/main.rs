@@ -6,27 +6,48 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, cli, doctor, logging, onboard, pairing, status, terminal};
+use switchboard::{app, cli, doctor, harden, logging, onboard, pairing, status, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Command::SandboxExec {
+        probe_isolation,
         workspace,
         tmp,
         forbid,
+        uid,
+        gid,
+        isolation,
         command,
     } = cli.command
     {
-        // Before any runtime or thread: the helper confines itself and runs one command.
-        let code =
-            switchboard_tools::sandbox::run_sandboxed(&switchboard_tools::sandbox::SandboxArgs {
-                workspace,
-                tmp,
+        use switchboard_tools::sandbox::{self, RunAs, SandboxArgs};
+        // Before any runtime or thread: the helper isolates and confines itself and runs
+        // one command.
+        let code = if probe_isolation {
+            sandbox::probe_isolation()
+        } else {
+            sandbox::run_sandboxed(&SandboxArgs {
+                workspace: workspace.unwrap_or_default(),
+                tmp: tmp.unwrap_or_default(),
                 forbidden: forbid,
-                command,
-            });
+                run_as: uid.zip(gid).map(|(uid, gid)| RunAs { uid, gid }),
+                isolation,
+                command: command.unwrap_or_default(),
+            })
+        };
         return ExitCode::from(u8::try_from(code).unwrap_or(1));
     }
+    // Before any thread: the commands that run tools keep no secret in their environment
+    // (this may start the binary again, in place) and are not dumpable.
+    let hardened = match &cli.command {
+        Command::Run { config } | Command::Agent { config, .. } => {
+            let path = cli::resolve_config(config.as_deref()).ok();
+            let withdrawal = harden::withdraw_secrets(path.as_deref());
+            Some((withdrawal, harden::not_dumpable()))
+        }
+        _ => None,
+    };
     let quiet = matches!(
         cli.command,
         Command::Agent { .. }
@@ -36,6 +57,12 @@ fn main() -> ExitCode {
             | Command::Doctor { .. }
     );
     logging::init(cli.log_format, quiet);
+    if let Some((withdrawal, dumpable)) = hardened {
+        withdrawal.log();
+        if let Err(err) = dumpable {
+            tracing::warn!(error = %err, "the process could not be made non-dumpable");
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

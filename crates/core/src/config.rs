@@ -54,7 +54,8 @@ impl std::fmt::Display for Unresolved {
 /// The longest credential read, in bytes.
 const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 
-/// Replaces every `${NAME}` with the environment variable's value and every
+/// Replaces every `${NAME}` with the environment variable's value (a secret withdrawn from
+/// the environment at start included: [`crate::environment`]) and every
 /// `${credential:NAME}` with the contents of `$CREDENTIALS_DIRECTORY/NAME` (systemd's
 /// `LoadCredential=`; one trailing newline dropped). An unset or empty one is an error
 /// naming it.
@@ -71,8 +72,8 @@ pub fn expand_env(raw: &str) -> Result<String, Unresolved> {
         let name = &after[..end];
         match name.strip_prefix("credential:") {
             Some(credential) => out.push_str(&read_credential(credential)?),
-            None => match std::env::var(name) {
-                Ok(value) if !value.is_empty() => out.push_str(&value),
+            None => match crate::environment::var(name) {
+                Some(value) if !value.is_empty() => out.push_str(&value),
                 _ => return Err(Unresolved::Env(name.to_owned())),
             },
         }

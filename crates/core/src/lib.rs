@@ -11,6 +11,7 @@
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement.
 //! - `config`: what adapter config sections share ([`ConfigProblem`], [`expand_env`]).
+//! - `environment`: the process environment as the config sees it, secrets withdrawn.
 //! - `hub`: [`ChatHub`], the bounded inbound queue and the outbound router.
 //! - `lanes`: [`Lanes`], outbound delivery in one bounded lane per chat.
 //! - `retry`: [`RetryingChannel`], retries of rate-limited or failed sends around any channel.
@@ -21,6 +22,7 @@ mod ack;
 mod channel;
 mod config;
 mod conversation;
+pub mod environment;
 mod error;
 mod hub;
 mod ids;

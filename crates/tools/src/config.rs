@@ -12,6 +12,7 @@ use crate::builtin::{
     DEFAULT_DENY, ExecOptions, SandboxHelper, SearchProvider, WebFetchOptions, WebSearchOptions,
 };
 use crate::netguard::SystemResolver;
+use crate::sandbox::{DEFAULT_USER, RunAs};
 
 /// `[tools]`.
 #[derive(Debug, Deserialize)]
@@ -57,6 +58,9 @@ pub struct ExecSection {
     /// The program that runs a command confined; default: the daemon's own binary
     /// (`switchboard sandbox-exec`). Tests that run the daemon in-process set it.
     pub sandbox_helper: Option<String>,
+    /// The unprivileged user commands run as when the daemon runs as root (a name, `UID` or
+    /// `UID:GID`); ignored otherwise (commands run as the daemon's user).
+    pub user: Spanned<String>,
 }
 
 impl Default for ExecSection {
@@ -67,6 +71,7 @@ impl Default for ExecSection {
             max_timeout_secs: Spanned::new(0..0, 600.0),
             deny: Spanned::new(0..0, DEFAULT_DENY.iter().map(|s| (*s).to_owned()).collect()),
             sandbox_helper: None,
+            user: Spanned::new(0..0, DEFAULT_USER.to_owned()),
         }
     }
 }
@@ -193,7 +198,19 @@ impl ToolsSection {
                 format!("must be between 1 and 20, got {}", results.get_ref()),
             ));
         }
+        self.exec_user()?;
         self.web_search_options().map(|_| ())
+    }
+
+    /// Who commands run as: `[tools.exec] user` when the daemon is root, else `None`
+    /// (commands run as the daemon's own, unprivileged, user).
+    pub fn exec_user(&self) -> Result<Option<RunAs>, ConfigProblem> {
+        if !self.exec.enabled || !RunAs::needed() {
+            return Ok(None);
+        }
+        RunAs::lookup(self.exec.user.get_ref())
+            .map(Some)
+            .map_err(|why| ConfigProblem::new(Some(self.exec.user.span()), "exec.user", why))
     }
 
     /// How `web_fetch` fetches, from this section.
@@ -262,14 +279,20 @@ impl ToolsSection {
     }
 
     /// How `exec` runs, from this section.
-    pub fn exec_options(&self, sandbox: Option<SandboxHelper>) -> ExecOptions {
-        ExecOptions {
+    /// Fails (never falling back to root) when the daemon is root and the user cannot be
+    /// found.
+    pub fn exec_options(
+        &self,
+        sandbox: Option<SandboxHelper>,
+    ) -> Result<ExecOptions, ConfigProblem> {
+        Ok(ExecOptions {
+            run_as: self.exec_user()?,
             default_timeout: Duration::from_secs_f64(*self.exec.timeout_secs.get_ref()),
             max_timeout: Duration::from_secs_f64(*self.exec.max_timeout_secs.get_ref()),
             deny: self.exec.deny.get_ref().clone(),
             // Two streams, each kept to half of a result.
             max_output_bytes: *self.max_result_bytes.get_ref() / 2 - 256,
             sandbox,
-        }
+        })
     }
 }

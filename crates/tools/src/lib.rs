@@ -13,7 +13,8 @@
 //! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
 //!   `openat2(RESOLVE_BENEATH)` from the workspace's descriptor.
 //! - `builtin`: the built-in tools, one file each.
-//! - `sandbox`: what `exec` runs in (Landlock, the lifeline that kills a command's group).
+//! - `sandbox`: what `exec` runs in (Landlock, a PID namespace or subreaper, an
+//!   unprivileged user when the daemon is root, the lifeline).
 //! - `netguard`: which addresses `web_fetch` may reach, and DNS.
 //! - `skills`: the skills of the workspace (`skills/<name>/SKILL.md`).
 //! - `cap`: cutting results to size, keeping a command's head and tail.

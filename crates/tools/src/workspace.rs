@@ -15,6 +15,10 @@
 //!
 //! With `restrict_to_workspace = false` any path may be named, and only the state directory
 //! and config file stay out of reach.
+//!
+//! When the daemon runs as root its commands run as another user ([`RunAs`]); the files
+//! and directories the file tools create are then given to that user, so that what the
+//! model writes, its commands can change.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -26,6 +30,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::error::ToolError;
+use crate::sandbox::RunAs;
 
 /// The directory the agent's tools work in, and what they may never reach.
 #[derive(Debug)]
@@ -38,6 +43,8 @@ pub struct Workspace {
     forbidden: Vec<PathBuf>,
     /// Whether paths are confined to the workspace (`restrict_to_workspace`).
     confined: bool,
+    /// Who owns what the file tools create (the commands' user, when the daemon is root).
+    owner: Option<RunAs>,
 }
 
 /// A path a tool named, checked lexically and ready to be opened through its [`Workspace`].
@@ -103,7 +110,15 @@ impl Workspace {
             dir,
             forbidden,
             confined,
+            owner: None,
         })
+    }
+
+    /// Gives what the file tools create from now on to `owner` (`exec`'s user when the
+    /// daemon is root).
+    pub fn with_owner(mut self, owner: Option<RunAs>) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// The workspace directory (canonical).
@@ -292,6 +307,10 @@ impl Workspace {
             mode,
         )
         .map_err(|err| errno(&target, err))?;
+        if let Some(owner) = &self.owner {
+            rustix::fs::fchown(&fd, Some(uid(owner)), Some(gid(owner)))
+                .map_err(|err| errno(&target, err))?;
+        }
         let mut file = File::from(fd);
         let written = file
             .write_all(bytes)
@@ -404,12 +423,32 @@ impl Workspace {
             }
             let parent_fd = self.open_fd(&parent, dir_flags)?;
             match rustix::fs::mkdirat(&parent_fd, component.as_os_str(), Mode::from(0o755)) {
-                Ok(()) | Err(Errno::EXIST) => {}
+                Ok(()) => {
+                    if let Some(owner) = &self.owner {
+                        rustix::fs::chownat(
+                            &parent_fd,
+                            component.as_os_str(),
+                            Some(uid(owner)),
+                            Some(gid(owner)),
+                            AtFlags::SYMLINK_NOFOLLOW,
+                        )
+                        .map_err(|err| errno(&here, err))?;
+                    }
+                }
+                Err(Errno::EXIST) => {}
                 Err(err) => return Err(errno(&here, err)),
             }
         }
         self.open_fd(path, dir_flags)
     }
+}
+
+fn uid(owner: &RunAs) -> rustix::fs::Uid {
+    rustix::fs::Uid::from_raw(owner.uid)
+}
+
+fn gid(owner: &RunAs) -> rustix::fs::Gid {
+    rustix::fs::Gid::from_raw(owner.gid)
 }
 
 /// `path` without `.` and with `..` applied; `None` if `..` climbs above its start.

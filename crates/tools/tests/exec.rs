@@ -24,6 +24,7 @@ fn exec(max_output_bytes: usize) -> Exec {
         deny: DEFAULT_DENY.iter().map(|s| (*s).to_owned()).collect(),
         max_output_bytes,
         sandbox: None,
+        run_as: None,
     })
 }
 

@@ -1,7 +1,8 @@
-//! `exec`: a shell command in the workspace, in its own process group, with a minimal
-//! environment, a timeout and capped output; the whole group is killed when the command
-//! ends, times out, is stopped or the daemon goes away. See `crate::sandbox` for Landlock
-//! and the lifeline.
+//! `exec`: a shell command in the workspace, with a minimal environment, a timeout and
+//! capped output, run by the sandbox helper (`crate::sandbox`: Landlock, a PID namespace or
+//! subreaper, an unprivileged user when the daemon is root). Every process the command
+//! started ends with the call: when it exits, times out, is stopped or the daemon goes
+//! away.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -14,11 +15,12 @@ use regex::RegexSet;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::Command;
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::OnceCell;
 
 use super::args;
 use crate::cap::HeadTail;
-use crate::sandbox::{Confinement, exit_code};
+use crate::sandbox::{Confinement, Isolation, RunAs, exit_code};
 use crate::{Tool, ToolContext, ToolError};
 
 /// Commands refused by default: the obvious ways to wreck a machine. Matched against the
@@ -52,6 +54,8 @@ pub struct ExecOptions {
     /// The helper that confines a command (`switchboard sandbox-exec`); `None` runs
     /// `/bin/sh` directly, unconfined (the tools crate's own tests).
     pub sandbox: Option<SandboxHelper>,
+    /// The unprivileged user commands run as (set when the daemon runs as root).
+    pub run_as: Option<RunAs>,
 }
 
 /// The program that runs commands confined, and how far it can.
@@ -76,6 +80,8 @@ pub struct Exec {
     deny: OnceLock<Result<RegexSet, String>>,
     /// Sessions already told that commands run without Landlock.
     told: Mutex<HashSet<String>>,
+    /// How the helper isolates commands here: probed at the first command.
+    isolation: OnceCell<Isolation>,
 }
 
 impl Exec {
@@ -85,6 +91,7 @@ impl Exec {
             options,
             deny: OnceLock::new(),
             told: Mutex::new(HashSet::new()),
+            isolation: OnceCell::new(),
         }
     }
 
@@ -104,6 +111,24 @@ impl Exec {
             .iter()
             .next()
             .map(|index| self.options.deny[index].as_str())
+    }
+
+    /// How commands are isolated: asked of the helper once (see [`Isolation::probe`]).
+    async fn isolation(&self, helper: &SandboxHelper) -> Isolation {
+        *self
+            .isolation
+            .get_or_init(|| async {
+                let isolation = Isolation::probe(&helper.program, &helper.args).await;
+                if isolation == Isolation::Subreaper {
+                    tracing::info!(
+                        "exec: no PID namespace here (no user namespaces for this user, or \
+                         the service forbids them): the helper collects a command's processes \
+                         as a subreaper instead (see docs/security.md)"
+                    );
+                }
+                isolation
+            })
+            .await
     }
 
     /// A note for the first result in a session when commands are not fully confined.
@@ -144,7 +169,7 @@ impl Tool for Exec {
     fn description(&self) -> &str {
         "Run a shell command (`sh -c`) in the workspace and get its exit code and output. \
          HOME is the workspace; no secrets are in the environment. Background processes do \
-         not outlive the command."
+         not outlive the command: everything it starts is killed when it exits."
     }
 
     fn parameters(&self) -> serde_json::Value {
@@ -192,8 +217,18 @@ impl Tool for Exec {
             .map_err(|err| ToolError::Failed(format!("cannot make a temp directory: {err}")))?;
         let workspace = ctx.workspace.root();
 
+        if let Some(run_as) = &self.options.run_as {
+            run_as.own(tmp.path()).map_err(|err| {
+                ToolError::Failed(format!(
+                    "cannot give the temp directory to uid {}: {err}",
+                    run_as.uid
+                ))
+            })?;
+        }
+
         let mut command = match &self.options.sandbox {
             Some(helper) => {
+                let isolation = self.isolation(helper).await;
                 let mut command = Command::new(&helper.program);
                 command.args(&helper.args);
                 command.arg("--workspace").arg(workspace);
@@ -201,14 +236,22 @@ impl Tool for Exec {
                 for path in &helper.forbidden {
                     command.arg("--forbid").arg(path);
                 }
+                if let Some(run_as) = &self.options.run_as {
+                    command.arg("--uid").arg(run_as.uid.to_string());
+                    command.arg("--gid").arg(run_as.gid.to_string());
+                }
+                command.arg("--isolation").arg(isolation.as_str());
                 command.arg("--").arg(&args.command);
-                // The lifeline: the helper kills the group when this pipe closes.
+                // The lifeline: the helper ends the command when this pipe closes.
                 command.stdin(Stdio::piped());
                 command
             }
             None => {
                 let mut command = Command::new("/bin/sh");
                 command.arg("-c").arg(&args.command).stdin(Stdio::null());
+                if let Some(run_as) = &self.options.run_as {
+                    command.uid(run_as.uid).gid(run_as.gid);
+                }
                 command
             }
         };
@@ -224,33 +267,32 @@ impl Tool for Exec {
             )
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
         let mut child = command
             .spawn()
             .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
-        let group = GroupKill(child.id());
-        let lifeline = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let mut running = Running::new(child, self.options.sandbox.is_some());
 
         let half = self.options.max_output_bytes;
-        let stdout = tokio::spawn(collect(child.stdout.take(), half));
-        let stderr = tokio::spawn(collect(child.stderr.take(), half));
+        let stdout = tokio::spawn(collect(stdout, half));
+        let stderr = tokio::spawn(collect(stderr, half));
 
         let ended = tokio::select! {
-            status = child.wait() => Ended::Exited(status),
+            status = running.wait() => Ended::Exited(status),
             () = tokio::time::sleep(timeout) => Ended::TimedOut,
             () = ctx.cancel.cancelled() => Ended::Cancelled,
         };
         // Whatever the command left behind (background jobs) goes with it.
-        drop(group);
-        drop(lifeline);
-        let _ = child.wait().await;
+        running.end().await;
         let read = async {
             let out = stdout.await.unwrap_or_else(|_| HeadTail::new(half));
             let err = stderr.await.unwrap_or_else(|_| HeadTail::new(half));
             (out, err)
         };
-        // A process that left the group (setsid) may keep the pipes open: do not wait on it.
+        // Every process that held the pipes is gone by now; this only guards against a
+        // helper that could not kill one (stuck in the kernel).
         let (out, err) = tokio::time::timeout(Duration::from_secs(2), read)
             .await
             .unwrap_or_else(|_| (HeadTail::new(half), HeadTail::new(half)));
@@ -293,18 +335,92 @@ enum Ended {
     Cancelled,
 }
 
-/// Kills a process group when dropped: on every way out of a call, including the call's
-/// future being dropped by a timeout or a shutdown.
-struct GroupKill(Option<u32>);
+/// How long the helper gets to end a command's processes and exit once the lifeline is
+/// closed, before its whole process group is killed instead.
+const HELPER_PATIENCE: Duration = Duration::from_secs(8);
 
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if let Some(pid) = self
-            .0
-            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-        {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+/// A started command, ended on every way out of a call — including the call's future being
+/// dropped by a timeout or a shutdown.
+///
+/// With the helper, ending it means closing the lifeline and letting the helper kill the
+/// command's tree (it is the subreaper, or holds the PID namespace); killing the helper
+/// first would orphan what left the group. Without a helper, the group is killed.
+struct Running {
+    /// `None` once ended.
+    child: Option<Child>,
+    /// The write end of the helper's stdin; closing it tells the helper to end.
+    lifeline: Option<ChildStdin>,
+    /// The command's process group (the helper's, or the shell's).
+    group: Option<u32>,
+}
+
+impl Running {
+    fn new(mut child: Child, helper: bool) -> Self {
+        let lifeline = if helper { child.stdin.take() } else { None };
+        Self {
+            group: child.id(),
+            child: Some(child),
+            lifeline,
         }
+    }
+
+    /// Waits for the command (the helper, or the shell) to exit.
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match &mut self.child {
+            Some(child) => child.wait().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Ends the command and everything it started, and reaps it.
+    async fn end(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let helper = self.lifeline.take().is_some();
+        if helper
+            && tokio::time::timeout(HELPER_PATIENCE, child.wait())
+                .await
+                .is_ok()
+        {
+            return;
+        }
+        kill_group(self.group);
+        let _ = child.kill().await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let group = self.group;
+        if self.lifeline.take().is_some()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // The lifeline is closed (dropped above): the helper ends the command; the group
+            // is killed only if it has not exited in time.
+            runtime.spawn(async move {
+                if tokio::time::timeout(HELPER_PATIENCE, child.wait())
+                    .await
+                    .is_err()
+                {
+                    kill_group(group);
+                    let _ = child.kill().await;
+                }
+            });
+            return;
+        }
+        kill_group(group);
+        let _ = child.start_kill();
+    }
+}
+
+/// Sends SIGKILL to a process group.
+fn kill_group(group: Option<u32>) {
+    if let Some(pid) = group.and_then(|id| rustix::process::Pid::from_raw(id as i32)) {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
     }
 }
 

@@ -45,7 +45,7 @@ pub fn registry(
         .with(Arc::new(FindFiles))
         .with(Arc::new(Grep));
     if section.exec.enabled {
-        let exec = Exec::new(section.exec_options(sandbox));
+        let exec = Exec::new(section.exec_options(sandbox).map_err(|p| p.message)?);
         registry.register(Arc::new(exec));
     }
     if section.web_fetch.enabled {

@@ -1,25 +1,13 @@
-//! The sandbox an `exec` command runs in: a helper process (the daemon's own binary, run as
-//! `switchboard sandbox-exec`) that confines itself with Landlock, starts `sh -c` in the
-//! process group the daemon gave it, and kills that whole group the moment the daemon is
-//! gone.
-//!
-//! - **Landlock** (Linux ≥ 5.13; the `landlock` crate, best effort for older ABIs): writes
-//!   only beneath the workspace and the command's private temp directory (and `/dev/null`);
-//!   reads and execution only beneath the system's directories (`/usr`, `/etc`, `/bin`, …),
-//!   the workspace and the temp directory — minus the branches that hold the daemon's state
-//!   directory or config file. Home directories and everything else are neither read nor
-//!   written.
-//! - **Lifeline**: the helper's stdin is a pipe whose only writer is the daemon. When it
-//!   reads end of file — the daemon closed it, exited or was killed with `kill -9` — it kills
-//!   its process group, so no command outlives the daemon that started it.
-//!
-//! The daemon cannot do either from its own process without `unsafe` (`pre_exec`); a helper
-//! that execs nothing of its own costs a few milliseconds per command.
+//! Landlock (Linux ≥ 5.13; the `landlock` crate, best effort for older ABIs): a command
+//! writes only beneath the workspace and its private temp directory (and `/dev/null`);
+//! reads and executes only beneath the system's directories (`/usr`, `/etc`, `/bin`, …),
+//! the workspace and the temp directory — minus the branches that hold the daemon's state
+//! directory, its config file and its credentials. Home directories and everything else
+//! are neither read nor written.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use super::SandboxArgs;
 use landlock::{
     ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
     RulesetStatus,
@@ -69,76 +57,8 @@ impl Confinement {
     }
 }
 
-/// What the helper needs to know, as given on its command line.
-#[derive(Clone, Debug)]
-pub struct SandboxArgs {
-    /// The workspace: the command's working directory, readable and writable.
-    pub workspace: PathBuf,
-    /// The command's private temp directory, readable and writable.
-    pub tmp: PathBuf,
-    /// Paths the command may not read even below a system directory.
-    pub forbidden: Vec<PathBuf>,
-    /// The `sh -c` command line.
-    pub command: String,
-}
-
-/// The helper's main: confine, start the command, watch the lifeline, return its exit code
-/// (128 + signal when a signal ended it).
-pub fn run_sandboxed(args: &SandboxArgs) -> i32 {
-    if let Err(err) = confine(args) {
-        eprintln!("switchboard sandbox: could not apply Landlock: {err}");
-        return 126;
-    }
-    let mut child = match Command::new("/bin/sh")
-        .arg("-c")
-        .arg(&args.command)
-        .current_dir(&args.workspace)
-        .stdin(Stdio::null())
-        .spawn()
-    {
-        Ok(child) => child,
-        Err(err) => {
-            eprintln!("switchboard sandbox: could not start /bin/sh: {err}");
-            return 127;
-        }
-    };
-    let pid = child.id();
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin();
-        let mut buf = [0u8; 64];
-        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
-        kill_own_group(pid);
-    });
-    match child.wait() {
-        Ok(status) => exit_code(status),
-        Err(_) => 1,
-    }
-}
-
-/// Kills the helper's process group (the helper and everything its command started) when
-/// the helper leads it, as the daemon starts it; run by hand inside someone else's group,
-/// only the command's shell.
-fn kill_own_group(shell: u32) {
-    use rustix::process::{Pid, Signal, getpgrp, getpid, kill_process, kill_process_group};
-    let group = getpgrp();
-    if group == getpid() {
-        let _ = kill_process_group(group, Signal::KILL);
-    } else if let Some(shell) = Pid::from_raw(shell as i32) {
-        let _ = kill_process(shell, Signal::KILL);
-    }
-}
-
-/// An exit status as a shell reports it.
-pub fn exit_code(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .or_else(|| status.signal().map(|signal| 128 + signal))
-        .unwrap_or(1)
-}
-
 /// Applies the Landlock ruleset to the calling thread (and what it starts from now on).
-fn confine(args: &SandboxArgs) -> Result<RulesetStatus, String> {
+pub(crate) fn confine(args: &SandboxArgs) -> Result<RulesetStatus, String> {
     let all = AccessFs::from_all(LANDLOCK_ABI);
     let read = AccessFs::from_read(LANDLOCK_ABI);
     let text = |err: landlock::RulesetError| err.to_string();
