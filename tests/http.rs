@@ -245,3 +245,124 @@ async fn an_oversized_frame_is_refused_while_it_arrives() {
     assert!(h.llm.requests().is_empty());
     h.daemon.shutdown().await;
 }
+
+/// A connection from `source` (another loopback address: the whole of 127/8 is this
+/// machine) that sends a request line and a Host header, then nothing.
+async fn idle_half_request(source: &str, addr: std::net::SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind(format!("{source}:0").parse().expect("address"))
+        .expect("bind");
+    let mut stream = socket.connect(addr).await.expect("connect");
+    let _ = stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        .await;
+    stream
+}
+
+/// A daemon whose token-checked socket and listener limits are small enough to fill.
+async fn small_listener(llm: &ScriptedLlm, dir: &std::path::Path) -> switchboard::app::Running {
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir,
+        Extra {
+            http: "header_timeout_secs = 30\nmax_pending_connections = 16\n\
+                   max_pending_per_client = 4\nreserved_connections = 4",
+            ..Extra::default()
+        },
+    )
+    .replace(
+        "auth = \"none\"",
+        &format!("auth = \"token\"\ntoken = \"{SMALL_TOKEN}\""),
+    );
+    switchboard::app::start(util::config(&text, dir), util::test_tools())
+        .await
+        .expect("daemon")
+}
+
+const SMALL_TOKEN: &str = "listener-token-0123456789";
+
+/// A WebSocket client with the token, from 127.0.0.1.
+async fn client_with_token(addr: std::net::SocketAddr) -> WsClient {
+    let mut request = format!("ws://{addr}/ws")
+        .into_client_request()
+        .expect("request");
+    request.headers_mut().insert(
+        "authorization",
+        HeaderValue::from_str(&format!("Bearer {SMALL_TOKEN}")).expect("header"),
+    );
+    WsClient::connect_request(request)
+        .await
+        .expect("the client with a token connects")
+}
+
+#[tokio::test]
+async fn one_address_holding_its_share_leaves_new_clients_and_health_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = small_listener(&llm, dir.path()).await;
+    let addr = daemon.addr();
+    // One address opens far more half-requests than there are pending slots and holds
+    // every one it gets.
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        held.push(idle_half_request("127.0.0.2", addr).await);
+    }
+    let response = crate::chat::http_get(addr, "/healthz").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let page = crate::chat::http_get(addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let mut client = client_with_token(addr).await;
+    assert_eq!(client.say("c", "anyone?").await.reply(), "echo: anyone?");
+    let health = util::health(addr).await;
+    assert!(
+        health["http_refused_connections"].as_u64() >= Some(36),
+        "all but its share of 4 refused: {health}"
+    );
+    drop(held);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn with_every_pending_slot_taken_health_and_authenticated_clients_still_get_in() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = small_listener(&llm, dir.path()).await;
+    let addr = daemon.addr();
+    // Four addresses hold their shares: every one of the 16 pending slots.
+    let mut held = Vec::new();
+    for source in 2..6 {
+        for _ in 0..4 {
+            held.push(idle_half_request(&format!("127.0.0.{source}"), addr).await);
+        }
+    }
+    // A fifth gets a reserved slot, but holds it only a second.
+    let mut late = idle_half_request("127.0.0.6", addr).await;
+    let since = Instant::now();
+    let mut answer = Vec::new();
+    tokio::time::timeout(util::PATIENCE, late.read_to_end(&mut answer))
+        .await
+        .expect("a half-request on a reserved slot is closed within its second")
+        .ok();
+    assert!(
+        since.elapsed() >= Duration::from_millis(900) && !answer.starts_with(b"HTTP/1.1 503"),
+        "held a reserved slot until its header time ran out, not refused: {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+    // The reserve: health checks and a client with credentials pass, the rest is told to
+    // come back.
+    for path in ["/healthz", "/readyz"] {
+        let response = crate::chat::http_get(addr, path).await;
+        assert!(response.starts_with("HTTP/1.1 200"), "{path}: {response}");
+    }
+    let page = crate::chat::http_get(addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 503"), "{page}");
+    assert!(
+        page.contains("Retry-After: 2") || page.contains("retry-after: 2"),
+        "{page}"
+    );
+    let mut client = client_with_token(addr).await;
+    assert_eq!(client.say("c", "still?").await.reply(), "echo: still?");
+    drop(held);
+    daemon.shutdown().await;
+}

@@ -357,6 +357,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         header_timeout: Config::duration(&config.http.header_timeout_secs),
         max_connections: *config.http.max_connections.get_ref(),
         max_pending: *config.http.max_pending_connections.get_ref(),
+        max_pending_per_client: *config.http.max_pending_per_client.get_ref(),
+        reserved: config.http.reserved_connections,
     };
     let (descriptors, reserve) = server::fit_to_descriptors(&mut limits);
     let server = Server::bind(bind, router, limits)

@@ -152,6 +152,11 @@ pub struct HttpSection {
     pub max_connections: Spanned<usize>,
     /// Of those, plain HTTP connections (not, or not yet, an accepted WebSocket).
     pub max_pending_connections: Spanned<usize>,
+    /// Of those, from one source address.
+    pub max_pending_per_client: Spanned<usize>,
+    /// Plain HTTP connections beyond `max_pending_connections`, for `/healthz`, `/readyz`
+    /// and requests that carry credentials.
+    pub reserved_connections: usize,
     /// Host names besides loopback ones that may reach the page and `/ws` without a token.
     pub allowed_hosts: Vec<String>,
     /// Serve `/metrics` (Prometheus text).
@@ -162,9 +167,11 @@ impl Default for HttpSection {
     fn default() -> Self {
         Self {
             bind: Spanned::new(0..0, BindAddress(SocketAddr::from(([127, 0, 0, 1], 8080)))),
-            header_timeout_secs: Spanned::new(0..0, 10.0),
+            header_timeout_secs: Spanned::new(0..0, 5.0),
             max_connections: Spanned::new(0..0, 4096),
             max_pending_connections: Spanned::new(0..0, 256),
+            max_pending_per_client: Spanned::new(0..0, 32),
+            reserved_connections: 32,
             allowed_hosts: Vec::new(),
             metrics: true,
         }
@@ -280,6 +287,11 @@ impl Config {
             &self.http.max_pending_connections,
             1,
             "http.max_pending_connections",
+        )?;
+        at_least(
+            &self.http.max_pending_per_client,
+            1,
+            "http.max_pending_per_client",
         )?;
         for (value, key) in [
             (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),

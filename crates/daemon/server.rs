@@ -8,7 +8,13 @@
 //!   held by the socket itself, so it is freed when the socket closes, upgraded or not.
 //! - At most `max_pending` of them are plain HTTP connections — page loads, health checks,
 //!   WebSocket handshakes not yet accepted — so clients that never authenticate cannot take
-//!   every slot.
+//!   every slot; and at most `max_pending_per_client` from one source address, so one
+//!   client (a slowloris) cannot take them all from everyone else.
+//! - When the pending slots are all taken, `reserved` more are kept for what must still get
+//!   through: `/healthz` and `/readyz`, and requests that carry credentials (a bearer token,
+//!   the `bearer` subprotocol, `?token=`), which the router then checks. Anything else on a
+//!   reserved slot gets a 503, and a reserved connection has [`RESERVED_HEADER_TIMEOUT`] to
+//!   send its headers: a health check sends them at once, a slowloris loses the slot.
 //! - Both limits are fitted under the process's descriptor limit with a reserve kept for
 //!   the daemon's own work (session files, LLM connections), so a flood of clients never
 //!   makes those fail with "too many open files".
@@ -16,10 +22,11 @@
 //! A connection over a limit gets a bare 503 and is closed at once; refusals are counted
 //! (`/healthz`) and logged at most every ten seconds.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -44,12 +51,19 @@ pub struct Limits {
     pub max_connections: usize,
     /// Of those, plain HTTP connections (not, or not yet, an accepted WebSocket).
     pub max_pending: usize,
+    /// Of those, from one source address.
+    pub max_pending_per_client: usize,
+    /// Plain HTTP connections beyond `max_pending`, for health checks and requests with
+    /// credentials only.
+    pub reserved: usize,
 }
 
 /// Descriptors kept for the daemon's own work: at least this many...
 const MIN_RESERVE: u64 = 64;
 /// ...and at most this many (a quarter of the limit in between).
 const MAX_RESERVE: u64 = 1024;
+/// The header time of a connection on a reserved slot.
+pub const RESERVED_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
 /// Refusals are logged at most this often.
 const WARN_EVERY: Duration = Duration::from_secs(10);
 
@@ -93,6 +107,7 @@ pub fn fit_to_descriptors(limits: &mut Limits) -> (u64, u64) {
         limits.max_connections = room;
     }
     limits.max_pending = limits.max_pending.min(limits.max_connections);
+    limits.max_pending_per_client = limits.max_pending_per_client.min(limits.max_pending);
     (soft, reserve)
 }
 
@@ -118,6 +133,10 @@ impl Server {
         let addr = listener.local_addr()?;
         let total = Arc::new(Semaphore::new(limits.max_connections.max(1)));
         let pending = Arc::new(Semaphore::new(limits.max_pending.max(1)));
+        let reserved = Arc::new(Semaphore::new(limits.reserved));
+        let reserved_router = router
+            .clone()
+            .layer(axum::middleware::from_fn(reserved_only));
         let refused = Arc::new(AtomicU64::new(0));
         let stop = CancellationToken::new();
         let connections = TaskTracker::new();
@@ -125,9 +144,12 @@ impl Server {
             Acceptor {
                 listener,
                 router,
+                reserved_router,
                 limits,
                 total: total.clone(),
                 pending,
+                reserved,
+                per_client: Arc::new(Mutex::new(HashMap::new())),
                 refused: refused.clone(),
                 stop: stop.clone(),
                 connections: connections.clone(),
@@ -180,11 +202,18 @@ impl Server {
 struct Acceptor {
     listener: TcpListener,
     router: Router,
+    /// The router behind [`reserved_only`], for connections on a reserved slot.
+    reserved_router: Router,
     limits: Limits,
     total: Arc<Semaphore>,
     /// Free slots of `max_pending`; held by a connection task until its HTTP connection
     /// ends (closed, or upgraded to a WebSocket).
     pending: Arc<Semaphore>,
+    /// Free reserved slots, held like `pending`'s.
+    reserved: Arc<Semaphore>,
+    /// Pending connections per source address; an entry leaves when its count is 0. Taken
+    /// by the accept loop, given back by each connection's [`ClientSlot`].
+    per_client: Arc<Mutex<HashMap<IpAddr, usize>>>,
     refused: Arc<AtomicU64>,
     stop: CancellationToken,
     connections: TaskTracker,
@@ -198,8 +227,8 @@ impl Acceptor {
                 () = self.stop.cancelled() => return,
                 accepted = self.listener.accept() => accepted,
             };
-            let stream = match accepted {
-                Ok((stream, _peer)) => stream,
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
                 Err(err) => {
                     // Out of descriptors (or another transient failure): wait a moment
                     // rather than spinning; connections that close free some.
@@ -212,9 +241,23 @@ impl Acceptor {
                 self.refuse(stream, "http.max_connections");
                 continue;
             };
-            let Ok(pending) = self.pending.clone().try_acquire_owned() else {
-                self.refuse(stream, "http.max_pending_connections");
+            let Some(client) = self.client_slot(peer.ip()) else {
+                self.refuse(stream, "http.max_pending_per_client");
                 continue;
+            };
+            let (pending, router, header_timeout) = match self.pending.clone().try_acquire_owned() {
+                Ok(pending) => (pending, self.router.clone(), self.limits.header_timeout),
+                Err(_) => match self.reserved.clone().try_acquire_owned() {
+                    Ok(reserved) => (
+                        reserved,
+                        self.reserved_router.clone(),
+                        self.limits.header_timeout.min(RESERVED_HEADER_TIMEOUT),
+                    ),
+                    Err(_) => {
+                        self.refuse(stream, "http.max_pending_connections");
+                        continue;
+                    }
+                },
             };
             let _ = stream.set_nodelay(true);
             self.connections.spawn(serve_connection(
@@ -222,12 +265,33 @@ impl Acceptor {
                     stream,
                     _slot: slot,
                 },
-                pending,
-                self.router.clone(),
-                self.limits.header_timeout,
+                (pending, client),
+                router,
+                header_timeout,
                 self.stop.clone(),
             ));
         }
+    }
+
+    /// A pending slot of `ip`'s share, unless it holds its whole share.
+    fn client_slot(&self, ip: IpAddr) -> Option<ClientSlot> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        let mut counts = self
+            .per_client
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= self.limits.max_pending_per_client.max(1) {
+            return None;
+        }
+        *count += 1;
+        Some(ClientSlot {
+            ip,
+            counts: self.per_client.clone(),
+        })
     }
 
     fn refuse(&mut self, stream: TcpStream, limit: &'static str) {
@@ -263,7 +327,7 @@ impl Acceptor {
 /// in progress is finished first).
 async fn serve_connection(
     stream: Slotted,
-    pending: OwnedSemaphorePermit,
+    pending: (OwnedSemaphorePermit, ClientSlot),
     router: Router,
     header_timeout: Duration,
     stop: CancellationToken,
@@ -287,6 +351,60 @@ async fn serve_connection(
         tracing::debug!(error = %err, "HTTP connection ended with an error");
     }
     drop(pending);
+}
+
+/// One of a source address's pending slots, given back when dropped (with the connection's
+/// pending slot: when its HTTP connection ends or becomes a WebSocket).
+struct ClientSlot {
+    ip: IpAddr,
+    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// What a reserved slot serves: health checks, and requests that carry credentials (the
+/// router checks them); anything else gets a 503 at once.
+async fn reserved_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::http::header::{AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL};
+    let path = request.uri().path();
+    let headers = request.headers();
+    let credentials = headers.contains_key(AUTHORIZATION)
+        || headers
+            .get(SEC_WEBSOCKET_PROTOCOL)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.split(',')
+                    .any(|p| p.trim().eq_ignore_ascii_case("bearer"))
+            })
+        || request
+            .uri()
+            .query()
+            .is_some_and(|q| q.split('&').any(|pair| pair.starts_with("token=")));
+    if matches!(path, "/healthz" | "/readyz") || credentials {
+        return next.run(request).await;
+    }
+    let mut response = axum::response::IntoResponse::into_response((
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "busy: every connection slot for unauthenticated requests is taken; try again shortly\n",
+    ));
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("2"),
+    );
+    response
 }
 
 /// A client socket holding its slot of `max_connections`: wherever the socket goes (a
@@ -346,10 +464,13 @@ mod tests {
             header_timeout: Duration::from_secs(10),
             max_connections: usize::MAX,
             max_pending: usize::MAX,
+            max_pending_per_client: usize::MAX,
+            reserved: 16,
         };
         let (soft, reserve) = fit_to_descriptors(&mut limits);
         assert!((MIN_RESERVE..=MAX_RESERVE).contains(&reserve));
         assert!(limits.max_connections as u64 + reserve <= soft);
         assert!(limits.max_pending <= limits.max_connections);
+        assert!(limits.max_pending_per_client <= limits.max_pending);
     }
 }

@@ -45,8 +45,9 @@ model = "scripted"
 
 [http]
 bind = "127.0.0.1:{port}"
-# The scale scenario opens 10,000 WebSockets; the default cap is 4096.
+# The scale scenario opens 10,000 WebSockets, 250 handshakes at a time, from one address.
 max_connections = 12000
+max_pending_per_client = 256
 
 [channels.websocket]
 auth = "none"
