@@ -356,3 +356,73 @@ async fn a_reload_applies_tool_settings_to_the_next_turn() {
     );
     daemon.shutdown().await;
 }
+
+/// `/metrics` names chats and models: with a token on the socket it asks for that token —
+/// or for `http.metrics_token`, when set —, and without one it answers only a loopback Host
+/// (a re-pointed web site's name is refused, as for the page).
+#[tokio::test]
+async fn metrics_follow_the_sockets_authentication() {
+    const WS_TOKEN: &str = "socket-token-0123456789";
+    const METRICS_TOKEN: &str = "scrape-token-9876543210";
+    let scrape = |addr: std::net::SocketAddr, host: &'static str, token: Option<&'static str>| async move {
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let request =
+            format!("GET /metrics HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\n\r\n");
+        let response = crate::util::raw_http(addr, &request, crate::util::PATIENCE).await;
+        response.split(' ').nth(1).unwrap_or_default().to_owned()
+    };
+    for (http, expect) in [
+        (
+            "",
+            [
+                ("127.0.0.1", None, "401"),
+                ("127.0.0.1", Some(WS_TOKEN), "200"),
+                ("127.0.0.1", Some(METRICS_TOKEN), "401"),
+            ],
+        ),
+        (
+            "metrics_token = \"scrape-token-9876543210\"",
+            [
+                ("127.0.0.1", Some(WS_TOKEN), "401"),
+                ("127.0.0.1", Some(METRICS_TOKEN), "200"),
+                ("evil.example", Some(METRICS_TOKEN), "200"),
+            ],
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = switchboard_testkit::ScriptedLlm::start()
+            .await
+            .expect("llm");
+        let text = crate::util::config_text_with(
+            &llm.base_url(),
+            dir.path(),
+            Extra {
+                http,
+                ..Extra::default()
+            },
+        )
+        .replace(
+            "auth = \"none\"",
+            &format!("auth = \"token\"\ntoken = \"{WS_TOKEN}\""),
+        );
+        let daemon = switchboard::app::start(
+            crate::util::config(&text, dir.path()),
+            crate::util::test_tools(),
+        )
+        .await
+        .expect("daemon");
+        for (host, token, status) in expect {
+            assert_eq!(
+                scrape(daemon.addr(), host, token).await,
+                status,
+                "{http:?} {host} {token:?}"
+            );
+        }
+        daemon.shutdown().await;
+    }
+    // No token anywhere: a loopback Host only.
+    let h = Harness::with_config(Extra::default()).await;
+    assert_eq!(scrape(h.daemon.addr(), "127.0.0.1", None).await, "200");
+    assert_eq!(scrape(h.daemon.addr(), "evil.example", None).await, "403");
+    h.daemon.shutdown().await;
+}

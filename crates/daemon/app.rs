@@ -287,7 +287,13 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     if config.http.metrics
         && let Some(handle) = metrics::recorder()
     {
-        router = router.merge(metrics::router(handle, health.clone()));
+        let access = config.metrics_access()?;
+        router = router.merge(metrics::router(
+            handle,
+            health.clone(),
+            access,
+            config.http.allowed_hosts.clone(),
+        ));
     }
     let mut websocket = None;
     let ws_section = &config.channels.websocket;

@@ -161,6 +161,9 @@ pub struct HttpSection {
     pub allowed_hosts: Vec<String>,
     /// Serve `/metrics` (Prometheus text).
     pub metrics: bool,
+    /// The bearer token `/metrics` asks for; without one it asks for the WebSocket's token
+    /// (`auth = "token"`), or only a loopback Host (`auth = "none"`).
+    pub metrics_token: Option<Spanned<String>>,
 }
 
 impl Default for HttpSection {
@@ -174,6 +177,7 @@ impl Default for HttpSection {
             reserved_connections: 32,
             allowed_hosts: Vec::new(),
             metrics: true,
+            metrics_token: None,
         }
     }
 }
@@ -329,6 +333,7 @@ impl Config {
                 )
             })?;
         }
+        self.metrics_access()?;
         self.llm.validate(&self.source)?;
         crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
@@ -348,6 +353,31 @@ impl Config {
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
+    }
+
+    /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,
+    /// else the WebSocket's token when it has one, else requests with a loopback (or
+    /// allowed) Host, as the page without a token.
+    pub fn metrics_access(&self) -> Result<switchboard_websocket::WsAuth, ConfigError> {
+        use switchboard_websocket::{AuthMode, WsAuth};
+        if let Some(token) = &self.http.metrics_token {
+            let value = switchboard_core::expand_env(token.get_ref())
+                .map_err(|unresolved| unresolved.to_string())
+                .and_then(|value| switchboard_websocket::check_token(&value).map(|()| value))
+                .map_err(|why| {
+                    self.source
+                        .error_at(Some(token.span()), "http.metrics_token".into(), why)
+                })?;
+            return Ok(WsAuth::Token(value));
+        }
+        let websocket = &self.channels.websocket;
+        if websocket.enabled && *websocket.auth.get_ref() == AuthMode::Token {
+            let token = websocket
+                .token()
+                .map_err(|problem| self.source.problem("channels.websocket", problem))?;
+            return Ok(WsAuth::Token(token));
+        }
+        Ok(WsAuth::None)
     }
 
     /// A duration from a validated seconds field.
@@ -425,9 +455,31 @@ impl Source {
             line,
             column,
             key,
-            message: message.trim().to_owned(),
+            message: short_numbers(message.trim()),
         }
     }
+}
+
+/// `message` with every number longer than 20 characters written in scientific notation:
+/// `1e300` in a config comes back from serde (and from `{}` of an `f64`) as 301 digits.
+fn short_numbers(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
+        out.push_str(&rest[..start]);
+        let run = &rest[start..];
+        let end = run
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(run.len());
+        let number = &run[..end];
+        match number.parse::<f64>() {
+            Ok(value) if number.len() > 20 => out.push_str(&format!("{value:e}")),
+            _ => out.push_str(number),
+        }
+        rest = &run[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 pub use switchboard_core::expand_env;
@@ -441,6 +493,43 @@ mod tests {
     }
 
     const MINIMAL: &str = "[channels.websocket]\nauth = \"none\"\n";
+
+    #[test]
+    fn a_huge_number_is_reported_in_scientific_notation() {
+        for (text, key) in [
+            (
+                "[agent]\ntool_timeout_secs = 1e300\n",
+                "agent.tool_timeout_secs",
+            ),
+            ("[http]\nmax_connections = 1e300\n", "http.max_connections"),
+            ("[agent]\nhistory_limit = -1.5e300\n", "agent.history_limit"),
+        ] {
+            let err = parse(&format!("{MINIMAL}{text}")).expect_err("out of range");
+            assert_eq!(err.key, key);
+            let shown = err.to_string();
+            assert!(shown.contains("e300"), "{shown}");
+            assert!(shown.len() < 200, "{shown}");
+        }
+        assert_eq!(short_numbers("got 12.5 and 8080"), "got 12.5 and 8080");
+    }
+
+    #[test]
+    fn a_weak_metrics_token_or_websocket_token_is_refused_at_its_line() {
+        let err =
+            parse(&format!("{MINIMAL}[http]\nmetrics_token = \"short\"\n")).expect_err("short");
+        assert_eq!(
+            (err.key.as_str(), err.line),
+            ("http.metrics_token", Some(4))
+        );
+        let err =
+            parse("[channels.websocket]\nauth = \"token\"\ntoken = \"                    \"\n")
+                .expect_err("blank");
+        assert_eq!(
+            (err.key.as_str(), err.line),
+            ("channels.websocket.token", Some(3))
+        );
+        assert!(err.message.contains("whitespace"), "{err}");
+    }
 
     #[test]
     fn defaults_fill_an_almost_empty_file() {

@@ -47,7 +47,7 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
 /// Keys whose values are secrets: their `${…}` references are resolved where they are used
 /// (an unresolvable LLM key is reported per message, not as a config error), so they are
 /// left as written here.
-const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret"];
+const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret", "metrics_token"];
 
 /// The environment variables the secret keys of config `text` refer to (`${NAME}`, not
 /// credentials), wherever they are; none if the text does not parse (its errors are

@@ -22,6 +22,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use switchboard_agent::{Hook, ToolOutcome, TurnInfo, TurnSummary};
 use switchboard_core::{SessionKey, ToolCall};
 use switchboard_llm::{ChatRequest, ChatResponse};
+use switchboard_websocket::{WsAuth, check_host};
 
 use crate::health::{ChannelState, Health};
 
@@ -53,11 +54,49 @@ pub fn recorder() -> Option<PrometheusHandle> {
         .clone()
 }
 
-/// The `/metrics` route.
-pub fn router(handle: PrometheusHandle, health: Health) -> Router {
+/// The `/metrics` route, for those `access` lets in (a bearer token, or — with
+/// `WsAuth::None` — a loopback or `allowed_hosts` Host, against DNS rebinding).
+pub fn router(
+    handle: PrometheusHandle,
+    health: Health,
+    access: WsAuth,
+    allowed_hosts: Vec<String>,
+) -> Router {
+    let guard = Arc::new((access, allowed_hosts));
     Router::new()
         .route("/metrics", get(render))
+        .layer(axum::middleware::from_fn_with_state(guard, check_access))
         .with_state((handle, health))
+}
+
+async fn check_access(
+    State(guard): State<Arc<(WsAuth, Vec<String>)>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let (access, allowed_hosts) = &*guard;
+    let refused = match access {
+        WsAuth::Token(_) => access
+            .check(request.headers(), None)
+            .err()
+            .map(|why| (StatusCode::UNAUTHORIZED, why)),
+        WsAuth::None => check_host(request.headers(), allowed_hosts)
+            .err()
+            .map(|why| (StatusCode::FORBIDDEN, why)),
+    };
+    match refused {
+        Some((status, why)) => {
+            let mut response = (status, format!("/metrics: {why}\n")).into_response();
+            if status == StatusCode::UNAUTHORIZED {
+                response.headers_mut().insert(
+                    header::WWW_AUTHENTICATE,
+                    axum::http::HeaderValue::from_static("Bearer"),
+                );
+            }
+            response
+        }
+        None => next.run(request).await,
+    }
 }
 
 async fn render(State((handle, health)): State<(PrometheusHandle, Health)>) -> impl IntoResponse {

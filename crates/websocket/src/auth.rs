@@ -30,8 +30,9 @@ impl std::fmt::Debug for WsAuth {
 pub(crate) const BEARER_PROTOCOL: &str = "bearer";
 
 impl WsAuth {
-    /// Checks a connection attempt; the error is the reason given to the client.
-    pub(crate) fn check(
+    /// Checks a connection attempt (or a `/metrics` scrape); the error is the reason given to
+    /// the client.
+    pub fn check(
         &self,
         headers: &HeaderMap,
         query_token: Option<&str>,
@@ -74,10 +75,16 @@ fn subprotocol_token(headers: &HeaderMap) -> Option<&str> {
 /// A browser page may open the socket only from the server's own origin, so another site
 /// open in the same browser cannot talk to the agent (cross-site WebSocket hijacking).
 /// Clients that send no Origin (programs, not browsers) pass.
+/// An Origin that is not `http(s)://host[:port]` (`null`, a bare host, a path) or sent
+/// twice is refused: a browser sends exactly one, with a scheme.
 fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
-    let Some(origin) = headers.get(ORIGIN) else {
+    let mut origins = headers.get_all(ORIGIN).iter();
+    let Some(origin) = origins.next() else {
         return Ok(());
     };
+    if origins.next().is_some() {
+        return Err("more than one Origin header");
+    }
     let origin = origin
         .to_str()
         .map_err(|_| "the Origin header is not valid")?;
@@ -88,7 +95,8 @@ fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     let origin_host = origin
         .strip_prefix("http://")
         .or_else(|| origin.strip_prefix("https://"))
-        .unwrap_or(origin);
+        .filter(|rest| !rest.is_empty() && !rest.contains('/'))
+        .ok_or("the Origin header is not scheme://host")?;
     if origin_host.eq_ignore_ascii_case(host) {
         Ok(())
     } else {
@@ -99,7 +107,7 @@ fn check_origin(headers: &HeaderMap) -> Result<(), &'static str> {
 /// Whether a request's Host header names this machine's loopback interface (`localhost`,
 /// `*.localhost`, `127.0.0.0/8`, `::1`) or one of `allowed` (case-insensitive; a port is
 /// ignored).
-pub(crate) fn check_host(headers: &HeaderMap, allowed: &[String]) -> Result<(), &'static str> {
+pub fn check_host(headers: &HeaderMap, allowed: &[String]) -> Result<(), &'static str> {
     let host = headers
         .get(HOST)
         .and_then(|h| h.to_str().ok())
@@ -187,6 +195,22 @@ mod tests {
         assert!(auth.check(&same, None).is_ok());
         assert!(auth.check(&other, None).is_err());
         assert!(auth.check(&headers(&[]), None).is_ok());
+        // No scheme, `null`, a path: refused, even where the host part would match.
+        for origin in [
+            "127.0.0.1:8080",
+            "null",
+            "http://127.0.0.1:8080/x",
+            "http://",
+        ] {
+            let mut map = headers(&[("host", "127.0.0.1:8080")]);
+            map.insert(ORIGIN, HeaderValue::from_static(origin));
+            assert!(auth.check(&map, None).is_err(), "{origin}");
+        }
+        // Two Origin headers, the first of them right.
+        let mut two = headers(&[("host", "127.0.0.1:8080")]);
+        two.append(ORIGIN, HeaderValue::from_static("http://127.0.0.1:8080"));
+        two.append(ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert_eq!(auth.check(&two, None), Err("more than one Origin header"));
     }
 
     #[test]

@@ -39,6 +39,34 @@ impl Default for WsConfig {
     }
 }
 
+/// The fewest characters a token has that are not whitespace.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Whether a token is one a client can present and an attacker cannot guess: at least
+/// [`MIN_TOKEN_CHARS`] characters, none of them whitespace (a header cannot carry it at
+/// either end, and a token of spaces is no secret), not one character repeated.
+pub fn check_token(token: &str) -> Result<(), String> {
+    let make_one = "make one with e.g. `openssl rand -hex 24`";
+    if token.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "the token holds whitespace (a space, tab or line break), which clients cannot \
+             send; {make_one}"
+        ));
+    }
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        return Err(format!(
+            "the token must be at least {MIN_TOKEN_CHARS} characters; {make_one}"
+        ));
+    }
+    let distinct: std::collections::BTreeSet<char> = token.chars().collect();
+    if distinct.len() < 4 {
+        return Err(format!(
+            "the token is too easy to guess (almost one character repeated); {make_one}"
+        ));
+    }
+    Ok(())
+}
+
 /// How WebSocket clients authenticate, as written in the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -127,12 +155,9 @@ impl WsSection {
             ));
         };
         match expand_env(token.get_ref()) {
-            Ok(value) if value.len() >= 16 => Ok(value),
-            Ok(_) => Err(ConfigProblem::new(
-                Some(token.span()),
-                "token",
-                "the token must be at least 16 characters",
-            )),
+            Ok(value) => check_token(&value)
+                .map(|()| value)
+                .map_err(|why| ConfigProblem::new(Some(token.span()), "token", why)),
             Err(unresolved) => Err(ConfigProblem::new(
                 Some(token.span()),
                 "token",
@@ -154,5 +179,25 @@ impl WsSection {
             allowed_hosts,
             ..WsConfig::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_must_be_long_without_whitespace_and_not_one_character() {
+        assert!(check_token("e2e-token-0123456789abcdef").is_ok());
+        for (token, why) in [
+            ("                    ", "whitespace"),
+            ("\t\n", "whitespace"),
+            (" padded-token-0123456789 ", "whitespace"),
+            ("short-token", "at least 16"),
+            ("aaaaaaaaaaaaaaaaaaaaaaaa", "too easy"),
+        ] {
+            let err = check_token(token).expect_err(token);
+            assert!(err.contains(why), "{token:?}: {err}");
+        }
     }
 }

@@ -62,7 +62,9 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
 
 /// Writes queued frames to the socket until the queue closes, the socket is killed for
 /// being too slow, the receive half asks to close it, or the daemon stops; the last two
-/// send what is queued first, then a close frame.
+/// send what is queued first, then a close frame. A socket killed for being too slow gets
+/// a close frame (1008, saying why) after what was already written, with what was still
+/// queued dropped.
 async fn send(
     mut sink: SplitSink<WebSocket, Message>,
     mut rx: mpsc::Receiver<Frame>,
@@ -74,11 +76,16 @@ async fn send(
         code: close_code::AWAY,
         reason: "switchboard is stopping".into(),
     };
+    let mut goodbye_within = GOODBYE;
     loop {
         tokio::select! {
             biased;
-            // Too slow: drop it now, queued frames and all.
-            () = kill.cancelled() => return,
+            // Too slow: drop what is queued, and say why (if it ever reads again).
+            () = kill.cancelled() => {
+                close = too_slow();
+                goodbye_within = SLOW_GOODBYE;
+                break;
+            }
             frame = rx.recv() => {
                 let Some(frame) = frame else { break };
                 // Everything already queued goes out in one write.
@@ -91,7 +98,12 @@ async fn send(
                 });
                 tokio::select! {
                     biased;
-                    () = kill.cancelled() => return,
+                    // A frame may be half written: the close frame goes after it.
+                    () = kill.cancelled() => {
+                        close = too_slow();
+                        goodbye_within = SLOW_GOODBYE;
+                        break;
+                    }
                     sent = batch => if sent.is_err() { return },
                 }
             }
@@ -114,7 +126,20 @@ async fn send(
         }
     }
     let goodbye = sink.send(Message::Close(Some(close)));
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), goodbye).await;
+    let _ = tokio::time::timeout(goodbye_within, goodbye).await;
+}
+
+/// How long the close frame may take to write.
+const GOODBYE: std::time::Duration = std::time::Duration::from_secs(1);
+/// ... to a client that fell behind: what is already on its way must drain first.
+const SLOW_GOODBYE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The close frame of a client that did not read its frames (1008, policy violation).
+fn too_slow() -> CloseFrame {
+    CloseFrame {
+        code: close_code::POLICY,
+        reason: "too slow: frames for this client were not read in time and were dropped".into(),
+    }
 }
 
 /// Reads client frames and acts on them until the socket closes.

@@ -21,7 +21,7 @@ mod connection;
 mod page;
 mod protocol;
 
-pub use auth::WsAuth;
+pub use auth::{WsAuth, check_host};
 pub use channel::{HistorySource, WebSocketChannel};
-pub use config::{AuthMode, MAX_FRAME_BYTES_LIMIT, WsConfig, WsSection};
+pub use config::{AuthMode, MAX_FRAME_BYTES_LIMIT, WsConfig, WsSection, check_token};
 pub use protocol::{ClientFrame, Said, ServerFrame};
