@@ -207,3 +207,38 @@ async fn a_session_saved_with_duplicate_ids_is_repaired_on_load() {
     util::assert_no_orphans(&conversation);
     daemon.shutdown().await;
 }
+
+/// A slow server gets no more connections than `llm.max_connections`: the other turns wait
+/// for one (each connection costs the daemon buffers), and every chat is answered.
+#[tokio::test]
+async fn a_slow_server_gets_no_more_connections_than_the_cap() {
+    let mut h = Harness::with_config(Extra {
+        llm: "max_connections = 2",
+        ..Extra::default()
+    })
+    .await;
+    h.llm.respond_with(|request| {
+        let text = request["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        Reply::text(format!("slowly: {text}")).delayed(Duration::from_millis(200))
+    });
+    let chats = ["a", "b", "c", "d", "e", "f"];
+    for chat in chats {
+        h.client.send(chat, &format!("hi {chat}")).await;
+    }
+    for _ in chats {
+        let done = h.client.wait_for("done").await;
+        assert_eq!(done["end"], "answered", "{done}");
+    }
+    assert_eq!(h.llm.requests().len(), 6);
+    assert_eq!(
+        h.llm.most_in_flight(),
+        2,
+        "the server answered {} requests at once",
+        h.llm.most_in_flight()
+    );
+}

@@ -426,3 +426,134 @@ async fn metrics_follow_the_sockets_authentication() {
     assert_eq!(scrape(h.daemon.addr(), "evil.example", None).await, "403");
     h.daemon.shutdown().await;
 }
+
+/// 6. A model that fails makes the daemon `degraded`, naming the model and why — at once
+/// for a refused key, after three failed attempts for a server error — until it answers
+/// again; `/readyz` stays ready (messages are still taken), and the failures are counted by
+/// kind.
+#[tokio::test]
+async fn a_failing_model_makes_health_degraded_until_it_answers_again() {
+    use switchboard_testkit::Reply;
+    let mut h = Harness::with_config(Extra {
+        llm: "max_retries = 2",
+        ..Extra::default()
+    })
+    .await;
+    let addr = h.daemon.addr();
+    let status_of = |response: &str| response.split(' ').nth(1).unwrap_or_default().to_owned();
+    assert_eq!(status_of(&http_get(addr, "/healthz").await), "200");
+    let errors = |samples: &BTreeMap<String, f64>, kind: &str| {
+        value(
+            samples,
+            &format!(
+                r#"switchboard_llm_errors_total{{provider="openai",model="scripted",kind="{kind}"}}"#
+            ),
+        )
+    };
+    let before = scrape(&h).await;
+
+    // A refused key: not retried, degraded at once.
+    h.llm.push(Reply::Error {
+        status: 401,
+        retry_after: None,
+    });
+    assert!(h.client.say("c", "hello?").await.error().is_some());
+    let health = crate::util::health(addr).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    let problem = health["checks"]["llm"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        problem.starts_with("openai scripted: 1 failed attempt in a row")
+            && problem.contains("401"),
+        "{health}"
+    );
+    assert_eq!(status_of(&http_get(addr, "/healthz").await), "503");
+    assert_eq!(status_of(&http_get(addr, "/readyz").await), "200");
+    let described = switchboard::status::describe(&health);
+    assert!(
+        described.contains("✗ llm: degraded — openai scripted"),
+        "{described}"
+    );
+
+    // It answers again: healthy.
+    h.llm.push(Reply::text("here"));
+    assert_eq!(h.client.say("c", "now?").await.reply(), "here");
+    assert_eq!(status_of(&http_get(addr, "/healthz").await), "200");
+
+    // A server error retried twice: three failed attempts, degraded; then it recovers.
+    for _ in 0..3 {
+        h.llm.push(Reply::Error {
+            status: 503,
+            retry_after: Some(0),
+        });
+    }
+    assert!(h.client.say("c", "again?").await.error().is_some());
+    let health = crate::util::health(addr).await;
+    let problem = health["checks"]["llm"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(problem.contains("3 failed attempts in a row"), "{health}");
+    h.llm.push(Reply::text("fine"));
+    assert_eq!(h.client.say("c", "and now?").await.reply(), "fine");
+    assert_eq!(status_of(&http_get(addr, "/healthz").await), "200");
+
+    let after = scrape(&h).await;
+    assert!(errors(&after, "unauthorized") - errors(&before, "unauthorized") >= 1.0);
+    assert!(errors(&after, "status_5xx") - errors(&before, "status_5xx") >= 3.0);
+    h.daemon.shutdown().await;
+}
+
+/// 6. Every metric has `# HELP` and `# TYPE`, and the series a dashboard needs are there at
+/// zero before anything happened (a fresh process: the binary).
+#[tokio::test]
+async fn every_metric_is_described_and_published_at_zero_from_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        crate::util::config_text(&llm.base_url(), dir.path(), ""),
+    )
+    .expect("write");
+    let (mut child, addr) = crate::util::spawn_daemon(&config).await;
+    let response = http_get(addr, "/metrics").await;
+    let body = response.split_once("\r\n\r\n").expect("a response").1;
+    let samples = parse_prometheus(body);
+    let mut helped = std::collections::BTreeSet::new();
+    let mut typed = std::collections::BTreeSet::new();
+    for line in body.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            helped.insert(rest.split(' ').next().unwrap_or_default().to_owned());
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            typed.insert(rest.split(' ').next().unwrap_or_default().to_owned());
+        }
+    }
+    for series in samples.keys() {
+        let name = series.split('{').next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).filter(|f| typed.contains(*f)))
+            .unwrap_or(name);
+        assert!(helped.contains(family), "no HELP for {family}:\n{body}");
+        assert!(typed.contains(family), "no TYPE for {family}:\n{body}");
+    }
+    for series in [
+        "switchboard_turns_started_total",
+        r#"switchboard_turns_finished_total{end="answered"}"#,
+        r#"switchboard_turns_finished_total{end="failed"}"#,
+        r#"switchboard_llm_errors_total{provider="openai",model="scripted",kind="unauthorized"}"#,
+        r#"switchboard_llm_errors_total{provider="openai",model="scripted",kind="connect"}"#,
+        r#"switchboard_llm_tokens_total{provider="openai",model="scripted",direction="out"}"#,
+        r#"switchboard_tool_calls_total{tool="read_file",outcome="error"}"#,
+        r#"switchboard_messages_in_total{channel="websocket"}"#,
+        r#"switchboard_messages_out_total{channel="websocket"}"#,
+    ] {
+        assert_eq!(samples.get(series), Some(&0.0), "{series}:\n{body}");
+    }
+    crate::util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+}

@@ -19,6 +19,7 @@ use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
     RetryingChannel, SessionKey, Shutdown,
 };
+use switchboard_llm::Observer;
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::{Confinement, RunAs};
@@ -29,6 +30,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::health::Health;
+use crate::llm_health::LlmHealth;
 use crate::metrics::{self, MetricsHook};
 use crate::outbox::HubOutbox;
 use crate::platforms::{self, Platforms};
@@ -62,6 +64,8 @@ pub struct Running {
     tool_parts: ToolParts,
     /// The text of the config in use.
     config_text: String,
+    /// Told every model attempt's outcome (a reload builds the chain again with it).
+    llm_observer: Arc<dyn Observer>,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
@@ -73,7 +77,7 @@ pub fn build_agent(
     extra_tools: ToolRegistry,
     hub: Option<&ChatHub>,
 ) -> anyhow::Result<Arc<Agent>> {
-    Ok(build_agent_and_tools(config, extra_tools, hub)?.0)
+    Ok(build_agent_and_tools(config, extra_tools, hub, None)?.0)
 }
 
 /// What building the tools again needs (a reload does when `[tools]` changed).
@@ -102,6 +106,7 @@ fn build_agent_and_tools(
     config: &Config,
     extra_tools: ToolRegistry,
     hub: Option<&ChatHub>,
+    observer: Option<&Arc<dyn Observer>>,
 ) -> anyhow::Result<(Arc<Agent>, ToolParts)> {
     let state_dir = config.path(&config.agent.state_dir);
     let workspace_dir = config.path(&config.agent.workspace);
@@ -157,7 +162,7 @@ fn build_agent_and_tools(
         forbidden: workspace.forbidden().to_vec(),
     };
     let tools = build_tools(config, &tool_parts)?;
-    let llm = crate::llm_config::build(config)?;
+    let llm = crate::llm_config::build(config, observer)?;
     let section = &config.agent;
     let agent_config = AgentConfig {
         workspace: Arc::new(workspace),
@@ -262,8 +267,12 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
     let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
-    let (agent, tool_parts) = build_agent_and_tools(&config, tools, Some(&hub))?;
+    let llm_health = Arc::new(LlmHealth::default());
+    let observer: Arc<dyn Observer> = llm_health.clone();
+    let (agent, tool_parts) = build_agent_and_tools(&config, tools, Some(&hub), Some(&observer))?;
     let health = Health::new();
+    // Not a readiness matter: a daemon whose model fails still takes (and answers) messages.
+    health.check_health_only("llm", Box::new(move || llm_health.check()));
     let store = agent.store();
     health.check(
         "store",
@@ -339,6 +348,9 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             platforms.start(built);
         }
     }
+    if config.http.metrics {
+        metrics::publish_zeros(&metrics_series(&config, &agent, &hub));
+    }
     let telegram_section = &config.channels.telegram;
     let discord_section = &config.channels.discord;
 
@@ -398,7 +410,23 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         platforms,
         tool_parts,
         config_text: config.source.text.clone(),
+        llm_observer: observer,
     })
+}
+
+/// The series `/metrics` publishes at zero from the start: this config's models, tools
+/// and channels.
+fn metrics_series(config: &Config, agent: &Agent, hub: &ChatHub) -> metrics::Series {
+    let llm = &config.llm;
+    let mut models = vec![(llm.provider.get_ref().as_str(), llm.model.clone())];
+    for fallback in &llm.fallbacks {
+        models.push((fallback.provider.get_ref().as_str(), fallback.model.clone()));
+    }
+    metrics::Series {
+        models,
+        tools: agent.tools().names().map(str::to_owned).collect(),
+        channels: hub.channels().iter().map(ToString::to_string).collect(),
+    }
 }
 
 /// The most of a chat's history one `history` frame carries (the newest messages kept).
@@ -467,6 +495,7 @@ impl Running {
             &mut self.platforms,
             &self.tool_parts,
             &self.health,
+            &self.llm_observer,
         )
         .await
     }

@@ -90,7 +90,7 @@ pub async fn report(config: &Config) -> Vec<Line> {
         });
     }
 
-    let mut models = match llm_config::models(config) {
+    let mut models = match llm_config::models(config, None) {
         Ok(models) => models,
         Err(err) => {
             lines.push(Line::failed(format!("llm: {err:#}")));

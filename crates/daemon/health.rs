@@ -53,6 +53,9 @@ struct Inner {
     gauges: Mutex<BTreeMap<String, Gauge>>,
     /// Checks shown under `checks` in `/healthz` (the session store), registered at start.
     checks: Mutex<BTreeMap<&'static str, Check>>,
+    /// The names of those of `checks` that do not decide readiness (`/readyz`): a failing
+    /// model leaves the daemon able to take messages.
+    health_only: Mutex<Vec<&'static str>>,
 }
 
 /// A number read when `/healthz` is asked.
@@ -78,6 +81,7 @@ impl Health {
                 ready: Default::default(),
                 gauges: Mutex::new(BTreeMap::new()),
                 checks: Mutex::new(BTreeMap::new()),
+                health_only: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -149,6 +153,17 @@ impl Health {
             .insert(name, check);
     }
 
+    /// Registers a check shown under `checks` in `/healthz`, which makes the daemon
+    /// `degraded` when it fails but not unready (`/readyz`).
+    pub fn check_health_only(&self, name: &'static str, check: Check) {
+        self.inner
+            .health_only
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(name);
+        self.check(name, check);
+    }
+
     /// Marks the daemon as stopping.
     pub fn set_stopping(&self) {
         self.inner
@@ -188,12 +203,21 @@ async fn readyz(State(health): State<Health>) -> impl IntoResponse {
     if !health.inner.ready.load(Relaxed) {
         return not_ready("starting".into());
     }
+    let health_only = health
+        .inner
+        .health_only
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
     let checks = health
         .inner
         .checks
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    for (name, check) in checks.iter() {
+    for (name, check) in checks
+        .iter()
+        .filter(|(name, _)| !health_only.contains(name))
+    {
         if let Err(problem) = check() {
             return not_ready(format!("{name}: {problem}"));
         }

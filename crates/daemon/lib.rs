@@ -10,6 +10,7 @@
 //! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
 //! - `health`: `/healthz` and the channel states behind it.
+//! - `llm_health`: whether the models answer (for `/healthz` and `/metrics`).
 //! - `terminal`: `switchboard agent`, turns in the terminal.
 //! - `pairing`: `switchboard pairing`, who may talk.
 //! - `onboard`: `switchboard onboard`, a workspace's starter files.
@@ -26,6 +27,7 @@ pub mod doctor;
 pub mod harden;
 pub mod health;
 pub mod llm_config;
+pub mod llm_health;
 pub mod logging;
 pub mod metrics;
 pub mod notify;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_llm::{
-    AnthropicProvider, ApiKey, Failover, LlmProvider, OpenAiProvider, ProviderConfig,
-    ResponseLimits, RetryPolicy, Retrying,
+    AnthropicProvider, ApiKey, Failover, LlmProvider, Observed, Observer, OpenAiProvider,
+    ProviderConfig, ResponseLimits, RetryPolicy, Retrying,
 };
 use toml::Spanned;
 
@@ -29,6 +29,14 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// Its name in the config and in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Openai => "openai",
+            Self::Anthropic => "anthropic",
+        }
+    }
+
     /// The API root used when the config gives none.
     pub fn default_base_url(self) -> &'static str {
         match self {
@@ -40,10 +48,7 @@ impl ProviderKind {
 
 impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Openai => "openai",
-            Self::Anthropic => "anthropic",
-        })
+        f.write_str(self.as_str())
     }
 }
 
@@ -83,6 +88,8 @@ pub struct LlmSection {
     pub fallbacks: Vec<Fallback>,
     /// Seconds a provider that failed twice in a row is skipped.
     pub fallback_cooldown_secs: Spanned<f64>,
+    /// Connections open at once to each provider's server; calls beyond wait for one.
+    pub max_connections: Spanned<usize>,
 }
 
 impl Default for LlmSection {
@@ -104,6 +111,7 @@ impl Default for LlmSection {
             max_tool_arguments_bytes: Spanned::new(0..0, 1024 * 1024),
             fallbacks: Vec::new(),
             fallback_cooldown_secs: Spanned::new(0..0, 60.0),
+            max_connections: Spanned::new(0..0, 16),
         }
     }
 }
@@ -131,6 +139,16 @@ impl LlmSection {
     /// Checks what serde cannot: URLs.
     pub(crate) fn validate(&self, source: &Source) -> Result<(), ConfigError> {
         check_url(source, self.base_url.as_ref(), "llm.base_url")?;
+        if !(1..=1024).contains(self.max_connections.get_ref()) {
+            return Err(source.error_at(
+                Some(self.max_connections.span()),
+                "llm.max_connections".into(),
+                format!(
+                    "must be from 1 to 1024, got {}",
+                    self.max_connections.get_ref()
+                ),
+            ));
+        }
         for (index, fallback) in self.fallbacks.iter().enumerate() {
             let key = format!("llm.fallbacks[{index}].base_url");
             check_url(source, fallback.base_url.as_ref(), &key)?;
@@ -185,9 +203,15 @@ fn api_key(raw: Option<&Spanned<String>>, key: &str) -> ApiKey {
     }
 }
 
-/// The provider chain the config describes (see the module doc).
-pub fn build(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    let mut chain = models(config)?.into_iter().map(|(_, model)| model);
+/// The provider chain the config describes (see the module doc); every attempt of each of
+/// its models is told to `observer` (the daemon's health and metrics).
+pub fn build(
+    config: &Config,
+    observer: Option<&Arc<dyn Observer>>,
+) -> anyhow::Result<Arc<dyn LlmProvider>> {
+    let mut chain = models(config, observer)?
+        .into_iter()
+        .map(|(_, model)| model);
     let primary = chain
         .next()
         .ok_or_else(|| anyhow::anyhow!("no model configured"))?;
@@ -201,7 +225,10 @@ pub fn build(config: &Config) -> anyhow::Result<Arc<dyn LlmProvider>> {
 
 /// Each model of the chain on its own, with the config key that describes it (`llm`,
 /// `llm.fallbacks[0]`, …), primary first.
-pub fn models(config: &Config) -> anyhow::Result<Vec<(String, Arc<dyn LlmProvider>)>> {
+pub fn models(
+    config: &Config,
+    observer: Option<&Arc<dyn Observer>>,
+) -> anyhow::Result<Vec<(String, Arc<dyn LlmProvider>)>> {
     let llm = &config.llm;
     let mut models = vec![(
         "llm".to_owned(),
@@ -212,6 +239,7 @@ pub fn models(config: &Config) -> anyhow::Result<Vec<(String, Arc<dyn LlmProvide
             llm.api_key.as_ref(),
             &llm.model,
             "llm.api_key",
+            observer,
         )?,
     )];
     for (index, fallback) in llm.fallbacks.iter().enumerate() {
@@ -223,6 +251,7 @@ pub fn models(config: &Config) -> anyhow::Result<Vec<(String, Arc<dyn LlmProvide
             fallback.api_key.as_ref(),
             &fallback.model,
             &format!("{key}.api_key"),
+            observer,
         )?;
         models.push((key, entry));
     }
@@ -238,6 +267,7 @@ pub(crate) fn model(
     key: Option<&Spanned<String>>,
     model: &str,
     key_name: &str,
+    observer: Option<&Arc<dyn Observer>>,
 ) -> anyhow::Result<Arc<dyn LlmProvider>> {
     entry(
         llm,
@@ -245,6 +275,7 @@ pub(crate) fn model(
         base_url(kind, base),
         api_key(key, key_name),
         model,
+        observer,
     )
 }
 
@@ -255,6 +286,7 @@ fn entry(
     base_url: String,
     api_key: ApiKey,
     model: &str,
+    observer: Option<&Arc<dyn Observer>>,
 ) -> anyhow::Result<Arc<dyn LlmProvider>> {
     let settings = ProviderConfig {
         base_url,
@@ -269,11 +301,16 @@ fn entry(
             max_reply_bytes: *llm.max_reply_bytes.get_ref(),
             max_tool_arguments_bytes: *llm.max_tool_arguments_bytes.get_ref(),
         },
+        max_connections: *llm.max_connections.get_ref(),
+        ..ProviderConfig::default()
     };
-    let client: Arc<dyn LlmProvider> = match kind {
+    let mut client: Arc<dyn LlmProvider> = match kind {
         ProviderKind::Openai => Arc::new(OpenAiProvider::new(settings)?),
         ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(settings)?),
     };
+    if let Some(observer) = observer {
+        client = Arc::new(Observed::new(client, observer.clone()));
+    }
     let policy = RetryPolicy {
         max_retries: llm.max_retries,
         ..RetryPolicy::default()

@@ -6,6 +6,12 @@
 //! and out per channel where every message passes; and what `/healthz` already knows (active
 //! sessions, connections, channel restarts, undeliverable messages) is read when `/metrics`
 //! is asked. `[http] metrics = false` turns the route (and the recording) off.
+//!
+//! Every metric has `# HELP` and `# TYPE` ([`describe`]), and every series the config makes
+//! possible — each model's tokens and errors of each kind, each tool's outcomes, each
+//! channel's messages, each way a turn ends — is published at zero from the start
+//! ([`publish_zeros`]), so a dashboard or an alert (`rate(...) > 0`, `absent(...)`) works
+//! before the first event.
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -44,7 +50,10 @@ pub fn recorder() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
                 .and_then(PrometheusBuilder::install_recorder);
             match installed {
-                Ok(handle) => Some(handle),
+                Ok(handle) => {
+                    describe();
+                    Some(handle)
+                }
                 Err(err) => {
                     tracing::warn!(error = %err, "metrics are off: no recorder could be installed");
                     None
@@ -52,6 +61,122 @@ pub fn recorder() -> Option<PrometheusHandle> {
             }
         })
         .clone()
+}
+
+/// `# HELP` of every metric (and its unit, where it has one).
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        "switchboard_messages_in_total",
+        "Messages taken in from people, by channel"
+    );
+    describe_counter!(
+        "switchboard_messages_out_total",
+        "Messages sent out (replies, deltas, notices), by channel"
+    );
+    describe_counter!(
+        "switchboard_turns_started_total",
+        "Turns of the agent loop started"
+    );
+    describe_counter!(
+        "switchboard_turns_finished_total",
+        "Turns finished, by how they ended"
+    );
+    describe_histogram!(
+        "switchboard_turn_seconds",
+        Unit::Seconds,
+        "How long a turn took, end to end"
+    );
+    describe_histogram!(
+        "switchboard_llm_call_seconds",
+        Unit::Seconds,
+        "How long an answered LLM call took, by provider and model"
+    );
+    describe_counter!(
+        "switchboard_llm_tokens_total",
+        "Tokens spent, by provider, model and direction (in, out)"
+    );
+    describe_counter!(
+        "switchboard_llm_errors_total",
+        "LLM attempts that failed, by provider, model and kind of failure"
+    );
+    describe_counter!(
+        "switchboard_tool_calls_total",
+        "Tool calls, by tool and outcome (ok, error)"
+    );
+    describe_gauge!(
+        "switchboard_channel_up",
+        "1 while the channel runs, 0 while it is failing or stopped"
+    );
+    describe_counter!(
+        "switchboard_channel_restarts_total",
+        "Restarts of the channel's task since the daemon started"
+    );
+    describe_counter!(
+        "switchboard_undeliverable_total",
+        "Outbound messages given up on after their retries, by channel"
+    );
+    describe_gauge!(
+        "switchboard_active_sessions",
+        "Sessions with a worker in memory"
+    );
+    describe_gauge!(
+        "switchboard_websocket_connections",
+        "Open WebSocket connections"
+    );
+    describe_gauge!(
+        "switchboard_http_connections",
+        "Open client connections to the HTTP listener, WebSockets included"
+    );
+    describe_gauge!(
+        "switchboard_http_refused_connections",
+        "Connections refused for being over a limit, since start"
+    );
+}
+
+/// What the series published at zero are made of: the models (`provider`, `model`), the
+/// tools and the channels of this daemon.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Each model of the chain: its provider (`openai`, `anthropic`) and model.
+    pub models: Vec<(&'static str, String)>,
+    /// The tools offered to the model.
+    pub tools: Vec<String>,
+    /// The channels that run.
+    pub channels: Vec<String>,
+}
+
+/// Publishes every series `series` makes possible, at zero (a counter at zero stays
+/// there until its first event; nothing that already counted is reset).
+pub fn publish_zeros(series: &Series) {
+    metrics::counter!("switchboard_turns_started_total").increment(0);
+    for end in switchboard_core::TurnEnd::ALL {
+        metrics::counter!("switchboard_turns_finished_total", "end" => end.as_str()).increment(0);
+    }
+    for (provider, model) in &series.models {
+        for direction in ["in", "out"] {
+            metrics::counter!("switchboard_llm_tokens_total", "provider" => *provider,
+                "model" => model.clone(), "direction" => direction)
+            .increment(0);
+        }
+        for kind in switchboard_llm::LlmError::ATTEMPT_KINDS {
+            metrics::counter!("switchboard_llm_errors_total", "provider" => *provider,
+                "model" => model.clone(), "kind" => kind)
+            .increment(0);
+        }
+    }
+    for tool in &series.tools {
+        for outcome in ["ok", "error"] {
+            metrics::counter!("switchboard_tool_calls_total", "tool" => tool.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+    }
+    for channel in &series.channels {
+        metrics::counter!("switchboard_messages_in_total", "channel" => channel.clone())
+            .increment(0);
+        metrics::counter!("switchboard_messages_out_total", "channel" => channel.clone())
+            .increment(0);
+    }
 }
 
 /// The `/metrics` route, for those `access` lets in (a bearer token, or — with

@@ -36,6 +36,7 @@ pub async fn reload(
     platforms: &mut Platforms,
     tool_parts: &crate::app::ToolParts,
     health: &Health,
+    llm_observer: &std::sync::Arc<dyn switchboard_llm::Observer>,
 ) -> Reloaded {
     let refuse = |err: String| {
         tracing::error!(error = %err, "config reload refused; the running config is kept");
@@ -45,7 +46,7 @@ pub async fn reload(
         Ok(config) => config,
         Err(err) => return refuse(err.to_string()),
     };
-    let llm = match llm_config::build(&config) {
+    let llm = match llm_config::build(&config, Some(llm_observer)) {
         Ok(llm) => llm,
         Err(err) => return refuse(format!("{err:#}")),
     };

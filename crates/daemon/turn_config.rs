@@ -127,6 +127,7 @@ pub(crate) fn verify(config: &Config) -> anyhow::Result<Verify> {
                 judge.api_key.as_ref(),
                 &judge.model,
                 "agent.verify.judge.api_key",
+                None,
             )?,
             prompt: judge
                 .prompt

@@ -28,9 +28,15 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-/// Writes a config into `dir` for a daemon talking to `llm_url`, with `tables` (e.g. a
-/// `[channels.telegram]`) appended.
-pub fn write_config(dir: &Path, llm_url: &str, port: u16, tables: &str) -> anyhow::Result<PathBuf> {
+/// Writes a config into `dir` for a daemon talking to `llm_url`, with `llm` lines in its
+/// `[llm]` table and `tables` (e.g. a `[channels.telegram]`) appended.
+pub fn write_config(
+    dir: &Path,
+    llm_url: &str,
+    port: u16,
+    llm: &str,
+    tables: &str,
+) -> anyhow::Result<PathBuf> {
     let config = format!(
         r#"[agent]
 workspace = "{dir}/workspace"
@@ -42,6 +48,7 @@ idle_timeout_secs = 3600
 [llm]
 base_url = "{llm_url}"
 model = "scripted"
+{llm}
 
 [http]
 bind = "127.0.0.1:{port}"
@@ -93,6 +100,16 @@ pub async fn start(
     start_with(launcher, dir, llm_url, "").await
 }
 
+/// Starts the daemon with `llm` lines in its `[llm]` table; returns once READY=1 arrived.
+pub async fn start_with_llm(
+    launcher: &Launcher,
+    dir: &Path,
+    llm_url: &str,
+    llm: &str,
+) -> anyhow::Result<(Daemon, StartTimes)> {
+    start_configured(launcher, dir, llm_url, llm, "").await
+}
+
 /// Starts the daemon with `tables` added to its config; returns once READY=1 arrived.
 pub async fn start_with(
     launcher: &Launcher,
@@ -100,8 +117,18 @@ pub async fn start_with(
     llm_url: &str,
     tables: &str,
 ) -> anyhow::Result<(Daemon, StartTimes)> {
+    start_configured(launcher, dir, llm_url, "", tables).await
+}
+
+async fn start_configured(
+    launcher: &Launcher,
+    dir: &Path,
+    llm_url: &str,
+    llm: &str,
+    tables: &str,
+) -> anyhow::Result<(Daemon, StartTimes)> {
     let port = free_port()?;
-    let config = write_config(dir, llm_url, port, tables)?;
+    let config = write_config(dir, llm_url, port, llm, tables)?;
     let notify_path = dir.join("notify.sock");
     let _ = std::fs::remove_file(&notify_path);
     let notify = tokio::net::UnixDatagram::bind(&notify_path)?;
@@ -146,7 +173,7 @@ pub async fn time_to_healthz(
     llm_url: &str,
 ) -> anyhow::Result<Duration> {
     let port = free_port()?;
-    let config = write_config(dir, llm_url, port, "")?;
+    let config = write_config(dir, llm_url, port, "", "")?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let started = Instant::now();
     let mut child = launcher

@@ -65,6 +65,9 @@ enum Scenario {
     Idle,
     Telegram,
     Channels,
+    /// Memory under load against an LLM that takes its time (a first byte after 500 ms,
+    /// then the reply in pieces): with the connection cap, and without it.
+    Slow,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -244,6 +247,46 @@ async fn main() -> anyhow::Result<()> {
         }
         results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
         daemon.stop().await?;
+    }
+
+    // Memory under load against a slow server: 100 sessions at once, each turn waiting
+    // half a second for its first byte. Connections (and their buffers) are what grows.
+    if run(Scenario::Slow) {
+        let slow = ScriptedLlm::start().await?;
+        slow.stop_recording();
+        slow.respond_with(|request| {
+            let text = request["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            switchboard_testkit::Reply::paced(
+                format!("echo: {text} (slowly)"),
+                Duration::from_millis(20),
+            )
+            .delayed(Duration::from_millis(500))
+        });
+        for (tag, llm) in [("capped", ""), ("uncapped", "max_connections = 1024")] {
+            let dir = tempfile::tempdir()?;
+            let (daemon, _) =
+                daemon::start_with_llm(&launcher, dir.path(), &slow.base_url(), llm).await?;
+            let run = load::through_daemon(daemon.addr, daemon.pid, 100, 10, tag).await?;
+            results.insert(
+                format!("slow_llm_rss_under_load_mib_{tag}"),
+                mib(run.max_rss_kib),
+            );
+            results.insert(
+                format!("slow_llm_rss_after_mib_{tag}"),
+                mib(daemon.rss_kib()),
+            );
+            results.insert(format!("slow_llm_turns_per_sec_{tag}"), run.turns_per_sec());
+            results.insert(
+                format!("slow_llm_most_connections_{tag}"),
+                slow.most_in_flight() as f64,
+            );
+            daemon.stop().await?;
+        }
     }
 
     // Scale: sessions on disk, some active.

@@ -91,6 +91,18 @@ impl ChatHub {
         lanes
     }
 
+    /// The channels registered for outbound messages, by name.
+    pub fn channels(&self) -> Vec<ChannelName> {
+        let mut names: Vec<ChannelName> = self
+            .inner
+            .outbound
+            .iter()
+            .map(|entry| entry.key().clone())
+            .collect();
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names
+    }
+
     fn lanes(&self, channel: &ChannelName) -> Result<Lanes, CoreError> {
         self.inner
             .outbound

@@ -141,6 +141,18 @@ pub enum TurnEnd {
 }
 
 impl TurnEnd {
+    /// Every way a turn ends.
+    pub const ALL: [Self; 8] = [
+        Self::Answered,
+        Self::IterationLimit,
+        Self::TokenLimit,
+        Self::TimeLimit,
+        Self::Unverified,
+        Self::Cancelled,
+        Self::Failed,
+        Self::NotATurn,
+    ];
+
     /// The lowercase name used on the wire.
     pub fn as_str(self) -> &'static str {
         match self {

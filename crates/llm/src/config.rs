@@ -54,6 +54,11 @@ pub struct ProviderConfig {
     pub idle_timeout: Duration,
     /// Caps on what one response may hold.
     pub limits: ResponseLimits,
+    /// Connections to the server open at once (each call holds one until its response is
+    /// read); further calls wait for one, within `first_byte_timeout`.
+    pub max_connections: usize,
+    /// An idle kept-alive connection is closed after this.
+    pub pool_idle_timeout: Duration,
 }
 
 impl Default for ProviderConfig {
@@ -67,6 +72,8 @@ impl Default for ProviderConfig {
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             limits: ResponseLimits::default(),
+            max_connections: 16,
+            pool_idle_timeout: Duration::from_secs(30),
         }
     }
 }

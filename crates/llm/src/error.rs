@@ -190,6 +190,44 @@ impl LlmError {
         }
     }
 
+    /// What kind of failure this is, as a metric label: `missing_key`, `invalid_url`,
+    /// `connect`, `timeout`, `call_timeout`, `too_large`, `rate_limited`, `unauthorized`,
+    /// `status_4xx`, `status_5xx`, `decode`, `stream`, `exhausted`, `all_failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::MissingApiKey { .. } => "missing_key",
+            Self::InvalidBaseUrl { .. } => "invalid_url",
+            Self::Connect { .. } => "connect",
+            Self::Timeout { .. } => "timeout",
+            Self::CallTimeout { .. } => "call_timeout",
+            Self::TooLarge { .. } => "too_large",
+            Self::RateLimited { .. } => "rate_limited",
+            Self::Unauthorized { .. } => "unauthorized",
+            Self::Status { status, .. } if *status >= 500 => "status_5xx",
+            Self::Status { .. } => "status_4xx",
+            Self::Decode(_) => "decode",
+            Self::Stream(_) => "stream",
+            Self::Exhausted { .. } => "exhausted",
+            Self::Provider { error, .. } => error.kind(),
+            Self::AllFailed(_) => "all_failed",
+        }
+    }
+
+    /// Every [`kind`](Self::kind) an attempt of one provider can end with.
+    pub const ATTEMPT_KINDS: [&'static str; 11] = [
+        "missing_key",
+        "invalid_url",
+        "connect",
+        "timeout",
+        "too_large",
+        "rate_limited",
+        "unauthorized",
+        "status_4xx",
+        "status_5xx",
+        "decode",
+        "stream",
+    ];
+
     /// A few words on what went wrong, for a status line in a chat (no bodies, no URLs).
     pub fn summary(&self) -> String {
         match self {

@@ -1,9 +1,17 @@
-//! What every HTTP provider shares: the client, the endpoint URL, sending one request with
-//! a deadline for its first byte, and reading an error status as an [`LlmError`].
+//! What every HTTP provider shares: the client, the endpoint URL, the cap on connections,
+//! sending one request with a deadline for its first byte, and reading an error status as an
+//! [`LlmError`].
+//!
+//! Connections are bounded: a call holds one of `max_connections` permits while it sends
+//! and reads its response, so no more connections are ever open to the server (each costs
+//! buffers, and a slow server would otherwise have one opened per waiting turn); idle ones
+//! are kept as many and closed after `pool_idle_timeout`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::{self, error_chain};
 use crate::config::ProviderConfig;
@@ -21,6 +29,9 @@ pub(crate) struct Api {
     pub(crate) config: ProviderConfig,
     /// The model, for responses to name.
     pub(crate) model: std::sync::Arc<str>,
+    /// Permits for connections to the server, `max_connections` of them; shared by clones
+    /// (each provider client is built once and shared by every turn).
+    connections: Arc<Semaphore>,
 }
 
 impl Api {
@@ -28,20 +39,38 @@ impl Api {
     /// TLS stack cannot start.
     pub(crate) fn new(config: ProviderConfig, path: &str) -> Result<Self, LlmError> {
         Ok(Self {
-            http: client(&config.base_url)?,
+            http: client(&config)?,
             url: endpoint(&config.base_url, path)?,
             model: config.model.as_str().into(),
+            connections: Arc::new(Semaphore::new(config.max_connections.max(1))),
             config,
         })
     }
+
+    /// A connection permit, held until the response is read; waits at most
+    /// `first_byte_timeout` for one, else fails as a timeout (which is retried).
+    pub(crate) async fn connection(&self) -> Result<OwnedSemaphorePermit, LlmError> {
+        let wait = self.connections.clone().acquire_owned();
+        match tokio::time::timeout(self.config.first_byte_timeout, wait).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(LlmError::Timeout {
+                what: "waiting for a free connection to the server: all are busy",
+                after: self.config.first_byte_timeout,
+                key: "max_connections",
+            }),
+        }
+    }
 }
 
-/// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`).
-fn client(base_url: &str) -> Result<reqwest::Client, LlmError> {
+/// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`), keeping at
+/// most `max_connections` idle connections for `pool_idle_timeout`.
+fn client(config: &ProviderConfig) -> Result<reqwest::Client, LlmError> {
+    let base_url = &config.base_url;
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_idle_timeout(config.pool_idle_timeout)
+        .pool_max_idle_per_host(config.max_connections.max(1))
         .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|err| LlmError::Connect {

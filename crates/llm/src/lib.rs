@@ -18,6 +18,8 @@
 //! - `body`: reading a response body within limits and timeouts (whole, or as SSE).
 //! - `retry`: [`RetryPolicy`] and [`Retrying`], the one retry layer.
 //! - `failover`: [`Failover`], the chain of providers.
+//! - `observe`: [`Observed`], each attempt's outcome told to an [`Observer`] (health,
+//!   metrics).
 //! - `openai`: the OpenAI-compatible client (`client`), its wire format (`wire`) and the
 //!   reassembly of streamed chunks (`stream`).
 //! - `anthropic`: the Messages API client, its wire format and stream reassembly.
@@ -30,6 +32,7 @@ mod error;
 mod failover;
 mod http;
 mod limits;
+mod observe;
 mod openai;
 mod provider;
 mod retry;
@@ -42,6 +45,7 @@ pub use config::{ApiKey, ProviderConfig};
 pub use error::LlmError;
 pub use failover::{COOL_AFTER, Failover};
 pub use limits::ResponseLimits;
+pub use observe::{Observed, Observer};
 pub use openai::OpenAiProvider;
 pub use provider::{
     ChatRequest, ChatResponse, ImageData, LlmProvider, StopReason, StreamEvent, StreamSink,

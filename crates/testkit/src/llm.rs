@@ -134,6 +134,30 @@ struct Script {
     received: std::sync::atomic::AtomicUsize,
     /// Woken whenever a request is recorded; tests wait on it instead of sleeping.
     recorded: Notify,
+    /// Requests being answered now (from their arrival to the end of their body).
+    in_flight: std::sync::atomic::AtomicUsize,
+    /// The most requests ever answered at once.
+    most_in_flight: std::sync::atomic::AtomicUsize,
+}
+
+/// One request being answered: counted in `in_flight` until dropped with its response body.
+struct InFlight(Arc<Script>);
+
+impl InFlight {
+    fn new(script: Arc<Script>) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = script.in_flight.fetch_add(1, SeqCst) + 1;
+        script.most_in_flight.fetch_max(now, SeqCst);
+        Self(script)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -165,6 +189,8 @@ impl ScriptedLlm {
             record: std::sync::atomic::AtomicBool::new(true),
             received: std::sync::atomic::AtomicUsize::new(0),
             recorded: Notify::new(),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            most_in_flight: std::sync::atomic::AtomicUsize::new(0),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
@@ -223,6 +249,14 @@ impl ScriptedLlm {
         self
     }
 
+    /// The most requests this server was answering at once (each from its arrival to the
+    /// end of its response body): how many connections a client kept busy.
+    pub fn most_in_flight(&self) -> usize {
+        self.script
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Every request body received so far (while recording).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
@@ -257,11 +291,22 @@ impl Drop for ScriptedLlm {
 }
 
 async fn complete(State(script): State<Arc<Script>>, body: String) -> Response {
-    answer(&script, body, Dialect::OpenAi).await
+    counted(script.clone(), answer(&script, body, Dialect::OpenAi)).await
 }
 
 async fn messages(State(script): State<Arc<Script>>, body: String) -> Response {
-    answer(&script, body, Dialect::Anthropic).await
+    counted(script.clone(), answer(&script, body, Dialect::Anthropic)).await
+}
+
+/// The response of `answer`, counted in flight until its body has been sent.
+async fn counted(script: Arc<Script>, answer: impl Future<Output = Response>) -> Response {
+    let guard = InFlight::new(script);
+    let (parts, body) = answer.await.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held = &guard;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
 }
 
 async fn answer(script: &Script, body: String, dialect: Dialect) -> Response {

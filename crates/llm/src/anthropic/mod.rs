@@ -91,6 +91,8 @@ impl AnthropicProvider {
             }
         }
         let idle = self.api.config.idle_timeout;
+        // Held until the response is read: the connection is busy until then.
+        let _connection = self.api.connection().await?;
         let response = http::send(
             builder,
             &self.api.url,

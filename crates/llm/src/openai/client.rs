@@ -43,6 +43,8 @@ impl OpenAiProvider {
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
         let idle = self.api.config.idle_timeout;
+        // Held until the response is read: the connection is busy until then.
+        let _connection = self.api.connection().await?;
         let mut builder = self
             .api
             .http
