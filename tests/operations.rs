@@ -179,9 +179,14 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
         },
     );
     let config = crate::util::config(&text, dir.path());
-    let lines = switchboard::doctor::report(&config).await;
+    let lines = switchboard::doctor::report(&config, &[]).await;
     let shown: Vec<String> = lines.iter().map(ToString::to_string).collect();
-    assert!(lines.iter().all(|line| line.ok), "{shown:#?}");
+    assert!(
+        lines
+            .iter()
+            .all(|line| line.mark == switchboard::doctor::Mark::Ok),
+        "{shown:#?}"
+    );
     for expected in [
         "✓ agent.workspace ",
         "✓ agent.state_dir ",

@@ -314,3 +314,127 @@ async fn sighup_reloads_the_model_and_refuses_a_broken_config() {
     sigterm(&child);
     assert!(exit_code(&mut child).await.success());
 }
+
+/// 7, 8. The operator's commands with the config the unit uses — its token a credential,
+/// its key in the unit's environment — from a shell that has neither: `status` and
+/// `pairing` need no secret; `doctor` marks what needs one `?` (not ✗) and says how to
+/// check it as the service; `status` exits 3 without a (readable) config and names
+/// `onboard`.
+#[tokio::test]
+async fn operator_commands_work_without_the_services_secrets() {
+    const TOKEN: &str = "credential-token-0a9b8c7d6e";
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir(&credentials).expect("dir");
+    std::fs::write(credentials.join("ws-token"), format!("{TOKEN}\n")).expect("credential");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = write_config(dir.path(), &llm, "2");
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"))
+        .replace(
+            "auth = \"none\"",
+            "auth = \"token\"\ntoken = \"${credential:ws-token}\"",
+        )
+        .replace(
+            "model = \"scripted\"",
+            "model = \"scripted\"\napi_key = \"${SERVICE_ONLY_API_KEY}\"",
+        );
+    std::fs::write(&config, text).expect("config");
+    let mut daemon = Command::new(BINARY)
+        .args(["run", "--config"])
+        .arg(&config)
+        .env("CREDENTIALS_DIRECTORY", &credentials)
+        .env("SERVICE_ONLY_API_KEY", "sk-service-only")
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starts");
+    // The operator's shell: neither the credentials nor the key.
+    let operator = |args: &[&str]| {
+        let mut command = Command::new(BINARY);
+        command
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("CREDENTIALS_DIRECTORY")
+            .env_remove("SERVICE_ONLY_API_KEY");
+        command
+    };
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let status = loop {
+        let output = operator(&["status"]).output().await.expect("status runs");
+        if output.status.code() != Some(2) || std::time::Instant::now() > deadline {
+            break output;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let text = String::from_utf8_lossy(&status.stdout);
+    assert_eq!(
+        status.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(text.starts_with("✓ switchboard "), "{text}");
+
+    let pairing = operator(&["pairing", "list"]).output().await.expect("runs");
+    let text = String::from_utf8_lossy(&pairing.stdout);
+    assert!(
+        pairing.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&pairing.stderr)
+    );
+    assert!(text.contains("Waiting for approval (0)"), "{text}");
+
+    let doctor = operator(&["doctor"]).output().await.expect("runs");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.status.success(), "{text}");
+    assert!(!text.contains('✗'), "{text}");
+    for needle in [
+        "? channels.websocket.token: ${credential:ws-token} cannot be resolved in this shell",
+        "? llm.api_key: ${SERVICE_ONLY_API_KEY} cannot be resolved in this shell",
+        "? llm (openai scripted): not asked",
+        "sudo systemd-run --pipe --wait",
+        "doctor --config",
+    ] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+    // Under the service's secrets, doctor asks the model.
+    let doctor = operator(&["doctor"])
+        .env("CREDENTIALS_DIRECTORY", &credentials)
+        .env("SERVICE_ONLY_API_KEY", "sk-service-only")
+        .output()
+        .await
+        .expect("runs");
+    let text = String::from_utf8_lossy(&doctor.stdout);
+    assert!(doctor.status.success(), "{text}");
+    assert!(text.contains("✓ llm (openai scripted) answered"), "{text}");
+    assert!(!text.contains('?'), "{text}");
+
+    sigterm(&daemon);
+    exit_code(&mut daemon).await;
+
+    // No config at all, and a broken one: 3, naming what to do.
+    let home = tempfile::tempdir().expect("home");
+    let none = Command::new(BINARY)
+        .arg("status")
+        .env_remove("SWITCHBOARD_CONFIG")
+        .env_remove("XDG_CONFIG_HOME")
+        .env("HOME", home.path())
+        .output()
+        .await
+        .expect("runs");
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(3), "{said}");
+    assert!(said.contains("switchboard onboard"), "{said}");
+    std::fs::write(&config, "[agent]\nhistory_limit = \"many\"\n").expect("write");
+    let broken = operator(&["status"]).output().await.expect("runs");
+    let said = String::from_utf8_lossy(&broken.stderr);
+    assert_eq!(broken.status.code(), Some(3), "{said}");
+    assert!(said.contains("agent.history_limit"), "{said}");
+}

@@ -73,7 +73,8 @@ pub enum Command {
         force: bool,
     },
     /// Ask a running daemon (at the config's `http.bind`) how it is: channels, checks,
-    /// sessions. Exits 0 when healthy, 1 when degraded, 2 when nothing answers.
+    /// sessions. Exits 0 when healthy, 1 when degraded, 2 when nothing answers, 3 when there
+    /// is no config or it does not read. Resolves no secret.
     Status {
         /// The config file (same search as `run`).
         #[arg(long, short)]
@@ -182,8 +183,8 @@ pub fn resolve_config(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     }
     let looked: Vec<String> = candidates.iter().map(|p| p.display().to_string()).collect();
     anyhow::bail!(
-        "no config file found (looked at $SWITCHBOARD_CONFIG, {}); pass --config PATH, e.g. \
-         --config config.example.toml",
+        "no config file found (looked at $SWITCHBOARD_CONFIG, {}); write one with \
+         `switchboard onboard`, or pass --config PATH",
         looked.join(", ")
     )
 }

@@ -217,9 +217,26 @@ impl Default for DaemonSection {
     }
 }
 
+/// Whether a config's secrets (`api_key`, `token`, … and the checks that need them) are
+/// resolved when it is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    /// Resolved and checked: the daemon, `doctor`.
+    Resolve,
+    /// Left alone, and the sections whose checks need them (the channels', `[tools]`'s,
+    /// `/metrics`' token) not checked: `pairing` and `status`, run from an operator's shell
+    /// that has neither the service's environment nor its credentials.
+    Skip,
+}
+
 impl Config {
     /// Reads and checks a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        Self::load_with(path, Secrets::Resolve)
+    }
+
+    /// Reads and checks a config file, resolving its secrets or not.
+    pub fn load_with(path: &Path, secrets: Secrets) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|err| ConfigError {
             file: path.display().to_string(),
             line: None,
@@ -227,12 +244,17 @@ impl Config {
             key: String::new(),
             message: format!("cannot read the config file: {err}"),
         })?;
-        Self::parse(&text, path)
+        Self::parse_with(&text, path, secrets)
     }
 
     /// Parses and checks config text; `path` is only used in errors and to resolve
     /// relative paths.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        Self::parse_with(text, path, Secrets::Resolve)
+    }
+
+    /// [`Config::parse`], resolving secrets or not.
+    pub fn parse_with(text: &str, path: &Path, secrets: Secrets) -> Result<Self, ConfigError> {
         let source = Source {
             path: path.to_path_buf(),
             text: text.to_owned(),
@@ -248,11 +270,11 @@ impl Config {
             source.error_at(inner.span(), key, inner.message().to_owned())
         })?;
         config.source = source;
-        config.validate()?;
+        config.validate(secrets)?;
         Ok(config)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self, secrets: Secrets) -> Result<(), ConfigError> {
         let at_least = |value: &Spanned<usize>, min: usize, key: &str| {
             if *value.get_ref() < min {
                 Err(self.source.error_at(
@@ -333,10 +355,13 @@ impl Config {
                 )
             })?;
         }
-        self.metrics_access()?;
         self.llm.validate(&self.source)?;
         crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
+        if secrets == Secrets::Skip {
+            return Ok(());
+        }
+        self.metrics_access()?;
         self.channels
             .websocket
             .validate(self.http.bind.get_ref().0)
@@ -378,6 +403,25 @@ impl Config {
             return Ok(WsAuth::Token(token));
         }
         Ok(WsAuth::None)
+    }
+
+    /// Whether the value at dotted `key` is used: not under a disabled channel's section,
+    /// nor under `[tools.web_search]` without a provider.
+    pub fn in_use(&self, key: &str) -> bool {
+        let channels = &self.channels;
+        for (name, enabled) in [
+            ("websocket", channels.websocket.enabled),
+            ("telegram", channels.telegram.enabled),
+            ("discord", channels.discord.enabled),
+        ] {
+            if key.starts_with(&format!("channels.{name}.")) {
+                return enabled;
+            }
+        }
+        if key.starts_with("tools.web_search.") {
+            return self.tools.web_search.provider.is_some();
+        }
+        true
     }
 
     /// A duration from a validated seconds field.

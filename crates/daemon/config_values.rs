@@ -53,28 +53,36 @@ const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret", "metrics_to
 /// credentials), wherever they are; none if the text does not parse (its errors are
 /// reported when the config is loaded).
 pub(crate) fn secret_references(text: &str) -> Vec<String> {
-    fn walk(value: &toml::Value, key: Option<&str>, out: &mut Vec<String>) {
+    secret_keys(text)
+        .into_iter()
+        .filter(|(_, reference)| !reference.starts_with("credential:"))
+        .map(|(_, reference)| reference)
+        .collect()
+}
+
+/// Every `${…}` reference in a secret key of config `text`, with the key's dotted path
+/// (`llm.fallbacks[0].api_key`, `channels.telegram.token`) and the reference's inside
+/// (`OPENAI_API_KEY`, `credential:openai-key`); none if the text does not parse.
+pub(crate) fn secret_keys(text: &str) -> Vec<(String, String)> {
+    fn walk(value: &toml::Value, path: &str, key: &str, out: &mut Vec<(String, String)>) {
         match value {
-            toml::Value::String(text) if key.is_some_and(|key| SECRET_KEYS.contains(&key)) => {
+            toml::Value::String(text) if SECRET_KEYS.contains(&key) => {
                 let mut rest = text.as_str();
                 while let Some(start) = rest.find("${") {
                     let after = &rest[start + 2..];
                     let Some(end) = after.find('}') else { break };
-                    let name = &after[..end];
-                    if !name.starts_with("credential:") {
-                        out.push(name.to_owned());
-                    }
+                    out.push((path.to_owned(), after[..end].to_owned()));
                     rest = &after[end + 1..];
                 }
             }
             toml::Value::Table(table) => {
                 for (key, value) in table {
-                    walk(value, Some(key), out);
+                    walk(value, &format!("{path}.{key}"), key, out);
                 }
             }
             toml::Value::Array(items) => {
-                for item in items {
-                    walk(item, key, out);
+                for (index, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{index}]"), key, out);
                 }
             }
             _ => {}
@@ -83,7 +91,7 @@ pub(crate) fn secret_references(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     if let Ok(table) = text.parse::<toml::Table>() {
         for (key, value) in &table {
-            walk(value, Some(key), &mut out);
+            walk(value, key, key, &mut out);
         }
     }
     out
@@ -178,6 +186,19 @@ mod tests {
         let mut found = secret_references(text);
         found.sort();
         assert_eq!(found, ["DISCORD_BOT", "FALLBACK", "MY_LLM"]);
+        let keys: Vec<String> = secret_keys(text)
+            .into_iter()
+            .map(|(key, reference)| format!("{key}={reference}"))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "channels.discord.token=DISCORD_BOT",
+                "channels.telegram.token=credential:tg",
+                "llm.api_key=MY_LLM",
+                "llm.fallbacks[0].api_key=FALLBACK"
+            ]
+        );
         assert!(secret_references("not [ toml").is_empty());
     }
 

@@ -1,6 +1,11 @@
 //! `switchboard doctor`: checks what a daemon needs before it is started — the config, its
 //! directories, every model (a tiny request each), every channel's token (asked of the
 //! platform) — and prints a ✓ or ✗ line for each. Exits non-zero if any failed.
+//!
+//! Run from an operator's shell, it may lack what the service has: a `${credential:…}`
+//! outside systemd, a `${VAR}` the unit sets. Such a secret is not a failure — its checks
+//! are marked `?`, and doctor prints the command that runs it as the service sees its
+//! secrets (`systemd-run` with the unit's `LoadCredential=`, `Environment…=` and `User=`).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -14,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::resolve_config;
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 use crate::health::Health;
 use crate::platforms::{self, Parts, Platforms};
 use crate::{llm_config, turn_config};
@@ -22,11 +27,22 @@ use crate::{llm_config, turn_config};
 /// How long one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How a check came out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mark {
+    /// It passed (✓).
+    Ok,
+    /// It failed (✗).
+    Failed,
+    /// It could not be made here: a secret it needs is the service's (?).
+    Unchecked,
+}
+
 /// One line of the report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Line {
-    /// Whether the check passed.
-    pub ok: bool,
+    /// How the check came out.
+    pub mark: Mark,
     /// What was checked, and what came of it.
     pub text: String,
 }
@@ -34,14 +50,21 @@ pub struct Line {
 impl Line {
     fn ok(text: impl Into<String>) -> Self {
         Self {
-            ok: true,
+            mark: Mark::Ok,
             text: text.into(),
         }
     }
 
     fn failed(text: impl Into<String>) -> Self {
         Self {
-            ok: false,
+            mark: Mark::Failed,
+            text: text.into(),
+        }
+    }
+
+    fn unchecked(text: impl Into<String>) -> Self {
+        Self {
+            mark: Mark::Unchecked,
             text: text.into(),
         }
     }
@@ -49,35 +72,160 @@ impl Line {
 
 impl std::fmt::Display for Line {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", if self.ok { "✓" } else { "✗" }, self.text)
+        let mark = match self.mark {
+            Mark::Ok => "✓",
+            Mark::Failed => "✗",
+            Mark::Unchecked => "?",
+        };
+        write!(f, "{mark} {}", self.text)
     }
+}
+
+/// A secret of the config this shell cannot resolve: its key, its reference, and why.
+#[derive(Clone, Debug)]
+struct Unreachable {
+    key: String,
+    reference: String,
+    why: String,
+}
+
+/// The secrets of `config` that cannot be resolved here (those of disabled channels aside).
+fn unreachable_secrets(config: &Config) -> Vec<Unreachable> {
+    crate::config_values::secret_keys(&config.source.text)
+        .into_iter()
+        .filter(|(key, _)| config.in_use(key))
+        .filter_map(|(key, reference)| {
+            let why = switchboard_core::expand_env(&format!("${{{reference}}}")).err()?;
+            Some(Unreachable {
+                key,
+                reference,
+                why: why.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// Runs `switchboard doctor`.
 pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     use std::io::Write as _;
     let path = resolve_config(config)?;
-    let lines = match Config::load(&path) {
-        Ok(config) => {
-            let mut lines = vec![Line::ok(format!("config {} reads", path.display()))];
-            lines.extend(report(&config).await);
-            lines
-        }
+    let mut advice = None;
+    let lines = match Config::load_with(&path, Secrets::Skip) {
         Err(err) => vec![Line::failed(format!("config: {err}"))],
+        Ok(config) => {
+            let unreachable = unreachable_secrets(&config);
+            if unreachable.is_empty() {
+                // Everything resolves here: check the config as the daemon reads it.
+                match Config::load(&path) {
+                    Ok(config) => {
+                        let mut lines = vec![Line::ok(format!("config {} reads", path.display()))];
+                        lines.extend(report(&config, &[]).await);
+                        lines
+                    }
+                    Err(err) => vec![Line::failed(format!("config: {err}"))],
+                }
+            } else {
+                let mut lines = vec![Line::ok(format!(
+                    "config {} reads (its secrets aside)",
+                    path.display()
+                ))];
+                for secret in &unreachable {
+                    lines.push(Line::unchecked(format!(
+                        "{}: ${{{}}} cannot be resolved in this shell ({}): not checked here",
+                        secret.key, secret.reference, secret.why
+                    )));
+                }
+                let keys: Vec<String> = unreachable.iter().map(|s| s.key.clone()).collect();
+                lines.extend(report(&config, &keys).await);
+                advice = Some(as_the_service(&path, &unreachable));
+                lines
+            }
+        }
     };
     let mut out = std::io::stdout();
     for line in &lines {
         let _ = writeln!(out, "{line}");
     }
-    Ok(if lines.iter().all(|line| line.ok) {
-        ExitCode::SUCCESS
-    } else {
+    if let Some(advice) = advice {
+        let _ = writeln!(out, "\n{advice}");
+    }
+    Ok(if lines.iter().any(|line| line.mark == Mark::Failed) {
         ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     })
 }
 
-/// The checks of a config that read: directories, models, channels.
-pub async fn report(config: &Config) -> Vec<Line> {
+/// How to run doctor with the service's secrets: `systemd-run` with the unit's credential,
+/// environment and user lines (read with `systemctl cat`), or placeholders for them.
+fn as_the_service(config: &Path, unreachable: &[Unreachable]) -> String {
+    let program = std::env::current_exe()
+        .map(|exe| exe.display().to_string())
+        .unwrap_or_else(|_| "switchboard".into());
+    let unit = unit_settings();
+    let mut properties: Vec<String> = unit.clone();
+    if unit.is_empty() {
+        for secret in unreachable {
+            if let Some(name) = secret.reference.strip_prefix("credential:") {
+                properties.push(format!("LoadCredential={name}:/path/to/{name}"));
+            } else {
+                properties.push(format!("Environment={}=…", secret.reference));
+            }
+        }
+    }
+    let quoted: Vec<String> = properties
+        .iter()
+        .map(|p| format!("-p '{}'", p.replace('\'', "'\\''")))
+        .collect();
+    let whence = if unit.is_empty() {
+        "(no switchboard.service found: fill in where the secrets are)"
+    } else {
+        "(the lines of switchboard.service that hand it its secrets)"
+    };
+    format!(
+        "Some secrets are the service's, not this shell's. Check them as the service sees them \
+         {whence}:\n  sudo systemd-run --pipe --wait --quiet {} {program} doctor --config {}",
+        quoted.join(" "),
+        config.display()
+    )
+}
+
+/// The lines of the installed `switchboard.service` (and its drop-ins) that give it secrets
+/// and its user, as `systemctl cat` shows them; none without systemd or the unit.
+fn unit_settings() -> Vec<String> {
+    const WANTED: [&str; 8] = [
+        "LoadCredential=",
+        "LoadCredentialEncrypted=",
+        "SetCredential=",
+        "SetCredentialEncrypted=",
+        "Environment=",
+        "EnvironmentFile=",
+        "User=",
+        "Group=",
+    ];
+    let Ok(output) = std::process::Command::new("systemctl")
+        .args(["cat", "--no-pager", "switchboard.service"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Vec::new();
+    };
+    if !output.status.success() {
+        return Vec::new();
+    }
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|line| WANTED.iter().any(|w| line.starts_with(w)))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The checks of a config that read: directories, models, channels. `unchecked` are the
+/// secret keys that cannot be resolved here: the models and channels that need them are
+/// marked `?`, not asked.
+pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
     let mut lines = Vec::new();
     for (key, raw) in [
         ("agent.workspace", &config.agent.workspace),
@@ -106,10 +254,18 @@ pub async fn report(config: &Config) -> Vec<Line> {
         Err(err) => lines.push(Line::failed(format!("agent.verify.judge: {err:#}"))),
     }
     for (key, model) in models {
+        if unchecked.iter().any(|k| *k == format!("{key}.api_key")) {
+            lines.push(Line::unchecked(format!(
+                "{key} ({} {}): not asked, its key is the service's",
+                model.name(),
+                model.model()
+            )));
+            continue;
+        }
         lines.push(ask(&key, model.as_ref()).await);
     }
 
-    for channel in channels(config, &mut lines) {
+    for channel in channels(config, unchecked, &mut lines) {
         let name = channel.name();
         let checked = tokio::time::timeout(CHECK_TIMEOUT, channel.check()).await;
         lines.push(match checked {
@@ -157,8 +313,9 @@ async fn ask(key: &str, model: &dyn LlmProvider) -> Line {
     }
 }
 
-/// The enabled platform channels, built (not started) to be asked about their tokens.
-fn channels(config: &Config, lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
+/// The enabled platform channels, built (not started) to be asked about their tokens; those
+/// with an `unchecked` secret are marked `?` instead.
+fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
     let state_dir = config.path(&config.agent.state_dir);
     let platforms = Platforms::new(Parts {
         hub: ChatHub::new(1, CancellationToken::new()),
@@ -172,7 +329,12 @@ fn channels(config: &Config, lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
     });
     let mut channels = Vec::new();
     for name in platforms::NAMES {
+        let prefix = format!("channels.{name}.");
+        let theirs = unchecked.iter().any(|key| key.starts_with(&prefix));
         match platforms.build(config, name) {
+            Ok(Some(_)) | Err(_) if theirs => lines.push(Line::unchecked(format!(
+                "channels.{name}: its token was not asked for, it is the service's"
+            ))),
             Ok(Some(built)) => channels.push(built.channel),
             Ok(None) => {}
             Err(err) => lines.push(Line::failed(format!("channels.{name}: {err:#}"))),

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 
 /// The config written: the commented example, with the choices put in.
 const TEMPLATE: &str = include_str!("../../config.example.toml");
@@ -51,7 +51,7 @@ pub fn with_config(path: &Path, mut choices: Choices, force: bool) -> anyhow::Re
         std::fs::write(path, &text).with_context(|| format!("cannot write {}", path.display()))?;
         say(&format!("wrote   {}", path.display()));
     }
-    let config = Config::load(path)?;
+    let config = Config::load_with(path, Secrets::Skip)?;
     let workspace = choices
         .workspace
         .unwrap_or_else(|| config.path(&config.agent.workspace));

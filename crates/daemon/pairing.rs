@@ -10,12 +10,14 @@ use anyhow::Context;
 use switchboard_adapter::Pairing;
 
 use crate::cli::{PairingAction, resolve_config};
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 
 /// Runs a pairing command.
 pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
-    let config = Config::load(&path)?;
+    // Only the state directory is needed: no secret is resolved (the operator's shell has
+    // neither the service's environment nor its credentials).
+    let config = Config::load_with(&path, Secrets::Skip)?;
     let state_dir = config.path(&config.agent.state_dir);
     let pairing = Pairing::open(&state_dir);
     let mut out = std::io::stdout().lock();

@@ -1,6 +1,8 @@
 //! `switchboard status`: asks a running daemon's `/healthz` (at the config's `http.bind`) and
-//! prints it for people. Exits 0 when the daemon is healthy, 1 when it answers degraded or
-//! stopping, 2 when nothing answers.
+//! prints it for people. Exits [`OK`] when the daemon is healthy, [`DEGRADED`] when it answers
+//! degraded or stopping, [`NOT_ANSWERING`] when nothing answers, [`NO_CONFIG`] when there is
+//! no config or it does not read. It needs only `http.bind`: no secret is resolved, so it
+//! works from an operator's shell with the service's config.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -14,15 +16,33 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::resolve_config;
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 
 /// The longest `/healthz` answer read.
 const MAX_ANSWER: u64 = 1024 * 1024;
 
+/// Exit status: the daemon answered and is healthy.
+pub const OK: u8 = 0;
+/// Exit status: the daemon answered degraded (or stopping).
+pub const DEGRADED: u8 = 1;
+/// Exit status: nothing answered at `http.bind`.
+pub const NOT_ANSWERING: u8 = 2;
+/// Exit status: no config was found, or it does not read.
+pub const NO_CONFIG: u8 = 3;
+
 /// Runs `switchboard status`.
 pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
-    let path = resolve_config(config)?;
-    let config = Config::load(&path)?;
+    let loaded = resolve_config(config).and_then(|path| {
+        let config = Config::load_with(&path, Secrets::Skip)?;
+        Ok((path, config))
+    });
+    let (path, config) = match loaded {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "✗ switchboard status: {err:#}");
+            return Ok(ExitCode::from(NO_CONFIG));
+        }
+    };
     let addr = config.http.bind.get_ref().0;
     let health = match healthz(addr).await {
         Ok(health) => health,
@@ -32,15 +52,15 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
                 "✗ no switchboard answers at {addr} (http.bind in {}): {err:#}",
                 path.display()
             );
-            return Ok(ExitCode::from(2));
+            return Ok(ExitCode::from(NOT_ANSWERING));
         }
     };
     let _ = write!(std::io::stdout(), "{}", describe(&health));
-    Ok(if health["status"] == "ok" {
-        ExitCode::SUCCESS
+    Ok(ExitCode::from(if health["status"] == "ok" {
+        OK
     } else {
-        ExitCode::FAILURE
-    })
+        DEGRADED
+    }))
 }
 
 /// `GET /healthz` over a plain HTTP/1.1 connection, its JSON body.
