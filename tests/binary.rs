@@ -374,3 +374,78 @@ async fn onboard_writes_a_config_from_flags_and_keeps_it_after() {
     let output = run().await.expect("runs");
     assert!(String::from_utf8_lossy(&output.stdout).contains("kept    "));
 }
+
+/// 8. `onboard` as deployment.md runs it: the state directory and a credential for the key
+/// are written in (no edit by hand afterwards), and it ends with what to do next.
+#[tokio::test]
+async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("etc/config.toml");
+    let output = Command::new(BINARY)
+        .args(["onboard", "--config"])
+        .arg(&config)
+        .arg("--workspace")
+        .arg(dir.path().join("agent"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .args(["--credential-key", "openai-key"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}");
+    let read = Config::load_with(&config, switchboard::config::Secrets::Skip).expect("reads");
+    assert_eq!(
+        read.agent.state_dir,
+        dir.path().join("state").display().to_string()
+    );
+    assert_eq!(
+        read.llm.api_key.as_ref().map(|k| k.get_ref().as_str()),
+        Some("${credential:openai-key}")
+    );
+    let config_arg = format!("--config {}", config.display());
+    for next in [
+        format!("1. switchboard doctor {config_arg}"),
+        format!("2. switchboard run {config_arg}"),
+        "sudo systemctl enable --now switchboard".to_owned(),
+        "3. open http://127.0.0.1:8080/".to_owned(),
+    ] {
+        assert!(stdout.contains(&next), "{next}:\n{stdout}");
+    }
+}
+
+/// 10. The unit's opening comment and deployment.md give the same install steps.
+#[test]
+fn the_unit_and_the_deployment_guide_give_the_same_install_steps() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unit = std::fs::read_to_string(root.join("systemd/switchboard.service")).expect("unit");
+    let guide = std::fs::read_to_string(root.join("docs/deployment.md")).expect("guide");
+    let command = |line: &str| {
+        line.split("   # ")
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let in_unit: Vec<String> = unit
+        .lines()
+        .take_while(|line| !line.starts_with('['))
+        .filter_map(|line| line.strip_prefix("#   "))
+        .map(command)
+        .collect();
+    let section = guide
+        .split("## As a systemd service")
+        .nth(1)
+        .expect("the section");
+    let in_guide: Vec<String> = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|block| block.split("```").next())
+        .expect("a shell block")
+        .lines()
+        .map(command)
+        .collect();
+    assert!(in_unit.len() >= 8, "{in_unit:?}");
+    assert_eq!(in_guide[..in_unit.len()], in_unit[..], "{in_guide:#?}");
+}

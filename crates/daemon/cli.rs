@@ -66,8 +66,15 @@ pub enum Command {
         #[arg(long)]
         base_url: Option<String>,
         /// The environment variable that will hold the API key (`none` for none).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "credential_key")]
         api_key_env: Option<String>,
+        /// The systemd credential that will hold the API key (`LoadCredential=NAME:/path`
+        /// in the unit): the config reads `${credential:NAME}`.
+        #[arg(long)]
+        credential_key: Option<String>,
+        /// The state directory (sessions, cursors, pairing), e.g. /var/lib/switchboard/state.
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
         /// Replace files that exist.
         #[arg(long)]
         force: bool,

@@ -89,13 +89,17 @@ fn main() -> ExitCode {
                 model,
                 base_url,
                 api_key_env,
+                credential_key,
+                state_dir,
                 force,
             } => {
                 let only_workspace = config.is_none()
                     && provider.is_none()
                     && model.is_none()
                     && base_url.is_none()
-                    && api_key_env.is_none();
+                    && api_key_env.is_none()
+                    && credential_key.is_none()
+                    && state_dir.is_none();
                 match workspace {
                     Some(workspace) if only_workspace => onboard::run(&workspace, force),
                     workspace => {
@@ -104,7 +108,9 @@ fn main() -> ExitCode {
                             model,
                             base_url,
                             api_key_env,
+                            credential_key,
                             workspace,
+                            state_dir,
                         };
                         let path = config
                             .or_else(|| cli::resolve_config(None).ok())

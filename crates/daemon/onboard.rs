@@ -25,8 +25,13 @@ pub struct Choices {
     pub base_url: Option<String>,
     /// The variable holding the key, or `none`.
     pub api_key_env: Option<String>,
+    /// The systemd credential holding the key (`LoadCredential=NAME:…`), instead of a
+    /// variable.
+    pub credential_key: Option<String>,
     /// The workspace directory.
     pub workspace: Option<PathBuf>,
+    /// The state directory.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// `switchboard onboard` with a config: writes it unless it exists (or `force`), then the
@@ -38,7 +43,7 @@ pub fn with_config(path: &Path, mut choices: Choices, force: bool) -> anyhow::Re
             path.display()
         ));
     } else {
-        if std::io::stdin().is_terminal() {
+        if std::io::stdin().is_terminal() && choices.credential_key.is_none() {
             ask(&mut choices)?;
         }
         let text = config_text(&choices)?;
@@ -54,8 +59,39 @@ pub fn with_config(path: &Path, mut choices: Choices, force: bool) -> anyhow::Re
     let config = Config::load_with(path, Secrets::Skip)?;
     let workspace = choices
         .workspace
+        .clone()
         .unwrap_or_else(|| config.path(&config.agent.workspace));
-    run(&workspace, force)
+    let code = run(&workspace, force)?;
+    say(&next_steps(path, &config));
+    Ok(code)
+}
+
+/// What to do next: check, run (or install the unit), open the page.
+fn next_steps(path: &Path, config: &Config) -> String {
+    let config_arg = format!("--config {}", path.display());
+    let bind = config.http.bind.get_ref().0;
+    let host = if bind.ip().is_unspecified() {
+        std::net::SocketAddr::from(([127, 0, 0, 1], bind.port()))
+    } else {
+        bind
+    };
+    let websocket = &config.channels.websocket;
+    let page = if !websocket.enabled {
+        "   (the web chat is off: [channels.websocket] enabled = false)".to_owned()
+    } else if *websocket.auth.get_ref() == switchboard_websocket::AuthMode::Token {
+        format!("3. open http://{host}/ — the page asks for the token of channels.websocket")
+    } else {
+        format!("3. open http://{host}/ — the web chat")
+    };
+    let key = match &config.llm.api_key {
+        Some(key) => format!("   (with {} at hand)", key.get_ref()),
+        None => String::new(),
+    };
+    format!(
+        "\nNext:\n1. switchboard doctor {config_arg}{key}\n\
+         2. switchboard run {config_arg}\n   \
+         or as a service (docs/deployment.md): sudo systemctl enable --now switchboard\n{page}"
+    )
 }
 
 /// The provider's defaults: model, API root, key variable.
@@ -116,6 +152,10 @@ fn config_text(choices: &Choices) -> anyhow::Result<String> {
     let model = choices.model.as_deref().unwrap_or(model);
     let base_url = choices.base_url.as_deref().unwrap_or(base_url);
     let key = choices.api_key_env.as_deref().unwrap_or(key);
+    let key = match &choices.credential_key {
+        Some(name) => format!("credential:{name}"),
+        None => key.to_owned(),
+    };
     let quoted = |value: &str| toml::Value::String(value.to_owned()).to_string();
     let mut replaced = [false; 4];
     let mut out = String::with_capacity(TEMPLATE.len());
@@ -133,7 +173,7 @@ fn config_text(choices: &Choices) -> anyhow::Result<String> {
             }
             l if !replaced[2] && l.starts_with("api_key = ") => {
                 replaced[2] = true;
-                if key.eq_ignore_ascii_case("none") {
+                if key.eq_ignore_ascii_case("none") && choices.credential_key.is_none() {
                     "# api_key = \"${…}\"                  # none: the server needs no key"
                         .to_owned()
                 } else {
@@ -149,9 +189,17 @@ fn config_text(choices: &Choices) -> anyhow::Result<String> {
         out.push_str(&new);
         out.push('\n');
     }
-    if let Some(workspace) = &choices.workspace {
-        let line = format!("workspace = {}", quoted(&workspace.display().to_string()));
-        out = out.replacen("workspace = \"~/.switchboard/workspace\"", &line, 1);
+    for (dir, key, default) in [
+        (&choices.workspace, "workspace", "~/.switchboard/workspace"),
+        (&choices.state_dir, "state_dir", "~/.switchboard/state"),
+    ] {
+        if let Some(dir) = dir {
+            // Padded as the example's line was, so its comment stays in its column.
+            let old = format!("{key} = \"{default}\"");
+            let new = format!("{key} = {}", quoted(&dir.display().to_string()));
+            let new = format!("{new:<width$}", width = old.len());
+            out = out.replacen(&old, &new, 1);
+        }
     }
     Ok(out)
 }
