@@ -47,6 +47,8 @@ mod service;
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.
 mod storage;
+/// The terminal agent in a pseudo-terminal: editing, history, paste, Ctrl-C.
+mod terminal;
 /// Telegram against a fake Bot API: replies, long replies, streaming, pairing, 429s,
 /// a broken getMe, groups, refused HTML, photos, the webhook.
 mod telegram;

@@ -12,6 +12,7 @@
 //! - `health`: `/healthz` and the channel states behind it.
 //! - `llm_health`: whether the models answer (for `/healthz` and `/metrics`).
 //! - `terminal`: `switchboard agent`, turns in the terminal.
+//! - `prompt`: its prompt (rustyline in a terminal: editing, history, paste; lines from a pipe).
 //! - `pairing`: `switchboard pairing`, who may talk.
 //! - `onboard`: `switchboard onboard`, a workspace's starter files.
 //! - `outbox`: where the `message` tool sends, and to whom it may.
@@ -35,6 +36,7 @@ pub mod onboard;
 pub mod outbox;
 pub mod pairing;
 pub mod platforms;
+pub mod prompt;
 pub mod reload;
 pub mod server;
 pub mod status;

@@ -1,6 +1,7 @@
 //! `switchboard agent`: turns in the terminal against the same config as the daemon, in
 //! the session `cli_<name>`. Replies stream to stdout; tool activity and errors go to
-//! stderr; ctrl-c stops the turn in progress.
+//! stderr; Ctrl-C stops the answer in progress, and at an empty prompt leaves. The prompt
+//! (`prompt.rs`) edits lines and keeps their history in a terminal.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,13 +12,13 @@ use switchboard_agent::{Agent, AgentEvent, Command, HELP, TurnInput};
 use switchboard_core::{ChannelName, ChatId, SessionKey};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolRegistry;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::app::build_agent;
 use crate::cli::resolve_config;
 use crate::config::Config;
+use crate::prompt::{Prompt, Said};
 
 /// Runs one turn (`message`) or an interactive prompt.
 pub async fn run(
@@ -43,24 +44,12 @@ pub async fn run(
     }
 
     eprintln!(
-        "switchboard agent — session {key}; /help lists the commands; ctrl-c stops an answer, \
+        "switchboard agent — session {key}; /help lists the commands; Ctrl-C stops an answer, \
          and at an empty prompt leaves"
     );
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
-    loop {
-        eprint!("> ");
-        // Once a turn listened for ctrl-c, the signal no longer ends the process by itself:
-        // the prompt listens too.
-        let line = tokio::select! {
-            line = lines.next_line() => line.context("cannot read stdin")?,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!();
-                None
-            }
-        };
-        let Some(line) = line else {
-            break;
-        };
+    let history = config.path(&config.agent.state_dir).join("cli_history");
+    let mut prompt = Prompt::new(history);
+    while let Said::Text(line) = prompt.next().await? {
         let text = line.trim();
         if text.is_empty() {
             continue;
@@ -162,6 +151,7 @@ async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
     };
     let interrupt = async {
         if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("\n[stopped]");
             cancel.cancel();
         }
         std::future::pending::<()>().await;
