@@ -203,8 +203,7 @@ async fn stop_during_a_long_command_ends_the_turn_within_a_second_and_kills_it()
     let commands = processes_mentioning(&marker);
     assert!(commands.len() >= 3, "{commands:?}");
     let stopped_at = Instant::now();
-    client.send("c", "/stop").await;
-    let turn = client.turn("c").await;
+    let (turn, _) = client.stop("c").await;
     assert!(
         stopped_at.elapsed() < Duration::from_secs(1),
         "took {:?}",

@@ -34,10 +34,10 @@ async fn a_flooding_chat_delays_neither_another_chat_nor_stop() {
     assert_eq!(other.reply(), "echo: are you free?");
 
     // /stop ends the running turn at once and drops the four queued messages.
-    h.client.send("flood", "/stop").await;
-    assert_eq!(h.client.turn("flood").await.reply(), "Stopped.");
+    let (stopped, answer) = h.client.stop("flood").await;
+    assert_eq!(stopped.reply(), "Stopped.");
     assert_eq!(
-        h.client.turn("flood").await.reply(),
+        answer.reply(),
         "Dropped 4 messages that were waiting when you sent /stop."
     );
     assert_eq!(
@@ -74,11 +74,9 @@ async fn stop_while_a_turn_waits_for_a_turn_slot_stops_it() {
             .is_some_and(|t| t.contains("agent.max_concurrent_turns")),
         "{status}"
     );
-    h.client.send("waiting", "/stop").await;
-    assert_eq!(h.client.turn("waiting").await.reply(), "Stopped.");
+    assert_eq!(h.client.stop("waiting").await.0.reply(), "Stopped.");
     assert_eq!(h.llm.requests().len(), 1);
 
-    h.client.send("busy", "/stop").await;
-    assert_eq!(h.client.turn("busy").await.reply(), "Stopped.");
+    assert_eq!(h.client.stop("busy").await.0.reply(), "Stopped.");
     h.daemon.shutdown().await;
 }

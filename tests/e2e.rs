@@ -47,11 +47,11 @@ mod service;
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.
 mod storage;
-/// The terminal agent in a pseudo-terminal: editing, history, paste, Ctrl-C.
-mod terminal;
 /// Telegram against a fake Bot API: replies, long replies, streaming, pairing, 429s,
 /// a broken getMe, groups, refused HTML, photos, the webhook.
 mod telegram;
+/// The terminal agent in a pseudo-terminal: editing, history, paste, Ctrl-C.
+mod terminal;
 /// Tool calls: run concurrently, errors and unknown tools reach the model.
 mod tools;
 /// The web chat page in headless Chromium: token prompt, wrong token, history after reload.

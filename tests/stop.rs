@@ -22,14 +22,15 @@ async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
         }
     }
     let stopped_at = Instant::now();
-    h.client.send("c", "/stop").await;
-    let turn = h.client.turn("c").await;
+    let (turn, answer) = h.client.stop("c").await;
     assert!(
         stopped_at.elapsed() < Duration::from_secs(1),
         "took {:?}",
         stopped_at.elapsed()
     );
     assert_eq!(turn.reply(), "Stopped.");
+    assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
+    assert!(answer.of_type("message").is_empty(), "{:?}", answer.frames);
 
     // The saved session is valid: the sleep call has a (synthetic) result.
     let store = JsonlStore::open(&h.dir.path().join("state")).expect("store");
@@ -70,8 +71,7 @@ async fn stop_while_the_model_is_thinking_cancels_the_llm_call() {
     h.client.send("c", "think hard").await;
     h.llm.wait_for_requests(1, util::PATIENCE).await;
     let stopped_at = Instant::now();
-    h.client.send("c", "/stop").await;
-    assert_eq!(h.client.turn("c").await.reply(), "Stopped.");
+    assert_eq!(h.client.stop("c").await.0.reply(), "Stopped.");
     assert!(stopped_at.elapsed() < Duration::from_secs(1));
     h.daemon.shutdown().await;
 }
@@ -94,8 +94,7 @@ async fn stop_while_the_answer_streams_keeps_what_was_shown() {
             shown.push_str(frame["text"].as_str().expect("text"));
         }
     }
-    h.client.send("c", "/stop").await;
-    let turn = h.client.turn("c").await;
+    let (turn, _) = h.client.stop("c").await;
     let reply = turn.reply().to_owned();
     assert!(
         reply.starts_with(shown.trim_end()),

@@ -268,6 +268,21 @@ impl WsClient {
         }
     }
 
+    /// Sends `/stop` to a chat whose turn runs, and reads the turn it stopped, then the
+    /// `/stop`'s own answer (what it dropped, if anything, and its `done`).
+    pub async fn stop(&mut self, chat_id: &str) -> (TurnFrames, TurnFrames) {
+        self.send(chat_id, "/stop").await;
+        let stopped = self.turn(chat_id).await;
+        let answer = self.turn(chat_id).await;
+        assert_eq!(
+            answer.of_type("done")[0]["end"],
+            "not_a_turn",
+            "the /stop's own done: {:?}",
+            answer.frames
+        );
+        (stopped, answer)
+    }
+
     /// Sends a message and reads its turn.
     pub async fn say(&mut self, chat_id: &str, content: &str) -> TurnFrames {
         self.send(chat_id, content).await;

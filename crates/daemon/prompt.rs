@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use rustyline::{
-    Cmd, ConditionalEventHandler, Event, EventContext, EventHandler, KeyCode, KeyEvent,
-    Modifiers, Movement, RepeatCount,
+    Cmd, ConditionalEventHandler, Event, EventContext, EventHandler, KeyCode, KeyEvent, Modifiers,
+    Movement, RepeatCount,
 };
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::{mpsc, oneshot};
@@ -63,7 +63,10 @@ impl Prompt {
                         }
                         Said::Text(line)
                     }
-                    Err(rustyline::error::ReadlineError::Interrupted | rustyline::error::ReadlineError::Eof) => Said::Leave,
+                    Err(
+                        rustyline::error::ReadlineError::Interrupted
+                        | rustyline::error::ReadlineError::Eof,
+                    ) => Said::Leave,
                     Err(err) => {
                         eprintln!("error: cannot read the terminal: {err}");
                         Said::Leave

@@ -9,7 +9,8 @@
 //! A worker (`worker.rs`) is a task owning a session: it answers that session's messages
 //! in order, one turn at a time, and exits after `idle_timeout` without messages (its
 //! session leaves memory). `/stop` bypasses the queue: the dispatcher cancels the worker's
-//! running turn and drops the messages queued behind it.
+//! running turn and drops the messages queued behind it; the `/stop` itself is queued
+//! behind them, so its answer (what it dropped, its `done`) follows the stopped turn's.
 //!
 //! A turn that waits on the person (an approval, a question) leaves a slot in the control
 //! the dispatcher shares with its worker; the chat's next fitting message goes into the
@@ -170,7 +171,14 @@ impl Dispatcher {
             None => Box::new((0, message)),
             Some(worker) => {
                 let stops = control(&worker.control).stops;
-                match worker.tx.try_send(Box::new((stops, message))) {
+                // The queue's last place is kept for a `/stop`: it must queue behind what it
+                // drops even in a flooded chat.
+                let sent = if worker.tx.capacity() <= 1 {
+                    Err(TrySendError::Full(Box::new((stops, message))))
+                } else {
+                    worker.tx.try_send(Box::new((stops, message)))
+                };
+                match sent {
                     Ok(()) => return,
                     // The worker exited after its last check; a new one starts afresh.
                     Err(TrySendError::Closed(mut queued)) => {
@@ -178,7 +186,7 @@ impl Dispatcher {
                         queued
                     }
                     Err(TrySendError::Full(queued)) => {
-                        let limit = worker.tx.max_capacity();
+                        let limit = worker.tx.max_capacity() - 1;
                         drop(worker);
                         let text = format!(
                             "Too many messages are waiting in this chat ({limit}); this one \
@@ -204,7 +212,8 @@ impl Dispatcher {
 
     /// Starts a worker for `key` and queues its first message.
     fn spawn_for(&self, key: SessionKey, first: Queued) {
-        let (tx, rx) = mpsc::channel(self.agent.config.max_queued_messages.max(1));
+        // One place more than the messages that may wait: the last is a `/stop`'s.
+        let (tx, rx) = mpsc::channel(self.agent.config.max_queued_messages.max(1) + 1);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let control = SharedControl::default();
         // A fresh queue has room for one message.
@@ -230,31 +239,53 @@ impl Dispatcher {
         self.shutdown.tracker().spawn(worker.run(rx));
     }
 
-    /// `/stop`: cancels the running turn (its worker replies "Stopped.") and drops what is
-    /// queued behind it (the worker says how many).
+    /// `/stop`: cancels the running turn (it ends saying `Stopped.`), drops what is queued
+    /// behind it, and queues the `/stop` itself behind them, so that its worker answers it
+    /// — how many messages it dropped, and its `done` — after the turn's `done`. With
+    /// nothing to stop: `Nothing to stop.` at once.
     fn stop(&self, key: &SessionKey, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
-        message.settle(Fate::Handled);
-        let (running, queued) = match self.workers.get(key) {
-            None => (None, 0),
+        let message = match self.workers.get(key) {
+            None => message,
             Some(worker) => {
-                let mut control = control(&worker.control);
-                control.stops += 1;
-                let queued = worker.tx.max_capacity() - worker.tx.capacity();
-                (control.running.clone(), queued)
+                let (running, queued, stamp) = {
+                    let mut control = control(&worker.control);
+                    control.stops += 1;
+                    let queued = worker.tx.max_capacity() - worker.tx.capacity();
+                    (control.running.clone(), queued, control.stops)
+                };
+                if let Some(token) = &running {
+                    token.cancel();
+                }
+                if running.is_none() && queued == 0 {
+                    message
+                } else {
+                    match worker.tx.try_send(Box::new((stamp, message))) {
+                        Ok(()) => return,
+                        // No room behind them (or the worker just left): the `/stop` is
+                        // answered now; its worker reports what it drops.
+                        Err(TrySendError::Full(queued) | TrySendError::Closed(queued)) => {
+                            let (_, message) = *queued;
+                            message.settle(Fate::Handled);
+                            send_reply(
+                                replies,
+                                message,
+                                vec![OutboundKind::Done(TurnEnd::NotATurn)],
+                            );
+                            return;
+                        }
+                    }
+                }
             }
         };
-        match running {
-            Some(token) => token.cancel(),
-            None if queued > 0 => {}
-            None => send_reply(
-                replies,
-                message,
-                vec![
-                    OutboundKind::Message("Nothing to stop.".into()),
-                    OutboundKind::Done(TurnEnd::NotATurn),
-                ],
-            ),
-        }
+        message.settle(Fate::Handled);
+        send_reply(
+            replies,
+            message,
+            vec![
+                OutboundKind::Message("Nothing to stop.".into()),
+                OutboundKind::Done(TurnEnd::NotATurn),
+            ],
+        );
     }
 }
 

@@ -53,6 +53,44 @@ impl Worker {
         let mut session: Option<Session> = None;
         // Messages dropped by a `/stop` and not yet reported to the chat.
         let mut dropped = 0usize;
+        while let Some(queued) = self.next(&mut rx).await {
+            let (stamp, message) = *queued;
+            if !self.hub.is_accepting() {
+                refuse_shutting_down(&self.hub, &message).await;
+                continue;
+            }
+            // A `/stop` is queued behind what it stopped: answered after the turn's `done`
+            // and what it dropped, whatever its stamp (a later `/stop` may have bumped it).
+            if Command::parse(&message.content) == Some(Command::Stop) {
+                let dropped = std::mem::take(&mut dropped);
+                if let Some(session) = self.session(&mut session, &message).await {
+                    self.answer_stop(session, message, dropped).await;
+                }
+                continue;
+            }
+            let token = self.shutdown.turns().child_token();
+            if !self.register(stamp, &message, &token) {
+                message.settle(Fate::Dropped);
+                dropped += 1;
+                if rx.is_empty() {
+                    report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
+                }
+                continue;
+            }
+            if dropped > 0 {
+                report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
+            }
+            if self.session(&mut session, &message).await.is_none() {
+                control(&self.control).running = None;
+                continue;
+            }
+            self.handle_guarded(&mut session, message, token).await;
+        }
+    }
+
+    /// The next queued message; `None` once the worker should exit (intake stopped and what
+    /// was queued answered, or idle for `idle_timeout` with nothing queued).
+    async fn next(&self, rx: &mut mpsc::Receiver<Queued>) -> Option<Queued> {
         loop {
             let message = tokio::select! {
                 biased;
@@ -65,7 +103,7 @@ impl Worker {
                     }
                     self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
                     self.agent.release_session(&self.key);
-                    return;
+                    return None;
                 }
                 () = tokio::time::sleep(self.agent.config.idle_timeout) => {
                     let removed = self
@@ -74,92 +112,114 @@ impl Worker {
                     if removed.is_some() {
                         tracing::debug!(session = %self.key, "idle session worker exits");
                         self.agent.release_session(&self.key);
-                        return;
+                        return None;
                     }
                     continue;
                 }
             };
-            let Some(queued) = message else {
+            if message.is_none() {
                 self.agent.release_session(&self.key);
-                return;
-            };
-            let (stamp, message) = *queued;
-            if !self.hub.is_accepting() {
-                refuse_shutting_down(&self.hub, &message).await;
-                continue;
             }
-            let token = self.shutdown.turns().child_token();
-            let fresh = {
-                let mut control = control(&self.control);
-                let fresh = stamp >= control.stops;
-                if fresh && Command::parse(&message.content).is_none() {
-                    control.running = Some(token.clone());
+            return message;
+        }
+    }
+
+    /// Whether a message stamped `stamp` is still wanted (no `/stop` came after it was
+    /// queued); if so, and it starts a turn, registers the turn's token for `/stop` —
+    /// under the control lock (see the dispatcher's doc).
+    fn register(&self, stamp: u64, message: &InboundMessage, token: &CancellationToken) -> bool {
+        let mut control = control(&self.control);
+        let fresh = stamp >= control.stops;
+        if fresh && Command::parse(&message.content).is_none() {
+            control.running = Some(token.clone());
+        }
+        fresh
+    }
+
+    /// The chat's session, read from its file the first time; `None` (the chat told why)
+    /// when it cannot be read.
+    async fn session<'s>(
+        &self,
+        slot: &'s mut Option<Session>,
+        message: &InboundMessage,
+    ) -> Option<&'s mut Session> {
+        if slot.is_none() {
+            match self.agent.load_session(&self.key) {
+                Ok(loaded) => *slot = Some(loaded),
+                Err(err) => {
+                    tracing::error!(session = %self.key, path = ?err.path(), error = %err,
+                        "could not load session");
+                    let text = format!("Could not read this chat's history: {err}");
+                    reply(&self.hub, message, OutboundKind::Error(text)).await;
+                    reply(&self.hub, message, OutboundKind::Done(TurnEnd::Failed)).await;
+                    message.settle(Fate::Unprocessed);
+                    return None;
                 }
-                fresh
-            };
-            if !fresh {
-                message.settle(Fate::Dropped);
-                dropped += 1;
-                if rx.is_empty() {
-                    report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
-                }
-                continue;
-            }
-            if dropped > 0 {
-                report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
-            }
-            let session_slot = &mut session;
-            let session = match session_slot {
-                Some(session) => session,
-                None => match self.agent.load_session(&self.key) {
-                    Ok(loaded) => session_slot.insert(loaded),
-                    Err(err) => {
-                        tracing::error!(session = %self.key, path = ?err.path(), error = %err,
-                            "could not load session");
-                        let text = format!("Could not read this chat's history: {err}");
-                        reply(&self.hub, &message, OutboundKind::Error(text)).await;
-                        reply(&self.hub, &message, OutboundKind::Done(TurnEnd::Failed)).await;
-                        control(&self.control).running = None;
-                        message.settle(Fate::Unprocessed);
-                        continue;
-                    }
-                },
-            };
-            // Only where the reply goes is kept, for the rare panic below.
-            let (channel, chat_id, reply_to) = (
-                message.channel.clone(),
-                message.chat_id.clone(),
-                message.id.clone(),
-            );
-            let handled = AssertUnwindSafe(self.handle(session, message, token))
-                .catch_unwind()
-                .await;
-            control(&self.control).running = None;
-            if handled.is_err() {
-                // A bug, not an input: say so in the chat, forget the in-memory session
-                // (it is read back from disk, repaired, on the next message) and go on.
-                // The message's ack, dropped unreported, tells its channel it is unprocessed.
-                tracing::error!(session = %self.key, "a turn panicked");
-                let text = "Something went wrong inside switchboard while answering; the \
-                            conversation is kept. Please try again.";
-                for kind in [
-                    OutboundKind::Error(text.into()),
-                    OutboundKind::Done(TurnEnd::Failed),
-                ] {
-                    let outbound = OutboundMessage {
-                        channel: channel.clone(),
-                        chat_id: chat_id.clone(),
-                        reply_to: reply_to.clone(),
-                        kind,
-                    };
-                    if let Err(err) = self.hub.publish_outbound(outbound).await {
-                        tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
-                    }
-                }
-                self.agent.release_session(&self.key);
-                *session_slot = None;
             }
         }
+        slot.as_mut()
+    }
+
+    /// Answers a `/stop` once what it stopped is over: how many waiting messages it dropped
+    /// (if any), then its own `done`. (The turn it cancelled said `Stopped.` itself.)
+    async fn answer_stop(&self, session: &mut Session, message: InboundMessage, dropped: usize) {
+        if dropped > 0 {
+            reply(
+                &self.hub,
+                &message,
+                OutboundKind::Message(dropped_text(dropped)),
+            )
+            .await;
+        }
+        self.close(session, &message, TurnEnd::NotATurn).await;
+    }
+
+    /// [`Worker::handle`], with a panic inside it answered in the chat: the session is
+    /// forgotten in memory (read back from disk, repaired, on the next message) and the
+    /// worker goes on.
+    async fn handle_guarded(
+        &self,
+        slot: &mut Option<Session>,
+        message: InboundMessage,
+        token: CancellationToken,
+    ) {
+        let Some(session) = slot.as_mut() else {
+            return;
+        };
+        // Only where the reply goes is kept, for the rare panic below.
+        let (channel, chat_id, reply_to) = (
+            message.channel.clone(),
+            message.chat_id.clone(),
+            message.id.clone(),
+        );
+        let handled = AssertUnwindSafe(self.handle(session, message, token))
+            .catch_unwind()
+            .await;
+        control(&self.control).running = None;
+        if handled.is_ok() {
+            return;
+        }
+        // A bug, not an input. The message's ack, dropped unreported, tells its channel
+        // it is unprocessed.
+        tracing::error!(session = %self.key, "a turn panicked");
+        let text = "Something went wrong inside switchboard while answering; the \
+                    conversation is kept. Please try again.";
+        for kind in [
+            OutboundKind::Error(text.into()),
+            OutboundKind::Done(TurnEnd::Failed),
+        ] {
+            let outbound = OutboundMessage {
+                channel: channel.clone(),
+                chat_id: chat_id.clone(),
+                reply_to: reply_to.clone(),
+                kind,
+            };
+            if let Err(err) = self.hub.publish_outbound(outbound).await {
+                tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");
+            }
+        }
+        self.agent.release_session(&self.key);
+        *slot = None;
     }
 
     /// Handles one message: a command, a turn, or the next step of a message delivered
@@ -205,7 +265,7 @@ impl Worker {
             },
             Some(Command::Help) => HELP.to_owned(),
             Some(Command::Status) => self.agent.status(session),
-            // `/stop` is the dispatcher's; one can only get here in a race with a restart.
+            // `run` answers `/stop` before it gets here (see `answer_stop`).
             Some(Command::Stop) => "Nothing to stop.".to_owned(),
             // A waiting turn gets these from the dispatcher; here nothing waits.
             Some(Command::Approve | Command::Deny) => {
@@ -417,13 +477,19 @@ async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
     }
 }
 
-/// Tells the chat how many of its messages a `/stop` dropped.
-async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize) {
-    let text = if dropped == 1 {
+/// What the chat is told of the messages a `/stop` dropped.
+fn dropped_text(dropped: usize) -> String {
+    if dropped == 1 {
         "Dropped 1 message that was waiting when you sent /stop.".to_owned()
     } else {
         format!("Dropped {dropped} messages that were waiting when you sent /stop.")
-    };
+    }
+}
+
+/// Tells the chat how many of its messages a `/stop` dropped, when the `/stop` itself could
+/// not be queued behind them (its queue was full) and so cannot say it.
+async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize) {
+    let text = dropped_text(dropped);
     let to = OutboundMessage {
         reply_to: None,
         ..OutboundMessage::reply_to(message, OutboundKind::Message(text))
