@@ -293,17 +293,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     };
 
     let mut router = health.router();
-    if config.http.metrics
-        && let Some(handle) = metrics::recorder()
-    {
-        let access = config.metrics_access()?;
-        router = router.merge(metrics::router(
-            handle,
-            health.clone(),
-            access,
-            config.http.allowed_hosts.clone(),
-        ));
-    }
+    // Installed before anything records (the route is added once the channels are known).
+    let recorder = config.http.metrics.then(metrics::recorder).flatten();
     let mut websocket = None;
     let ws_section = &config.channels.websocket;
     if ws_section.enabled {
@@ -348,8 +339,14 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             platforms.start(built);
         }
     }
-    if config.http.metrics {
-        metrics::publish_zeros(&metrics_series(&config, &agent, &hub));
+    if let Some(handle) = recorder {
+        router = router.merge(metrics::router(
+            handle,
+            health.clone(),
+            metrics_series(&config, &agent, &hub),
+            config.metrics_access()?,
+            config.http.allowed_hosts.clone(),
+        ));
     }
     let telegram_section = &config.channels.telegram;
     let discord_section = &config.channels.discord;

@@ -64,10 +64,13 @@ pub(crate) fn secret_references(text: &str) -> Vec<String> {
 /// (`llm.fallbacks[0].api_key`, `channels.telegram.token`) and the reference's inside
 /// (`OPENAI_API_KEY`, `credential:openai-key`); none if the text does not parse.
 pub(crate) fn secret_keys(text: &str) -> Vec<(String, String)> {
-    fn walk(value: &toml::Value, path: &str, key: &str, out: &mut Vec<(String, String)>) {
+    // Read with the parser the config is loaded with (not `toml::Table`'s): one parser's
+    // code in memory, not two.
+    use toml::de::DeValue;
+    fn walk(value: &DeValue<'_>, path: &str, key: &str, out: &mut Vec<(String, String)>) {
         match value {
-            toml::Value::String(text) if SECRET_KEYS.contains(&key) => {
-                let mut rest = text.as_str();
+            DeValue::String(text) if SECRET_KEYS.contains(&key) => {
+                let mut rest: &str = text;
                 while let Some(start) = rest.find("${") {
                     let after = &rest[start + 2..];
                     let Some(end) = after.find('}') else { break };
@@ -75,25 +78,28 @@ pub(crate) fn secret_keys(text: &str) -> Vec<(String, String)> {
                     rest = &after[end + 1..];
                 }
             }
-            toml::Value::Table(table) => {
-                for (key, value) in table {
-                    walk(value, &format!("{path}.{key}"), key, out);
+            DeValue::Table(table) => {
+                for (key, value) in table.iter() {
+                    let key = key.get_ref();
+                    walk(value.get_ref(), &format!("{path}.{key}"), key, out);
                 }
             }
-            toml::Value::Array(items) => {
+            DeValue::Array(items) => {
                 for (index, item) in items.iter().enumerate() {
-                    walk(item, &format!("{path}[{index}]"), key, out);
+                    walk(item.get_ref(), &format!("{path}[{index}]"), key, out);
                 }
             }
             _ => {}
         }
     }
     let mut out = Vec::new();
-    if let Ok(table) = text.parse::<toml::Table>() {
-        for (key, value) in &table {
-            walk(value, key, key, &mut out);
+    if let Ok(table) = toml::de::DeTable::parse(text) {
+        for (key, value) in table.get_ref().iter() {
+            let key = key.get_ref();
+            walk(value.get_ref(), key, key, &mut out);
         }
     }
+    out.sort();
     out
 }
 

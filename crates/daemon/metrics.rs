@@ -7,11 +7,12 @@
 //! sessions, connections, channel restarts, undeliverable messages) is read when `/metrics`
 //! is asked. `[http] metrics = false` turns the route (and the recording) off.
 //!
-//! Every metric has `# HELP` and `# TYPE` ([`describe`]), and every series the config makes
+//! Every metric has `# HELP` and `# TYPE` (`describe`), and every series the config makes
 //! possible — each model's tokens and errors of each kind, each tool's outcomes, each
-//! channel's messages, each way a turn ends — is published at zero from the start
-//! ([`publish_zeros`]), so a dashboard or an alert (`rate(...) > 0`, `absent(...)`) works
-//! before the first event.
+//! channel's messages, each way a turn ends — is there at zero from the first scrape
+//! (`publish_zeros`, run then rather than at start, so an unscraped daemon pays nothing),
+//! so a dashboard or an alert (`rate(...) > 0`, `absent(...)`) works before the first
+//! event.
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -50,10 +51,7 @@ pub fn recorder() -> Option<PrometheusHandle> {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), BUCKETS)
                 .and_then(PrometheusBuilder::install_recorder);
             match installed {
-                Ok(handle) => {
-                    describe();
-                    Some(handle)
-                }
+                Ok(handle) => Some(handle),
                 Err(err) => {
                     tracing::warn!(error = %err, "metrics are off: no recorder could be installed");
                     None
@@ -148,7 +146,7 @@ pub struct Series {
 
 /// Publishes every series `series` makes possible, at zero (a counter at zero stays
 /// there until its first event; nothing that already counted is reset).
-pub fn publish_zeros(series: &Series) {
+fn publish_zeros(series: &Series) {
     metrics::counter!("switchboard_turns_started_total").increment(0);
     for end in switchboard_core::TurnEnd::ALL {
         metrics::counter!("switchboard_turns_finished_total", "end" => end.as_str()).increment(0);
@@ -179,19 +177,36 @@ pub fn publish_zeros(series: &Series) {
     }
 }
 
+/// What `/metrics` renders from: the recorder, the health state, and the series to publish
+/// at zero — at the first scrape (a daemon nobody scrapes pays nothing for them; a scraper
+/// sees them from its first look, before any event).
+#[derive(Clone)]
+struct Exposition {
+    handle: PrometheusHandle,
+    health: Health,
+    zeros: Arc<(Series, std::sync::Once)>,
+}
+
 /// The `/metrics` route, for those `access` lets in (a bearer token, or — with
-/// `WsAuth::None` — a loopback or `allowed_hosts` Host, against DNS rebinding).
+/// `WsAuth::None` — a loopback or `allowed_hosts` Host, against DNS rebinding). `series`
+/// are published at zero at the first scrape.
 pub fn router(
     handle: PrometheusHandle,
     health: Health,
+    series: Series,
     access: WsAuth,
     allowed_hosts: Vec<String>,
 ) -> Router {
     let guard = Arc::new((access, allowed_hosts));
+    let exposition = Exposition {
+        handle,
+        health,
+        zeros: Arc::new((series, std::sync::Once::new())),
+    };
     Router::new()
         .route("/metrics", get(render))
         .layer(axum::middleware::from_fn_with_state(guard, check_access))
-        .with_state((handle, health))
+        .with_state(exposition)
 }
 
 async fn check_access(
@@ -224,7 +239,16 @@ async fn check_access(
     }
 }
 
-async fn render(State((handle, health)): State<(PrometheusHandle, Health)>) -> impl IntoResponse {
+async fn render(State(exposition): State<Exposition>) -> impl IntoResponse {
+    let Exposition {
+        handle,
+        health,
+        zeros,
+    } = exposition;
+    zeros.1.call_once(|| {
+        describe();
+        publish_zeros(&zeros.0);
+    });
     for (channel, state) in health.channels() {
         let (up, restarts) = match state {
             ChannelState::Running { restarts } => (1.0, restarts),
