@@ -111,7 +111,7 @@ impl Default for LlmSection {
             max_tool_arguments_bytes: Spanned::new(0..0, 1024 * 1024),
             fallbacks: Vec::new(),
             fallback_cooldown_secs: Spanned::new(0..0, 60.0),
-            max_connections: Spanned::new(0..0, 16),
+            max_connections: Spanned::new(0..0, 64),
         }
     }
 }

@@ -72,7 +72,7 @@ impl Default for ProviderConfig {
             first_byte_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             limits: ResponseLimits::default(),
-            max_connections: 16,
+            max_connections: 64,
             pool_idle_timeout: Duration::from_secs(30),
         }
     }

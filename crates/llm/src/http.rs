@@ -4,8 +4,8 @@
 //!
 //! Connections are bounded: a call holds one of `max_connections` permits while it sends
 //! and reads its response, so no more connections are ever open to the server (each costs
-//! buffers, and a slow server would otherwise have one opened per waiting turn); idle ones
-//! are kept as many and closed after `pool_idle_timeout`.
+//! buffers, and a slow server would otherwise have one opened per waiting turn); at most
+//! [`MAX_IDLE`] idle ones are kept, each closed after `pool_idle_timeout`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,15 +62,19 @@ impl Api {
     }
 }
 
+/// Idle connections kept per server at most (beyond them, a connection closes when its
+/// call is done): what a burst opened is not kept for the next one.
+const MAX_IDLE: usize = 8;
+
 /// An HTTP client for LLM calls (rustls, no proxy surprises, `TCP_NODELAY`), keeping at
-/// most `max_connections` idle connections for `pool_idle_timeout`.
+/// most [`MAX_IDLE`] idle connections, each for `pool_idle_timeout`.
 fn client(config: &ProviderConfig) -> Result<reqwest::Client, LlmError> {
     let base_url = &config.base_url;
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
         .tcp_nodelay(true)
         .pool_idle_timeout(config.pool_idle_timeout)
-        .pool_max_idle_per_host(config.max_connections.max(1))
+        .pool_max_idle_per_host(config.max_connections.clamp(1, MAX_IDLE))
         .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|err| LlmError::Connect {
