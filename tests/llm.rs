@@ -218,12 +218,7 @@ async fn a_slow_server_gets_no_more_connections_than_the_cap() {
     })
     .await;
     h.llm.respond_with(|request| {
-        let text = request["messages"]
-            .as_array()
-            .and_then(|m| m.last())
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or_default()
-            .to_owned();
+        let text = switchboard_testkit::last_user_text(request);
         Reply::text(format!("slowly: {text}")).delayed(Duration::from_millis(200))
     });
     let chats = ["a", "b", "c", "d", "e", "f"];

@@ -68,6 +68,15 @@ async fn text_logs_have_no_colours_in_a_pipe_and_no_timestamps_under_systemd() {
     );
 }
 
+/// A credentials directory in `dir`, as systemd's `LoadCredential=` makes one, holding
+/// `name` with `value` (and a newline, as a file written by hand has).
+fn credentials_with(dir: &std::path::Path, name: &str, value: &str) -> std::path::PathBuf {
+    let credentials = dir.join("credentials");
+    std::fs::create_dir(&credentials).expect("dir");
+    std::fs::write(credentials.join(name), format!("{value}\n")).expect("credential");
+    credentials
+}
+
 /// A systemd credential referenced from the config is read (the token it holds opens the
 /// WebSocket), and its value appears nowhere in the logs, even at debug level.
 #[tokio::test]
@@ -76,9 +85,7 @@ async fn a_credential_is_read_and_never_logged() {
     const SECRET: &str = "credential-token-6f1c2b9a7e";
     let llm = ScriptedLlm::start().await.expect("llm");
     let dir = tempfile::tempdir().expect("tempdir");
-    let credentials = dir.path().join("credentials");
-    std::fs::create_dir(&credentials).expect("dir");
-    std::fs::write(credentials.join("ws-token"), format!("{SECRET}\n")).expect("credential");
+    let credentials = credentials_with(dir.path(), "ws-token", SECRET);
     let config = write_config(dir.path(), &llm, "2");
     let text = std::fs::read_to_string(&config).expect("config").replace(
         "auth = \"none\"",
@@ -325,9 +332,7 @@ async fn operator_commands_work_without_the_services_secrets() {
     const TOKEN: &str = "credential-token-0a9b8c7d6e";
     let llm = ScriptedLlm::start().await.expect("llm");
     let dir = tempfile::tempdir().expect("tempdir");
-    let credentials = dir.path().join("credentials");
-    std::fs::create_dir(&credentials).expect("dir");
-    std::fs::write(credentials.join("ws-token"), format!("{TOKEN}\n")).expect("credential");
+    let credentials = credentials_with(dir.path(), "ws-token", TOKEN);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")

@@ -66,7 +66,7 @@ enum Scenario {
     Telegram,
     Channels,
     /// Memory under load against an LLM that takes its time (a first byte after 500 ms,
-    /// then the reply in pieces): with the connection cap, and without it.
+    /// then the reply in pieces): with a cap of 16 connections, the default cap, none.
     Slow,
 }
 
@@ -142,8 +142,9 @@ async fn main() -> anyhow::Result<()> {
         results.insert("telegram_start_ready_ms_p50".into(), median_ms(&mut ready));
         results.insert("telegram_first_poll_ms_p50".into(), median_ms(&mut polling));
         let dir = tempfile::tempdir()?;
-        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+        // Counted before the start: the daemon may poll before it reports READY.
         let polls = fake.polls();
+        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
         fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
             f.polls() > polls
         })
@@ -255,19 +256,18 @@ async fn main() -> anyhow::Result<()> {
         let slow = ScriptedLlm::start().await?;
         slow.stop_recording();
         slow.respond_with(|request| {
-            let text = request["messages"]
-                .as_array()
-                .and_then(|m| m.last())
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default()
-                .to_owned();
+            let text = switchboard_testkit::last_user_text(request);
             switchboard_testkit::Reply::paced(
                 format!("echo: {text} (slowly)"),
                 Duration::from_millis(20),
             )
             .delayed(Duration::from_millis(500))
         });
-        for (tag, llm) in [("capped", ""), ("uncapped", "max_connections = 1024")] {
+        for (tag, llm) in [
+            ("cap16", "max_connections = 16"),
+            ("default", ""),
+            ("uncapped", "max_connections = 1024"),
+        ] {
             let dir = tempfile::tempdir()?;
             let (daemon, _) =
                 daemon::start_with_llm(&launcher, dir.path(), &slow.base_url(), llm).await?;
@@ -285,6 +285,7 @@ async fn main() -> anyhow::Result<()> {
                 format!("slow_llm_most_connections_{tag}"),
                 slow.most_in_flight() as f64,
             );
+            slow.reset_most_in_flight();
             daemon.stop().await?;
         }
     }

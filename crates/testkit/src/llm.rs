@@ -257,6 +257,13 @@ impl ScriptedLlm {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Starts counting [`most_in_flight`](Self::most_in_flight) afresh.
+    pub fn reset_most_in_flight(&self) {
+        self.script
+            .most_in_flight
+            .store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Every request body received so far (while recording).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.script.requests).clone()
@@ -402,7 +409,7 @@ pub(super) fn json_body(
 
 /// The text of the last user message, in either dialect (Anthropic's content blocks: its
 /// last text block; a message of only tool results is not one the person wrote).
-fn last_user_text(request: &Value) -> String {
+pub fn last_user_text(request: &Value) -> String {
     let messages = request["messages"].as_array().into_iter().flatten().rev();
     for message in messages.filter(|m| m["role"] == "user") {
         match &message["content"] {

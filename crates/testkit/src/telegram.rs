@@ -86,6 +86,8 @@ struct Inner {
     delivered: u64,
     /// `getUpdates` calls received.
     polls: u64,
+    /// The last methods called, oldest first (at most 32), for a failing wait to show.
+    calls: std::collections::VecDeque<String>,
     /// Files by id: (path, bytes).
     files: HashMap<String, (String, Vec<u8>)>,
     /// The webhook, as set: (url, secret).
@@ -301,7 +303,13 @@ impl FakeTelegram {
         check: impl Fn(&FakeTelegram) -> bool,
     ) {
         let what = format!("the fake Telegram seeing {what}");
-        let context = || format!("sent: {:#?}", self.sent());
+        let context = || {
+            let inner = self.shared.lock();
+            format!(
+                "polls: {}, last calls: {:?}, sent: {:#?}",
+                inner.polls, inner.calls, inner.sent
+            )
+        };
         crate::wait_on(
             &self.shared.changed,
             timeout,
@@ -351,6 +359,13 @@ async fn method(
     headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> Response {
+    {
+        let mut inner = shared.lock();
+        if inner.calls.len() == 32 {
+            inner.calls.pop_front();
+        }
+        inner.calls.push_back(method.clone());
+    }
     if bot != format!("bot{TEST_TOKEN}") {
         return fail(401, "Unauthorized");
     }
