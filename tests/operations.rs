@@ -562,3 +562,48 @@ async fn every_metric_is_described_and_published_at_zero_from_the_start() {
     crate::util::signal(&child, "-TERM");
     assert!(child.wait().await.expect("wait").success());
 }
+
+/// 6. A key that cannot be resolved makes the daemon degraded from its start, before anyone
+/// writes — naming the variable; a reload that gives the model a key it can resolve makes
+/// it healthy again (what was known of the old models is forgotten).
+#[tokio::test]
+async fn a_missing_key_is_degraded_from_the_start_until_a_reload_fixes_it() {
+    use switchboard::reload::Reloaded;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let with_key = |key: &str| {
+        let text = crate::util::config_text_with(
+            &llm.base_url(),
+            dir.path(),
+            Extra {
+                llm: key,
+                ..Extra::default()
+            },
+        );
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, &text).expect("config");
+        (path, text)
+    };
+    let (path, text) = with_key("api_key = \"${SURELY_UNSET_KEY_4711}\"");
+    let mut daemon = start_from(&text, dir.path()).await;
+    let health = crate::util::health(daemon.addr()).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    let problem = health["checks"]["llm"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        problem.starts_with("openai scripted:") && problem.contains("SURELY_UNSET_KEY_4711"),
+        "{health}"
+    );
+
+    with_key("api_key = \"${HOME}\"");
+    assert!(matches!(
+        daemon.reload(&path).await,
+        Reloaded::Applied { .. }
+    ));
+    let health = crate::util::health(daemon.addr()).await;
+    assert_eq!(health["status"], "ok", "{health}");
+    daemon.shutdown().await;
+}

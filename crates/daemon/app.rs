@@ -65,7 +65,7 @@ pub struct Running {
     /// The text of the config in use.
     config_text: String,
     /// Told every model attempt's outcome (a reload builds the chain again with it).
-    llm_observer: Arc<dyn Observer>,
+    llm_health: Arc<LlmHealth>,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
@@ -268,11 +268,13 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let shutdown = Shutdown::new();
     let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
     let llm_health = Arc::new(LlmHealth::default());
+    llm_health.start_with(&config);
     let observer: Arc<dyn Observer> = llm_health.clone();
     let (agent, tool_parts) = build_agent_and_tools(&config, tools, Some(&hub), Some(&observer))?;
     let health = Health::new();
     // Not a readiness matter: a daemon whose model fails still takes (and answers) messages.
-    health.check_health_only("llm", Box::new(move || llm_health.check()));
+    let models = llm_health.clone();
+    health.check_health_only("llm", Box::new(move || models.check()));
     let store = agent.store();
     health.check(
         "store",
@@ -407,7 +409,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         platforms,
         tool_parts,
         config_text: config.source.text.clone(),
-        llm_observer: observer,
+        llm_health,
     })
 }
 
@@ -492,7 +494,7 @@ impl Running {
             &mut self.platforms,
             &self.tool_parts,
             &self.health,
-            &self.llm_observer,
+            &self.llm_health,
         )
         .await
     }

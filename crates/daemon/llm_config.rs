@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_llm::{
-    AnthropicProvider, ApiKey, Failover, LlmProvider, Observed, Observer, OpenAiProvider,
+    AnthropicProvider, ApiKey, Failover, LlmError, LlmProvider, Observed, Observer, OpenAiProvider,
     ProviderConfig, ResponseLimits, RetryPolicy, Retrying,
 };
 use toml::Spanned;
@@ -201,6 +201,30 @@ fn api_key(raw: Option<&Spanned<String>>, key: &str) -> ApiKey {
             }
         },
     }
+}
+
+/// The models of the chain whose API key cannot be resolved (every call to them fails with
+/// `MissingApiKey`): provider, model, and why — so that health can say so from the start.
+pub fn missing_keys(config: &Config) -> Vec<(&'static str, String, LlmError)> {
+    let llm = &config.llm;
+    let primary = (llm.provider.get_ref(), &llm.model, llm.api_key.as_ref());
+    let fallbacks = llm
+        .fallbacks
+        .iter()
+        .map(|f| (f.provider.get_ref(), &f.model, f.api_key.as_ref()));
+    std::iter::once(primary)
+        .chain(fallbacks)
+        .filter_map(|(kind, model, raw)| {
+            let unresolved = expand_env(raw?.get_ref()).err()?;
+            Some((
+                kind.as_str(),
+                model.clone(),
+                LlmError::MissingApiKey {
+                    reason: unresolved.to_string(),
+                },
+            ))
+        })
+        .collect()
 }
 
 /// The provider chain the config describes (see the module doc); every attempt of each of

@@ -2,7 +2,8 @@
 //! ([`switchboard_llm::Observer`]), counted in `/metrics`
 //! (`switchboard_llm_errors_total{provider,model,kind}`), and judged for `/healthz`: a model
 //! whose last attempts all failed makes the daemon `degraded`, naming the model and the last
-//! error, until one of its attempts succeeds.
+//! error, until one of its attempts succeeds — and a model whose key cannot be resolved does
+//! from the start ([`LlmHealth::start_with`], again when a reload changes the models).
 //!
 //! How many failures in a row: one when the error cannot heal by itself (no API key, a key
 //! the server refuses, an invalid URL) — [`FAILURES_TO_DEGRADE`] otherwise (timeouts,
@@ -39,6 +40,38 @@ pub struct LlmHealth {
 }
 
 impl LlmHealth {
+    /// Starts afresh for the models of `config` (at start, and when a reload changes the
+    /// models): what is known of the old chain is forgotten, and a model whose key cannot
+    /// be resolved counts as failing at once — every call to it will.
+    pub fn start_with(&self, config: &crate::config::Config) {
+        self.models
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        for (provider, model, err) in crate::llm_config::missing_keys(config) {
+            self.record(provider, &model, Err(&err), false);
+        }
+    }
+
+    /// Records one outcome; `count` says whether a failure goes into the error counter.
+    fn record(&self, provider: &str, model: &str, outcome: Result<(), &LlmError>, count: bool) {
+        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = models.entry(format!("{provider} {model}")).or_default();
+        match outcome {
+            Ok(()) => *state = State::default(),
+            Err(err) => {
+                state.failures = state.failures.saturating_add(1);
+                state.permanent = permanent(err);
+                state.last_error = err.to_string().chars().take(MAX_ERROR_CHARS).collect();
+                if count {
+                    metrics::counter!("switchboard_llm_errors_total",
+                        "provider" => provider.to_owned(), "model" => model.to_owned(), "kind" => err.kind())
+                    .increment(1);
+                }
+            }
+        }
+    }
+
     /// The `/healthz` check: `Ok`, or which models fail and why.
     pub fn check(&self) -> Result<(), serde_json::Value> {
         let models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
@@ -76,19 +109,7 @@ fn permanent(err: &LlmError) -> bool {
 
 impl Observer for LlmHealth {
     fn outcome(&self, provider: &str, model: &str, outcome: Result<(), &LlmError>) {
-        let mut models = self.models.lock().unwrap_or_else(PoisonError::into_inner);
-        let state = models.entry(format!("{provider} {model}")).or_default();
-        match outcome {
-            Ok(()) => *state = State::default(),
-            Err(err) => {
-                state.failures = state.failures.saturating_add(1);
-                state.permanent = permanent(err);
-                state.last_error = err.to_string().chars().take(MAX_ERROR_CHARS).collect();
-                metrics::counter!("switchboard_llm_errors_total",
-                    "provider" => provider.to_owned(), "model" => model.to_owned(), "kind" => err.kind())
-                .increment(1);
-            }
-        }
+        self.record(provider, model, outcome, true);
     }
 }
 

@@ -36,7 +36,7 @@ pub async fn reload(
     platforms: &mut Platforms,
     tool_parts: &crate::app::ToolParts,
     health: &Health,
-    llm_observer: &std::sync::Arc<dyn switchboard_llm::Observer>,
+    llm_health: &std::sync::Arc<crate::llm_health::LlmHealth>,
 ) -> Reloaded {
     let refuse = |err: String| {
         tracing::error!(error = %err, "config reload refused; the running config is kept");
@@ -46,7 +46,8 @@ pub async fn reload(
         Ok(config) => config,
         Err(err) => return refuse(err.to_string()),
     };
-    let llm = match llm_config::build(&config, Some(llm_observer)) {
+    let observer: std::sync::Arc<dyn switchboard_llm::Observer> = llm_health.clone();
+    let llm = match llm_config::build(&config, Some(&observer)) {
         Ok(llm) => llm,
         Err(err) => return refuse(format!("{err:#}")),
     };
@@ -101,6 +102,8 @@ pub async fn reload(
     let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
     if changed.iter().any(|key| under(key, "llm")) {
         agent.set_llm(llm);
+        // What was known of the old models (a refused key, say) no longer holds.
+        llm_health.start_with(&config);
     }
     for (name, _, built) in restart {
         platforms.stop(name).await;
