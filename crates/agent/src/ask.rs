@@ -33,9 +33,13 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
-    /// Whether `message` answers this wait: any text that is not a command; for an
-    /// approval also `/approve` and `/deny`. Other commands are handled as usual.
+    /// Whether `message` answers this wait: any text of the person's that is not a
+    /// command; for an approval also `/approve` and `/deny`. Other commands are handled as
+    /// usual, and work that is not the person's (a scheduled run) waits its turn.
     pub(crate) fn accepts(&self, message: &InboundMessage) -> bool {
+        if !message.origin.is_person() {
+            return false;
+        }
         match Command::parse(&message.content) {
             None => true,
             Some(Command::Approve | Command::Deny) => self.awaiting == Awaiting::Approval,

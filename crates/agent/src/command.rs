@@ -35,6 +35,16 @@ impl Command {
     }
 }
 
+/// The command a message is: only a person's text is read as one (a scheduled job whose
+/// message is `/new` is a message to the model, not a command).
+pub(crate) fn command_of(message: &switchboard_core::InboundMessage) -> Option<Command> {
+    message
+        .origin
+        .is_person()
+        .then(|| Command::parse(&message.content))
+        .flatten()
+}
+
 /// The reply to `/help`.
 pub const HELP: &str = "Commands:\n\
 /new — forget this chat's history and start a new session\n\
@@ -64,5 +74,24 @@ mod tests {
         assert_eq!(Command::parse("/stop now please"), None);
         assert_eq!(Command::parse("/unknown"), None);
         assert_eq!(Command::parse(""), None);
+    }
+
+    #[test]
+    fn only_a_persons_text_is_a_command() {
+        use switchboard_core::{ChannelName, ChatId, InboundMessage, Origin, SenderId};
+        let mut message = InboundMessage::text(
+            ChannelName::from("websocket"),
+            ChatId::from("c"),
+            SenderId::from("u"),
+            "/new",
+        );
+        assert_eq!(command_of(&message), Some(Command::New));
+        message.origin = Origin::Schedule {
+            job: "1".into(),
+            name: "reset".into(),
+        };
+        assert_eq!(command_of(&message), None);
+        message.origin = Origin::Heartbeat;
+        assert_eq!(command_of(&message), None);
     }
 }

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::ask::{self, Waiting};
-use crate::command::Command;
+use crate::command::{Command, command_of};
 use crate::worker::{Worker, reply, shutting_down};
 
 /// Replies of the dispatcher's own waiting to be published; past this many, more are
@@ -157,7 +157,7 @@ impl Dispatcher {
     /// when the turn waits on the person and the message answers it, else into its queue.
     fn route(&self, mut message: InboundMessage, replies: &mpsc::Sender<Reply>) {
         let key = message.session_key();
-        if Command::parse(&message.content) == Some(Command::Stop) {
+        if command_of(&message) == Some(Command::Stop) {
             self.stop(&key, message, replies);
             return;
         }

@@ -4,7 +4,7 @@
 use std::io::Read;
 
 use base64::Engine;
-use switchboard_core::{Attachment, ImagePart, InboundMessage, MessageId, SenderId};
+use switchboard_core::{Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId};
 use switchboard_llm::ImageData;
 use switchboard_tools::{User, Workspace};
 
@@ -32,6 +32,9 @@ pub struct TurnInput {
     pub resume: bool,
     /// The person, for tools and hooks that ask them something mid-turn.
     pub user: Option<User>,
+    /// Where the message comes from (a person, a schedule, the heartbeat): kept with it in
+    /// history and shown to the model.
+    pub origin: Origin,
 }
 
 impl TurnInput {
@@ -53,6 +56,7 @@ impl TurnInput {
             inbound: message.id.clone(),
             resume: false,
             user: None,
+            origin: message.origin.clone(),
         }
     }
 }

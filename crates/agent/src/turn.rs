@@ -185,6 +185,7 @@ impl Turn<'_> {
             let message = ChatMessage::User {
                 content: input.text,
                 images: input.images,
+                origin: input.origin,
             };
             self.save_with(vec![message], batch_inbound);
         }

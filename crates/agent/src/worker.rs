@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::ask::ChatUser;
-use crate::command::{Command, HELP};
+use crate::command::{Command, HELP, command_of};
 use crate::dispatcher::{Queued, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
@@ -61,7 +61,7 @@ impl Worker {
             }
             // A `/stop` is queued behind what it stopped: answered after the turn's `done`
             // and what it dropped, whatever its stamp (a later `/stop` may have bumped it).
-            if Command::parse(&message.content) == Some(Command::Stop) {
+            if command_of(&message) == Some(Command::Stop) {
                 let dropped = std::mem::take(&mut dropped);
                 if let Some(session) = self.session(&mut session, &message).await {
                     self.answer_stop(session, message, dropped).await;
@@ -130,7 +130,7 @@ impl Worker {
     fn register(&self, stamp: u64, message: &InboundMessage, token: &CancellationToken) -> bool {
         let mut control = control(&self.control);
         let fresh = stamp >= control.stops;
-        if fresh && Command::parse(&message.content).is_none() {
+        if fresh && command_of(message).is_none() {
             control.running = Some(token.clone());
         }
         fresh
@@ -257,7 +257,7 @@ impl Worker {
             }
             None => {}
         }
-        let text = match Command::parse(&message.content) {
+        let text = match command_of(&message) {
             None => return self.turn(session, message, cancel, false).await,
             Some(Command::New) => match self.agent.reset_session(session) {
                 Ok(()) => "Started a new session.".to_owned(),

@@ -5,13 +5,16 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::origin::Origin;
+
 /// One message of a conversation. System prompts are not part of history; they are built
 /// fresh for every request.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum ChatMessage {
-    /// What the person wrote: its text and, as further content parts, the images that
-    /// came with it.
+    /// What the person wrote — or, when its origin says so, what a scheduled job or the
+    /// heartbeat brought: its text and, as further content parts, the images that came with
+    /// it.
     User {
         /// The text of the message.
         content: String,
@@ -19,6 +22,10 @@ pub enum ChatMessage {
         /// images were kept: they load as none).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<ImagePart>,
+        /// Where it came from; absent for a person (and in every file written before
+        /// origins were kept).
+        #[serde(default, skip_serializing_if = "Origin::is_default")]
+        origin: Origin,
     },
     /// What the model answered: text, tool calls, or both.
     Assistant {
@@ -44,11 +51,35 @@ pub enum ChatMessage {
 }
 
 impl ChatMessage {
-    /// A user message.
+    /// A user message a person wrote.
     pub fn user(content: impl Into<String>) -> Self {
         Self::User {
             content: content.into(),
             images: Vec::new(),
+            origin: Origin::Person,
+        }
+    }
+
+    /// The text a model is sent for this message: a user message not from a person opens
+    /// with a line saying where it comes from ([`Origin::preamble`]).
+    pub fn model_text(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Self::User {
+                content, origin, ..
+            } => match origin.preamble() {
+                Some(preamble) => format!("{preamble}\n\n{content}").into(),
+                None => content.as_str().into(),
+            },
+            other => other.text().into(),
+        }
+    }
+
+    /// Where a user message came from; a person for every other message.
+    pub fn origin(&self) -> &Origin {
+        static PERSON: Origin = Origin::Person;
+        match self {
+            Self::User { origin, .. } => origin,
+            _ => &PERSON,
         }
     }
 
@@ -249,12 +280,41 @@ mod tests {
                 path: "media/telegram/1-photo.jpg".into(),
                 mime: "image/jpeg".into(),
             }],
+            origin: Origin::Person,
         };
         let json = serde_json::to_string(&with).expect("serialize");
+        assert!(
+            !json.contains("origin"),
+            "a person's origin is not written: {json}"
+        );
         assert_eq!(
             serde_json::from_str::<ChatMessage>(&json).expect("back"),
             with
         );
+    }
+
+    #[test]
+    fn a_scheduled_message_keeps_its_origin_and_the_model_reads_what_it_is() {
+        let scheduled = ChatMessage::User {
+            content: "Remind me to drink tea.".into(),
+            images: Vec::new(),
+            origin: Origin::Schedule {
+                job: "3".into(),
+                name: "tea".into(),
+            },
+        };
+        let json = serde_json::to_string(&scheduled).expect("serialize");
+        assert_eq!(
+            serde_json::from_str::<ChatMessage>(&json).expect("back"),
+            scheduled
+        );
+        let text = scheduled.model_text();
+        assert!(
+            text.starts_with("[Scheduled task \"tea\" (job 3)"),
+            "{text}"
+        );
+        assert!(text.ends_with("\n\nRemind me to drink tea."), "{text}");
+        assert_eq!(ChatMessage::user("hi").model_text(), "hi");
     }
 
     #[test]

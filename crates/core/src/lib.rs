@@ -8,6 +8,7 @@
 //!   [`MessageId`]).
 //! - `conversation`: the provider-neutral conversation model ([`ChatMessage`], [`ToolCall`], [`Usage`]).
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
+//! - `origin`: [`Origin`], where a message comes from (a person, a schedule, the heartbeat).
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement.
 //! - `config`: what adapter config sections share ([`ConfigProblem`], [`expand_env`]).
@@ -28,6 +29,7 @@ mod hub;
 mod ids;
 mod lanes;
 mod message;
+mod origin;
 mod retry;
 mod shutdown;
 
@@ -44,5 +46,6 @@ pub use lanes::{LaneOptions, Lanes};
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd,
 };
+pub use origin::Origin;
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;

@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use crate::ack::{Ack, Fate};
 use crate::ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
+use crate::origin::Origin;
 
 /// A file or media item attached to an inbound message, saved where the agent can read it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -19,7 +20,9 @@ pub struct Attachment {
     pub bytes: u64,
 }
 
-/// A message a person sent on some channel, already checked against its allow list.
+/// A message for the agent: one a person sent on some channel (already checked against its
+/// allow list), or work that comes from elsewhere — a scheduled job, the heartbeat — which
+/// enters the same way and says so in its [`Origin`].
 #[derive(Clone, Debug)]
 pub struct InboundMessage {
     /// The adapter it came through.
@@ -41,6 +44,9 @@ pub struct InboundMessage {
     pub received_at: SystemTime,
     /// Told what became of it, for channels that confirm messages to their platform.
     pub ack: Option<Ack>,
+    /// Where it comes from: a person (the default), a schedule, the heartbeat. Only a
+    /// person's text is read as a command or as the answer to a question.
+    pub origin: Origin,
 }
 
 impl InboundMessage {
@@ -61,6 +67,7 @@ impl InboundMessage {
             reply_to: None,
             received_at: SystemTime::now(),
             ack: None,
+            origin: Origin::Person,
         }
     }
 

@@ -121,6 +121,7 @@ async fn an_image_of_the_new_message_is_sent_as_an_image_block() {
                 path: "media/p.png".into(),
                 mime: "image/png".into(),
             }],
+            origin: switchboard_core::Origin::Person,
         }],
         false,
     );

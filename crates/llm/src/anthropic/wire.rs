@@ -5,6 +5,8 @@
 //! *user* message (so a step's results, and a user message after them, become one user
 //! message — roles must alternate); and a tool call's input is a JSON object, not text.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_core::{ChatMessage, ToolCall, Usage};
@@ -38,7 +40,7 @@ struct Message<'a> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Block<'a> {
     Text {
-        text: &'a str,
+        text: Cow<'a, str>,
     },
     Image {
         source: ImageSource<'a>,
@@ -92,10 +94,16 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
     let mut messages: Vec<Message<'a>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         let (role, blocks) = match &**message {
-            ChatMessage::User { content, images } => {
+            ChatMessage::User {
+                content, images, ..
+            } => {
                 let mut blocks = Vec::with_capacity(1 + images.len());
                 if !content.is_empty() {
-                    blocks.push(Block::Text { text: content });
+                    // Opened by a line saying where it comes from, when a person did not
+                    // write it.
+                    blocks.push(Block::Text {
+                        text: message.model_text(),
+                    });
                 }
                 blocks.extend(
                     images
@@ -117,7 +125,9 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
             } => {
                 let mut blocks = Vec::with_capacity(1 + tool_calls.len());
                 if !content.is_empty() {
-                    blocks.push(Block::Text { text: content });
+                    blocks.push(Block::Text {
+                        text: content.as_str().into(),
+                    });
                 }
                 blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
                     id: &call.id,
@@ -151,7 +161,9 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
     // A message may not be empty (an empty reply, a message of only an unsent image).
     for message in &mut messages {
         if message.content.is_empty() {
-            message.content.push(Block::Text { text: "(empty)" });
+            message.content.push(Block::Text {
+                text: "(empty)".into(),
+            });
         }
     }
     Request {
@@ -340,6 +352,7 @@ mod tests {
                             mime: "image/png".into(),
                         },
                     ],
+                    origin: switchboard_core::Origin::Person,
                 }
                 .into(),
                 ChatMessage::Assistant {

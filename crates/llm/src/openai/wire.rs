@@ -1,5 +1,7 @@
 //! The chat-completions wire format, and its mapping to and from core's conversation model.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use switchboard_core::{ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage};
 
@@ -49,14 +51,14 @@ enum Message<'a> {
 #[derive(Serialize)]
 #[serde(untagged)]
 enum UserContent<'a> {
-    Text(&'a str),
+    Text(Cow<'a, str>),
     Parts(Vec<Part<'a>>),
 }
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum Part<'a> {
-    Text { text: &'a str },
+    Text { text: Cow<'a, str> },
     ImageUrl { image_url: ImageUrl },
 }
 
@@ -67,7 +69,7 @@ struct ImageUrl {
 
 fn user_content<'a>(
     request: &'a ChatRequest,
-    content: &'a str,
+    content: Cow<'a, str>,
     images: &'a [ImagePart],
 ) -> UserContent<'a> {
     let shown: Vec<_> = images
@@ -128,8 +130,9 @@ pub(crate) fn request<'a>(
     }
     messages.extend(request.messages.iter().map(|message| {
         match &**message {
-            ChatMessage::User { content, images } => Message::User {
-                content: user_content(request, content, images),
+            ChatMessage::User { images, .. } => Message::User {
+                // Opened by a line saying where it comes from, when a person did not write it.
+                content: user_content(request, message.model_text(), images),
             },
             ChatMessage::Assistant {
                 content,

@@ -1,0 +1,89 @@
+//! [`Origin`]: where a piece of work comes from — a person, a scheduled job, the heartbeat.
+//! Every inbound message carries one, and so does the user message it becomes in history,
+//! so that the model is never told "the user said" of something nobody typed just now, and
+//! so that only a person's text is read as a command or as the answer to a question.
+
+use serde::{Deserialize, Serialize};
+
+/// Where an inbound message (and the user message it becomes) comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    /// A person wrote it in the chat.
+    #[default]
+    Person,
+    /// A scheduled job ran: its message, on its schedule.
+    Schedule {
+        /// The job's id.
+        job: String,
+        /// The job's name.
+        name: String,
+    },
+    /// The heartbeat: a regular look at whether anything needs saying.
+    Heartbeat,
+}
+
+impl Origin {
+    /// Whether a person wrote it (the default).
+    pub fn is_person(&self) -> bool {
+        matches!(self, Self::Person)
+    }
+
+    /// The line the model reads before such a message, saying what it is; `None` for a
+    /// person's.
+    pub fn preamble(&self) -> Option<String> {
+        match self {
+            Self::Person => None,
+            Self::Schedule { job, name } => Some(format!(
+                "[Scheduled task \"{name}\" (job {job}), run on its schedule: the person set it \
+                 up earlier and did not type this now. Do what it asks; your answer is sent to \
+                 them.]"
+            )),
+            Self::Heartbeat => Some(
+                "[Heartbeat: a regular check, not a message from the person. Follow the \
+                 instructions below.]"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// A few words for logs, metrics and lists: `person`, `schedule`, `heartbeat`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Person => "person",
+            Self::Schedule { .. } => "schedule",
+            Self::Heartbeat => "heartbeat",
+        }
+    }
+
+    /// Serde's `skip_serializing_if` for fields that default to a person.
+    pub fn is_default(origin: &Self) -> bool {
+        origin.is_person()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_person_says_nothing_more_and_the_others_say_what_they_are() {
+        assert_eq!(Origin::Person.preamble(), None);
+        let job = Origin::Schedule {
+            job: "7".into(),
+            name: "tea".into(),
+        };
+        let preamble = job.preamble().expect("a preamble");
+        assert!(
+            preamble.contains("Scheduled task \"tea\" (job 7)"),
+            "{preamble}"
+        );
+        assert!(preamble.contains("did not type this now"), "{preamble}");
+        assert!(Origin::Heartbeat.preamble().is_some());
+        // Stored compactly, and a person's origin not at all (see ChatMessage).
+        assert_eq!(
+            serde_json::to_string(&job).expect("json"),
+            r#"{"kind":"schedule","job":"7","name":"tea"}"#
+        );
+    }
+}
