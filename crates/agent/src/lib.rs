@@ -23,6 +23,7 @@
 //! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
+//! - `scheduler`: scheduled work — jobs, when they are due, the job store.
 
 mod agent;
 mod approval;
@@ -35,6 +36,7 @@ mod dispatcher;
 mod events;
 mod hooks;
 mod input;
+pub mod scheduler;
 mod turn;
 mod verify;
 mod worker;

@@ -19,7 +19,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use switchboard_core::{ChatMessage, SessionKey};
 
-use crate::append::{append_whole, cut_partial_tail};
+use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::file_stem;
 use crate::record::{self, InboundRecord, Record};
@@ -319,20 +319,11 @@ pub(crate) fn snapshot_records(snapshot: &Snapshot<'_>) -> usize {
 }
 
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder.create(dir).map_err(StoreError::io(dir))
+    crate::durable::create_private_dir(dir).map_err(StoreError::io(dir))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(StoreError::io(dir))
+    crate::durable::sync_dir(dir).map_err(StoreError::io(dir))
 }
 
 #[cfg(test)]

@@ -11,11 +11,12 @@
 //! - `store`: the [`SessionStore`] trait and what a load returns.
 //! - `jsonl`: [`JsonlStore`], the on-disk store.
 //! - `record`: the file format (one record per line) and reading a file's tail back.
-//! - `append`: appending records whole or not at all.
+//! - `durable`: files of whole records — appended whole or not at all, a torn tail cut,
+//!   replaced atomically (also the scheduler's).
 //! - `file_name`: a session's file name from its key (percent-encoded, long ones hashed).
 //! - `error`: [`StoreError`].
 
-mod append;
+pub mod durable;
 mod error;
 mod file_name;
 mod jsonl;

@@ -1,13 +1,17 @@
-//! Appending records whole or not at all: a write that fails part-way (a full disk) is cut
-//! back to the file's length before it, and a file found ending in a partial record is cut
-//! after its last newline — so a session file always ends with a whole record.
+//! Files of whole records, as sessions (and the scheduler's jobs) are kept: a record is
+//! appended whole or not at all — a write that fails part-way (a full disk) is cut back to
+//! the file's length before it —, a file found ending in a partial record is cut after its
+//! last newline, and a file is replaced atomically (a temporary beside it, fsynced, renamed
+//! over it, the directory fsynced). So a file always ends with a whole record, and is
+//! always either its old or its new self.
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// What an append needs of a file. A trait so tests can make writes fail part-way.
-pub(crate) trait AppendTarget {
+#[allow(clippy::len_without_is_empty)]
+pub trait AppendTarget {
     /// The current length.
     fn len(&self) -> std::io::Result<u64>;
     /// Writes all of `buf` at the end.
@@ -30,15 +34,19 @@ impl AppendTarget for std::fs::File {
 }
 
 /// A failed append: why, and whether the file was cut back to its length before.
-pub(crate) struct AppendFailure {
-    pub(crate) error: std::io::Error,
-    pub(crate) cut_back: bool,
+pub struct AppendFailure {
+    /// Why the write failed.
+    pub error: std::io::Error,
+    /// Whether the file was cut back to its length before (else it may end in a partial
+    /// record, which [`cut_partial_tail`] removes).
+    pub cut_back: bool,
 }
 
 /// Appends `buf` whole or not at all: when the write fails part-way (a full disk), the
 /// file is cut back to the length it had before, so it still ends with a whole record.
-/// Only the session's own worker appends to its file, so nothing else moves the end.
-pub(crate) fn append_whole(file: &impl AppendTarget, buf: &[u8]) -> Result<(), AppendFailure> {
+/// Only one writer appends to a file at a time (a session's worker; the scheduler under its
+/// lock), so nothing else moves the end meanwhile.
+pub fn append_whole(file: &impl AppendTarget, buf: &[u8]) -> Result<(), AppendFailure> {
     let before = file.len().map_err(|error| AppendFailure {
         error,
         cut_back: true,
@@ -56,7 +64,7 @@ pub(crate) fn append_whole(file: &impl AppendTarget, buf: &[u8]) -> Result<(), A
 }
 
 /// Cuts a file after its last newline, dropping a partial record at its end.
-pub(crate) fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
+pub fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
     let mut file = match OpenOptions::new().read(true).write(true).open(path) {
         Ok(file) => file,
         // Moved or removed since: nothing left to cut.
@@ -81,6 +89,40 @@ pub(crate) fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
         end = start;
     }
     file.set_len(0)
+}
+
+/// Replaces the file at `path` with `bytes` atomically: written to a temporary beside it,
+/// fsynced, renamed over it, and the directory fsynced.
+pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// Makes `dir` (and what is missing above it) readable by its owner only.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir)
+}
+
+/// Fsyncs a directory, so a rename in it survives a power cut.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }
 
 #[cfg(test)]

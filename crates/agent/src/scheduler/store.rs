@@ -1,0 +1,440 @@
+//! [`JobStore`]: where jobs and their runs are kept — an interface, so that a later store
+//! (NATS JetStream, for several hosts) can take the file store's place without the
+//! scheduler knowing — and [`FileJobStore`], the one in the state directory.
+//!
+//! The file store is one file of whole records, as sessions are (`durable`): a job put, a
+//! job removed, a run recorded, each one JSON line appended and fsynced under an exclusive
+//! lock (`jobs.lock`, so the operator's `switchboard cron` and the daemon never interleave),
+//! a torn last line cut on start, and the file rewritten atomically when it holds far more
+//! records than it needs. Every operation reads the file again first when another process
+//! wrote it since ([`JobStore::version`] tells the scheduler so too).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use switchboard_sessions::durable;
+
+use super::job::{Job, Run};
+
+/// Runs kept per job.
+pub const RUNS_KEPT: usize = 20;
+
+/// A job store that could not do what it was asked.
+#[derive(Debug, thiserror::Error)]
+#[error("the job store ({place}): {message}")]
+pub struct JobStoreError {
+    /// Which file or service.
+    pub place: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Where jobs and their runs are kept.
+#[async_trait]
+pub trait JobStore: Send + Sync {
+    /// Every job, by id.
+    async fn jobs(&self) -> Result<Vec<Job>, JobStoreError>;
+    /// Adds a job, or replaces the one with its id.
+    async fn put(&self, job: &Job) -> Result<(), JobStoreError>;
+    /// Removes a job; whether there was one. Its runs stay readable.
+    async fn remove(&self, id: &str) -> Result<bool, JobStoreError>;
+    /// Records a run: a later record of the same run (job and due time) replaces it.
+    async fn record(&self, run: &Run) -> Result<(), JobStoreError>;
+    /// A job's last runs, newest first, at most `limit` (and at most [`RUNS_KEPT`]).
+    async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError>;
+    /// An id no job has had yet.
+    async fn new_id(&self) -> Result<String, JobStoreError>;
+    /// A number that changes whenever the store changes, whoever changed it.
+    async fn version(&self) -> u64;
+}
+
+/// One line of the file.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "record", rename_all = "snake_case")]
+enum Record {
+    Job(Box<Job>),
+    Removed {
+        id: String,
+    },
+    Run(Run),
+    /// The highest job number handed out (so ids are not reused after a removal).
+    Counter {
+        next: u64,
+    },
+}
+
+/// What the file says, replayed.
+#[derive(Default)]
+struct State {
+    jobs: BTreeMap<String, Job>,
+    runs: BTreeMap<String, VecDeque<Run>>,
+    next: u64,
+    /// Records in the file (to know when to rewrite it).
+    records: usize,
+    /// The file's length and modification time when this state was read or written.
+    seen: (u64, i128),
+}
+
+impl State {
+    fn apply(&mut self, record: Record) {
+        self.records += 1;
+        match record {
+            Record::Job(job) => {
+                self.bump(&job.id);
+                self.jobs.insert(job.id.clone(), *job);
+            }
+            Record::Removed { id } => {
+                self.jobs.remove(&id);
+            }
+            Record::Run(run) => {
+                let runs = self.runs.entry(run.job.clone()).or_default();
+                runs.retain(|r| r.due != run.due);
+                runs.push_front(run);
+                runs.truncate(RUNS_KEPT);
+            }
+            Record::Counter { next } => self.next = self.next.max(next),
+        }
+    }
+
+    /// Keeps the counter past an id of the form `j<n>`.
+    fn bump(&mut self, id: &str) {
+        if let Some(n) = id.strip_prefix('j').and_then(|n| n.parse::<u64>().ok()) {
+            self.next = self.next.max(n + 1);
+        }
+    }
+
+    /// The records that say all of this state, for a rewrite.
+    fn records(&self) -> Vec<Record> {
+        let mut out = vec![Record::Counter { next: self.next }];
+        out.extend(
+            self.jobs
+                .values()
+                .cloned()
+                .map(|job| Record::Job(Box::new(job))),
+        );
+        for runs in self.runs.values() {
+            out.extend(runs.iter().rev().cloned().map(Record::Run));
+        }
+        out
+    }
+}
+
+/// The job store in `<state_dir>/scheduler/`.
+#[derive(Clone)]
+pub struct FileJobStore {
+    dir: PathBuf,
+    /// The file as last read; held only for one operation, in a blocking task.
+    state: Arc<Mutex<State>>,
+}
+
+impl FileJobStore {
+    /// The store of `state_dir` (its directory is made when first written).
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.join("scheduler"),
+            state: Arc::new(Mutex::new(State::default())),
+        }
+    }
+
+    fn file(&self) -> PathBuf {
+        self.dir.join("jobs.jsonl")
+    }
+
+    /// Runs `work` on the state, read again if the file changed, under the file's lock, in
+    /// a blocking task; what it returns as records is appended (or, when the file has grown
+    /// far past what it needs, the whole state is written anew).
+    async fn with<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut State) -> (T, Vec<Record>) + Send + 'static,
+    ) -> Result<T, JobStoreError> {
+        let store = self.clone();
+        let fail = |message: String| JobStoreError {
+            place: self.file().display().to_string(),
+            message,
+        };
+        tokio::task::spawn_blocking(move || store.with_blocking(work))
+            .await
+            .map_err(|err| fail(format!("the store's task ended: {err}")))?
+            .map_err(|err| fail(err.to_string()))
+    }
+
+    fn with_blocking<T>(
+        &self,
+        work: impl FnOnce(&mut State) -> (T, Vec<Record>),
+    ) -> std::io::Result<T> {
+        durable::create_private_dir(&self.dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join("jobs.lock"))?;
+        lock.lock()?;
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let path = self.file();
+        if stamp(&path) != state.seen {
+            *state = read(&path)?;
+        }
+        let (value, records) = work(&mut state);
+        if !records.is_empty() {
+            for record in records {
+                let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+                line.push(b'\n');
+                state.apply(record);
+                let file = OpenOptions::new().create(true).append(true).open(&path)?;
+                durable::append_whole(&file, &line).map_err(|failure| failure.error)?;
+                file.sync_data()?;
+            }
+            let needed =
+                1 + state.jobs.len() + state.runs.values().map(VecDeque::len).sum::<usize>();
+            if state.records > 2 * needed + 64 {
+                let mut bytes = Vec::new();
+                for record in state.records() {
+                    serde_json::to_writer(&mut bytes, &record).map_err(std::io::Error::other)?;
+                    bytes.push(b'\n');
+                }
+                durable::replace(&path, &bytes)?;
+                state.records = needed;
+            }
+            state.seen = stamp(&path);
+        }
+        drop(state);
+        lock.unlock()?;
+        Ok(value)
+    }
+}
+
+/// The file's length and modification time (nanoseconds), or zeros when there is none.
+fn stamp(path: &Path) -> (u64, i128) {
+    std::fs::metadata(path).map_or((0, 0), |meta| {
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as i128);
+        (meta.len(), modified)
+    })
+}
+
+/// Reads the file into a state: a torn last line (a crash mid-append) is cut off first; a
+/// line that does not read is skipped with a warning.
+fn read(path: &Path) -> std::io::Result<State> {
+    let mut state = State::default();
+    durable::cut_partial_tail(path)?;
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(state),
+        Err(err) => return Err(err),
+    };
+    for (number, line) in BufReader::new(file).lines().enumerate() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Record>(&line) {
+            Ok(record) => state.apply(record),
+            Err(err) => tracing::warn!(file = %path.display(), line = number + 1, error = %err,
+                "a job record does not read; skipped"),
+        }
+    }
+    state.seen = stamp(path);
+    Ok(state)
+}
+
+#[async_trait]
+impl JobStore for FileJobStore {
+    async fn jobs(&self) -> Result<Vec<Job>, JobStoreError> {
+        self.with(|state| (state.jobs.values().cloned().collect(), Vec::new()))
+            .await
+    }
+
+    async fn put(&self, job: &Job) -> Result<(), JobStoreError> {
+        let job = Box::new(job.clone());
+        self.with(move |_| ((), vec![Record::Job(job)])).await
+    }
+
+    async fn remove(&self, id: &str) -> Result<bool, JobStoreError> {
+        let id = id.to_owned();
+        self.with(move |state| {
+            if state.jobs.contains_key(&id) {
+                (true, vec![Record::Removed { id }])
+            } else {
+                (false, Vec::new())
+            }
+        })
+        .await
+    }
+
+    async fn record(&self, run: &Run) -> Result<(), JobStoreError> {
+        let run = run.clone();
+        self.with(move |_| ((), vec![Record::Run(run)])).await
+    }
+
+    async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError> {
+        let job = job.to_owned();
+        self.with(move |state| {
+            let runs = state
+                .runs
+                .get(&job)
+                .map(|runs| runs.iter().take(limit).cloned().collect())
+                .unwrap_or_default();
+            (runs, Vec::new())
+        })
+        .await
+    }
+
+    async fn new_id(&self) -> Result<String, JobStoreError> {
+        self.with(|state| {
+            let next = state.next.max(1);
+            (format!("j{next}"), vec![Record::Counter { next: next + 1 }])
+        })
+        .await
+    }
+
+    async fn version(&self) -> u64 {
+        let path = self.file();
+        let (len, modified) = tokio::task::spawn_blocking(move || stamp(&path))
+            .await
+            .unwrap_or_default();
+        len.wrapping_mul(1_000_003) ^ (modified as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jiff::Timestamp;
+
+    use super::*;
+    use crate::scheduler::due::Schedule;
+    use crate::scheduler::job::{Outcome, SessionMode};
+
+    fn job(id: &str) -> Job {
+        Job {
+            id: id.into(),
+            name: format!("job {id}"),
+            message: "ping".into(),
+            schedule: Schedule::Every {
+                every_secs: 60,
+                from: Timestamp::UNIX_EPOCH,
+            },
+            channel: "websocket".into(),
+            chat_id: "c".into(),
+            session: SessionMode::Chat,
+            enabled: true,
+            created_by: "operator".into(),
+            catch_up_secs: 3600,
+            created_at: Timestamp::UNIX_EPOCH,
+            next_due: Some(Timestamp::UNIX_EPOCH),
+            last: None,
+        }
+    }
+
+    fn run(job: &str, second: i64, outcome: Outcome) -> Run {
+        Run {
+            job: job.into(),
+            due: Timestamp::from_second(second).expect("ts"),
+            started: None,
+            finished: None,
+            outcome,
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_and_runs_survive_a_restart_and_another_process_is_seen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileJobStore::new(dir.path());
+        let id = store.new_id().await.expect("id");
+        assert_eq!(id, "j1");
+        store.put(&job(&id)).await.expect("put");
+        store.put(&job("j2")).await.expect("put");
+        assert!(store.remove("j2").await.expect("remove"));
+        assert!(!store.remove("j2").await.expect("twice"));
+        store
+            .record(&run("j1", 60, Outcome::Pending))
+            .await
+            .expect("run");
+        store
+            .record(&run("j1", 60, Outcome::Answered))
+            .await
+            .expect("run");
+        store
+            .record(&run("j1", 120, Outcome::Quiet))
+            .await
+            .expect("run");
+
+        // A second store on the same directory: another process, or the next start.
+        let other = FileJobStore::new(dir.path());
+        let jobs = other.jobs().await.expect("jobs");
+        assert_eq!(
+            jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+            ["j1"]
+        );
+        let runs = other.runs("j1", 10).await.expect("runs");
+        assert_eq!(
+            runs.iter().map(|r| r.outcome.as_str()).collect::<Vec<_>>(),
+            ["quiet", "answered"],
+            "newest first, the later record of a run replacing the earlier"
+        );
+        // Ids are not reused after a removal.
+        assert_eq!(other.new_id().await.expect("id"), "j3");
+
+        // What one writes, the other reads (and its version moves).
+        let before = store.version().await;
+        other.put(&job("j4")).await.expect("put");
+        assert_ne!(store.version().await, before);
+        assert_eq!(store.jobs().await.expect("jobs").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_record_is_cut_and_the_rest_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileJobStore::new(dir.path());
+        store.put(&job("j1")).await.expect("put");
+        store.put(&job("j2")).await.expect("put");
+        let path = dir.path().join("scheduler/jobs.jsonl");
+        let mut text = std::fs::read_to_string(&path).expect("read");
+        text.push_str(r#"{"record":"job","id":"j3","na"#);
+        std::fs::write(&path, text).expect("torn");
+        let again = FileJobStore::new(dir.path());
+        assert_eq!(again.jobs().await.expect("jobs").len(), 2);
+        again.put(&job("j5")).await.expect("appends after the cut");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.ends_with("}\n") && !text.contains(r#""na{"#), "{text}");
+        assert_eq!(
+            FileJobStore::new(dir.path())
+                .jobs()
+                .await
+                .expect("jobs")
+                .len(),
+            3
+        );
+    }
+
+    #[tokio::test]
+    async fn the_file_is_rewritten_when_it_holds_far_more_than_it_needs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = FileJobStore::new(dir.path());
+        store.put(&job("j1")).await.expect("put");
+        for second in 0..400 {
+            store
+                .record(&run("j1", second, Outcome::Answered))
+                .await
+                .expect("run");
+        }
+        let lines = std::fs::read_to_string(dir.path().join("scheduler/jobs.jsonl"))
+            .expect("read")
+            .lines()
+            .count();
+        assert!(lines < 2 * (2 + RUNS_KEPT) + 64 + 2, "{lines} lines");
+        let runs = FileJobStore::new(dir.path())
+            .runs("j1", 100)
+            .await
+            .expect("runs");
+        assert_eq!(runs.len(), RUNS_KEPT);
+        assert_eq!(runs[0].due, Timestamp::from_second(399).expect("ts"));
+    }
+}
