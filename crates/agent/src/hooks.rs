@@ -67,6 +67,9 @@ pub struct TurnSummary<'a> {
     pub usage: Usage,
     /// How long it took.
     pub duration: std::time::Duration,
+    /// The id of the inbound message it answered, if it had one (a scheduled run's is
+    /// `sched:…`).
+    pub inbound: Option<&'a switchboard_core::MessageId>,
 }
 
 /// A policy attached to every turn. All methods default to doing nothing.

@@ -104,6 +104,7 @@ pub(crate) async fn run(
         };
         let usage = turn.usage;
         let key = turn.session.key().clone();
+        let inbound = turn.inbound.clone();
         turn.finish(end);
         let info = TurnInfo {
             session: &key,
@@ -115,6 +116,7 @@ pub(crate) async fn run(
             text: &text,
             usage,
             duration: started.elapsed(),
+            inbound: inbound.as_ref(),
         };
         agent.hooks.on_turn_end(info, summary).await;
     }

@@ -72,6 +72,13 @@ impl SessionKey {
     pub fn of(channel: &ChannelName, chat_id: &ChatId) -> Self {
         Self::new(format!("{channel}_{chat_id}"))
     }
+
+    /// The channel and chat of this key (channel names hold no `_`; chat ids may).
+    pub fn split(&self) -> Option<(ChannelName, ChatId)> {
+        let (channel, chat) = self.as_str().split_once('_')?;
+        (!channel.is_empty() && !chat.is_empty())
+            .then(|| (ChannelName::from(channel), ChatId::from(chat)))
+    }
 }
 
 #[cfg(test)]
@@ -82,6 +89,12 @@ mod tests {
     fn session_key_joins_channel_and_chat() {
         let key = SessionKey::of(&ChannelName::from("websocket"), &ChatId::from("c1"));
         assert_eq!(key.as_str(), "websocket_c1");
+        let odd = SessionKey::of(&ChannelName::from("telegram"), &ChatId::from("-100_42"));
+        assert_eq!(
+            odd.split(),
+            Some((ChannelName::from("telegram"), ChatId::from("-100_42")))
+        );
+        assert_eq!(SessionKey::from("nounderscore").split(), None);
     }
 
     #[test]

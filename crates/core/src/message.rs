@@ -235,12 +235,17 @@ pub struct OutboundMessage {
 }
 
 impl OutboundMessage {
-    /// A message for the chat an inbound message came from, answering it.
+    /// A message for the chat an inbound message came from, answering it (threaded under
+    /// it when a person wrote it: scheduled work has no platform message to thread under).
     pub fn reply_to(inbound: &InboundMessage, kind: OutboundKind) -> Self {
         Self {
             channel: inbound.channel.clone(),
             chat_id: inbound.chat_id.clone(),
-            reply_to: inbound.id.clone(),
+            reply_to: inbound
+                .origin
+                .is_person()
+                .then(|| inbound.id.clone())
+                .flatten(),
             kind,
         }
     }

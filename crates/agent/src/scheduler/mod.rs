@@ -5,11 +5,15 @@
 //! - `job`: [`Job`], [`Run`] and [`Outcome`]: the records the store keeps.
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
+//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them,
+//!   and what chats and the operator may do with jobs.
 
 mod due;
 mod job;
+mod runner;
 mod store;
 
 pub use due::{Schedule, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
-pub use store::{FileJobStore, JobStore, JobStoreError, RUNS_KEPT};
+pub use runner::{Asker, Clock, NewJob, Scheduler, SchedulerConfig, SystemClock, TokioClock};
+pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};

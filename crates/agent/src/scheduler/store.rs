@@ -34,6 +34,9 @@ pub struct JobStoreError {
     pub message: String,
 }
 
+/// A change to one job: it sees the job as stored and says whether to write it back.
+pub type JobChange = Box<dyn for<'j> FnOnce(&'j mut Job) -> bool + Send>;
+
 /// Where jobs and their runs are kept.
 #[async_trait]
 pub trait JobStore: Send + Sync {
@@ -41,6 +44,11 @@ pub trait JobStore: Send + Sync {
     async fn jobs(&self) -> Result<Vec<Job>, JobStoreError>;
     /// Adds a job, or replaces the one with its id.
     async fn put(&self, job: &Job) -> Result<(), JobStoreError>;
+    /// Changes a job in one step, if it is there: `change` sees it as it is now and says
+    /// whether to write what it made of it. Returns the job as written, or `None` (no such
+    /// job, or `change` declined). So nothing another writer did in between is undone — a
+    /// job removed meanwhile stays removed, one paused stays paused.
+    async fn update(&self, id: &str, change: JobChange) -> Result<Option<Job>, JobStoreError>;
     /// Removes a job; whether there was one. Its runs stay readable.
     async fn remove(&self, id: &str) -> Result<bool, JobStoreError>;
     /// Records a run: a later record of the same run (job and due time) replaces it.
@@ -255,6 +263,20 @@ impl JobStore for FileJobStore {
     async fn put(&self, job: &Job) -> Result<(), JobStoreError> {
         let job = Box::new(job.clone());
         self.with(move |_| ((), vec![Record::Job(job)])).await
+    }
+
+    async fn update(&self, id: &str, change: JobChange) -> Result<Option<Job>, JobStoreError> {
+        let id = id.to_owned();
+        self.with(move |state| {
+            let Some(mut job) = state.jobs.get(&id).cloned() else {
+                return (None, Vec::new());
+            };
+            if !change(&mut job) {
+                return (None, Vec::new());
+            }
+            (Some(job.clone()), vec![Record::Job(Box::new(job))])
+        })
+        .await
     }
 
     async fn remove(&self, id: &str) -> Result<bool, JobStoreError> {

@@ -1,0 +1,996 @@
+//! [`Scheduler`]: the one task that knows what is due when, and hands each due run to the
+//! agent as an inbound message on the hub — the same path a person's message takes (same
+//! ordering per chat, same journal, same `/stop`), with [`Origin::Schedule`] and the id
+//! `sched:<job>:<due>`.
+//!
+//! # Exactly once
+//! A run is recorded `pending` (and the job's next due time moved past it) *before* its
+//! message is published; its message's ack reports what became of it, and the run is
+//! recorded again with its outcome. After a crash, a run still `pending` is published again
+//! with the same id, and the chat's session journal decides: not seen → it runs; received →
+//! its turn runs on; answered or delivered → it is not answered twice. A due time that was
+//! never recorded runs when the daemon is back, if it is at most its job's `catch_up` late;
+//! otherwise it is recorded skipped, with why, and the chat is told — never silently.
+//!
+//! # Time
+//! Due times are instants; "now" is a [`Clock`] (the system's, or tokio's paused clock in
+//! tests). The loop sleeps until the soonest due time but never longer than `poll`, so a wall
+//! clock that jumps forward is noticed, and so are jobs the operator's CLI changed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::{SignedDuration, Timestamp};
+use switchboard_core::{
+    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, MessageId, Origin, OutboundKind,
+    OutboundMessage, SenderId, TurnEnd,
+};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::due::Schedule;
+use super::job::{Job, Outcome, Run, SessionMode};
+use super::store::JobStore;
+use crate::hooks::{Hook, TurnInfo, TurnSummary};
+
+/// What "now" is.
+pub trait Clock: Send + Sync {
+    /// The current instant.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system's wall clock.
+#[derive(Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock that moves with tokio's (so `tokio::time::pause` and `advance` move it), from an
+/// instant it was set to: for tests where time is the subject.
+#[derive(Debug)]
+pub struct TokioClock {
+    start: Timestamp,
+    at: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock reading `start` now.
+    pub fn starting_at(start: Timestamp) -> Self {
+        Self {
+            start,
+            at: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> Timestamp {
+        let elapsed = SignedDuration::try_from(self.at.elapsed()).unwrap_or(SignedDuration::MAX);
+        self.start.saturating_add(elapsed).unwrap_or(self.start)
+    }
+}
+
+/// How the scheduler behaves (the daemon fills it from `[scheduler]`).
+#[derive(Clone, Debug)]
+pub struct SchedulerConfig {
+    /// The zone cron expressions are read in when a job names none.
+    pub timezone: String,
+    /// How late a run may start after the daemon was down, for jobs that say nothing.
+    pub catch_up: Duration,
+    /// Jobs one chat may have.
+    pub max_jobs_per_chat: usize,
+    /// The shortest time allowed between two runs of a job.
+    pub min_interval: Duration,
+    /// The longest the loop sleeps before looking again (for jobs another process changed,
+    /// and a wall clock that jumped).
+    pub poll: Duration,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            timezone: "UTC".into(),
+            catch_up: Duration::from_secs(3600),
+            max_jobs_per_chat: 50,
+            min_interval: Duration::from_secs(60),
+            poll: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Where a job is asked for, and by whom: a chat (the agent, or the person there) may see and
+/// change only that chat's jobs; the operator may see and change all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Asker {
+    /// A chat: its channel and chat id.
+    Chat(ChannelName, ChatId),
+    /// The operator (the CLI).
+    Operator,
+}
+
+impl Asker {
+    fn may_touch(&self, job: &Job) -> bool {
+        match self {
+            Self::Operator => true,
+            Self::Chat(channel, chat) => {
+                job.channel == channel.as_str() && job.chat_id == chat.as_str()
+            }
+        }
+    }
+}
+
+/// A job to add, as asked.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// Its name (a short summary of the message when none is given).
+    pub name: Option<String>,
+    /// What the agent is told when it runs.
+    pub message: String,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// The chat it runs in: `(channel, chat id)`.
+    pub chat: (ChannelName, ChatId),
+    /// Where its turn runs.
+    pub session: SessionMode,
+    /// How late it may still start after the daemon was down; the config's by default.
+    pub catch_up: Option<Duration>,
+}
+
+/// The scheduler. Cloning shares it.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn JobStore>,
+    hub: ChatHub,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    /// Poked when a job changes in this process (the `cron` tool, a command), so the loop
+    /// looks again at once; the loop waits on it.
+    changed: Notify,
+    /// Runs handed to the agent and not settled yet, by their message id: (job, due).
+    /// Written by the loop; read by `run now` and the loop's pile-up check.
+    in_flight: Mutex<HashMap<String, (String, Timestamp)>>,
+    /// How the turns of runs ended (from the hook), by message id, until the run's ack.
+    ended: Mutex<HashMap<String, Outcome>>,
+    /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
+    /// received by the loop, which records the outcome.
+    settled: mpsc::UnboundedSender<(String, Fate)>,
+    /// The loop's end of `settled`, taken when it starts.
+    settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+}
+
+/// The sender of scheduled messages, as their `sender` field says.
+const SENDER: &str = "scheduler";
+
+impl Scheduler {
+    /// A scheduler publishing due runs on `hub`, keeping jobs in `store`.
+    pub fn new(
+        store: Arc<dyn JobStore>,
+        hub: ChatHub,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+    ) -> Self {
+        let (settled, settled_rx) = mpsc::unbounded_channel();
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                hub,
+                clock,
+                config,
+                changed: Notify::new(),
+                in_flight: Mutex::new(HashMap::new()),
+                ended: Mutex::new(HashMap::new()),
+                settled,
+                settled_rx: Mutex::new(Some(settled_rx)),
+            }),
+        }
+    }
+
+    /// The hook that tells the scheduler how its runs' turns ended (add it to the agent).
+    pub fn hook(&self) -> Arc<dyn Hook> {
+        Arc::new(Outcomes(self.inner.clone()))
+    }
+
+    /// The config it runs with.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.inner.config
+    }
+
+    /// Runs until `stop` is cancelled: hands every due run to the agent. Runs pending from
+    /// before a restart are handed over again first.
+    pub async fn run(&self, stop: CancellationToken) {
+        let Some(mut settled) = self
+            .inner
+            .settled_rx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        else {
+            tracing::error!("the scheduler runs once");
+            return;
+        };
+        self.resume_pending().await;
+        loop {
+            let wait = self.tick().await;
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(wait) => {}
+                () = self.inner.changed.notified() => {}
+                Some((id, fate)) = settled.recv() => self.settle(&id, fate).await,
+            }
+            // Settle whatever else arrived meanwhile before looking at what is due.
+            while let Ok((id, fate)) = settled.try_recv() {
+                self.settle(&id, fate).await;
+            }
+        }
+    }
+
+    /// Hands over again the runs a crash (or a stop) left pending.
+    async fn resume_pending(&self) {
+        let jobs = match self.inner.store.jobs().await {
+            Ok(jobs) => jobs,
+            Err(err) => {
+                tracing::error!(error = %err, "the scheduler cannot read its jobs");
+                return;
+            }
+        };
+        for job in jobs {
+            if let Some(run) = job
+                .last
+                .clone()
+                .filter(|run| run.outcome == Outcome::Pending)
+            {
+                tracing::info!(job = %job.id, due = %run.due, "taking up a scheduled run left pending");
+                self.publish(&job, run.due).await;
+            }
+        }
+    }
+
+    /// Starts what is due; returns how long to wait before looking again.
+    async fn tick(&self) -> Duration {
+        let poll = self.inner.config.poll;
+        let jobs = match self.inner.store.jobs().await {
+            Ok(jobs) => jobs,
+            Err(err) => {
+                tracing::error!(error = %err, "the scheduler cannot read its jobs");
+                return poll;
+            }
+        };
+        let now = self.inner.clock.now();
+        let mut soonest: Option<Timestamp> = None;
+        for job in jobs {
+            let Some(due) = job.next_due.filter(|_| job.enabled) else {
+                continue;
+            };
+            if due <= now {
+                let next = self.fire(job, due, now).await;
+                soonest = earliest(soonest, next);
+            } else {
+                soonest = earliest(soonest, Some(due));
+            }
+        }
+        let until = soonest
+            .map(|due| Duration::try_from(due.duration_since(now)).unwrap_or_default())
+            .unwrap_or(poll);
+        until.min(poll)
+    }
+
+    /// A job whose time `due` has come, at `now`: runs it, or records why not. Returns its
+    /// next due time.
+    async fn fire(&self, mut job: Job, due: Timestamp, now: Timestamp) -> Option<Timestamp> {
+        let next = job
+            .schedule
+            .next_after(now.max(due))
+            .unwrap_or_else(|err| {
+                tracing::error!(job = %job.id, error = %err, "a job's schedule cannot be computed; it stops");
+                None
+            });
+        let late = now.duration_since(due);
+        let catch_up = SignedDuration::from_secs(job.catch_up_secs as i64);
+        let running = self.running(&job.id);
+        let skipped = if late > catch_up {
+            Some(format!(
+                "it was due at {due} and switchboard was not running then; {:#} late is more than \
+                 its catch-up of {:#}",
+                late.round(jiff::Unit::Second).unwrap_or(late),
+                catch_up
+            ))
+        } else if running {
+            Some("the run before it was still going".to_owned())
+        } else {
+            None
+        };
+        let run = Run {
+            job: job.id.clone(),
+            due,
+            started: skipped.is_none().then_some(now),
+            finished: skipped.is_some().then_some(now),
+            outcome: match &skipped {
+                Some(why) => Outcome::Skipped { why: why.clone() },
+                None => Outcome::Pending,
+            },
+        };
+        // Recorded before anything is published: a crash from here on takes the run up
+        // again (pending) or knows it was skipped. Only if the job is still as it was read:
+        // removed, paused or moved meanwhile, it is left as it is now.
+        let written = {
+            let run = run.clone();
+            self.inner
+                .store
+                .update(
+                    &job.id,
+                    Box::new(move |now_job| {
+                        if !now_job.enabled || now_job.next_due != Some(due) {
+                            return false;
+                        }
+                        now_job.next_due = next;
+                        now_job.last = Some(run);
+                        true
+                    }),
+                )
+                .await
+        };
+        match written {
+            Ok(Some(updated)) => job = updated,
+            Ok(None) => return None,
+            Err(err) => {
+                tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded; it waits");
+                return Some(due);
+            }
+        }
+        if let Err(err) = self.inner.store.record(&run).await {
+            tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
+        }
+        match skipped {
+            Some(why) => {
+                tracing::warn!(job = %job.id, %due, %why, "a scheduled run was skipped");
+                if late > catch_up {
+                    let text = format!(
+                        "The scheduled task \"{}\" (job {}) did not run: {why}.",
+                        job.name, job.id
+                    );
+                    self.tell(&job, OutboundKind::Notice(text)).await;
+                }
+            }
+            None => self.publish(&job, due).await,
+        }
+        next
+    }
+
+    /// Whether a run of `job` is with the agent now.
+    fn running(&self, job: &str) -> bool {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .any(|(id, _)| id == job)
+    }
+
+    /// Hands the run of `job` due at `due` to the agent, as a message of its chat.
+    async fn publish(&self, job: &Job, due: Timestamp) {
+        let id = Run::message_id(&job.id, due);
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), (job.id.clone(), due));
+        let settled = self.inner.settled.clone();
+        let ack_id = id.clone();
+        let mut message = InboundMessage::text(
+            ChannelName::from(job.channel.as_str()),
+            ChatId::from(job.chat_id.as_str()),
+            SenderId::from(SENDER),
+            job.message.clone(),
+        );
+        message.id = Some(MessageId::from(id.as_str()));
+        message.origin = Origin::Schedule {
+            job: job.id.clone(),
+            name: job.name.clone(),
+        };
+        message.ack = Some(Ack::new(move |fate| {
+            let _ = settled.send((ack_id, fate));
+        }));
+        if let Err(err) = self.inner.hub.publish_inbound(message).await {
+            // The daemon is stopping: the run stays pending and is taken up at the next start.
+            tracing::info!(job = %job.id, error = %err, "a scheduled run was not handed over");
+        }
+    }
+
+    /// Records what became of the run whose message is `id`.
+    async fn settle(&self, id: &str, fate: Fate) {
+        let Some((job_id, due)) = self
+            .inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id)
+        else {
+            return;
+        };
+        let ended = self
+            .inner
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        let outcome = match fate {
+            // Stopping: it stays pending, and the next start takes it up.
+            Fate::Unprocessed => return,
+            Fate::Dropped => Outcome::Skipped {
+                why: "it was dropped (a /stop, or its chat had too many messages waiting)".into(),
+            },
+            Fate::Handled => ended.unwrap_or(Outcome::Answered),
+        };
+        let started = self
+            .inner
+            .store
+            .runs(&job_id, 1)
+            .await
+            .ok()
+            .and_then(|runs| {
+                runs.into_iter()
+                    .find(|run| run.due == due)
+                    .and_then(|run| run.started)
+            });
+        let run = Run {
+            job: job_id.clone(),
+            due,
+            started,
+            finished: Some(self.inner.clock.now()),
+            outcome,
+        };
+        tracing::info!(job = %job_id, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
+        if let Err(err) = self.inner.store.record(&run).await {
+            tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be recorded");
+        }
+        let last = run.clone();
+        let noted = self
+            .inner
+            .store
+            .update(
+                &job_id,
+                Box::new(move |job| {
+                    let ours = job.last.as_ref().is_some_and(|last| last.due == due);
+                    if ours {
+                        job.last = Some(last);
+                    }
+                    ours
+                }),
+            )
+            .await;
+        if let Err(err) = noted {
+            tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be noted on its job");
+        }
+    }
+
+    /// Sends `kind` to the job's chat, outside any turn.
+    async fn tell(&self, job: &Job, kind: OutboundKind) {
+        let message = OutboundMessage {
+            channel: ChannelName::from(job.channel.as_str()),
+            chat_id: ChatId::from(job.chat_id.as_str()),
+            reply_to: None,
+            kind,
+        };
+        if let Err(err) = self.inner.hub.publish_outbound(message).await {
+            tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
+        }
+    }
+
+    /// Adds a job for the chat of `new`.
+    pub async fn add(&self, new: NewJob) -> Result<Job, String> {
+        let config = &self.inner.config;
+        let now = self.inner.clock.now();
+        if new.message.trim().is_empty() {
+            return Err("the job needs a message: what the agent is told when it runs".into());
+        }
+        if let Some(gap) = new.schedule.shortest_gap(now)
+            && gap < config.min_interval
+        {
+            return Err(format!(
+                "it would run every {} s; the shortest interval allowed is {} s \
+                 (scheduler.min_interval_secs)",
+                gap.as_secs(),
+                config.min_interval.as_secs()
+            ));
+        }
+        let next_due = new.schedule.next_after(now)?;
+        if next_due.is_none() {
+            return Err("that time has passed: the job would never run".into());
+        }
+        let (channel, chat) = new.chat;
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        let theirs = self
+            .jobs()
+            .await?
+            .into_iter()
+            .filter(|job| asker.may_touch(job))
+            .count();
+        if theirs >= config.max_jobs_per_chat {
+            return Err(format!(
+                "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
+                 remove one first"
+            ));
+        }
+        let id = self
+            .inner
+            .store
+            .new_id()
+            .await
+            .map_err(|err| err.to_string())?;
+        let name = new
+            .name
+            .filter(|name| !name.trim().is_empty())
+            .unwrap_or_else(|| new.message.chars().take(40).collect());
+        let job = Job {
+            id,
+            name,
+            message: new.message,
+            schedule: new.schedule,
+            channel: channel.to_string(),
+            chat_id: chat.to_string(),
+            session: new.session,
+            enabled: true,
+            created_by: format!("chat {}", switchboard_core::SessionKey::of(&channel, &chat)),
+            catch_up_secs: new.catch_up.unwrap_or(config.catch_up).as_secs(),
+            created_at: now,
+            next_due,
+            last: None,
+        };
+        self.inner
+            .store
+            .put(&job)
+            .await
+            .map_err(|err| err.to_string())?;
+        self.inner.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Every job, for whoever may see them: a chat sees its own.
+    pub async fn list(&self, asker: &Asker) -> Result<Vec<Job>, String> {
+        Ok(self
+            .jobs()
+            .await?
+            .into_iter()
+            .filter(|job| asker.may_touch(job))
+            .collect())
+    }
+
+    /// Removes a job.
+    pub async fn remove(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        self.inner
+            .store
+            .remove(id)
+            .await
+            .map_err(|err| err.to_string())?;
+        self.inner.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Pauses (`enabled = false`) or resumes a job. A resumed job runs at its next due time
+    /// from now on (what it missed while paused is not made up).
+    pub async fn set_enabled(&self, asker: &Asker, id: &str, enabled: bool) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        let next = if enabled {
+            job.schedule.next_after(self.inner.clock.now())?
+        } else {
+            job.next_due
+        };
+        let job = self
+            .inner
+            .store
+            .update(
+                &job.id,
+                Box::new(move |job| {
+                    job.enabled = enabled;
+                    job.next_due = next;
+                    true
+                }),
+            )
+            .await
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
+        self.inner.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Runs a job now, once, besides its schedule.
+    pub async fn run_now(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        if self.running(&job.id) {
+            return Err(format!("job {id} is running now"));
+        }
+        let now = self.inner.clock.now();
+        let run = Run {
+            job: job.id.clone(),
+            due: now,
+            started: Some(now),
+            finished: None,
+            outcome: Outcome::Pending,
+        };
+        let last = run.clone();
+        let updated = self
+            .inner
+            .store
+            .update(
+                &job.id,
+                Box::new(move |job| {
+                    job.last = Some(last);
+                    true
+                }),
+            )
+            .await
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
+        self.inner
+            .store
+            .record(&run)
+            .await
+            .map_err(|err| err.to_string())?;
+        self.publish(&updated, now).await;
+        Ok(updated)
+    }
+
+    /// A job's last runs, newest first.
+    pub async fn runs(&self, asker: &Asker, id: &str, limit: usize) -> Result<Vec<Run>, String> {
+        let all = self.jobs().await?;
+        if let Some(job) = all.iter().find(|job| job.id == id)
+            && !asker.may_touch(job)
+        {
+            return Err(format!("there is no job {id} in this chat"));
+        }
+        self.inner
+            .store
+            .runs(id, limit)
+            .await
+            .map_err(|err| err.to_string())
+    }
+
+    async fn jobs(&self) -> Result<Vec<Job>, String> {
+        self.inner.store.jobs().await.map_err(|err| err.to_string())
+    }
+
+    async fn find(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        self.jobs()
+            .await?
+            .into_iter()
+            .find(|job| job.id == id.trim() && asker.may_touch(job))
+            .ok_or_else(|| match asker {
+                Asker::Chat(..) => format!("there is no job {id} in this chat"),
+                Asker::Operator => format!("there is no job {id}"),
+            })
+    }
+}
+
+fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The hook that notes how a scheduled run's turn ended, for its ack to record.
+struct Outcomes(Arc<Inner>);
+
+#[async_trait]
+impl Hook for Outcomes {
+    async fn on_turn_end(&self, _turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
+        let Some(id) = summary
+            .inbound
+            .map(MessageId::as_str)
+            .filter(|id| id.starts_with("sched:"))
+        else {
+            return;
+        };
+        let outcome = match summary.end {
+            None => Outcome::Failed {
+                why: summary.text.lines().next().unwrap_or_default().to_owned(),
+            },
+            Some(TurnEnd::Cancelled) => Outcome::Failed {
+                why: "it was stopped".into(),
+            },
+            Some(_) => Outcome::Answered,
+        };
+        self.0
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use switchboard_core::{Channel, ChannelContext, CoreError, LaneOptions};
+    use tokio::sync::mpsc::Receiver;
+
+    use super::*;
+    use crate::scheduler::store::FileJobStore;
+
+    /// A channel that keeps what it is sent.
+    struct Collect(Mutex<Vec<OutboundKind>>);
+
+    #[async_trait]
+    impl Channel for Collect {
+        fn name(&self) -> ChannelName {
+            ChannelName::from("websocket")
+        }
+        async fn run(&self, _ctx: ChannelContext) -> Result<(), CoreError> {
+            Ok(())
+        }
+        async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(message.kind);
+            Ok(())
+        }
+    }
+
+    struct Setup {
+        _dir: tempfile::TempDir,
+        scheduler: Scheduler,
+        inbound: Receiver<InboundMessage>,
+        sent: Arc<Collect>,
+        stop: CancellationToken,
+        store: FileJobStore,
+    }
+
+    fn start_at(now: &str, state: Option<tempfile::TempDir>) -> Setup {
+        start_with(now, state, Duration::from_secs(1))
+    }
+
+    fn start_with(now: &str, state: Option<tempfile::TempDir>, min_interval: Duration) -> Setup {
+        let dir = state.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
+        let store = FileJobStore::new(dir.path());
+        let hub = ChatHub::new(64, CancellationToken::new());
+        let sent = Arc::new(Collect(Mutex::new(Vec::new())));
+        hub.register_channel(sent.clone(), LaneOptions::default());
+        let inbound = hub.take_inbound().expect("inbound");
+        let clock = Arc::new(TokioClock::starting_at(
+            Timestamp::from_str(now).expect("ts"),
+        ));
+        let scheduler = Scheduler::new(
+            Arc::new(store.clone()),
+            hub,
+            clock,
+            SchedulerConfig {
+                min_interval,
+                ..SchedulerConfig::default()
+            },
+        );
+        let stop = CancellationToken::new();
+        let running = scheduler.clone();
+        let until = stop.clone();
+        tokio::spawn(async move { running.run(until).await });
+        Setup {
+            _dir: dir,
+            scheduler,
+            inbound,
+            sent,
+            stop,
+            store,
+        }
+    }
+
+    fn chat() -> (ChannelName, ChatId) {
+        (ChannelName::from("websocket"), ChatId::from("c"))
+    }
+
+    fn new_job(schedule: Schedule) -> NewJob {
+        NewJob {
+            name: Some("tea".into()),
+            message: "Remind me to drink tea.".into(),
+            schedule,
+            chat: chat(),
+            session: SessionMode::Chat,
+            catch_up: None,
+        }
+    }
+
+    /// The next scheduled message, within `within` of (paused) time.
+    async fn next(setup: &mut Setup, within: Duration) -> Option<InboundMessage> {
+        tokio::time::timeout(within, setup.inbound.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reminder_comes_once_at_its_time_as_scheduled_work() {
+        let mut s = start_at("2026-11-25T10:00:00Z", None);
+        let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        let job = s
+            .scheduler
+            .add(new_job(Schedule::after("2s", now).expect("in 2 s")))
+            .await
+            .expect("added");
+        assert!(
+            next(&mut s, Duration::from_millis(1900)).await.is_none(),
+            "nothing before its time"
+        );
+        let message = next(&mut s, Duration::from_secs(1))
+            .await
+            .expect("at its time");
+        assert_eq!(message.content, "Remind me to drink tea.");
+        assert_eq!(
+            message.origin,
+            Origin::Schedule {
+                job: job.id.clone(),
+                name: "tea".into()
+            }
+        );
+        assert_eq!(
+            message.id.as_ref().map(MessageId::as_str),
+            Some(format!("sched:{}:{}", job.id, now.as_millisecond() + 2000).as_str())
+        );
+        message.settle(Fate::Handled);
+        // Never again, and the run is recorded answered.
+        assert!(next(&mut s, Duration::from_secs(3600)).await.is_none());
+        let runs = s.store.runs(&job.id, 5).await.expect("runs");
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert_eq!(runs[0].outcome, Outcome::Answered);
+        let jobs = s.scheduler.list(&Asker::Operator).await.expect("jobs");
+        assert_eq!(jobs[0].next_due, None);
+        s.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_interval_job_runs_each_interval_not_when_paused_never_once_removed() {
+        let mut s = start_at("2026-11-25T10:00:00Z", None);
+        let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        let job = s
+            .scheduler
+            .add(new_job(Schedule::every("10s", now).expect("every")))
+            .await
+            .expect("added");
+        for _ in 0..3 {
+            let message = next(&mut s, Duration::from_secs(11)).await.expect("a run");
+            message.settle(Fate::Handled);
+        }
+        let asker = Asker::Chat(chat().0, chat().1);
+        s.scheduler
+            .set_enabled(&asker, &job.id, false)
+            .await
+            .expect("paused");
+        assert!(
+            next(&mut s, Duration::from_secs(60)).await.is_none(),
+            "paused"
+        );
+        s.scheduler
+            .set_enabled(&asker, &job.id, true)
+            .await
+            .expect("resumed");
+        next(&mut s, Duration::from_secs(11))
+            .await
+            .expect("runs again")
+            .settle(Fate::Handled);
+        s.scheduler.remove(&asker, &job.id).await.expect("removed");
+        assert!(
+            next(&mut s, Duration::from_secs(120)).await.is_none(),
+            "removed"
+        );
+        let runs = s.store.runs(&job.id, 20).await.expect("runs");
+        assert_eq!(runs.len(), 4);
+        assert!(
+            runs.iter().all(|run| run.outcome == Outcome::Answered),
+            "{runs:?}"
+        );
+        s.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_chat_sees_and_changes_only_its_own_jobs_and_limits_are_told() {
+        let s = start_with("2026-11-25T10:00:00Z", None, Duration::from_secs(60));
+        let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        let job = s
+            .scheduler
+            .add(new_job(Schedule::every("1h", now).expect("every")))
+            .await
+            .expect("added");
+        let other = Asker::Chat(ChannelName::from("websocket"), ChatId::from("d"));
+        assert!(s.scheduler.list(&other).await.expect("list").is_empty());
+        let err = s
+            .scheduler
+            .remove(&other, &job.id)
+            .await
+            .expect_err("not theirs");
+        assert!(err.contains("no job"), "{err}");
+        let err = s
+            .scheduler
+            .add(new_job(Schedule::every("30s", now).expect("every")))
+            .await
+            .expect_err("too often");
+        assert!(err.contains("scheduler.min_interval_secs"), "{err}");
+        s.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped_and_told() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let base = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        // The daemon before: one job started a run (pending) and crashed; another was due
+        // two hours ago, past its catch-up of one.
+        let store = FileJobStore::new(dir.path());
+        let pending_due = base.checked_sub(SignedDuration::from_secs(30)).expect("ts");
+        let mut pending = Job {
+            id: "j1".into(),
+            name: "pending".into(),
+            message: "first".into(),
+            schedule: Schedule::At { at: pending_due },
+            channel: "websocket".into(),
+            chat_id: "c".into(),
+            session: SessionMode::Chat,
+            enabled: true,
+            created_by: "operator".into(),
+            catch_up_secs: 3600,
+            created_at: base,
+            next_due: None,
+            last: None,
+        };
+        pending.last = Some(Run {
+            job: "j1".into(),
+            due: pending_due,
+            started: Some(pending_due),
+            finished: None,
+            outcome: Outcome::Pending,
+        });
+        store.put(&pending).await.expect("put");
+        let late_due = base.checked_sub(SignedDuration::from_hours(2)).expect("ts");
+        let late = Job {
+            id: "j2".into(),
+            name: "late".into(),
+            message: "second".into(),
+            schedule: Schedule::At { at: late_due },
+            next_due: Some(late_due),
+            last: None,
+            ..pending.clone()
+        };
+        store.put(&late).await.expect("put");
+
+        let mut s = start_at("2026-11-25T10:00:00Z", Some(dir));
+        let again = next(&mut s, Duration::from_secs(1))
+            .await
+            .expect("taken up");
+        assert_eq!(again.content, "first");
+        assert_eq!(
+            again.id.as_ref().map(MessageId::as_str),
+            Some(format!("sched:j1:{}", pending_due.as_millisecond()).as_str()),
+            "the same id: the session journal answers it once"
+        );
+        again.settle(Fate::Handled);
+        assert!(
+            next(&mut s, Duration::from_secs(10)).await.is_none(),
+            "the late one does not run"
+        );
+        let runs = s.store.runs("j2", 5).await.expect("runs");
+        assert!(
+            matches!(&runs[0].outcome, Outcome::Skipped { why } if why.contains("catch-up")),
+            "{runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let told = s
+            .sent
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        assert!(
+            matches!(told.as_slice(), [OutboundKind::Notice(text)] if text.contains("\"late\" (job j2) did not run")),
+            "{told:?}"
+        );
+        s.stop.cancel();
+    }
+}
