@@ -41,6 +41,8 @@ mod protocol;
 /// What `exec`'s commands cannot do: read the daemon's secrets, keep root's privileges,
 /// outlive their call (through the daemon, and the sandbox helper by hand).
 mod sandbox;
+/// Scheduled work: a reminder asked for in a chat comes there once, as scheduled work.
+mod scheduler;
 /// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
 mod service;
 /// `/stop` ends a turn at once and leaves a valid session.

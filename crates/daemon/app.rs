@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 use switchboard_adapter::Pairing;
+use switchboard_agent::scheduler::{CronTool, FileJobStore, Scheduler, SystemClock};
 use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
@@ -77,7 +78,25 @@ pub fn build_agent(
     extra_tools: ToolRegistry,
     hub: Option<&ChatHub>,
 ) -> anyhow::Result<Arc<Agent>> {
-    Ok(build_agent_and_tools(config, extra_tools, hub, None)?.0)
+    let parts = AgentParts {
+        extra_tools,
+        hub,
+        ..AgentParts::default()
+    };
+    Ok(build_agent_and_tools(config, parts)?.0)
+}
+
+/// What an agent is built with besides its config.
+#[derive(Default)]
+struct AgentParts<'a> {
+    /// Tools beside the built-in ones (tests', embedders').
+    extra_tools: ToolRegistry,
+    /// The bus, for the `message` tool (none in the terminal).
+    hub: Option<&'a ChatHub>,
+    /// Told every model attempt's outcome.
+    observer: Option<&'a Arc<dyn Observer>>,
+    /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
+    scheduler: Option<Scheduler>,
 }
 
 /// What building the tools again needs (a reload does when `[tools]` changed).
@@ -89,6 +108,8 @@ pub struct ToolParts {
     outbox: Option<Arc<dyn builtin::Outbox>>,
     /// Paths `exec`'s commands may not read.
     forbidden: Vec<std::path::PathBuf>,
+    /// The scheduler the `cron` tool talks to.
+    scheduler: Option<Scheduler>,
 }
 
 /// The tools the config describes: the built-in ones, `extra`, `ask_user`.
@@ -97,6 +118,9 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
     let mut tools = builtin::registry(&config.tools, helper, parts.outbox.clone())
         .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
     tools.extend(parts.extra.clone());
+    if let Some(scheduler) = &parts.scheduler {
+        tools.register(Arc::new(CronTool::new(scheduler.clone())));
+    }
     turn_config::add_ask_user(config, &mut tools);
     Ok(tools)
 }
@@ -104,10 +128,14 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
 /// [`build_agent`], and what building its tools again needs.
 fn build_agent_and_tools(
     config: &Config,
-    extra_tools: ToolRegistry,
-    hub: Option<&ChatHub>,
-    observer: Option<&Arc<dyn Observer>>,
+    parts: AgentParts<'_>,
 ) -> anyhow::Result<(Arc<Agent>, ToolParts)> {
+    let AgentParts {
+        extra_tools,
+        hub,
+        observer,
+        scheduler,
+    } = parts;
     let state_dir = config.path(&config.agent.state_dir);
     let workspace_dir = config.path(&config.agent.workspace);
     create_dir(&state_dir, "agent.state_dir")?;
@@ -160,6 +188,7 @@ fn build_agent_and_tools(
         extra: extra_tools,
         outbox,
         forbidden: workspace.forbidden().to_vec(),
+        scheduler: scheduler.clone(),
     };
     let tools = build_tools(config, &tool_parts)?;
     let llm = crate::llm_config::build(config, observer)?;
@@ -186,6 +215,9 @@ fn build_agent_and_tools(
     let mut agent = Agent::new(llm, tools, store, agent_config);
     if config.http.metrics {
         agent = agent.with_hook(MetricsHook::new());
+    }
+    if let Some(scheduler) = &scheduler {
+        agent = agent.with_hook(scheduler.hook());
     }
     Ok((
         Arc::new(turn_config::with_approvals(config, agent)?),
@@ -270,7 +302,22 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let llm_health = Arc::new(LlmHealth::default());
     llm_health.start_with(&config);
     let observer: Arc<dyn Observer> = llm_health.clone();
-    let (agent, tool_parts) = build_agent_and_tools(&config, tools, Some(&hub), Some(&observer))?;
+    let scheduler = config.scheduler.enabled.then(|| {
+        let store = FileJobStore::new(&config.path(&config.agent.state_dir));
+        Scheduler::new(
+            Arc::new(store),
+            hub.clone(),
+            Arc::new(SystemClock),
+            config.scheduler.settings(),
+        )
+    });
+    let parts = AgentParts {
+        extra_tools: tools,
+        hub: Some(&hub),
+        observer: Some(&observer),
+        scheduler: scheduler.clone(),
+    };
+    let (agent, tool_parts) = build_agent_and_tools(&config, parts)?;
     let health = Health::new();
     // Not a readiness matter: a daemon whose model fails still takes (and answers) messages.
     let models = llm_health.clone();
@@ -368,6 +415,14 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             tracing::error!(error = %err, "dispatcher stopped");
         }
     });
+    // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
+    // for the next start.
+    if let Some(scheduler) = scheduler {
+        let intake = shutdown.intake().clone();
+        shutdown
+            .tracker()
+            .spawn(async move { scheduler.run(intake).await });
+    }
 
     let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {

@@ -65,6 +65,9 @@ pub struct Config {
     /// `[telemetry]`.
     #[serde(default)]
     pub telemetry: crate::telemetry::TelemetrySection,
+    /// `[scheduler]`.
+    #[serde(default)]
+    pub scheduler: crate::scheduler_config::SchedulerSection,
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
@@ -358,6 +361,7 @@ impl Config {
         self.llm.validate(&self.source)?;
         crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
+        self.scheduler.validate(&self.source)?;
         if secrets == Secrets::Skip {
             return Ok(());
         }

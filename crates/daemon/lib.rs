@@ -17,6 +17,7 @@
 //! - `onboard`: `switchboard onboard`, a workspace's starter files.
 //! - `outbox`: where the `message` tool sends, and to whom it may.
 //! - `logging`: tracing setup (text or JSON).
+//! - `scheduler_config`: `[scheduler]`.
 //! - `harden`: before anything runs: secrets out of the environment, not dumpable.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
@@ -38,6 +39,7 @@ pub mod pairing;
 pub mod platforms;
 pub mod prompt;
 pub mod reload;
+pub mod scheduler_config;
 pub mod server;
 pub mod status;
 pub mod supervisor;

@@ -7,13 +7,16 @@
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
 //! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them,
 //!   and what chats and the operator may do with jobs.
+//! - `tool`: [`CronTool`], the agent's `cron` tool.
 
 mod due;
 mod job;
 mod runner;
 mod store;
+mod tool;
 
 pub use due::{Schedule, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
 pub use runner::{Asker, Clock, NewJob, Scheduler, SchedulerConfig, SystemClock, TokioClock};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
+pub use tool::{CronTool, describe};

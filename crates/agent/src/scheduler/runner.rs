@@ -205,6 +205,11 @@ impl Scheduler {
         &self.inner.config
     }
 
+    /// Now, by its clock.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
     /// Runs until `stop` is cancelled: hands every due run to the agent. Runs pending from
     /// before a restart are handed over again first.
     pub async fn run(&self, stop: CancellationToken) {

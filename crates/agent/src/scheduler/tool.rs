@@ -1,0 +1,196 @@
+//! The `cron` tool: the agent schedules work in the chat it answers — a reminder, a job that
+//! repeats — and lists, removes, pauses, resumes or runs that chat's jobs. A chat never sees
+//! or touches another chat's jobs; the scheduler's limits (jobs per chat, the shortest
+//! interval) come back as errors the model reads.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::json;
+use switchboard_tools::{Tool, ToolContext, ToolError};
+
+use super::due::Schedule;
+use super::job::{Job, SessionMode};
+use super::runner::{Asker, NewJob, Scheduler};
+
+/// The agent's way to the scheduler.
+pub struct CronTool {
+    scheduler: Scheduler,
+}
+
+impl CronTool {
+    /// The tool over `scheduler`.
+    pub fn new(scheduler: Scheduler) -> Self {
+        Self { scheduler }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    action: String,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default, rename = "in")]
+    after: Option<String>,
+    #[serde(default)]
+    at: Option<String>,
+    #[serde(default)]
+    every: Option<String>,
+    #[serde(default)]
+    cron: Option<String>,
+    #[serde(default)]
+    tz: Option<String>,
+}
+
+#[async_trait]
+impl Tool for CronTool {
+    fn name(&self) -> &str {
+        "cron"
+    }
+
+    fn description(&self) -> &str {
+        "Schedule work in this chat, and manage this chat's jobs. `add` with a `message` (what \
+         you will be told when it runs) and one of: `in` (\"10m\", \"2h 30m\"), `at` (an \
+         RFC 3339 time, or \"2026-12-24 18:00\" in `tz`), `every` (\"30m\", \"1 day\"), `cron` \
+         (\"0 9 * * 1-5\", read in `tz`). When it runs you get its message as a scheduled \
+         task (not from the person) and your answer goes to this chat. `list` shows the jobs; \
+         `remove`, `pause`, `resume` and `run` (now, once) take an `id`."
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["add", "list", "remove", "pause", "resume", "run"]},
+                "id": {"type": "string", "description": "the job, for remove, pause, resume, run"},
+                "name": {"type": "string", "description": "a short name for the job"},
+                "message": {"type": "string", "description": "what you are told when it runs"},
+                "in": {"type": "string", "description": "once, after this long: 10m, 2h 30m"},
+                "at": {"type": "string", "description": "once, at this time"},
+                "every": {"type": "string", "description": "repeatedly, this often: 30m, 1 day"},
+                "cron": {"type": "string", "description": "a cron expression: minute hour day month weekday"},
+                "tz": {"type": "string", "description": "IANA time zone for `at` and `cron` (default: the daemon's)"}
+            },
+            "required": ["action"]
+        })
+    }
+
+    fn exclusive(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args: Args = serde_json::from_value(value)
+            .map_err(|err| ToolError::InvalidArguments(err.to_string()))?;
+        let (channel, chat) = ctx.session.split().ok_or_else(|| {
+            ToolError::Failed("jobs belong to a chat, and this turn has none".into())
+        })?;
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        let id = || {
+            args.id
+                .clone()
+                .filter(|id| !id.trim().is_empty())
+                .ok_or_else(|| {
+                    ToolError::InvalidArguments(format!("`{}` needs an `id`", args.action))
+                })
+        };
+        let failed = ToolError::Failed;
+        match args.action.as_str() {
+            "add" => {
+                let tz = args
+                    .tz
+                    .clone()
+                    .unwrap_or_else(|| self.scheduler.config().timezone.clone());
+                let now = self.scheduler.now();
+                let schedule = match (&args.after, &args.at, &args.every, &args.cron) {
+                    (Some(after), None, None, None) => Schedule::after(after, now),
+                    (None, Some(at), None, None) => Schedule::at(at, &tz),
+                    (None, None, Some(every), None) => Schedule::every(every, now),
+                    (None, None, None, Some(cron)) => Schedule::cron(cron, &tz),
+                    _ => {
+                        return Err(ToolError::InvalidArguments(
+                            "give exactly one of `in`, `at`, `every`, `cron`".into(),
+                        ));
+                    }
+                }
+                .map_err(ToolError::InvalidArguments)?;
+                let job = self
+                    .scheduler
+                    .add(NewJob {
+                        name: args.name.clone(),
+                        message: args.message.clone().unwrap_or_default(),
+                        schedule,
+                        chat: (channel, chat),
+                        session: SessionMode::Chat,
+                        catch_up: None,
+                    })
+                    .await
+                    .map_err(failed)?;
+                Ok(format!("Added {}", describe(&job)))
+            }
+            "list" => {
+                let jobs = self.scheduler.list(&asker).await.map_err(failed)?;
+                if jobs.is_empty() {
+                    return Ok("This chat has no jobs.".into());
+                }
+                Ok(jobs.iter().map(describe).collect::<Vec<_>>().join("\n"))
+            }
+            "remove" => {
+                let job = self
+                    .scheduler
+                    .remove(&asker, &id()?)
+                    .await
+                    .map_err(failed)?;
+                Ok(format!("Removed job {} \"{}\".", job.id, job.name))
+            }
+            "pause" | "resume" => {
+                let enabled = args.action == "resume";
+                let job = self
+                    .scheduler
+                    .set_enabled(&asker, &id()?, enabled)
+                    .await
+                    .map_err(failed)?;
+                Ok(format!(
+                    "{} {}",
+                    if enabled { "Resumed" } else { "Paused" },
+                    describe(&job)
+                ))
+            }
+            "run" => {
+                let job = self
+                    .scheduler
+                    .run_now(&asker, &id()?)
+                    .await
+                    .map_err(failed)?;
+                Ok(format!("Running job {} \"{}\" now.", job.id, job.name))
+            }
+            other => Err(ToolError::InvalidArguments(format!(
+                "`{other}` is not an action: add, list, remove, pause, resume or run"
+            ))),
+        }
+    }
+}
+
+/// One line about a job: id, name, schedule, next run, last outcome.
+pub fn describe(job: &Job) -> String {
+    let next = match (&job.next_due, job.enabled) {
+        (_, false) => "paused".to_owned(),
+        (Some(next), true) => format!("next {next}"),
+        (None, true) => "done".to_owned(),
+    };
+    let last = job
+        .last
+        .as_ref()
+        .map(|run| format!("; last: {}", run.outcome.as_str()))
+        .unwrap_or_default();
+    format!(
+        "job {} \"{}\": {}; {next}{last}",
+        job.id,
+        job.name,
+        job.schedule.describe()
+    )
+}
