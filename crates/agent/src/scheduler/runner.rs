@@ -166,6 +166,9 @@ struct Inner {
     settled: mpsc::UnboundedSender<(String, Fate)>,
     /// The loop's end of `settled`, taken when it starts.
     settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    /// The jobs as last read, with the store's version then: read again only when the
+    /// version moved (anyone's change) — the idle loop costs one `stat`.
+    cache: Mutex<Option<(u64, Vec<Job>)>>,
 }
 
 /// The sender of scheduled messages, as their `sender` field says.
@@ -191,6 +194,7 @@ impl Scheduler {
                 ended: Mutex::new(HashMap::new()),
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
+                cache: Mutex::new(None),
             }),
         }
     }
@@ -260,10 +264,31 @@ impl Scheduler {
         }
     }
 
+    /// The jobs, read again only when the store changed since.
+    async fn current_jobs(&self) -> Result<Vec<Job>, String> {
+        let version = self.inner.store.version().await;
+        if let Some((seen, jobs)) = &*self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            && *seen == version
+        {
+            return Ok(jobs.clone());
+        }
+        let jobs = self.jobs().await?;
+        *self
+            .inner
+            .cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((version, jobs.clone()));
+        Ok(jobs)
+    }
+
     /// Starts what is due; returns how long to wait before looking again.
     async fn tick(&self) -> Duration {
         let poll = self.inner.config.poll;
-        let jobs = match self.inner.store.jobs().await {
+        let jobs = match self.current_jobs().await {
             Ok(jobs) => jobs,
             Err(err) => {
                 tracing::error!(error = %err, "the scheduler cannot read its jobs");

@@ -256,6 +256,10 @@ fn read(path: &Path) -> std::io::Result<State> {
 #[async_trait]
 impl JobStore for FileJobStore {
     async fn jobs(&self) -> Result<Vec<Job>, JobStoreError> {
+        // No file, no jobs: nothing to lock or read (a daemon that never had a job).
+        if !self.file().exists() {
+            return Ok(Vec::new());
+        }
         self.with(|state| (state.jobs.values().cloned().collect(), Vec::new()))
             .await
     }
@@ -318,10 +322,9 @@ impl JobStore for FileJobStore {
     }
 
     async fn version(&self) -> u64 {
-        let path = self.file();
-        let (len, modified) = tokio::task::spawn_blocking(move || stamp(&path))
-            .await
-            .unwrap_or_default();
+        // One `stat`, done in place: the loop asks this every few seconds, and a blocking
+        // task for it would keep a thread of the blocking pool awake.
+        let (len, modified) = stamp(&self.file());
         len.wrapping_mul(1_000_003) ^ (modified as u64)
     }
 }
