@@ -23,7 +23,7 @@ use switchboard_core::{
 use switchboard_llm::Observer;
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_tools::builtin::{self, SandboxHelper};
-use switchboard_tools::sandbox::{Confinement, RunAs};
+use switchboard_tools::sandbox::RunAs;
 use switchboard_tools::{ToolRegistry, Workspace};
 use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
@@ -238,19 +238,10 @@ fn sandbox_helper(config: &Config, forbidden: Vec<std::path::PathBuf>) -> Option
             .ok()
             .filter(|exe| exe.file_name().is_some_and(|name| name == "switchboard"))?,
     };
-    let confinement = Confinement::probe();
-    if confinement != Confinement::Full {
-        tracing::warn!(
-            ?confinement,
-            "Landlock is not fully available on this kernel: commands \
-            run by `exec` are confined only as far as it goes (see docs/security.md)"
-        );
-    }
     Some(SandboxHelper {
         program,
         args: vec!["sandbox-exec".into()],
         forbidden,
-        confinement,
     })
 }
 

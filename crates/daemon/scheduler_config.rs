@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_agent::scheduler::{SchedulerConfig, default_zone, zone};
+use switchboard_agent::scheduler::{SchedulerConfig, zone};
 use toml::Spanned;
 
 use crate::config::{ConfigError, Source};
@@ -65,7 +65,7 @@ impl SchedulerSection {
     /// The scheduler's settings.
     pub fn settings(&self) -> SchedulerConfig {
         SchedulerConfig {
-            timezone: default_zone(self.timezone.as_ref().map(|tz| tz.get_ref().as_str())),
+            timezone: self.timezone.as_ref().map(|tz| tz.get_ref().clone()),
             catch_up: Duration::from_secs(*self.catch_up_secs.get_ref()),
             max_jobs_per_chat: *self.max_jobs_per_chat.get_ref(),
             min_interval: Duration::from_secs(*self.min_interval_secs.get_ref()),

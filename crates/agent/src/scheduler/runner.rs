@@ -79,8 +79,10 @@ impl Clock for TokioClock {
 /// How the scheduler behaves (the daemon fills it from `[scheduler]`).
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// The zone cron expressions are read in when a job names none.
-    pub timezone: String,
+    /// The zone cron expressions are read in when a job names none; `None`: the system's,
+    /// looked up when a job first needs it (not at start: a daemon without jobs never
+    /// touches the time zone database).
+    pub timezone: Option<String>,
     /// How late a run may start after the daemon was down, for jobs that say nothing.
     pub catch_up: Duration,
     /// Jobs one chat may have.
@@ -95,7 +97,7 @@ pub struct SchedulerConfig {
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
-            timezone: "UTC".into(),
+            timezone: None,
             catch_up: Duration::from_secs(3600),
             max_jobs_per_chat: 50,
             min_interval: Duration::from_secs(60),
@@ -166,6 +168,8 @@ struct Inner {
     settled: mpsc::UnboundedSender<(String, Fate)>,
     /// The loop's end of `settled`, taken when it starts.
     settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    /// The default zone, looked up at its first use.
+    timezone: std::sync::OnceLock<String>,
     /// The jobs as last read, with the store's version then: read again only when the
     /// version moved (anyone's change) — the idle loop costs one `stat`.
     cache: Mutex<Option<(u64, Vec<Job>)>>,
@@ -195,6 +199,7 @@ impl Scheduler {
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
                 cache: Mutex::new(None),
+                timezone: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -212,6 +217,14 @@ impl Scheduler {
     /// Now, by its clock.
     pub fn now(&self) -> Timestamp {
         self.inner.clock.now()
+    }
+
+    /// The zone jobs use when they name none: the configured one, else the system's.
+    pub fn timezone(&self) -> String {
+        self.inner
+            .timezone
+            .get_or_init(|| super::due::default_zone(self.inner.config.timezone.as_deref()))
+            .clone()
     }
 
     /// Runs until `stop` is cancelled: hands every due run to the agent. Runs pending from

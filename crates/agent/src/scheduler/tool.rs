@@ -101,10 +101,7 @@ impl Tool for CronTool {
         let failed = ToolError::Failed;
         match args.action.as_str() {
             "add" => {
-                let tz = args
-                    .tz
-                    .clone()
-                    .unwrap_or_else(|| self.scheduler.config().timezone.clone());
+                let tz = args.tz.clone().unwrap_or_else(|| self.scheduler.timezone());
                 let now = self.scheduler.now();
                 let schedule = match (&args.after, &args.at, &args.every, &args.cron) {
                     (Some(after), None, None, None) => Schedule::after(after, now),

@@ -67,8 +67,6 @@ pub struct SandboxHelper {
     pub args: Vec<String>,
     /// Paths a command may not read (the state directory, the config file).
     pub forbidden: Vec<PathBuf>,
-    /// What Landlock gives on this kernel.
-    pub confinement: Confinement,
 }
 
 /// Runs shell commands.
@@ -82,6 +80,9 @@ pub struct Exec {
     told: Mutex<HashSet<String>>,
     /// How the helper isolates commands here: probed at the first command.
     isolation: OnceCell<Isolation>,
+    /// What Landlock gives on this kernel: probed at the first command too (a daemon that
+    /// runs none never loads the code).
+    confinement: OnceCell<Confinement>,
 }
 
 impl Exec {
@@ -92,6 +93,7 @@ impl Exec {
             deny: OnceLock::new(),
             told: Mutex::new(HashSet::new()),
             isolation: OnceCell::new(),
+            confinement: OnceCell::new(),
         }
     }
 
@@ -131,9 +133,34 @@ impl Exec {
             .await
     }
 
+    /// What Landlock gives here, asked of the kernel once (and said in the log when it is
+    /// not everything).
+    async fn confinement(&self) -> Confinement {
+        *self
+            .confinement
+            .get_or_init(|| async {
+                let confinement = tokio::task::spawn_blocking(Confinement::probe)
+                    .await
+                    .unwrap_or(Confinement::None);
+                if confinement != Confinement::Full {
+                    tracing::warn!(
+                        ?confinement,
+                        "Landlock is not fully available on this kernel: commands run by \
+                         `exec` are confined only as far as it goes (see docs/security.md)"
+                    );
+                }
+                confinement
+            })
+            .await
+    }
+
     /// A note for the first result in a session when commands are not fully confined.
-    fn confinement_note(&self, session: &str) -> Option<&'static str> {
-        let note = match self.options.sandbox.as_ref().map(|s| s.confinement) {
+    async fn confinement_note(&self, session: &str) -> Option<&'static str> {
+        let confinement = match &self.options.sandbox {
+            Some(_) => Some(self.confinement().await),
+            None => None,
+        };
+        let note = match confinement {
             Some(Confinement::Full) => return None,
             Some(Confinement::Partial) => {
                 "note: this kernel's Landlock is older; commands are confined to the workspace \
@@ -298,7 +325,7 @@ impl Tool for Exec {
             .unwrap_or_else(|_| (HeadTail::new(half), HeadTail::new(half)));
 
         let mut text = String::new();
-        if let Some(note) = self.confinement_note(ctx.session.as_str()) {
+        if let Some(note) = self.confinement_note(ctx.session.as_str()).await {
             text.push_str(note);
             text.push('\n');
         }
