@@ -119,7 +119,7 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
         .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
     tools.extend(parts.extra.clone());
     if let Some(scheduler) = &parts.scheduler {
-        tools.register(Arc::new(CronTool::new(scheduler.clone())));
+        tools.register(Arc::new(CronTool::new(scheduler.jobs().clone())));
     }
     turn_config::add_ask_user(config, &mut tools);
     Ok(tools)

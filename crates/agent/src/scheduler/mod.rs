@@ -5,18 +5,20 @@
 //! - `job`: [`Job`], [`Run`] and [`Outcome`]: the records the store keeps.
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
-//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them,
-//!   and what chats and the operator may do with jobs.
+//! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
+//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
 
 mod due;
 mod job;
+mod jobs;
 mod runner;
 mod store;
 mod tool;
 
 pub use due::{Schedule, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
-pub use runner::{Asker, Clock, NewJob, Scheduler, SchedulerConfig, SystemClock, TokioClock};
+pub use jobs::{Asker, Jobs, NewJob};
+pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
 pub use tool::{CronTool, describe};

@@ -27,11 +27,11 @@ use switchboard_core::{
     Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, MessageId, Origin, OutboundKind,
     OutboundMessage, SenderId, TurnEnd,
 };
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::due::Schedule;
-use super::job::{Job, Outcome, Run, SessionMode};
+use super::job::{Job, Outcome, Run};
+use super::jobs::Jobs;
 use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
 
@@ -106,44 +106,6 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// Where a job is asked for, and by whom: a chat (the agent, or the person there) may see and
-/// change only that chat's jobs; the operator may see and change all.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Asker {
-    /// A chat: its channel and chat id.
-    Chat(ChannelName, ChatId),
-    /// The operator (the CLI).
-    Operator,
-}
-
-impl Asker {
-    fn may_touch(&self, job: &Job) -> bool {
-        match self {
-            Self::Operator => true,
-            Self::Chat(channel, chat) => {
-                job.channel == channel.as_str() && job.chat_id == chat.as_str()
-            }
-        }
-    }
-}
-
-/// A job to add, as asked.
-#[derive(Clone, Debug)]
-pub struct NewJob {
-    /// Its name (a short summary of the message when none is given).
-    pub name: Option<String>,
-    /// What the agent is told when it runs.
-    pub message: String,
-    /// When it runs.
-    pub schedule: Schedule,
-    /// The chat it runs in: `(channel, chat id)`.
-    pub chat: (ChannelName, ChatId),
-    /// Where its turn runs.
-    pub session: SessionMode,
-    /// How late it may still start after the daemon was down; the config's by default.
-    pub catch_up: Option<Duration>,
-}
-
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]
 pub struct Scheduler {
@@ -151,15 +113,11 @@ pub struct Scheduler {
 }
 
 struct Inner {
-    store: Arc<dyn JobStore>,
+    /// The jobs, their store, clock and config; its `changed` wakes the loop.
+    jobs: Jobs,
     hub: ChatHub,
-    clock: Arc<dyn Clock>,
-    config: SchedulerConfig,
-    /// Poked when a job changes in this process (the `cron` tool, a command), so the loop
-    /// looks again at once; the loop waits on it.
-    changed: Notify,
     /// Runs handed to the agent and not settled yet, by their message id: (job, due).
-    /// Written by the loop; read by `run now` and the loop's pile-up check.
+    /// Written by the loop; read by its pile-up check.
     in_flight: Mutex<HashMap<String, (String, Timestamp)>>,
     /// How the turns of runs ended (from the hook), by message id, until the run's ack.
     ended: Mutex<HashMap<String, Outcome>>,
@@ -168,8 +126,6 @@ struct Inner {
     settled: mpsc::UnboundedSender<(String, Fate)>,
     /// The loop's end of `settled`, taken when it starts.
     settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
-    /// The default zone, looked up at its first use.
-    timezone: std::sync::OnceLock<String>,
     /// The jobs as last read, with the store's version then: read again only when the
     /// version moved (anyone's change) — the idle loop costs one `stat`.
     cache: Mutex<Option<(u64, Vec<Job>)>>,
@@ -189,17 +145,13 @@ impl Scheduler {
         let (settled, settled_rx) = mpsc::unbounded_channel();
         Self {
             inner: Arc::new(Inner {
-                store,
+                jobs: Jobs::new(store, clock, config),
                 hub,
-                clock,
-                config,
-                changed: Notify::new(),
                 in_flight: Mutex::new(HashMap::new()),
                 ended: Mutex::new(HashMap::new()),
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
                 cache: Mutex::new(None),
-                timezone: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -209,22 +161,13 @@ impl Scheduler {
         Arc::new(Outcomes(self.inner.clone()))
     }
 
-    /// The config it runs with.
-    pub fn config(&self) -> &SchedulerConfig {
-        &self.inner.config
+    /// Its jobs, to add, list and change (a change wakes the loop at once).
+    pub fn jobs(&self) -> &Jobs {
+        &self.inner.jobs
     }
 
-    /// Now, by its clock.
-    pub fn now(&self) -> Timestamp {
-        self.inner.clock.now()
-    }
-
-    /// The zone jobs use when they name none: the configured one, else the system's.
-    pub fn timezone(&self) -> String {
-        self.inner
-            .timezone
-            .get_or_init(|| super::due::default_zone(self.inner.config.timezone.as_deref()))
-            .clone()
+    fn store(&self) -> &Arc<dyn JobStore> {
+        self.inner.jobs.store()
     }
 
     /// Runs until `stop` is cancelled: hands every due run to the agent. Runs pending from
@@ -246,7 +189,7 @@ impl Scheduler {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
-                () = self.inner.changed.notified() => {}
+                () = self.inner.jobs.changed().notified() => {}
                 Some((id, fate)) = settled.recv() => self.settle(&id, fate).await,
             }
             // Settle whatever else arrived meanwhile before looking at what is due.
@@ -258,7 +201,7 @@ impl Scheduler {
 
     /// Hands over again the runs a crash (or a stop) left pending.
     async fn resume_pending(&self) {
-        let jobs = match self.inner.store.jobs().await {
+        let jobs = match self.store().jobs().await {
             Ok(jobs) => jobs,
             Err(err) => {
                 tracing::error!(error = %err, "the scheduler cannot read its jobs");
@@ -279,7 +222,7 @@ impl Scheduler {
 
     /// The jobs, read again only when the store changed since.
     async fn current_jobs(&self) -> Result<Vec<Job>, String> {
-        let version = self.inner.store.version().await;
+        let version = self.store().version().await;
         if let Some((seen, jobs)) = &*self
             .inner
             .cache
@@ -289,7 +232,7 @@ impl Scheduler {
         {
             return Ok(jobs.clone());
         }
-        let jobs = self.jobs().await?;
+        let jobs = self.store().jobs().await.map_err(|err| err.to_string())?;
         *self
             .inner
             .cache
@@ -300,7 +243,7 @@ impl Scheduler {
 
     /// Starts what is due; returns how long to wait before looking again.
     async fn tick(&self) -> Duration {
-        let poll = self.inner.config.poll;
+        let poll = self.inner.jobs.config().poll;
         let jobs = match self.current_jobs().await {
             Ok(jobs) => jobs,
             Err(err) => {
@@ -308,7 +251,7 @@ impl Scheduler {
                 return poll;
             }
         };
-        let now = self.inner.clock.now();
+        let now = self.inner.jobs.now();
         let mut soonest: Option<Timestamp> = None;
         for job in jobs {
             let Some(due) = job.next_due.filter(|_| job.enabled) else {
@@ -367,8 +310,7 @@ impl Scheduler {
         // removed, paused or moved meanwhile, it is left as it is now.
         let written = {
             let run = run.clone();
-            self.inner
-                .store
+            self.store()
                 .update(
                     &job.id,
                     Box::new(move |now_job| {
@@ -390,7 +332,7 @@ impl Scheduler {
                 return Some(due);
             }
         }
-        if let Err(err) = self.inner.store.record(&run).await {
+        if let Err(err) = self.store().record(&run).await {
             tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
         }
         match skipped {
@@ -474,32 +416,25 @@ impl Scheduler {
             },
             Fate::Handled => ended.unwrap_or(Outcome::Answered),
         };
-        let started = self
-            .inner
-            .store
-            .runs(&job_id, 1)
-            .await
-            .ok()
-            .and_then(|runs| {
-                runs.into_iter()
-                    .find(|run| run.due == due)
-                    .and_then(|run| run.started)
-            });
+        let started = self.store().runs(&job_id, 1).await.ok().and_then(|runs| {
+            runs.into_iter()
+                .find(|run| run.due == due)
+                .and_then(|run| run.started)
+        });
         let run = Run {
             job: job_id.clone(),
             due,
             started,
-            finished: Some(self.inner.clock.now()),
+            finished: Some(self.inner.jobs.now()),
             outcome,
         };
         tracing::info!(job = %job_id, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
-        if let Err(err) = self.inner.store.record(&run).await {
+        if let Err(err) = self.store().record(&run).await {
             tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be recorded");
         }
         let last = run.clone();
         let noted = self
-            .inner
-            .store
+            .store()
             .update(
                 &job_id,
                 Box::new(move |job| {
@@ -527,191 +462,6 @@ impl Scheduler {
         if let Err(err) = self.inner.hub.publish_outbound(message).await {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
         }
-    }
-
-    /// Adds a job for the chat of `new`.
-    pub async fn add(&self, new: NewJob) -> Result<Job, String> {
-        let config = &self.inner.config;
-        let now = self.inner.clock.now();
-        if new.message.trim().is_empty() {
-            return Err("the job needs a message: what the agent is told when it runs".into());
-        }
-        if let Some(gap) = new.schedule.shortest_gap(now)
-            && gap < config.min_interval
-        {
-            return Err(format!(
-                "it would run every {} s; the shortest interval allowed is {} s \
-                 (scheduler.min_interval_secs)",
-                gap.as_secs(),
-                config.min_interval.as_secs()
-            ));
-        }
-        let next_due = new.schedule.next_after(now)?;
-        if next_due.is_none() {
-            return Err("that time has passed: the job would never run".into());
-        }
-        let (channel, chat) = new.chat;
-        let asker = Asker::Chat(channel.clone(), chat.clone());
-        let theirs = self
-            .jobs()
-            .await?
-            .into_iter()
-            .filter(|job| asker.may_touch(job))
-            .count();
-        if theirs >= config.max_jobs_per_chat {
-            return Err(format!(
-                "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
-                 remove one first"
-            ));
-        }
-        let id = self
-            .inner
-            .store
-            .new_id()
-            .await
-            .map_err(|err| err.to_string())?;
-        let name = new
-            .name
-            .filter(|name| !name.trim().is_empty())
-            .unwrap_or_else(|| new.message.chars().take(40).collect());
-        let job = Job {
-            id,
-            name,
-            message: new.message,
-            schedule: new.schedule,
-            channel: channel.to_string(),
-            chat_id: chat.to_string(),
-            session: new.session,
-            enabled: true,
-            created_by: format!("chat {}", switchboard_core::SessionKey::of(&channel, &chat)),
-            catch_up_secs: new.catch_up.unwrap_or(config.catch_up).as_secs(),
-            created_at: now,
-            next_due,
-            last: None,
-        };
-        self.inner
-            .store
-            .put(&job)
-            .await
-            .map_err(|err| err.to_string())?;
-        self.inner.changed.notify_one();
-        Ok(job)
-    }
-
-    /// Every job, for whoever may see them: a chat sees its own.
-    pub async fn list(&self, asker: &Asker) -> Result<Vec<Job>, String> {
-        Ok(self
-            .jobs()
-            .await?
-            .into_iter()
-            .filter(|job| asker.may_touch(job))
-            .collect())
-    }
-
-    /// Removes a job.
-    pub async fn remove(&self, asker: &Asker, id: &str) -> Result<Job, String> {
-        let job = self.find(asker, id).await?;
-        self.inner
-            .store
-            .remove(id)
-            .await
-            .map_err(|err| err.to_string())?;
-        self.inner.changed.notify_one();
-        Ok(job)
-    }
-
-    /// Pauses (`enabled = false`) or resumes a job. A resumed job runs at its next due time
-    /// from now on (what it missed while paused is not made up).
-    pub async fn set_enabled(&self, asker: &Asker, id: &str, enabled: bool) -> Result<Job, String> {
-        let job = self.find(asker, id).await?;
-        let next = if enabled {
-            job.schedule.next_after(self.inner.clock.now())?
-        } else {
-            job.next_due
-        };
-        let job = self
-            .inner
-            .store
-            .update(
-                &job.id,
-                Box::new(move |job| {
-                    job.enabled = enabled;
-                    job.next_due = next;
-                    true
-                }),
-            )
-            .await
-            .map_err(|err| err.to_string())?
-            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
-        self.inner.changed.notify_one();
-        Ok(job)
-    }
-
-    /// Runs a job now, once, besides its schedule.
-    pub async fn run_now(&self, asker: &Asker, id: &str) -> Result<Job, String> {
-        let job = self.find(asker, id).await?;
-        if self.running(&job.id) {
-            return Err(format!("job {id} is running now"));
-        }
-        let now = self.inner.clock.now();
-        let run = Run {
-            job: job.id.clone(),
-            due: now,
-            started: Some(now),
-            finished: None,
-            outcome: Outcome::Pending,
-        };
-        let last = run.clone();
-        let updated = self
-            .inner
-            .store
-            .update(
-                &job.id,
-                Box::new(move |job| {
-                    job.last = Some(last);
-                    true
-                }),
-            )
-            .await
-            .map_err(|err| err.to_string())?
-            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
-        self.inner
-            .store
-            .record(&run)
-            .await
-            .map_err(|err| err.to_string())?;
-        self.publish(&updated, now).await;
-        Ok(updated)
-    }
-
-    /// A job's last runs, newest first.
-    pub async fn runs(&self, asker: &Asker, id: &str, limit: usize) -> Result<Vec<Run>, String> {
-        let all = self.jobs().await?;
-        if let Some(job) = all.iter().find(|job| job.id == id)
-            && !asker.may_touch(job)
-        {
-            return Err(format!("there is no job {id} in this chat"));
-        }
-        self.inner
-            .store
-            .runs(id, limit)
-            .await
-            .map_err(|err| err.to_string())
-    }
-
-    async fn jobs(&self) -> Result<Vec<Job>, String> {
-        self.inner.store.jobs().await.map_err(|err| err.to_string())
-    }
-
-    async fn find(&self, asker: &Asker, id: &str) -> Result<Job, String> {
-        self.jobs()
-            .await?
-            .into_iter()
-            .find(|job| job.id == id.trim() && asker.may_touch(job))
-            .ok_or_else(|| match asker {
-                Asker::Chat(..) => format!("there is no job {id} in this chat"),
-                Asker::Operator => format!("there is no job {id}"),
-            })
     }
 }
 
@@ -760,6 +510,9 @@ mod tests {
     use tokio::sync::mpsc::Receiver;
 
     use super::*;
+    use crate::scheduler::due::Schedule;
+    use crate::scheduler::job::SessionMode;
+    use crate::scheduler::jobs::{Asker, NewJob};
     use crate::scheduler::store::FileJobStore;
 
     /// A channel that keeps what it is sent.
@@ -840,6 +593,7 @@ mod tests {
             chat: chat(),
             session: SessionMode::Chat,
             catch_up: None,
+            created_by: None,
         }
     }
 
@@ -857,6 +611,7 @@ mod tests {
         let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
         let job = s
             .scheduler
+            .jobs()
             .add(new_job(Schedule::after("2s", now).expect("in 2 s")))
             .await
             .expect("added");
@@ -885,7 +640,12 @@ mod tests {
         let runs = s.store.runs(&job.id, 5).await.expect("runs");
         assert_eq!(runs.len(), 1, "{runs:?}");
         assert_eq!(runs[0].outcome, Outcome::Answered);
-        let jobs = s.scheduler.list(&Asker::Operator).await.expect("jobs");
+        let jobs = s
+            .scheduler
+            .jobs()
+            .list(&Asker::Operator)
+            .await
+            .expect("jobs");
         assert_eq!(jobs[0].next_due, None);
         s.stop.cancel();
     }
@@ -896,6 +656,7 @@ mod tests {
         let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
         let job = s
             .scheduler
+            .jobs()
             .add(new_job(Schedule::every("10s", now).expect("every")))
             .await
             .expect("added");
@@ -905,6 +666,7 @@ mod tests {
         }
         let asker = Asker::Chat(chat().0, chat().1);
         s.scheduler
+            .jobs()
             .set_enabled(&asker, &job.id, false)
             .await
             .expect("paused");
@@ -913,6 +675,7 @@ mod tests {
             "paused"
         );
         s.scheduler
+            .jobs()
             .set_enabled(&asker, &job.id, true)
             .await
             .expect("resumed");
@@ -920,7 +683,11 @@ mod tests {
             .await
             .expect("runs again")
             .settle(Fate::Handled);
-        s.scheduler.remove(&asker, &job.id).await.expect("removed");
+        s.scheduler
+            .jobs()
+            .remove(&asker, &job.id)
+            .await
+            .expect("removed");
         assert!(
             next(&mut s, Duration::from_secs(120)).await.is_none(),
             "removed"
@@ -940,19 +707,29 @@ mod tests {
         let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
         let job = s
             .scheduler
+            .jobs()
             .add(new_job(Schedule::every("1h", now).expect("every")))
             .await
             .expect("added");
         let other = Asker::Chat(ChannelName::from("websocket"), ChatId::from("d"));
-        assert!(s.scheduler.list(&other).await.expect("list").is_empty());
+        assert!(
+            s.scheduler
+                .jobs()
+                .list(&other)
+                .await
+                .expect("list")
+                .is_empty()
+        );
         let err = s
             .scheduler
+            .jobs()
             .remove(&other, &job.id)
             .await
             .expect_err("not theirs");
         assert!(err.contains("no job"), "{err}");
         let err = s
             .scheduler
+            .jobs()
             .add(new_job(Schedule::every("30s", now).expect("every")))
             .await
             .expect_err("too often");

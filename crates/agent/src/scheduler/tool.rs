@@ -10,17 +10,17 @@ use switchboard_tools::{Tool, ToolContext, ToolError};
 
 use super::due::Schedule;
 use super::job::{Job, SessionMode};
-use super::runner::{Asker, NewJob, Scheduler};
+use super::jobs::{Asker, Jobs, NewJob};
 
 /// The agent's way to the scheduler.
 pub struct CronTool {
-    scheduler: Scheduler,
+    jobs: Jobs,
 }
 
 impl CronTool {
-    /// The tool over `scheduler`.
-    pub fn new(scheduler: Scheduler) -> Self {
-        Self { scheduler }
+    /// The tool over `jobs`.
+    pub fn new(jobs: Jobs) -> Self {
+        Self { jobs }
     }
 }
 
@@ -101,8 +101,8 @@ impl Tool for CronTool {
         let failed = ToolError::Failed;
         match args.action.as_str() {
             "add" => {
-                let tz = args.tz.clone().unwrap_or_else(|| self.scheduler.timezone());
-                let now = self.scheduler.now();
+                let tz = args.tz.clone().unwrap_or_else(|| self.jobs.timezone());
+                let now = self.jobs.now();
                 let schedule = match (&args.after, &args.at, &args.every, &args.cron) {
                     (Some(after), None, None, None) => Schedule::after(after, now),
                     (None, Some(at), None, None) => Schedule::at(at, &tz),
@@ -116,7 +116,7 @@ impl Tool for CronTool {
                 }
                 .map_err(ToolError::InvalidArguments)?;
                 let job = self
-                    .scheduler
+                    .jobs
                     .add(NewJob {
                         name: args.name.clone(),
                         message: args.message.clone().unwrap_or_default(),
@@ -124,30 +124,27 @@ impl Tool for CronTool {
                         chat: (channel, chat),
                         session: SessionMode::Chat,
                         catch_up: None,
+                        created_by: None,
                     })
                     .await
                     .map_err(failed)?;
                 Ok(format!("Added {}", describe(&job)))
             }
             "list" => {
-                let jobs = self.scheduler.list(&asker).await.map_err(failed)?;
+                let jobs = self.jobs.list(&asker).await.map_err(failed)?;
                 if jobs.is_empty() {
                     return Ok("This chat has no jobs.".into());
                 }
                 Ok(jobs.iter().map(describe).collect::<Vec<_>>().join("\n"))
             }
             "remove" => {
-                let job = self
-                    .scheduler
-                    .remove(&asker, &id()?)
-                    .await
-                    .map_err(failed)?;
+                let job = self.jobs.remove(&asker, &id()?).await.map_err(failed)?;
                 Ok(format!("Removed job {} \"{}\".", job.id, job.name))
             }
             "pause" | "resume" => {
                 let enabled = args.action == "resume";
                 let job = self
-                    .scheduler
+                    .jobs
                     .set_enabled(&asker, &id()?, enabled)
                     .await
                     .map_err(failed)?;
@@ -158,11 +155,7 @@ impl Tool for CronTool {
                 ))
             }
             "run" => {
-                let job = self
-                    .scheduler
-                    .run_now(&asker, &id()?)
-                    .await
-                    .map_err(failed)?;
+                let job = self.jobs.run_now(&asker, &id()?).await.map_err(failed)?;
                 Ok(format!("Running job {} \"{}\" now.", job.id, job.name))
             }
             other => Err(ToolError::InvalidArguments(format!(

@@ -1,0 +1,268 @@
+//! [`Jobs`]: what may be done with jobs — add (within a chat's limits), list, remove, pause,
+//! resume, run now, read runs — by a chat (the agent's `cron` tool, the person's `/jobs`),
+//! which sees and touches only its own, or by the operator (`switchboard cron`), who sees
+//! all. It works on the job store alone: the running daemon's scheduler sees every change
+//! (at once when it was made in its own process, else at its next look).
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use switchboard_core::{ChannelName, ChatId, SessionKey};
+use tokio::sync::Notify;
+
+use super::due::{Schedule, default_zone};
+use super::job::{Job, Run, SessionMode};
+use super::runner::{Clock, SchedulerConfig};
+use super::store::JobStore;
+
+/// Who asks: a chat (the agent, or the person there) may see and change only that chat's
+/// jobs; the operator may see and change all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Asker {
+    /// A chat: its channel and chat id.
+    Chat(ChannelName, ChatId),
+    /// The operator (the CLI).
+    Operator,
+}
+
+impl Asker {
+    pub(crate) fn may_touch(&self, job: &Job) -> bool {
+        match self {
+            Self::Operator => true,
+            Self::Chat(channel, chat) => {
+                job.channel == channel.as_str() && job.chat_id == chat.as_str()
+            }
+        }
+    }
+}
+
+/// A job to add, as asked.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// Its name (the start of its message when none is given).
+    pub name: Option<String>,
+    /// What the agent is told when it runs.
+    pub message: String,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// The chat it runs in: `(channel, chat id)`.
+    pub chat: (ChannelName, ChatId),
+    /// Where its turn runs.
+    pub session: SessionMode,
+    /// How late it may still start after the daemon was down; the config's by default.
+    pub catch_up: Option<Duration>,
+    /// Who made it: `chat <session>` when a chat asks, `operator`, `config`.
+    pub created_by: Option<String>,
+}
+
+/// Jobs, as a chat or the operator may handle them. Cloning shares it.
+#[derive(Clone)]
+pub struct Jobs {
+    store: Arc<dyn JobStore>,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    /// Poked on every change, so that this process's scheduler looks again at once.
+    changed: Arc<Notify>,
+    /// The default zone, looked up at its first use.
+    timezone: Arc<OnceLock<String>>,
+}
+
+impl Jobs {
+    /// Jobs of `store`, on `clock`, within `config`'s limits.
+    pub fn new(store: Arc<dyn JobStore>, clock: Arc<dyn Clock>, config: SchedulerConfig) -> Self {
+        Self {
+            store,
+            clock,
+            config,
+            changed: Arc::new(Notify::new()),
+            timezone: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The config it works within.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Now, by its clock.
+    pub fn now(&self) -> jiff::Timestamp {
+        self.clock.now()
+    }
+
+    /// The zone jobs use when they name none: the configured one, else the system's.
+    pub fn timezone(&self) -> String {
+        self.timezone
+            .get_or_init(|| default_zone(self.config.timezone.as_deref()))
+            .clone()
+    }
+
+    /// Notified on every change made through this (and its clones).
+    pub(crate) fn changed(&self) -> &Arc<Notify> {
+        &self.changed
+    }
+
+    /// The store.
+    pub(crate) fn store(&self) -> &Arc<dyn JobStore> {
+        &self.store
+    }
+
+    /// Adds a job for the chat of `new`.
+    pub async fn add(&self, new: NewJob) -> Result<Job, String> {
+        let config = &self.config;
+        let now = self.clock.now();
+        if new.message.trim().is_empty() {
+            return Err("the job needs a message: what the agent is told when it runs".into());
+        }
+        if let Some(gap) = new.schedule.shortest_gap(now)
+            && gap < config.min_interval
+        {
+            return Err(format!(
+                "it would run every {} s; the shortest interval allowed is {} s \
+                 (scheduler.min_interval_secs)",
+                gap.as_secs(),
+                config.min_interval.as_secs()
+            ));
+        }
+        let next_due = new.schedule.next_after(now)?;
+        if next_due.is_none() {
+            return Err("that time has passed: the job would never run".into());
+        }
+        let (channel, chat) = new.chat;
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        let theirs = self
+            .jobs()
+            .await?
+            .into_iter()
+            .filter(|job| asker.may_touch(job))
+            .count();
+        if theirs >= config.max_jobs_per_chat {
+            return Err(format!(
+                "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
+                 remove one first"
+            ));
+        }
+        let id = self.store.new_id().await.map_err(|err| err.to_string())?;
+        let name = new
+            .name
+            .filter(|name| !name.trim().is_empty())
+            .unwrap_or_else(|| new.message.chars().take(40).collect());
+        let job = Job {
+            id,
+            name,
+            message: new.message,
+            schedule: new.schedule,
+            channel: channel.to_string(),
+            chat_id: chat.to_string(),
+            session: new.session,
+            enabled: true,
+            created_by: new
+                .created_by
+                .unwrap_or_else(|| format!("chat {}", SessionKey::of(&channel, &chat))),
+            catch_up_secs: new.catch_up.unwrap_or(config.catch_up).as_secs(),
+            created_at: now,
+            next_due,
+            last: None,
+        };
+        self.store.put(&job).await.map_err(|err| err.to_string())?;
+        self.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Every job, for whoever may see them: a chat sees its own.
+    pub async fn list(&self, asker: &Asker) -> Result<Vec<Job>, String> {
+        Ok(self
+            .jobs()
+            .await?
+            .into_iter()
+            .filter(|job| asker.may_touch(job))
+            .collect())
+    }
+
+    /// Removes a job.
+    pub async fn remove(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        self.store.remove(id).await.map_err(|err| err.to_string())?;
+        self.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Pauses (`enabled = false`) or resumes a job. A resumed job runs at its next due time
+    /// from now on (what it missed while paused is not made up).
+    pub async fn set_enabled(&self, asker: &Asker, id: &str, enabled: bool) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        let next = if enabled {
+            job.schedule.next_after(self.clock.now())?
+        } else {
+            job.next_due
+        };
+        let job = self
+            .store
+            .update(
+                &job.id,
+                Box::new(move |job| {
+                    job.enabled = enabled;
+                    job.next_due = next;
+                    true
+                }),
+            )
+            .await
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
+        self.changed.notify_one();
+        Ok(job)
+    }
+
+    /// Runs a job now, once, besides its schedule: it is made due now, and the scheduler
+    /// (this process's, or the daemon's when the operator's CLI asks) runs it at its next
+    /// look; its schedule goes on from there.
+    pub async fn run_now(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        let job = self.find(asker, id).await?;
+        if !job.enabled {
+            return Err(format!("job {id} is paused: resume it first"));
+        }
+        let now = self.clock.now();
+        let job = self
+            .store
+            .update(
+                &job.id,
+                Box::new(move |job| {
+                    job.next_due = Some(now);
+                    true
+                }),
+            )
+            .await
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| format!("job {id} was removed meanwhile"))?;
+        self.changed.notify_one();
+        Ok(job)
+    }
+
+    /// A job's last runs, newest first.
+    pub async fn runs(&self, asker: &Asker, id: &str, limit: usize) -> Result<Vec<Run>, String> {
+        let all = self.jobs().await?;
+        if let Some(job) = all.iter().find(|job| job.id == id)
+            && !asker.may_touch(job)
+        {
+            return Err(format!("there is no job {id} in this chat"));
+        }
+        self.store
+            .runs(id, limit)
+            .await
+            .map_err(|err| err.to_string())
+    }
+
+    async fn jobs(&self) -> Result<Vec<Job>, String> {
+        self.store.jobs().await.map_err(|err| err.to_string())
+    }
+
+    async fn find(&self, asker: &Asker, id: &str) -> Result<Job, String> {
+        self.jobs()
+            .await?
+            .into_iter()
+            .find(|job| job.id == id.trim() && asker.may_touch(job))
+            .ok_or_else(|| match asker {
+                Asker::Chat(..) => format!("there is no job {id} in this chat"),
+                Asker::Operator => format!("there is no job {id}"),
+            })
+    }
+}
