@@ -63,3 +63,64 @@ async fn a_reminder_asked_for_in_a_chat_comes_there_once_as_scheduled_work() {
     assert_eq!(h.llm.requests().len(), 3);
     h.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_person_lists_pauses_and_removes_their_chats_jobs_with_slash_jobs() {
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tools([(
+        "cron",
+        json!({"action": "add", "every": "1 day", "name": "plants", "message": "Water the plants."}),
+    )]));
+    h.llm.push(Reply::text("Every day, then."));
+    assert_eq!(
+        h.client
+            .say("c", "remind me daily to water the plants")
+            .await
+            .reply(),
+        "Every day, then."
+    );
+
+    let listed = h.client.say("c", "/jobs").await.reply().to_owned();
+    assert!(
+        listed.starts_with("job j1 \"plants\": every 24h; next ")
+            && (listed.contains("(in 24h)") || listed.contains("(in 23h 59m")),
+        "{listed}"
+    );
+    // Another chat sees none of it, and cannot touch it.
+    assert_eq!(
+        h.client.say("d", "/jobs").await.reply(),
+        "This chat has no scheduled jobs."
+    );
+    assert_eq!(
+        h.client.say("d", "/jobs rm j1").await.reply(),
+        "there is no job j1 in this chat"
+    );
+    let paused = h.client.say("c", "/jobs pause j1").await.reply().to_owned();
+    assert!(
+        paused.starts_with("Paused job j1 \"plants\"") && paused.ends_with("; paused"),
+        "{paused}"
+    );
+    let status = h.client.say("c", "/status").await.reply().to_owned();
+    assert!(
+        status.ends_with("\n1 scheduled job, none due (/jobs)."),
+        "{status}"
+    );
+    assert!(
+        h.client
+            .say("c", "/jobs frobnicate")
+            .await
+            .reply()
+            .starts_with("Usage: /jobs")
+    );
+    assert_eq!(
+        h.client.say("c", "/jobs rm j1").await.reply(),
+        "Removed job j1 \"plants\"."
+    );
+    assert_eq!(
+        h.client.say("c", "/jobs").await.reply(),
+        "This chat has no scheduled jobs."
+    );
+    // None of these reached the model.
+    assert_eq!(h.llm.requests().len(), 2);
+    h.daemon.shutdown().await;
+}

@@ -217,7 +217,9 @@ fn build_agent_and_tools(
         agent = agent.with_hook(MetricsHook::new());
     }
     if let Some(scheduler) = &scheduler {
-        agent = agent.with_hook(scheduler.hook());
+        agent = agent
+            .with_hook(scheduler.hook())
+            .with_jobs(scheduler.jobs().clone());
     }
     Ok((
         Arc::new(turn_config::with_approvals(config, agent)?),

@@ -91,6 +91,12 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             eprintln!("Nothing to stop (Ctrl-C stops an answer in progress).");
             true
         }
+        Some(Command::Jobs(_)) => {
+            eprintln!(
+                "Scheduled jobs belong to the daemon's chats: `switchboard cron list` shows them."
+            );
+            true
+        }
         None => turn(agent, session, text).await,
     }
 }

@@ -2,17 +2,19 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{MessageId, SessionKey};
+use switchboard_core::{ChannelName, ChatId, MessageId, SessionKey};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
 use switchboard_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
 
+use crate::command::JOBS_USAGE;
 use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
+use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::turn;
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
@@ -27,6 +29,8 @@ pub struct Agent {
     pub(crate) context: ContextCache,
     /// Policies attached to every turn.
     pub(crate) hooks: Hooks,
+    /// Scheduled jobs, for `/jobs` and `/status`; `None` when the scheduler is off.
+    jobs: Option<Jobs>,
 }
 
 impl Agent {
@@ -44,7 +48,53 @@ impl Agent {
             config,
             context: ContextCache::default(),
             hooks: Hooks::default(),
+            jobs: None,
         }
+    }
+
+    /// Lets chats see and change their scheduled jobs (`/jobs`, `/status`).
+    pub fn with_jobs(mut self, jobs: Jobs) -> Self {
+        self.jobs = Some(jobs);
+        self
+    }
+
+    /// The answer to `/jobs` in the chat `(channel, chat)`.
+    pub async fn jobs_command(
+        &self,
+        channel: &ChannelName,
+        chat: &ChatId,
+        action: Option<&JobAction>,
+    ) -> String {
+        let (Some(jobs), Some(action)) = (&self.jobs, action) else {
+            return match self.jobs {
+                None => "Scheduled jobs are off here (scheduler.enabled = false).".into(),
+                Some(_) => JOBS_USAGE.into(),
+            };
+        };
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        jobs.act(&asker, action).await.unwrap_or_else(|why| why)
+    }
+
+    /// One line for `/status` about the chat's scheduled jobs; `None` when it has none.
+    pub async fn jobs_status(&self, channel: &ChannelName, chat: &ChatId) -> Option<String> {
+        let jobs = self.jobs.as_ref()?;
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        let list = jobs.list(&asker).await.ok()?;
+        let next = list
+            .iter()
+            .filter(|job| job.enabled)
+            .filter_map(|job| job.next_due)
+            .min();
+        let count = list.len();
+        (count > 0).then(|| {
+            let plural = if count == 1 { "" } else { "s" };
+            match next {
+                Some(next) => {
+                    format!("{count} scheduled job{plural}; the next runs at {next} (/jobs).")
+                }
+                None => format!("{count} scheduled job{plural}, none due (/jobs)."),
+            }
+        })
     }
 
     /// Adds a hook, run after those added before it, in every turn.

@@ -1,7 +1,9 @@
 //! Chat commands, handled before the agent loop.
 
+use crate::scheduler::JobAction;
+
 /// A command a person can type in any chat.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// `/new`: forget this chat's history and start afresh.
     New,
@@ -15,15 +17,29 @@ pub enum Command {
     Approve,
     /// `/deny`: refuse the tool call the turn waits on.
     Deny,
+    /// `/jobs`, `/jobs rm ID`, `/jobs pause ID`, `/jobs resume ID`, `/jobs run ID`: this
+    /// chat's scheduled jobs. `None`: `/jobs` with words it does not know (answered with how
+    /// to use it).
+    Jobs(Option<JobAction>),
 }
 
 impl Command {
-    /// Parses a message that is exactly a command (`/stop`, `/stop@MyBot`, ` /NEW `).
+    /// Parses a message that is exactly a command (`/stop`, `/stop@MyBot`, ` /NEW `); only
+    /// `/jobs` takes words after it.
     pub fn parse(text: &str) -> Option<Self> {
-        let word = text.trim();
-        let word = word.strip_prefix('/')?;
+        let text = text.trim().strip_prefix('/')?;
+        let (word, rest) = text
+            .split_once(char::is_whitespace)
+            .map_or((text, ""), |(word, rest)| (word, rest.trim()));
         let word = word.split_once('@').map_or(word, |(command, _bot)| command);
-        match word.to_ascii_lowercase().as_str() {
+        let word = word.to_ascii_lowercase();
+        if word == "jobs" {
+            return Some(Self::Jobs(jobs_action(rest)));
+        }
+        if !rest.is_empty() {
+            return None;
+        }
+        match word.as_str() {
             "new" | "reset" => Some(Self::New),
             "stop" => Some(Self::Stop),
             "help" | "start" => Some(Self::Help),
@@ -34,6 +50,28 @@ impl Command {
         }
     }
 }
+
+/// The action of `/jobs <rest>`; `None` when `rest` is not one.
+fn jobs_action(rest: &str) -> Option<JobAction> {
+    let mut words = rest.split_whitespace();
+    let verb = words.next().map(str::to_ascii_lowercase);
+    let id = words.next().map(str::to_owned);
+    if words.next().is_some() {
+        return None;
+    }
+    match (verb.as_deref(), id) {
+        (None | Some("list" | "ls"), None) => Some(JobAction::List),
+        (Some("rm" | "remove" | "delete"), Some(id)) => Some(JobAction::Remove(id)),
+        (Some("pause"), Some(id)) => Some(JobAction::Pause(id)),
+        (Some("resume"), Some(id)) => Some(JobAction::Resume(id)),
+        (Some("run"), Some(id)) => Some(JobAction::Run(id)),
+        _ => None,
+    }
+}
+
+/// The reply to `/jobs` with words it does not know.
+pub const JOBS_USAGE: &str = "Usage: /jobs — this chat's scheduled jobs; /jobs rm ID, \
+/jobs pause ID, /jobs resume ID, /jobs run ID (now, once). Ask the agent to schedule one.";
 
 /// The command a message is: only a person's text is read as one (a scheduled job whose
 /// message is `/new` is a message to the model, not a command).
@@ -51,6 +89,7 @@ pub const HELP: &str = "Commands:\n\
 /stop — stop the answer in progress\n\
 /status — what this session holds\n\
 /approve, /deny — answer a request to run a tool\n\
+/jobs — this chat's scheduled jobs (/jobs rm|pause|resume|run ID)\n\
 /help — this list\n\
 Anything else goes to the agent.";
 
@@ -66,6 +105,28 @@ mod tests {
         assert_eq!(Command::parse("/status"), Some(Command::Status));
         assert_eq!(Command::parse("/approve"), Some(Command::Approve));
         assert_eq!(Command::parse("/Deny@my_bot"), Some(Command::Deny));
+    }
+
+    #[test]
+    fn jobs_takes_an_action_and_an_id() {
+        assert_eq!(
+            Command::parse("/jobs"),
+            Some(Command::Jobs(Some(JobAction::List)))
+        );
+        assert_eq!(
+            Command::parse("/jobs@my_bot  rm  k3x"),
+            Some(Command::Jobs(Some(JobAction::Remove("k3x".into()))))
+        );
+        assert_eq!(
+            Command::parse("/JOBS Pause a1"),
+            Some(Command::Jobs(Some(JobAction::Pause("a1".into()))))
+        );
+        assert_eq!(
+            Command::parse("/jobs run a1"),
+            Some(Command::Jobs(Some(JobAction::Run("a1".into()))))
+        );
+        assert_eq!(Command::parse("/jobs rm"), Some(Command::Jobs(None)));
+        assert_eq!(Command::parse("/jobs dance now"), Some(Command::Jobs(None)));
     }
 
     #[test]

@@ -264,7 +264,20 @@ impl Worker {
                 Err(err) => format!("Could not start a new session: {err}"),
             },
             Some(Command::Help) => HELP.to_owned(),
-            Some(Command::Status) => self.agent.status(session),
+            Some(Command::Status) => {
+                let mut text = self.agent.status(session);
+                let jobs = self.agent.jobs_status(&message.channel, &message.chat_id);
+                if let Some(jobs) = jobs.await {
+                    text = format!("{text}\n{jobs}");
+                }
+                text
+            }
+            Some(Command::Jobs(action)) => {
+                let (channel, chat) = (&message.channel, &message.chat_id);
+                self.agent
+                    .jobs_command(channel, chat, action.as_ref())
+                    .await
+            }
             // `run` answers `/stop` before it gets here (see `answer_stop`).
             Some(Command::Stop) => "Nothing to stop.".to_owned(),
             // A waiting turn gets these from the dispatcher; here nothing waits.

@@ -107,6 +107,14 @@ impl Outcome {
             Self::Skipped { .. } => "skipped",
         }
     }
+
+    /// The outcome with its reason: `answered`, `failed: the model was unreachable`.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Failed { why } | Self::Skipped { why } => format!("{}: {why}", self.as_str()),
+            other => other.as_str().to_owned(),
+        }
+    }
 }
 
 impl Run {

@@ -36,6 +36,22 @@ impl Asker {
     }
 }
 
+/// What may be done to a chat's jobs besides adding one — by the agent's `cron` tool and the
+/// person's `/jobs` alike, so both answer the same way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JobAction {
+    /// Every job, with its next run.
+    List,
+    /// Removes a job.
+    Remove(String),
+    /// Pauses a job.
+    Pause(String),
+    /// Resumes a paused job.
+    Resume(String),
+    /// Runs a job now, once, besides its schedule.
+    Run(String),
+}
+
 /// A job to add, as asked.
 #[derive(Clone, Debug)]
 pub struct NewJob {
@@ -168,6 +184,44 @@ impl Jobs {
         Ok(job)
     }
 
+    /// Does `action` for `asker`; the answer is one line per job touched (or listed), or why
+    /// not.
+    pub async fn act(&self, asker: &Asker, action: &JobAction) -> Result<String, String> {
+        let now = self.now();
+        match action {
+            JobAction::List => {
+                let jobs = self.list(asker).await?;
+                if jobs.is_empty() {
+                    return Ok(match asker {
+                        Asker::Chat(..) => "This chat has no scheduled jobs.".into(),
+                        Asker::Operator => "There are no scheduled jobs.".into(),
+                    });
+                }
+                Ok(jobs
+                    .iter()
+                    .map(|job| describe(job, now))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            }
+            JobAction::Remove(id) => {
+                let job = self.remove(asker, id).await?;
+                Ok(format!("Removed job {} \"{}\".", job.id, job.name))
+            }
+            JobAction::Pause(id) => {
+                let job = self.set_enabled(asker, id, false).await?;
+                Ok(format!("Paused {}", describe(&job, now)))
+            }
+            JobAction::Resume(id) => {
+                let job = self.set_enabled(asker, id, true).await?;
+                Ok(format!("Resumed {}", describe(&job, now)))
+            }
+            JobAction::Run(id) => {
+                let job = self.run_now(asker, id).await?;
+                Ok(format!("Running job {} \"{}\" now.", job.id, job.name))
+            }
+        }
+    }
+
     /// Every job, for whoever may see them: a chat sees its own.
     pub async fn list(&self, asker: &Asker) -> Result<Vec<Job>, String> {
         Ok(self
@@ -265,4 +319,34 @@ impl Jobs {
                 Asker::Operator => format!("there is no job {id}"),
             })
     }
+}
+
+/// One line about a job: id, name, schedule, next run (and how soon, from `now`), last
+/// outcome.
+pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
+    let next = match (&job.next_due, job.enabled) {
+        (_, false) => "paused".to_owned(),
+        (Some(next), true) => {
+            let next = next.round(jiff::Unit::Second).unwrap_or(*next);
+            let wait = next.duration_since(now);
+            if wait.is_positive() {
+                let wait = wait.round(jiff::Unit::Second).unwrap_or(wait);
+                format!("next {next} (in {wait:#})")
+            } else {
+                format!("next {next} (due now)")
+            }
+        }
+        (None, true) => "done".to_owned(),
+    };
+    let last = job
+        .last
+        .as_ref()
+        .map(|run| format!("; last: {}", run.outcome.describe()))
+        .unwrap_or_default();
+    format!(
+        "job {} \"{}\": {}; {next}{last}",
+        job.id,
+        job.name,
+        job.schedule.describe()
+    )
 }

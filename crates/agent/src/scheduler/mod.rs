@@ -18,7 +18,7 @@ mod tool;
 
 pub use due::{Schedule, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
-pub use jobs::{Asker, Jobs, NewJob};
+pub use jobs::{Asker, JobAction, Jobs, NewJob, describe};
 pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
-pub use tool::{CronTool, describe};
+pub use tool::CronTool;

@@ -345,6 +345,7 @@ impl Scheduler {
                     );
                     self.tell(&job, OutboundKind::Notice(text)).await;
                 }
+                self.forget_if_done(&job).await;
             }
             None => self.publish(&job, due).await,
         }
@@ -446,8 +447,27 @@ impl Scheduler {
                 }),
             )
             .await;
-        if let Err(err) = noted {
-            tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be noted on its job");
+        match noted {
+            Ok(Some(job)) => self.forget_if_done(&job).await,
+            Ok(None) => {}
+            Err(err) => {
+                tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be noted on its job");
+            }
+        }
+    }
+
+    /// Removes a job that will never run again (a reminder that ran) once its last run is
+    /// settled, so it no longer counts against its chat's jobs; its runs stay readable.
+    async fn forget_if_done(&self, job: &Job) {
+        let settled = job
+            .last
+            .as_ref()
+            .is_none_or(|run| run.outcome != Outcome::Pending);
+        if job.next_due.is_some() || !settled {
+            return;
+        }
+        if let Err(err) = self.store().remove(&job.id).await {
+            tracing::warn!(job = %job.id, error = %err, "a finished job could not be removed");
         }
     }
 
@@ -646,7 +666,7 @@ mod tests {
             .list(&Asker::Operator)
             .await
             .expect("jobs");
-        assert_eq!(jobs[0].next_due, None);
+        assert!(jobs.is_empty(), "a reminder that ran is gone: {jobs:?}");
         s.stop.cancel();
     }
 

@@ -9,8 +9,8 @@ use serde_json::json;
 use switchboard_tools::{Tool, ToolContext, ToolError};
 
 use super::due::Schedule;
-use super::job::{Job, SessionMode};
-use super::jobs::{Asker, Jobs, NewJob};
+use super::job::SessionMode;
+use super::jobs::{Asker, JobAction, Jobs, NewJob, describe};
 
 /// The agent's way to the scheduler.
 pub struct CronTool {
@@ -128,36 +128,13 @@ impl Tool for CronTool {
                     })
                     .await
                     .map_err(failed)?;
-                Ok(format!("Added {}", describe(&job)))
+                Ok(format!("Added {}", describe(&job, now)))
             }
-            "list" => {
-                let jobs = self.jobs.list(&asker).await.map_err(failed)?;
-                if jobs.is_empty() {
-                    return Ok("This chat has no jobs.".into());
-                }
-                Ok(jobs.iter().map(describe).collect::<Vec<_>>().join("\n"))
-            }
-            "remove" => {
-                let job = self.jobs.remove(&asker, &id()?).await.map_err(failed)?;
-                Ok(format!("Removed job {} \"{}\".", job.id, job.name))
-            }
-            "pause" | "resume" => {
-                let enabled = args.action == "resume";
-                let job = self
-                    .jobs
-                    .set_enabled(&asker, &id()?, enabled)
-                    .await
-                    .map_err(failed)?;
-                Ok(format!(
-                    "{} {}",
-                    if enabled { "Resumed" } else { "Paused" },
-                    describe(&job)
-                ))
-            }
-            "run" => {
-                let job = self.jobs.run_now(&asker, &id()?).await.map_err(failed)?;
-                Ok(format!("Running job {} \"{}\" now.", job.id, job.name))
-            }
+            "list" => self.act(&asker, JobAction::List).await,
+            "remove" => self.act(&asker, JobAction::Remove(id()?)).await,
+            "pause" => self.act(&asker, JobAction::Pause(id()?)).await,
+            "resume" => self.act(&asker, JobAction::Resume(id()?)).await,
+            "run" => self.act(&asker, JobAction::Run(id()?)).await,
             other => Err(ToolError::InvalidArguments(format!(
                 "`{other}` is not an action: add, list, remove, pause, resume or run"
             ))),
@@ -165,22 +142,11 @@ impl Tool for CronTool {
     }
 }
 
-/// One line about a job: id, name, schedule, next run, last outcome.
-pub fn describe(job: &Job) -> String {
-    let next = match (&job.next_due, job.enabled) {
-        (_, false) => "paused".to_owned(),
-        (Some(next), true) => format!("next {next}"),
-        (None, true) => "done".to_owned(),
-    };
-    let last = job
-        .last
-        .as_ref()
-        .map(|run| format!("; last: {}", run.outcome.as_str()))
-        .unwrap_or_default();
-    format!(
-        "job {} \"{}\": {}; {next}{last}",
-        job.id,
-        job.name,
-        job.schedule.describe()
-    )
+impl CronTool {
+    async fn act(&self, asker: &Asker, action: JobAction) -> Result<String, ToolError> {
+        self.jobs
+            .act(asker, &action)
+            .await
+            .map_err(ToolError::Failed)
+    }
 }
