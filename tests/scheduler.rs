@@ -124,3 +124,109 @@ async fn the_person_lists_pauses_and_removes_their_chats_jobs_with_slash_jobs() 
     assert_eq!(h.llm.requests().len(), 2);
     h.daemon.shutdown().await;
 }
+
+/// `switchboard cron …` as the operator, while the daemon runs.
+async fn cron(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let output = tokio::process::Command::new(util::BINARY)
+        .arg("cron")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .await
+        .expect("switchboard cron runs");
+    let text = String::from_utf8_lossy(if output.status.success() {
+        &output.stdout
+    } else {
+        &output.stderr
+    })
+    .into_owned();
+    (output.status.success(), text)
+}
+
+#[tokio::test]
+async fn the_operator_adds_runs_and_removes_a_job_and_reads_its_runs_while_the_daemon_runs() {
+    let mut h = Harness::start("").await;
+    let config = h.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        util::config_text(&h.llm.base_url(), h.dir.path(), ""),
+    )
+    .expect("config");
+    h.client
+        .send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+
+    let (ok, added) = cron(
+        &config,
+        &[
+            "add",
+            "--chat",
+            "websocket:c",
+            "--every",
+            "1h",
+            "--name",
+            "digest",
+            "--message",
+            "Summarise the day.",
+        ],
+    )
+    .await;
+    assert!(ok, "{added}");
+    assert!(
+        added.starts_with("Added job j1 \"digest\": every 1h; next "),
+        "{added}"
+    );
+    let (_, listed) = cron(&config, &["list"]).await;
+    assert!(
+        listed.contains("job j1 \"digest\": every 1h")
+            && listed.contains("in websocket:c (chat session), made by operator"),
+        "{listed}"
+    );
+    let (ok, wrong) = cron(
+        &config,
+        &["add", "--chat", "irc:x", "--in", "1m", "--message", "hi"],
+    )
+    .await;
+    assert!(
+        !ok && wrong.contains("the config enables no channel `irc` (enabled: websocket)"),
+        "{wrong}"
+    );
+
+    // Run now: the running daemon starts it, in the chat, as scheduled work.
+    h.llm.push(Reply::text("Here is your digest."));
+    let (ok, running) = cron(&config, &["run", "j1"]).await;
+    assert!(
+        ok && running.starts_with("Running job j1 \"digest\" now."),
+        "{running}"
+    );
+    let digest = h.client.turn("c").await;
+    assert_eq!(digest.reply(), "Here is your digest.");
+
+    // Its runs: recorded answered (the record follows the reply's `done`).
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let runs = loop {
+        let (ok, runs) = cron(&config, &["runs", "j1"]).await;
+        assert!(ok, "{runs}");
+        if runs.contains("answered") || std::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let lines: Vec<&str> = runs.lines().collect();
+    assert_eq!(lines.len(), 2, "{runs}");
+    assert!(
+        lines[0].starts_with("due") && lines[1].ends_with("  answered"),
+        "{runs}"
+    );
+
+    let (ok, removed) = cron(&config, &["rm", "j1"]).await;
+    assert!(
+        ok && removed.trim() == "Removed job j1 \"digest\".",
+        "{removed}"
+    );
+    let (_, listed) = cron(&config, &["list"]).await;
+    assert_eq!(listed.trim(), "There are no scheduled jobs.");
+    assert_eq!(h.llm.requests().len(), 1, "it ran once");
+    h.daemon.shutdown().await;
+}

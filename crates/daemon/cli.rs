@@ -44,6 +44,17 @@ pub enum Command {
         #[command(subcommand)]
         action: PairingAction,
     },
+    /// Scheduled jobs: list, add, remove, pause, resume, run now, and a job's last runs —
+    /// over the config's state directory, while the daemon runs or not (a running daemon
+    /// sees a change within two seconds). Run it as the daemon's user.
+    Cron {
+        /// The config file (same search as `run`); its `agent.state_dir` holds the jobs.
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        /// What to do.
+        #[command(subcommand)]
+        action: CronAction,
+    },
     /// Set up: write a commented config (asking for its few choices when run in a
     /// terminal, else from the flags) and a workspace with starter files (SOUL.md,
     /// AGENTS.md, USER.md, TOOLS.md, MEMORY.md, a sample skill). Existing files are kept
@@ -152,6 +163,83 @@ pub enum PairingAction {
         /// The sender's id, as `pairing list` shows it.
         sender: String,
     },
+}
+
+/// `switchboard cron …`.
+#[derive(Debug, Subcommand)]
+pub enum CronAction {
+    /// Every job: id, name, schedule, next run, last outcome, chat.
+    List,
+    /// Add a job: its chat, its message, and exactly one of --in, --at, --every, --cron.
+    #[command(group(clap::ArgGroup::new("when").required(true).args(["after", "at", "every", "cron"])))]
+    Add {
+        /// The chat it runs in, `channel:chat_id` (`telegram:123456`).
+        #[arg(long)]
+        chat: String,
+        /// What the agent is told when it runs.
+        #[arg(long, short)]
+        message: String,
+        /// A short name (default: the start of the message).
+        #[arg(long)]
+        name: Option<String>,
+        /// Once, this long from now: `10m`, `2h 30m`.
+        #[arg(long = "in", value_name = "DURATION")]
+        after: Option<String>,
+        /// Once, at this time: `2026-12-24T18:00:00+01:00`, or `2026-12-24 18:00` in --tz.
+        #[arg(long)]
+        at: Option<String>,
+        /// Repeatedly, this often: `30m`, `1 day`.
+        #[arg(long)]
+        every: Option<String>,
+        /// A cron expression, read in --tz: `0 9 * * 1-5`.
+        #[arg(long)]
+        cron: Option<String>,
+        /// The IANA zone for --at and --cron (default: `scheduler.timezone`, else the
+        /// system's).
+        #[arg(long)]
+        tz: Option<String>,
+        /// `chat` (a turn in the chat's session) or `isolated` (a session of its own whose
+        /// answer is posted to the chat).
+        #[arg(long, default_value = "chat", value_parser = parse_session_mode)]
+        session: switchboard_agent::scheduler::SessionMode,
+        /// How late a run may still start after the daemon was down (default:
+        /// `scheduler.catch_up_secs`): `30m`.
+        #[arg(long, value_name = "DURATION")]
+        catch_up: Option<String>,
+    },
+    /// Remove a job (its runs stay readable).
+    Rm {
+        /// The job's id, as `cron list` shows it.
+        id: String,
+    },
+    /// Pause a job: it keeps its schedule but does not run.
+    Pause {
+        /// The job's id.
+        id: String,
+    },
+    /// Resume a paused job: it runs at its next time from now on.
+    Resume {
+        /// The job's id.
+        id: String,
+    },
+    /// Run a job now, once, besides its schedule (by the running daemon).
+    Run {
+        /// The job's id.
+        id: String,
+    },
+    /// A job's last runs: when due, when started, how long, what came of it.
+    Runs {
+        /// The job's id.
+        id: String,
+        /// How many (newest first).
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+}
+
+fn parse_session_mode(text: &str) -> Result<switchboard_agent::scheduler::SessionMode, String> {
+    switchboard_agent::scheduler::SessionMode::parse(text)
+        .ok_or_else(|| "expected chat or isolated".to_owned())
 }
 
 fn parse_isolation(text: &str) -> Result<switchboard_tools::sandbox::Isolation, String> {

@@ -13,6 +13,7 @@
 //! - `llm_health`: whether the models answer (for `/healthz` and `/metrics`).
 //! - `terminal`: `switchboard agent`, turns in the terminal.
 //! - `prompt`: its prompt (rustyline in a terminal: editing, history, paste; lines from a pipe).
+//! - `cron`: `switchboard cron`, the operator's view of scheduled jobs.
 //! - `pairing`: `switchboard pairing`, who may talk.
 //! - `onboard`: `switchboard onboard`, a workspace's starter files.
 //! - `outbox`: where the `message` tool sends, and to whom it may.
@@ -25,6 +26,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 mod config_values;
+pub mod cron;
 pub mod doctor;
 pub mod harden;
 pub mod health;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
-use switchboard::{app, cli, doctor, harden, logging, onboard, pairing, status, terminal};
+use switchboard::{app, cli, cron, doctor, harden, logging, onboard, pairing, status, terminal};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -52,6 +52,7 @@ fn main() -> ExitCode {
         cli.command,
         Command::Agent { .. }
             | Command::Pairing { .. }
+            | Command::Cron { .. }
             | Command::Onboard { .. }
             | Command::Status { .. }
             | Command::Doctor { .. }
@@ -82,6 +83,7 @@ fn main() -> ExitCode {
                 session,
             } => terminal::run(config.as_deref(), message, &session).await,
             Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
+            Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
             Command::Onboard {
                 workspace,
                 config,

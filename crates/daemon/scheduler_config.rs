@@ -7,7 +7,9 @@ use serde::Deserialize;
 use switchboard_agent::scheduler::{SchedulerConfig, zone};
 use toml::Spanned;
 
-use crate::config::{ConfigError, Source};
+use switchboard_core::{ChannelName, ChatId};
+
+use crate::config::{Config, ConfigError, Source};
 
 /// `[scheduler]`.
 #[derive(Debug, Deserialize)]
@@ -72,4 +74,37 @@ impl SchedulerSection {
             ..SchedulerConfig::default()
         }
     }
+}
+
+/// The chat `text` names, `channel:chat_id` (`telegram:123456`), checked against the
+/// channels the config enables.
+pub fn chat_target(config: &Config, text: &str) -> Result<(ChannelName, ChatId), String> {
+    let enabled: Vec<&str> = [
+        ("websocket", config.channels.websocket.enabled),
+        ("telegram", config.channels.telegram.enabled),
+        ("discord", config.channels.discord.enabled),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    let Some((channel, chat)) = text
+        .split_once(':')
+        .map(|(channel, chat)| (channel.trim(), chat.trim()))
+        .filter(|(channel, chat)| !channel.is_empty() && !chat.is_empty())
+    else {
+        return Err(format!(
+            "`{text}` is not a chat: write channel:chat_id, e.g. telegram:123456"
+        ));
+    };
+    if !enabled.contains(&channel) {
+        return Err(format!(
+            "`{text}`: the config enables no channel `{channel}` (enabled: {})",
+            if enabled.is_empty() {
+                "none".to_owned()
+            } else {
+                enabled.join(", ")
+            }
+        ));
+    }
+    Ok((ChannelName::from(channel), ChatId::from(chat)))
 }

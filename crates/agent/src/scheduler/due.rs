@@ -45,6 +45,51 @@ pub enum Schedule {
     },
 }
 
+/// A schedule as someone asked for it, not read yet: exactly one of once `in` so long, once
+/// `at` a time, `every` so long, or a `cron` expression — as the `cron` tool, the
+/// `switchboard cron add` command and `[[scheduler.jobs]]` all take it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum When<'a> {
+    /// Once, this long from now: `10m`.
+    In(&'a str),
+    /// Once, at this time: an RFC 3339 instant, or a local date and time.
+    At(&'a str),
+    /// Repeatedly, this often: `30m`.
+    Every(&'a str),
+    /// A cron expression: `0 9 * * 1-5`.
+    Cron(&'a str),
+}
+
+impl<'a> When<'a> {
+    /// The one of `in`, `at`, `every`, `cron` that is given; an error naming them when none
+    /// or several are.
+    pub fn one_of(
+        after: Option<&'a str>,
+        at: Option<&'a str>,
+        every: Option<&'a str>,
+        cron: Option<&'a str>,
+    ) -> Result<Self, String> {
+        match (after, at, every, cron) {
+            (Some(after), None, None, None) => Ok(Self::In(after)),
+            (None, Some(at), None, None) => Ok(Self::At(at)),
+            (None, None, Some(every), None) => Ok(Self::Every(every)),
+            (None, None, None, Some(cron)) => Ok(Self::Cron(cron)),
+            _ => Err("give exactly one of `in`, `at`, `every`, `cron`".into()),
+        }
+    }
+
+    /// The schedule it asks for, read at `now` (`in`, `every`) and in zone `tz` (`at` without
+    /// an offset, `cron`).
+    pub fn schedule(self, tz: &str, now: Timestamp) -> Result<Schedule, String> {
+        match self {
+            Self::In(after) => Schedule::after(after, now),
+            Self::At(at) => Schedule::at(at, tz),
+            Self::Every(every) => Schedule::every(every, now),
+            Self::Cron(expr) => Schedule::cron(expr, tz),
+        }
+    }
+}
+
 impl Schedule {
     /// Once, at `text`: an RFC 3339 instant (`2026-12-24T18:00:00+01:00`), or a date and
     /// time on the clock of zone `tz` (`2026-12-24 18:00`).

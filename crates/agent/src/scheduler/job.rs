@@ -57,6 +57,25 @@ pub enum SessionMode {
     Isolated,
 }
 
+impl SessionMode {
+    /// `chat` or `isolated`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim() {
+            "chat" => Some(Self::Chat),
+            "isolated" => Some(Self::Isolated),
+            _ => None,
+        }
+    }
+
+    /// `chat` or `isolated`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Isolated => "isolated",
+        }
+    }
+}
+
 /// One run of a job: when it was due, when it started and ended, and what came of it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Run {

@@ -16,7 +16,7 @@ mod runner;
 mod store;
 mod tool;
 
-pub use due::{Schedule, default_zone, duration, zone};
+pub use due::{Schedule, When, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
 pub use jobs::{Asker, JobAction, Jobs, NewJob, describe};
 pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};

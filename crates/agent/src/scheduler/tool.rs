@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::json;
 use switchboard_tools::{Tool, ToolContext, ToolError};
 
-use super::due::Schedule;
+use super::due::When;
 use super::job::SessionMode;
 use super::jobs::{Asker, JobAction, Jobs, NewJob, describe};
 
@@ -103,17 +103,13 @@ impl Tool for CronTool {
             "add" => {
                 let tz = args.tz.clone().unwrap_or_else(|| self.jobs.timezone());
                 let now = self.jobs.now();
-                let schedule = match (&args.after, &args.at, &args.every, &args.cron) {
-                    (Some(after), None, None, None) => Schedule::after(after, now),
-                    (None, Some(at), None, None) => Schedule::at(at, &tz),
-                    (None, None, Some(every), None) => Schedule::every(every, now),
-                    (None, None, None, Some(cron)) => Schedule::cron(cron, &tz),
-                    _ => {
-                        return Err(ToolError::InvalidArguments(
-                            "give exactly one of `in`, `at`, `every`, `cron`".into(),
-                        ));
-                    }
-                }
+                let schedule = When::one_of(
+                    args.after.as_deref(),
+                    args.at.as_deref(),
+                    args.every.as_deref(),
+                    args.cron.as_deref(),
+                )
+                .and_then(|when| when.schedule(&tz, now))
                 .map_err(ToolError::InvalidArguments)?;
                 let job = self
                     .jobs
