@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::json;
 use switchboard_testkit::Reply;
 
-use crate::util::{self, Harness};
+use switchboard::reload::Reloaded;
+
+use crate::util::{self, Extra, Harness};
 
 #[tokio::test]
 async fn a_reminder_asked_for_in_a_chat_comes_there_once_as_scheduled_work() {
@@ -228,5 +230,85 @@ async fn the_operator_adds_runs_and_removes_a_job_and_reads_its_runs_while_the_d
     let (_, listed) = cron(&config, &["list"]).await;
     assert_eq!(listed.trim(), "There are no scheduled jobs.");
     assert_eq!(h.llm.requests().len(), 1, "it ran once");
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn jobs_the_config_declares_follow_it_at_start_and_on_reload() {
+    let job = |name: &str, every: &str| {
+        format!(
+            "[[scheduler.jobs]]\nname = \"{name}\"\nchat = \"websocket:c\"\n\
+             message = \"Check the build.\"\nevery = \"{every}\"\n"
+        )
+    };
+    let first = job("build", "1h");
+    let mut h = Harness::with_config(Extra {
+        tables: &first,
+        ..Extra::default()
+    })
+    .await;
+    let path = h.dir.path().join("config.toml");
+    let (base_url, dir) = (h.llm.base_url(), h.dir.path().to_owned());
+    let write = |tables: &str| {
+        let extra = Extra {
+            tables,
+            ..Extra::default()
+        };
+        std::fs::write(&path, util::config_text_with(&base_url, &dir, extra)).expect("config");
+    };
+    let applied = Reloaded::Applied {
+        need_restart: Vec::new(),
+    };
+
+    let listed = h.client.say("c", "/jobs").await.reply().to_owned();
+    assert!(
+        listed.starts_with("job build \"build\": every 1h; next "),
+        "{listed}"
+    );
+    let refused = h.client.say("c", "/jobs rm build").await.reply().to_owned();
+    assert!(refused.contains("declared in the config"), "{refused}");
+    let paused = h
+        .client
+        .say("c", "/jobs pause build")
+        .await
+        .reply()
+        .to_owned();
+    assert!(paused.ends_with("; paused"), "{paused}");
+
+    // Another job added; `build` unchanged keeps its state (paused).
+    write(&format!("{first}\n{}", job("nightly", "1 day")));
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    let listed = h.client.say("c", "/jobs").await.reply().to_owned();
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("job build ") && l.ends_with("; paused")),
+        "{listed}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("job nightly \"nightly\": every 24h; next ")),
+        "{listed}"
+    );
+
+    // `build` changed: it starts afresh (running); `nightly` is gone.
+    write(&job("build", "2h"));
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    let listed = h.client.say("c", "/jobs").await.reply().to_owned();
+    assert!(
+        listed.starts_with("job build \"build\": every 2h; next ") && !listed.contains('\n'),
+        "{listed}"
+    );
+
+    write("");
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    assert_eq!(
+        h.client.say("c", "/jobs").await.reply(),
+        "This chat has no scheduled jobs."
+    );
+    assert!(h.llm.requests().is_empty(), "none of it reached the model");
     h.daemon.shutdown().await;
 }

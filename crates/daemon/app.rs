@@ -112,6 +112,13 @@ pub struct ToolParts {
     scheduler: Option<Scheduler>,
 }
 
+impl ToolParts {
+    /// The scheduler, when it runs.
+    pub(crate) fn scheduler(&self) -> Option<&Scheduler> {
+        self.scheduler.as_ref()
+    }
+}
+
 /// The tools the config describes: the built-in ones, `extra`, `ask_user`.
 pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {
     let helper = sandbox_helper(config, parts.forbidden.clone());
@@ -411,6 +418,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
     // for the next start.
     if let Some(scheduler) = scheduler {
+        crate::scheduler_config::sync_declared(scheduler.jobs(), &config).await;
         let intake = shutdown.intake().clone();
         shutdown
             .tracker()

@@ -361,7 +361,7 @@ impl Config {
         self.llm.validate(&self.source)?;
         crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
-        self.scheduler.validate(&self.source)?;
+        self.scheduler.validate(self)?;
         if secrets == Secrets::Skip {
             return Ok(());
         }

@@ -3,7 +3,8 @@
 //! running one kept. What can change live does: the model chain (`[llm]`) and the tools
 //! (`[tools]`, but `restrict_to_workspace`) are swapped for the turns that start next, and a
 //! platform channel whose section changed (a token, an allow list, a policy) is restarted
-//! with its new settings — the others go on. Every other key that changed is named in a log
+//! with its new settings — the others go on; the jobs `[[scheduler.jobs]]` declares are
+//! added, changed and removed in the job store. Every other key that changed is named in a log
 //! line saying it takes effect after a restart. Everything new is built before anything is
 //! applied, so a reload is applied whole or not at all.
 
@@ -90,10 +91,14 @@ pub async fn reload(
         None
     };
 
+    // The config's jobs: synced with the job store (when the scheduler runs).
+    let jobs_live = |key: &str| under(key, "scheduler.jobs") && tool_parts.scheduler().is_some();
+
     // Everything new is built: apply it.
     let live = |key: &String| {
         under(key, "llm")
             || tools_live(key)
+            || jobs_live(key)
             || restart.iter().any(|(_, prefix, _)| under(key, prefix))
     };
     if let Some(tools) = tools {
@@ -104,6 +109,11 @@ pub async fn reload(
         agent.set_llm(llm);
         // What was known of the old models (a refused key, say) no longer holds.
         llm_health.start_with(&config);
+    }
+    if let Some(scheduler) = tool_parts.scheduler()
+        && changed.iter().any(|key| jobs_live(key))
+    {
+        crate::scheduler_config::sync_declared(scheduler.jobs(), &config).await;
     }
     for (name, _, built) in restart {
         platforms.stop(name).await;

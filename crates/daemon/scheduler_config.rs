@@ -4,12 +4,14 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_agent::scheduler::{SchedulerConfig, zone};
+use switchboard_agent::scheduler::{
+    Declared, Jobs, SchedulerConfig, SessionMode, Synced, When, default_zone, zone,
+};
 use toml::Spanned;
 
 use switchboard_core::{ChannelName, ChatId};
 
-use crate::config::{Config, ConfigError, Source};
+use crate::config::{Config, ConfigError};
 
 /// `[scheduler]`.
 #[derive(Debug, Deserialize)]
@@ -25,6 +27,46 @@ pub struct SchedulerSection {
     pub max_jobs_per_chat: Spanned<usize>,
     /// The shortest time between two runs of a job (seconds).
     pub min_interval_secs: Spanned<u64>,
+    /// `[[scheduler.jobs]]`: jobs the config declares.
+    pub jobs: Vec<JobEntry>,
+}
+
+/// `[[scheduler.jobs]]`: a job the config declares. Its `name` is its id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobEntry {
+    /// Its id and name: letters, digits, `-`, `_`.
+    pub name: Spanned<String>,
+    /// The chat it runs in: `telegram:123456`.
+    pub chat: Spanned<String>,
+    /// What the agent is told when it runs.
+    pub message: Spanned<String>,
+    /// Once, at this time.
+    #[serde(default)]
+    pub at: Option<Spanned<String>>,
+    /// Repeatedly, this often.
+    #[serde(default)]
+    pub every: Option<Spanned<String>>,
+    /// A cron expression.
+    #[serde(default)]
+    pub cron: Option<Spanned<String>>,
+    /// The zone for `at` and `cron` (default: `scheduler.timezone`, else the system's).
+    #[serde(default)]
+    pub tz: Option<Spanned<String>>,
+    /// `chat` or `isolated`.
+    #[serde(default)]
+    pub session: Option<Spanned<String>>,
+    /// How late a run may still start after the daemon was down (default:
+    /// `scheduler.catch_up_secs`).
+    #[serde(default)]
+    pub catch_up_secs: Option<u64>,
+    /// Whether it runs.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for SchedulerSection {
@@ -35,13 +77,15 @@ impl Default for SchedulerSection {
             catch_up_secs: Spanned::new(0..0, 3600),
             max_jobs_per_chat: Spanned::new(0..0, 50),
             min_interval_secs: Spanned::new(0..0, 60),
+            jobs: Vec::new(),
         }
     }
 }
 
 impl SchedulerSection {
     /// Checks the values; errors name `scheduler.<key>` at its line.
-    pub(crate) fn validate(&self, source: &Source) -> Result<(), ConfigError> {
+    pub(crate) fn validate(&self, config: &Config) -> Result<(), ConfigError> {
+        let source = &config.source;
         if let Some(tz) = &self.timezone {
             zone(tz.get_ref()).map_err(|why| {
                 source.error_at(Some(tz.span()), "scheduler.timezone".into(), why)
@@ -61,7 +105,139 @@ impl SchedulerSection {
                 "must be at least 1 (to turn scheduling off, set enabled = false)".into(),
             ));
         }
+        // Read now, to report a mistake at start (or refuse a reload), not at the first run.
+        self.declared(config, jiff::Timestamp::now())?;
         Ok(())
+    }
+
+    /// The jobs `[[scheduler.jobs]]` declares, read at `now`; errors name
+    /// `scheduler.jobs[i].<key>` at its line.
+    pub fn declared(
+        &self,
+        config: &Config,
+        now: jiff::Timestamp,
+    ) -> Result<Vec<Declared>, ConfigError> {
+        let source = &config.source;
+        let settings = self.settings();
+        let mut declared: Vec<Declared> = Vec::new();
+        for (index, entry) in self.jobs.iter().enumerate() {
+            let key = |name: &str| format!("scheduler.jobs[{index}].{name}");
+            let at = |spanned: &Spanned<String>, name: &str, why: String| {
+                source.error_at(Some(spanned.span()), key(name), why)
+            };
+            let id = entry.name.get_ref();
+            let well_formed = !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !well_formed {
+                return Err(at(
+                    &entry.name,
+                    "name",
+                    "must be 1-64 letters, digits, `-` or `_` (it is the job's id)".into(),
+                ));
+            }
+            let generated = id
+                .strip_prefix('j')
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            if generated || id == "heartbeat" {
+                return Err(at(
+                    &entry.name,
+                    "name",
+                    format!(
+                        "`{id}` is kept for jobs made in chats and the heartbeat; pick another"
+                    ),
+                ));
+            }
+            if declared.iter().any(|job| job.id == *id) {
+                return Err(at(&entry.name, "name", format!("`{id}` is declared twice")));
+            }
+            let chat = chat_target(config, entry.chat.get_ref())
+                .map_err(|why| at(&entry.chat, "chat", why))?;
+            if entry.message.get_ref().trim().is_empty() {
+                return Err(at(&entry.message, "message", "must not be empty".into()));
+            }
+            let tz = match &entry.tz {
+                Some(tz) => {
+                    zone(tz.get_ref()).map_err(|why| at(tz, "tz", why))?;
+                    tz.get_ref().clone()
+                }
+                None => default_zone(settings.timezone.as_deref()),
+            };
+            let given = [
+                ("at", &entry.at),
+                ("every", &entry.every),
+                ("cron", &entry.cron),
+            ];
+            let mut set = given
+                .iter()
+                .filter_map(|(name, value)| Some((*name, (*value).as_ref()?)));
+            let (Some((which, value)), None) = (set.next(), set.next()) else {
+                return Err(source.error_at(
+                    Some(entry.name.span()),
+                    format!("scheduler.jobs[{index}]"),
+                    "give exactly one of `at`, `every`, `cron`".into(),
+                ));
+            };
+            let when = match which {
+                "at" => When::At(value.get_ref()),
+                "every" => When::Every(value.get_ref()),
+                _ => When::Cron(value.get_ref()),
+            };
+            let schedule = when
+                .schedule(&tz, now)
+                .map_err(|why| at(value, which, why))?;
+            if let Some(gap) = schedule.shortest_gap(now)
+                && gap < settings.min_interval
+            {
+                return Err(at(
+                    value,
+                    which,
+                    format!(
+                        "it would run every {} s; the shortest interval allowed is {} s \
+                         (scheduler.min_interval_secs)",
+                        gap.as_secs(),
+                        settings.min_interval.as_secs()
+                    ),
+                ));
+            }
+            let session = match &entry.session {
+                Some(session) => SessionMode::parse(session.get_ref()).ok_or_else(|| {
+                    at(
+                        session,
+                        "session",
+                        "must be \"chat\" or \"isolated\"".into(),
+                    )
+                })?,
+                None => SessionMode::Chat,
+            };
+            let catch_up = entry
+                .catch_up_secs
+                .map_or(settings.catch_up, Duration::from_secs);
+            // The definition as written, with what it defaults to filled in.
+            let spec = serde_json::json!({
+                "chat": entry.chat.get_ref(),
+                "message": entry.message.get_ref(),
+                "when": [which, value.get_ref()],
+                "tz": tz,
+                "session": session.as_str(),
+                "catch_up_secs": catch_up.as_secs(),
+                "enabled": entry.enabled,
+            })
+            .to_string();
+            declared.push(Declared {
+                id: id.clone(),
+                message: entry.message.get_ref().clone(),
+                schedule,
+                chat,
+                session,
+                catch_up,
+                enabled: entry.enabled,
+                spec,
+            });
+        }
+        Ok(declared)
     }
 
     /// The scheduler's settings.
@@ -107,4 +283,131 @@ pub fn chat_target(config: &Config, text: &str) -> Result<(ChannelName, ChatId),
         ));
     }
     Ok((ChannelName::from(channel), ChatId::from(chat)))
+}
+
+/// Makes the job store's config jobs what `config` declares; logs what changed. A store that
+/// cannot be written is logged, not fatal: the jobs already stored go on.
+pub async fn sync_declared(jobs: &Jobs, config: &Config) {
+    let declared = match config.scheduler.declared(config, jiff::Timestamp::now()) {
+        Ok(declared) => declared,
+        Err(err) => {
+            tracing::error!(error = %err, "the config's jobs do not read");
+            return;
+        }
+    };
+    if declared.is_empty() && !jobs.has_declared().await {
+        return;
+    }
+    match jobs.sync_declared(&declared).await {
+        Ok(synced) if synced == Synced::default() => {}
+        Ok(synced) => tracing::info!(added = ?synced.added, changed = ?synced.changed,
+            removed = ?synced.removed, "the config's jobs are in the job store"),
+        Err(err) => tracing::error!(error = %err, "the config's jobs could not be stored"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn parse(jobs: &str) -> Result<Config, ConfigError> {
+        let text = format!("[channels.websocket]\nauth = \"none\"\n\n{jobs}");
+        Config::parse(&text, Path::new("/etc/switchboard/config.toml"))
+    }
+
+    #[test]
+    fn a_declared_job_that_does_not_read_is_named_at_its_line() {
+        let job = |rest: &str| {
+            format!(
+                "[[scheduler.jobs]]\nname = \"digest\"\nchat = \"websocket:c\"\nmessage = \"m\"\n{rest}"
+            )
+        };
+        for (text, key, says, line) in [
+            (
+                job("cron = \"0 99 * * *\"\n"),
+                "scheduler.jobs[0].cron",
+                "0 99",
+                8,
+            ),
+            (
+                job("every = \"10s\"\n"),
+                "scheduler.jobs[0].every",
+                "min_interval_secs",
+                8,
+            ),
+            (job(""), "scheduler.jobs[0]", "exactly one of", 5),
+            (
+                job("every = \"1h\"\ncron = \"0 9 * * *\"\n"),
+                "scheduler.jobs[0]",
+                "exactly one of",
+                5,
+            ),
+            (
+                job("every = \"1h\"\ntz = \"Mars/Olympus\"\n"),
+                "scheduler.jobs[0].tz",
+                "Mars/Olympus",
+                9,
+            ),
+            (
+                job("every = \"1h\"\nsession = \"own\"\n"),
+                "scheduler.jobs[0].session",
+                "isolated",
+                9,
+            ),
+            (
+                job("every = \"1h\"\n").replace("websocket:c", "telegram:1"),
+                "scheduler.jobs[0].chat",
+                "enables no channel `telegram`",
+                6,
+            ),
+            (
+                job("every = \"1h\"\n").replace("digest", "j7"),
+                "scheduler.jobs[0].name",
+                "kept for jobs made in chats",
+                5,
+            ),
+        ] {
+            let err = parse(&text).expect_err(&text);
+            assert_eq!(err.key, key, "{text}");
+            assert!(err.message.contains(says), "{err}");
+            assert_eq!(err.line, Some(line), "{err}");
+        }
+        let twice = format!("{}\n{}", job("every = \"1h\"\n"), job("every = \"2h\"\n"));
+        let err = parse(&twice).expect_err("twice");
+        assert_eq!(err.key, "scheduler.jobs[1].name");
+        assert!(err.message.contains("declared twice"), "{err}");
+    }
+
+    #[test]
+    fn a_declared_job_reads_with_its_defaults_filled_in() {
+        let config = parse(
+            "[scheduler]\ntimezone = \"Europe/Berlin\"\ncatch_up_secs = 600\n\n[[scheduler.jobs]]\n\
+             name = \"morning\"\nchat = \"websocket:c\"\nmessage = \"Good morning.\"\n\
+             cron = \"0 8 * * 1-5\"\nsession = \"isolated\"\n",
+        )
+        .expect("reads");
+        let declared = config
+            .scheduler
+            .declared(&config, jiff::Timestamp::now())
+            .expect("declared");
+        assert_eq!(declared.len(), 1);
+        let morning = &declared[0];
+        assert_eq!(morning.id, "morning");
+        assert_eq!(morning.session, SessionMode::Isolated);
+        assert_eq!(morning.catch_up, Duration::from_secs(600));
+        assert_eq!(
+            morning.schedule,
+            switchboard_agent::scheduler::Schedule::Cron {
+                expr: "0 8 * * 1-5".into(),
+                tz: "Europe/Berlin".into()
+            }
+        );
+        assert!(
+            morning.spec.contains("\"tz\":\"Europe/Berlin\""),
+            "{}",
+            morning.spec
+        );
+    }
 }

@@ -40,6 +40,10 @@ pub struct Job {
     /// Its last run, if it had one.
     #[serde(default)]
     pub last: Option<Run>,
+    /// For a job the config declares (`[[scheduler.jobs]]`): its definition as written
+    /// there, to tell at the next start or reload whether it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub declared: Option<String>,
 }
 
 fn enabled() -> bool {
@@ -175,6 +179,7 @@ mod tests {
                     why: "LLM down".into(),
                 },
             }),
+            declared: Some("{}".into()),
         };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<Job>(&text).expect("back"), job);

@@ -71,6 +71,40 @@ pub struct NewJob {
     pub created_by: Option<String>,
 }
 
+/// A job the config declares (`[[scheduler.jobs]]`): the config owns it — it is added,
+/// changed and removed with the config, at start and on reload.
+#[derive(Clone, Debug)]
+pub struct Declared {
+    /// Its id: the name the config gives it.
+    pub id: String,
+    /// What the agent is told when it runs.
+    pub message: String,
+    /// When it runs (read when the config was).
+    pub schedule: Schedule,
+    /// The chat it runs in.
+    pub chat: (ChannelName, ChatId),
+    /// Where its turn runs.
+    pub session: SessionMode,
+    /// How late it may still start after the daemon was down.
+    pub catch_up: Duration,
+    /// Whether it runs.
+    pub enabled: bool,
+    /// Its definition as written: a job whose definition is unchanged is kept as it is
+    /// (its next run, its last, a pause from a chat); a changed one starts afresh.
+    pub spec: String,
+}
+
+/// What a sync with the config did: ids added, changed, removed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Synced {
+    /// Jobs the config has that the store had not.
+    pub added: Vec<String>,
+    /// Jobs whose definition changed.
+    pub changed: Vec<String>,
+    /// Jobs the config no longer has.
+    pub removed: Vec<String>,
+}
+
 /// Jobs, as a chat or the operator may handle them. Cloning shares it.
 #[derive(Clone)]
 pub struct Jobs {
@@ -149,7 +183,7 @@ impl Jobs {
             .jobs()
             .await?
             .into_iter()
-            .filter(|job| asker.may_touch(job))
+            .filter(|job| asker.may_touch(job) && job.declared.is_none())
             .count();
         if theirs >= config.max_jobs_per_chat {
             return Err(format!(
@@ -178,10 +212,67 @@ impl Jobs {
             created_at: now,
             next_due,
             last: None,
+            declared: None,
         };
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
         Ok(job)
+    }
+
+    /// Whether the store holds any job the config declared (without touching a store that
+    /// holds nothing).
+    pub async fn has_declared(&self) -> bool {
+        self.jobs()
+            .await
+            .is_ok_and(|jobs| jobs.iter().any(|job| job.declared.is_some()))
+    }
+
+    /// Makes the store's config jobs what `declared` says (see [`Declared`]).
+    pub async fn sync_declared(&self, declared: &[Declared]) -> Result<Synced, String> {
+        let now = self.now();
+        let stored = self.jobs().await?;
+        let mut synced = Synced::default();
+        for job in stored.iter().filter(|job| job.declared.is_some()) {
+            if !declared.iter().any(|wanted| wanted.id == job.id) {
+                self.store
+                    .remove(&job.id)
+                    .await
+                    .map_err(|err| err.to_string())?;
+                synced.removed.push(job.id.clone());
+            }
+        }
+        for wanted in declared {
+            let had = stored.iter().find(|job| job.id == wanted.id);
+            if had.is_some_and(|job| job.declared.as_ref() == Some(&wanted.spec)) {
+                continue;
+            }
+            let (channel, chat) = &wanted.chat;
+            let job = Job {
+                id: wanted.id.clone(),
+                name: wanted.id.clone(),
+                message: wanted.message.clone(),
+                schedule: wanted.schedule.clone(),
+                channel: channel.to_string(),
+                chat_id: chat.to_string(),
+                session: wanted.session,
+                enabled: wanted.enabled,
+                created_by: "config".into(),
+                catch_up_secs: wanted.catch_up.as_secs(),
+                created_at: had.map_or(now, |job| job.created_at),
+                next_due: wanted.schedule.next_after(now)?,
+                last: had.and_then(|job| job.last.clone()),
+                declared: Some(wanted.spec.clone()),
+            };
+            self.store.put(&job).await.map_err(|err| err.to_string())?;
+            match had {
+                Some(_) => synced.changed.push(job.id),
+                None => synced.added.push(job.id),
+            }
+        }
+        if synced != Synced::default() {
+            self.changed.notify_one();
+        }
+        Ok(synced)
     }
 
     /// Does `action` for `asker`; the answer is one line per job touched (or listed), or why
@@ -232,9 +323,15 @@ impl Jobs {
             .collect())
     }
 
-    /// Removes a job.
+    /// Removes a job (not one the config declares: it would come back).
     pub async fn remove(&self, asker: &Asker, id: &str) -> Result<Job, String> {
         let job = self.find(asker, id).await?;
+        if job.declared.is_some() {
+            return Err(format!(
+                "job {id} is declared in the config ([[scheduler.jobs]]): remove it there, or \
+                 pause it"
+            ));
+        }
         self.store.remove(id).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
         Ok(job)

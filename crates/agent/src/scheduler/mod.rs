@@ -18,7 +18,7 @@ mod tool;
 
 pub use due::{Schedule, When, default_zone, duration, zone};
 pub use job::{Job, Outcome, Run, SessionMode};
-pub use jobs::{Asker, JobAction, Jobs, NewJob, describe};
+pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
 pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
 pub use tool::CronTool;

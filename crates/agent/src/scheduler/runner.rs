@@ -463,7 +463,9 @@ impl Scheduler {
             .last
             .as_ref()
             .is_none_or(|run| run.outcome != Outcome::Pending);
-        if job.next_due.is_some() || !settled {
+        // One the config declares stays until the config drops it (else it would be
+        // declared again at the next start, and run again).
+        if job.next_due.is_some() || !settled || job.declared.is_some() {
             return;
         }
         if let Err(err) = self.store().remove(&job.id).await {
@@ -779,6 +781,7 @@ mod tests {
             created_at: base,
             next_due: None,
             last: None,
+            declared: None,
         };
         pending.last = Some(Run {
             job: "j1".into(),

@@ -355,6 +355,7 @@ mod tests {
             created_at: Timestamp::UNIX_EPOCH,
             next_due: Some(Timestamp::UNIX_EPOCH),
             last: None,
+            declared: None,
         }
     }
 
