@@ -312,3 +312,93 @@ async fn jobs_the_config_declares_follow_it_at_start_and_on_reload() {
     assert!(h.llm.requests().is_empty(), "none of it reached the model");
     h.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_job_in_its_own_session_posts_only_what_is_worth_saying_to_its_chat() {
+    let tables = "[[scheduler.jobs]]\nname = \"build\"\nchat = \"websocket:c\"\n\
+                  message = \"Check the build; say only if it broke.\"\nevery = \"1h\"\n\
+                  session = \"isolated\"\n";
+    let mut h = Harness::with_config(Extra {
+        tables,
+        ..Extra::default()
+    })
+    .await;
+    let config = h.dir.path().join("config.toml");
+    let text = util::config_text_with(
+        &h.llm.base_url(),
+        h.dir.path(),
+        Extra {
+            tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("config");
+    h.client
+        .send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+    let runs = |outcome: &'static str| {
+        let config = config.clone();
+        async move {
+            let deadline = std::time::Instant::now() + util::PATIENCE;
+            loop {
+                let (_, runs) = cron(&config, &["runs", "build"]).await;
+                if runs.lines().nth(1).is_some_and(|l| l.ends_with(outcome))
+                    || std::time::Instant::now() > deadline
+                {
+                    return runs;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // All is well: nothing is posted, and the run is recorded quiet.
+    h.llm.push(Reply::text("HEARTBEAT_OK"));
+    assert!(cron(&config, &["run", "build"]).await.0);
+    let quiet = runs("quiet").await;
+    assert!(
+        quiet.lines().nth(1).is_some_and(|l| l.ends_with("  quiet")),
+        "{quiet}"
+    );
+    assert!(
+        h.client
+            .try_next_frame(Duration::from_millis(300))
+            .await
+            .is_none(),
+        "a quiet run posts nothing"
+    );
+
+    // It broke: the answer, alone, is posted to the chat (no turn there).
+    h.llm.push(Reply::text("The build broke at 14:02."));
+    assert!(cron(&config, &["run", "build"]).await.0);
+    let post = h.client.wait_for("post").await;
+    assert_eq!(post["chat_id"], "c");
+    assert_eq!(post["content"], "The build broke at 14:02.");
+    let answered = runs("answered").await;
+    assert!(
+        answered
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.ends_with("  answered")),
+        "{answered}"
+    );
+    // Its own session holds both runs; the chat's holds none of it.
+    let own = util::read_session_file(&h.dir.path().join("state/sessions/cron_build.jsonl"));
+    assert_eq!(
+        own.iter().filter(|r| r["role"] == "user").count(),
+        2,
+        "{own:#?}"
+    );
+    assert!(!util::session_file(h.dir.path(), "c").exists());
+    // The model was told what the run is, and that a quiet answer posts nothing is the
+    // job's own wording.
+    let request = h.llm.requests().pop().expect("request");
+    let last = util::conversation(&request).pop().expect("message");
+    assert!(
+        last["content"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("[Scheduled task \"build\" (job build)")),
+        "{last}"
+    );
+    h.daemon.shutdown().await;
+}

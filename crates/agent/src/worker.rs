@@ -384,9 +384,11 @@ impl Worker {
             cancel: cancel.clone(),
             one_at_a_time: tokio::sync::Mutex::new(()),
         };
+        // A chat nobody reads (a scheduled run's own session) has nobody to ask.
+        let asked = self.hub.has_person(&message.channel);
         let input = TurnInput {
             resume,
-            user: Some(User(Arc::new(user))),
+            user: asked.then(|| User(Arc::new(user))),
             ..TurnInput::from_message(&message)
         };
         let run = async {

@@ -43,6 +43,12 @@ pub trait Channel: Send + Sync + 'static {
         true
     }
 
+    /// Whether a person reads this channel's chats and can answer there (a question, an
+    /// approval). Not so for the channel of scheduled runs in sessions of their own.
+    fn has_person(&self) -> bool {
+        true
+    }
+
     /// Asks the platform whether the channel's credentials are accepted, without starting
     /// it (`switchboard doctor`): what the platform said about the bot (its name), or why
     /// not. `None`: nothing to check (no platform account).

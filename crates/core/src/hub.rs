@@ -121,6 +121,13 @@ impl ChatHub {
         Ok(self.lanes(channel)?.channel().may_notify(chat))
     }
 
+    /// Whether a person reads `channel`'s chats (see [`Channel::has_person`]); assumed so of
+    /// a channel that is not registered.
+    pub fn has_person(&self, channel: &ChannelName) -> bool {
+        self.lanes(channel)
+            .map_or(true, |lanes| lanes.channel().has_person())
+    }
+
     /// Queues a message in its chat's lane, waiting only while that lane is full.
     pub async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
         count_out(&message);

@@ -46,6 +46,6 @@ pub use lanes::{LaneOptions, Lanes};
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd,
 };
-pub use origin::Origin;
+pub use origin::{Origin, QUIET_TOKEN, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;

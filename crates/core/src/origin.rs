@@ -5,6 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The answer that means "nothing to say" to a heartbeat or a scheduled run in a session of
+/// its own: such an answer (or an empty one) is not posted, and the run is recorded quiet.
+pub const QUIET_TOKEN: &str = "HEARTBEAT_OK";
+
+/// Whether an answer says nothing: empty, or the [`QUIET_TOKEN`] (give or take space,
+/// punctuation and markdown around it).
+pub fn is_quiet(answer: &str) -> bool {
+    let bare = answer.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '_');
+    bare.is_empty() || bare == QUIET_TOKEN
+}
+
 /// Where an inbound message (and the user message it becomes) comes from.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -39,11 +50,11 @@ impl Origin {
                  up earlier and did not type this now. Do what it asks; your answer is sent to \
                  them.]"
             )),
-            Self::Heartbeat => Some(
+            Self::Heartbeat => Some(format!(
                 "[Heartbeat: a regular check, not a message from the person. Follow the \
-                 instructions below.]"
-                    .to_owned(),
-            ),
+                 instructions below. If nothing needs their attention, answer exactly \
+                 {QUIET_TOKEN} and nothing is sent.]"
+            )),
         }
     }
 
@@ -67,6 +78,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_quiet_token_is_quiet_with_what_models_wrap_it_in_and_nothing_else_is() {
+        for quiet in [
+            "",
+            "  ",
+            "HEARTBEAT_OK",
+            " HEARTBEAT_OK.\n",
+            "**HEARTBEAT_OK**",
+            "`HEARTBEAT_OK`",
+        ] {
+            assert!(is_quiet(quiet), "{quiet:?}");
+        }
+        for said in [
+            "HEARTBEAT_OK but the build broke",
+            "The build broke.",
+            "heartbeat ok?",
+        ] {
+            assert!(!is_quiet(said), "{said:?}");
+        }
+    }
+
+    #[test]
     fn a_person_says_nothing_more_and_the_others_say_what_they_are() {
         assert_eq!(Origin::Person.preamble(), None);
         let job = Origin::Schedule {
@@ -79,7 +111,11 @@ mod tests {
             "{preamble}"
         );
         assert!(preamble.contains("did not type this now"), "{preamble}");
-        assert!(Origin::Heartbeat.preamble().is_some());
+        assert!(
+            Origin::Heartbeat
+                .preamble()
+                .is_some_and(|text| text.contains("answer exactly HEARTBEAT_OK"))
+        );
         // Stored compactly, and a person's origin not at all (see ChatMessage).
         assert_eq!(
             serde_json::to_string(&job).expect("json"),

@@ -440,8 +440,12 @@ pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
         .as_ref()
         .map(|run| format!("; last: {}", run.outcome.describe()))
         .unwrap_or_default();
+    let alone = match job.session {
+        SessionMode::Chat => "",
+        SessionMode::Isolated => ", in its own session",
+    };
     format!(
-        "job {} \"{}\": {}; {next}{last}",
+        "job {} \"{}\": {}{alone}; {next}{last}",
         job.id,
         job.name,
         job.schedule.describe()

@@ -6,10 +6,13 @@
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
 //! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
+//! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
+//!   own to their jobs' chats.
 //! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
 
 mod due;
+mod isolated;
 mod job;
 mod jobs;
 mod runner;
@@ -17,6 +20,7 @@ mod store;
 mod tool;
 
 pub use due::{Schedule, When, default_zone, duration, zone};
+pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{Job, Outcome, Run, SessionMode};
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
 pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};

@@ -24,13 +24,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, MessageId, Origin, OutboundKind,
-    OutboundMessage, SenderId, TurnEnd,
+    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId, Origin,
+    OutboundKind, OutboundMessage, SenderId, TurnEnd, is_quiet,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::job::{Job, Outcome, Run};
+use super::isolated;
+use super::job::{Job, Outcome, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
@@ -126,6 +127,9 @@ struct Inner {
     settled: mpsc::UnboundedSender<(String, Fate)>,
     /// The loop's end of `settled`, taken when it starts.
     settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    /// Set once the `cron` channel of isolated runs is registered on the hub (at the
+    /// first such run: a daemon without one never has it).
+    isolated: std::sync::OnceLock<()>,
     /// The jobs as last read, with the store's version then: read again only when the
     /// version moved (anyone's change) — the idle loop costs one `stat`.
     cache: Mutex<Option<(u64, Vec<Job>)>>,
@@ -152,6 +156,7 @@ impl Scheduler {
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
                 cache: Mutex::new(None),
+                isolated: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -362,7 +367,8 @@ impl Scheduler {
             .any(|(id, _)| id == job)
     }
 
-    /// Hands the run of `job` due at `due` to the agent, as a message of its chat.
+    /// Hands the run of `job` due at `due` to the agent, as a message of its chat (or, for
+    /// a job in a session of its own, of the `cron` channel).
     async fn publish(&self, job: &Job, due: Timestamp) {
         let id = Run::message_id(&job.id, due);
         self.inner
@@ -372,9 +378,16 @@ impl Scheduler {
             .insert(id.clone(), (job.id.clone(), due));
         let settled = self.inner.settled.clone();
         let ack_id = id.clone();
+        let (channel, chat) = match job.session {
+            SessionMode::Chat => (job.channel.as_str(), job.chat_id.as_str()),
+            SessionMode::Isolated => {
+                self.register_isolated();
+                (isolated::CHANNEL, job.id.as_str())
+            }
+        };
         let mut message = InboundMessage::text(
-            ChannelName::from(job.channel.as_str()),
-            ChatId::from(job.chat_id.as_str()),
+            ChannelName::from(channel),
+            ChatId::from(chat),
             SenderId::from(SENDER),
             job.message.clone(),
         );
@@ -390,6 +403,19 @@ impl Scheduler {
             // The daemon is stopping: the run stays pending and is taken up at the next start.
             tracing::info!(job = %job.id, error = %err, "a scheduled run was not handed over");
         }
+    }
+
+    /// Registers the `cron` channel isolated runs answer through, once.
+    fn register_isolated(&self) {
+        self.inner.isolated.get_or_init(|| {
+            let channel = isolated::IsolatedRuns {
+                jobs: self.inner.jobs.clone(),
+                hub: self.inner.hub.clone(),
+            };
+            self.inner
+                .hub
+                .register_channel(Arc::new(channel), LaneOptions::default());
+        });
     }
 
     /// Records what became of the run whose message is `id`.
@@ -499,7 +525,7 @@ struct Outcomes(Arc<Inner>);
 
 #[async_trait]
 impl Hook for Outcomes {
-    async fn on_turn_end(&self, _turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
+    async fn on_turn_end(&self, turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
         let Some(id) = summary
             .inbound
             .map(MessageId::as_str)
@@ -507,7 +533,12 @@ impl Hook for Outcomes {
         else {
             return;
         };
+        let alone = turn
+            .session
+            .as_str()
+            .starts_with(&format!("{}_", isolated::CHANNEL));
         let outcome = match summary.end {
+            Some(TurnEnd::Answered) if alone && is_quiet(summary.text) => Outcome::Quiet,
             None => Outcome::Failed {
                 why: summary.text.lines().next().unwrap_or_default().to_owned(),
             },

@@ -9,6 +9,7 @@ use serde_json::json;
 use switchboard_tools::{Tool, ToolContext, ToolError};
 
 use super::due::When;
+use super::isolated::CHANNEL as ISOLATED_CHANNEL;
 use super::job::SessionMode;
 use super::jobs::{Asker, JobAction, Jobs, NewJob, describe};
 
@@ -44,6 +45,8 @@ struct Args {
     cron: Option<String>,
     #[serde(default)]
     tz: Option<String>,
+    #[serde(default)]
+    session: Option<String>,
 }
 
 #[async_trait]
@@ -73,7 +76,8 @@ impl Tool for CronTool {
                 "at": {"type": "string", "description": "once, at this time"},
                 "every": {"type": "string", "description": "repeatedly, this often: 30m, 1 day"},
                 "cron": {"type": "string", "description": "a cron expression: minute hour day month weekday"},
-                "tz": {"type": "string", "description": "IANA time zone for `at` and `cron` (default: the daemon's)"}
+                "tz": {"type": "string", "description": "IANA time zone for `at` and `cron` (default: the daemon's)"},
+                "session": {"type": "string", "enum": ["chat", "isolated"], "description": "chat (default): it runs in this conversation; isolated: in a conversation of its own, and only its answer is posted here (an answer of just HEARTBEAT_OK posts nothing: for checks that speak only when something is wrong)"}
             },
             "required": ["action"]
         })
@@ -89,6 +93,11 @@ impl Tool for CronTool {
         let (channel, chat) = ctx.session.split().ok_or_else(|| {
             ToolError::Failed("jobs belong to a chat, and this turn has none".into())
         })?;
+        if channel.as_str() == ISOLATED_CHANNEL {
+            return Err(ToolError::Failed(
+                "a scheduled run in its own session cannot manage jobs".into(),
+            ));
+        }
         let asker = Asker::Chat(channel.clone(), chat.clone());
         let id = || {
             args.id
@@ -101,6 +110,12 @@ impl Tool for CronTool {
         let failed = ToolError::Failed;
         match args.action.as_str() {
             "add" => {
+                let session = match args.session.as_deref() {
+                    None => SessionMode::Chat,
+                    Some(text) => SessionMode::parse(text).ok_or_else(|| {
+                        ToolError::InvalidArguments("`session` is chat or isolated".into())
+                    })?,
+                };
                 let tz = args.tz.clone().unwrap_or_else(|| self.jobs.timezone());
                 let now = self.jobs.now();
                 let schedule = When::one_of(
@@ -118,7 +133,7 @@ impl Tool for CronTool {
                         message: args.message.clone().unwrap_or_default(),
                         schedule,
                         chat: (channel, chat),
-                        session: SessionMode::Chat,
+                        session,
                         catch_up: None,
                         created_by: None,
                     })
