@@ -402,3 +402,60 @@ async fn a_job_in_its_own_session_posts_only_what_is_worth_saying_to_its_chat() 
     );
     h.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_heartbeat_speaks_once_when_it_has_something_to_say_and_is_quiet_otherwise() {
+    let tables = "[scheduler]\nmin_interval_secs = 1\n\n\
+                  [heartbeat]\nevery = \"1s\"\nchat = \"websocket:c\"\n";
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("workspace")).expect("workspace");
+    std::fs::write(
+        dir.path().join("workspace/HEARTBEAT.md"),
+        "Look at the disk; say only if it is nearly full.",
+    )
+    .expect("HEARTBEAT.md");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    llm.push(Reply::text("HEARTBEAT_OK"));
+    llm.push(Reply::text("The disk is 95% full."));
+    llm.respond_with(|_| Reply::text("HEARTBEAT_OK"));
+    let extra = Extra {
+        tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut client = util::WsClient::connect(daemon.addr()).await;
+    client
+        .send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+
+    let post = client.wait_for("post").await;
+    assert_eq!(post["content"], "The disk is 95% full.");
+    // More beats, all quiet: nothing more is posted.
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    while llm.requests().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the heartbeat goes on beating"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut more = Vec::new();
+    while let Some(frame) = client.try_next_frame(Duration::from_millis(500)).await {
+        more.push(frame);
+    }
+    assert!(more.iter().all(|f| f["type"] != "post"), "{more:#?}");
+    // Each beat was told what it is and given the instructions as they are.
+    let first = util::conversation(&llm.requests()[0])
+        .pop()
+        .expect("message");
+    let text = first["content"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("[Heartbeat: a regular check")
+            && text.contains("answer exactly HEARTBEAT_OK")
+            && text.ends_with("Look at the disk; say only if it is nearly full."),
+        "{text}"
+    );
+    daemon.shutdown().await;
+}

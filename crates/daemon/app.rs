@@ -200,8 +200,12 @@ fn build_agent_and_tools(
     let tools = build_tools(config, &tool_parts)?;
     let llm = crate::llm_config::build(config, observer)?;
     let section = &config.agent;
+    let workspace = Arc::new(workspace);
+    if let Some(scheduler) = &scheduler {
+        scheduler.read_instructions_in(workspace.clone());
+    }
     let agent_config = AgentConfig {
-        workspace: Arc::new(workspace),
+        workspace,
         max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
         max_iterations: *section.max_iterations.get_ref(),
         history_limit: *section.history_limit.get_ref(),

@@ -68,6 +68,9 @@ pub struct Config {
     /// `[scheduler]`.
     #[serde(default)]
     pub scheduler: crate::scheduler_config::SchedulerSection,
+    /// `[heartbeat]`.
+    #[serde(default)]
+    pub heartbeat: crate::scheduler_config::HeartbeatSection,
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,

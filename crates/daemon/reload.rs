@@ -3,8 +3,8 @@
 //! running one kept. What can change live does: the model chain (`[llm]`) and the tools
 //! (`[tools]`, but `restrict_to_workspace`) are swapped for the turns that start next, and a
 //! platform channel whose section changed (a token, an allow list, a policy) is restarted
-//! with its new settings — the others go on; the jobs `[[scheduler.jobs]]` declares are
-//! added, changed and removed in the job store. Every other key that changed is named in a log
+//! with its new settings — the others go on; the jobs `[[scheduler.jobs]]` and
+//! `[heartbeat]` declare are added, changed and removed in the job store. Every other key that changed is named in a log
 //! line saying it takes effect after a restart. Everything new is built before anything is
 //! applied, so a reload is applied whole or not at all.
 
@@ -92,7 +92,10 @@ pub async fn reload(
     };
 
     // The config's jobs: synced with the job store (when the scheduler runs).
-    let jobs_live = |key: &str| under(key, "scheduler.jobs") && tool_parts.scheduler().is_some();
+    let jobs_live = |key: &str| {
+        (under(key, "scheduler.jobs") || under(key, "heartbeat"))
+            && tool_parts.scheduler().is_some()
+    };
 
     // Everything new is built: apply it.
     let live = |key: &String| {

@@ -1,11 +1,13 @@
 //! `[scheduler]`: scheduled work — whether it runs, the time zone cron expressions are read
-//! in, and the limits of what a chat may schedule.
+//! in, the limits of what a chat may schedule, and the jobs the config declares
+//! (`[[scheduler.jobs]]`); and `[heartbeat]`, a job of its own kind.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_agent::scheduler::{
-    Declared, Jobs, SchedulerConfig, SessionMode, Synced, When, default_zone, zone,
+    ActiveHours, Declared, JobKind, Jobs, Schedule, SchedulerConfig, SessionMode, Synced, When,
+    default_zone, zone,
 };
 use toml::Spanned;
 
@@ -106,7 +108,7 @@ impl SchedulerSection {
             ));
         }
         // Read now, to report a mistake at start (or refuse a reload), not at the first run.
-        self.declared(config, jiff::Timestamp::now())?;
+        declared_jobs(config, jiff::Timestamp::now())?;
         Ok(())
     }
 
@@ -234,6 +236,8 @@ impl SchedulerSection {
                 session,
                 catch_up,
                 enabled: entry.enabled,
+                kind: JobKind::Task,
+                active_hours: None,
                 spec,
             });
         }
@@ -285,10 +289,120 @@ pub fn chat_target(config: &Config, text: &str) -> Result<(ChannelName, ChatId),
     Ok((ChannelName::from(channel), ChatId::from(chat)))
 }
 
+/// `[heartbeat]`: a regular turn, in a session of its own, with the workspace's HEARTBEAT.md
+/// as its instructions; its answer is posted to `chat` unless it is the quiet token. Off
+/// unless `every` is set.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatSection {
+    /// How often: `30m` (at least `scheduler.min_interval_secs`).
+    pub every: Option<Spanned<String>>,
+    /// Where to speak: `telegram:123456`.
+    pub chat: Option<Spanned<String>>,
+    /// When it may beat: `08:00-22:00`, on the clock of `scheduler.timezone`.
+    pub active_hours: Option<Spanned<String>>,
+}
+
+impl HeartbeatSection {
+    /// The heartbeat as a job, when `every` is set; errors name `heartbeat.<key>`.
+    pub fn declared(
+        &self,
+        config: &Config,
+        now: jiff::Timestamp,
+    ) -> Result<Option<Declared>, ConfigError> {
+        let source = &config.source;
+        let at = |spanned: &Spanned<String>, key: &str, why: String| {
+            source.error_at(Some(spanned.span()), format!("heartbeat.{key}"), why)
+        };
+        let Some(every) = &self.every else {
+            if let Some(set) = self.chat.as_ref().or(self.active_hours.as_ref()) {
+                return Err(at(
+                    set,
+                    "every",
+                    "set it (e.g. \"30m\") to turn the heartbeat on".into(),
+                ));
+            }
+            return Ok(None);
+        };
+        if !config.scheduler.enabled {
+            return Err(at(
+                every,
+                "every",
+                "the heartbeat runs on the scheduler: set [scheduler] enabled = true".into(),
+            ));
+        }
+        let Some(chat_text) = &self.chat else {
+            return Err(at(
+                every,
+                "chat",
+                "say where the heartbeat speaks: chat = \"telegram:123456\"".into(),
+            ));
+        };
+        let chat =
+            chat_target(config, chat_text.get_ref()).map_err(|why| at(chat_text, "chat", why))?;
+        let settings = config.scheduler.settings();
+        let schedule =
+            Schedule::every(every.get_ref(), now).map_err(|why| at(every, "every", why))?;
+        let interval = schedule.shortest_gap(now).unwrap_or_default();
+        if interval < settings.min_interval {
+            return Err(at(
+                every,
+                "every",
+                format!(
+                    "{} s is shorter than scheduler.min_interval_secs ({} s)",
+                    interval.as_secs(),
+                    settings.min_interval.as_secs()
+                ),
+            ));
+        }
+        let tz = default_zone(settings.timezone.as_deref());
+        let active_hours = self
+            .active_hours
+            .as_ref()
+            .map(|hours| {
+                ActiveHours::parse(hours.get_ref(), &tz)
+                    .map_err(|why| at(hours, "active_hours", why))
+            })
+            .transpose()?;
+        let instructions = "HEARTBEAT.md";
+        let spec = serde_json::json!({
+            "every": every.get_ref(),
+            "chat": chat_text.get_ref(),
+            "active_hours": self.active_hours.as_ref().map(|h| h.get_ref()),
+            "tz": tz,
+            "instructions": instructions,
+        })
+        .to_string();
+        Ok(Some(Declared {
+            id: "heartbeat".into(),
+            message: String::new(),
+            schedule,
+            chat,
+            session: SessionMode::Isolated,
+            // A beat missed while the daemon was down runs if it is at most one beat late
+            // (or a minute, for short beats on a busy machine).
+            catch_up: interval.max(Duration::from_secs(60)),
+            enabled: true,
+            kind: JobKind::Heartbeat {
+                instructions: instructions.into(),
+            },
+            active_hours,
+            spec,
+        }))
+    }
+}
+
+/// Every job the config declares: `[[scheduler.jobs]]` and the heartbeat.
+pub fn declared_jobs(config: &Config, now: jiff::Timestamp) -> Result<Vec<Declared>, ConfigError> {
+    let mut declared = config.scheduler.declared(config, now)?;
+    declared.extend(config.heartbeat.declared(config, now)?);
+    Ok(declared)
+}
+
 /// Makes the job store's config jobs what `config` declares; logs what changed. A store that
 /// cannot be written is logged, not fatal: the jobs already stored go on.
 pub async fn sync_declared(jobs: &Jobs, config: &Config) {
-    let declared = match config.scheduler.declared(config, jiff::Timestamp::now()) {
+    let declared = match declared_jobs(config, jiff::Timestamp::now()) {
         Ok(declared) => declared,
         Err(err) => {
             tracing::error!(error = %err, "the config's jobs do not read");
@@ -409,5 +523,51 @@ mod tests {
             "{}",
             morning.spec
         );
+    }
+
+    #[test]
+    fn a_heartbeat_that_cannot_beat_is_named_at_its_line() {
+        for (text, key, says) in [
+            (
+                "[heartbeat]\nevery = \"30m\"\n",
+                "heartbeat.chat",
+                "where the heartbeat speaks",
+            ),
+            (
+                "[heartbeat]\nchat = \"websocket:c\"\n",
+                "heartbeat.every",
+                "turn the heartbeat on",
+            ),
+            (
+                "[heartbeat]\nevery = \"10s\"\nchat = \"websocket:c\"\n",
+                "heartbeat.every",
+                "scheduler.min_interval_secs",
+            ),
+            (
+                "[scheduler]\nenabled = false\n[heartbeat]\nevery = \"1h\"\nchat = \"websocket:c\"\n",
+                "heartbeat.every",
+                "enabled = true",
+            ),
+            (
+                "[heartbeat]\nevery = \"1h\"\nchat = \"websocket:c\"\nactive_hours = \"8 to 22\"\n",
+                "heartbeat.active_hours",
+                "08:00-22:00",
+            ),
+        ] {
+            let err = parse(text).expect_err(text);
+            assert_eq!(err.key, key, "{text}");
+            assert!(err.message.contains(says), "{err}");
+            assert!(err.line.is_some(), "{err}");
+        }
+        let config =
+            parse("[heartbeat]\nevery = \"30m\"\nchat = \"websocket:c\"\n").expect("reads");
+        let beat = config
+            .heartbeat
+            .declared(&config, jiff::Timestamp::now())
+            .expect("declared")
+            .expect("on");
+        assert_eq!(beat.id, "heartbeat");
+        assert_eq!(beat.session, SessionMode::Isolated);
+        assert_eq!(beat.catch_up, Duration::from_secs(1800));
     }
 }

@@ -40,10 +40,135 @@ pub struct Job {
     /// Its last run, if it had one.
     #[serde(default)]
     pub last: Option<Run>,
-    /// For a job the config declares (`[[scheduler.jobs]]`): its definition as written
-    /// there, to tell at the next start or reload whether it changed.
+    /// For a job the config declares (`[[scheduler.jobs]]`, `[heartbeat]`): its
+    /// definition as written there, to tell at the next start or reload whether it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub declared: Option<String>,
+    /// A task (its message) or the heartbeat (the instructions of a file).
+    #[serde(default, skip_serializing_if = "JobKind::is_task")]
+    pub kind: JobKind,
+    /// The hours of the day it may run in; a due time outside them moves to the next time
+    /// they begin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_hours: Option<ActiveHours>,
+}
+
+impl Job {
+    /// Its first due time strictly after `after`, within its active hours; `None` when it
+    /// has none (a one-shot whose time has come).
+    pub fn next_after(&self, after: Timestamp) -> Result<Option<Timestamp>, String> {
+        let Some(hours) = &self.active_hours else {
+            return self.schedule.next_after(after);
+        };
+        let mut from = after;
+        let mut next = None;
+        // A due time outside the hours moves on to the first one after they open; a few
+        // rounds settle any schedule (an interval longer than the hours' gap needs one).
+        for _ in 0..8 {
+            let Some(due) = self.schedule.next_after(from)? else {
+                return Ok(next);
+            };
+            if hours.contains(due)? {
+                return Ok(Some(due));
+            }
+            next = Some(due);
+            let opens = hours.next_opening(due)?;
+            from = opens
+                .checked_sub(jiff::SignedDuration::from_nanos(1))
+                .unwrap_or(opens);
+        }
+        Ok(next)
+    }
+
+    /// The origin of its runs' messages.
+    pub fn origin(&self) -> switchboard_core::Origin {
+        match self.kind {
+            JobKind::Task => switchboard_core::Origin::Schedule {
+                job: self.id.clone(),
+                name: self.name.clone(),
+            },
+            JobKind::Heartbeat { .. } => switchboard_core::Origin::Heartbeat,
+        }
+    }
+}
+
+/// What a job gives the agent.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum JobKind {
+    /// Its message.
+    #[default]
+    Task,
+    /// The heartbeat: the instructions in a file of the workspace (HEARTBEAT.md), read
+    /// through it (a link out of the workspace is not followed) at each beat.
+    Heartbeat {
+        /// The file, relative to the workspace.
+        instructions: String,
+    },
+}
+
+impl JobKind {
+    fn is_task(&self) -> bool {
+        matches!(self, Self::Task)
+    }
+}
+
+/// Hours of the day, on the clock of a zone: `08:00-22:00`; one that ends before it starts
+/// (`22:00-06:00`) runs across midnight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActiveHours {
+    /// When they begin.
+    pub start: jiff::civil::Time,
+    /// When they end (not included).
+    pub end: jiff::civil::Time,
+    /// The zone whose clock they are on.
+    pub tz: String,
+}
+
+impl ActiveHours {
+    /// Reads `08:00-22:00` on the clock of `tz`.
+    pub fn parse(text: &str, tz: &str) -> Result<Self, String> {
+        let bad = || format!("`{text}` is not a span of hours: write e.g. 08:00-22:00");
+        let (start, end) = text.split_once('-').ok_or_else(bad)?;
+        let time = |part: &str| part.trim().parse::<jiff::civil::Time>().map_err(|_| bad());
+        let hours = Self {
+            start: time(start)?,
+            end: time(end)?,
+            tz: tz.to_owned(),
+        };
+        if hours.start == hours.end {
+            return Err(format!("`{text}` is empty: it begins when it ends"));
+        }
+        super::due::zone(tz)?;
+        Ok(hours)
+    }
+
+    /// Whether `at` falls in them.
+    pub fn contains(&self, at: Timestamp) -> Result<bool, String> {
+        let time = at.to_zoned(super::due::zone(&self.tz)?).time();
+        Ok(if self.start < self.end {
+            self.start <= time && time < self.end
+        } else {
+            self.start <= time || time < self.end
+        })
+    }
+
+    /// The first time they begin at or after `at`.
+    pub fn next_opening(&self, at: Timestamp) -> Result<Timestamp, String> {
+        let zoned = at.to_zoned(super::due::zone(&self.tz)?);
+        let today = zoned
+            .date()
+            .to_datetime(self.start)
+            .to_zoned(zoned.time_zone().clone())
+            .map_err(|err| err.to_string())?;
+        if today.timestamp() >= at {
+            return Ok(today.timestamp());
+        }
+        let tomorrow = today
+            .checked_add(jiff::Span::new().days(1))
+            .map_err(|err| err.to_string())?;
+        Ok(tomorrow.timestamp())
+    }
 }
 
 fn enabled() -> bool {
@@ -180,6 +305,8 @@ mod tests {
                 },
             }),
             declared: Some("{}".into()),
+            kind: JobKind::Task,
+            active_hours: None,
         };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<Job>(&text).expect("back"), job);
@@ -194,5 +321,25 @@ mod tests {
             Run::message_id("j7", Timestamp::from_second(60).expect("ts")),
             "sched:j7:60000"
         );
+    }
+
+    #[test]
+    fn hours_across_midnight_and_in_a_zone_hold_what_they_say() {
+        use std::str::FromStr;
+        let at = |text: &str| Timestamp::from_str(text).expect("ts");
+        let night = ActiveHours::parse("22:00-06:00", "Europe/Berlin").expect("hours");
+        // 22:30 and 05:59 in Berlin (UTC+1 in November) are in; noon is not.
+        assert!(night.contains(at("2026-11-25T21:30:00Z")).expect("in"));
+        assert!(night.contains(at("2026-11-26T04:59:00Z")).expect("in"));
+        assert!(!night.contains(at("2026-11-25T11:00:00Z")).expect("out"));
+        assert_eq!(
+            night
+                .next_opening(at("2026-11-25T11:00:00Z"))
+                .expect("opens"),
+            at("2026-11-25T21:00:00Z")
+        );
+        assert!(ActiveHours::parse("8-22", "UTC").is_err());
+        assert!(ActiveHours::parse("08:00-08:00", "UTC").is_err());
+        assert!(ActiveHours::parse("08:00-22:00", "Nowhere/Else").is_err());
     }
 }

@@ -11,7 +11,7 @@ use switchboard_core::{ChannelName, ChatId, SessionKey};
 use tokio::sync::Notify;
 
 use super::due::{Schedule, default_zone};
-use super::job::{Job, Run, SessionMode};
+use super::job::{ActiveHours, Job, JobKind, Run, SessionMode};
 use super::runner::{Clock, SchedulerConfig};
 use super::store::JobStore;
 
@@ -89,6 +89,10 @@ pub struct Declared {
     pub catch_up: Duration,
     /// Whether it runs.
     pub enabled: bool,
+    /// A task, or the heartbeat.
+    pub kind: JobKind,
+    /// The hours it may run in.
+    pub active_hours: Option<ActiveHours>,
     /// Its definition as written: a job whose definition is unchanged is kept as it is
     /// (its next run, its last, a pause from a chat); a changed one starts afresh.
     pub spec: String,
@@ -213,6 +217,8 @@ impl Jobs {
             next_due,
             last: None,
             declared: None,
+            kind: JobKind::Task,
+            active_hours: None,
         };
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
@@ -247,7 +253,7 @@ impl Jobs {
                 continue;
             }
             let (channel, chat) = &wanted.chat;
-            let job = Job {
+            let mut job = Job {
                 id: wanted.id.clone(),
                 name: wanted.id.clone(),
                 message: wanted.message.clone(),
@@ -259,10 +265,13 @@ impl Jobs {
                 created_by: "config".into(),
                 catch_up_secs: wanted.catch_up.as_secs(),
                 created_at: had.map_or(now, |job| job.created_at),
-                next_due: wanted.schedule.next_after(now)?,
+                next_due: None,
                 last: had.and_then(|job| job.last.clone()),
                 declared: Some(wanted.spec.clone()),
+                kind: wanted.kind.clone(),
+                active_hours: wanted.active_hours.clone(),
             };
+            job.next_due = job.next_after(now)?;
             self.store.put(&job).await.map_err(|err| err.to_string())?;
             match had {
                 Some(_) => synced.changed.push(job.id),
@@ -342,7 +351,7 @@ impl Jobs {
     pub async fn set_enabled(&self, asker: &Asker, id: &str, enabled: bool) -> Result<Job, String> {
         let job = self.find(asker, id).await?;
         let next = if enabled {
-            job.schedule.next_after(self.clock.now())?
+            job.next_after(self.clock.now())?
         } else {
             job.next_due
         };

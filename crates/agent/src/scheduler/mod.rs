@@ -21,7 +21,7 @@ mod tool;
 
 pub use due::{Schedule, When, default_zone, duration, zone};
 pub use isolated::CHANNEL as ISOLATED_CHANNEL;
-pub use job::{Job, Outcome, Run, SessionMode};
+pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
 pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};

@@ -24,14 +24,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId, Origin,
-    OutboundKind, OutboundMessage, SenderId, TurnEnd, is_quiet,
+    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId, OutboundKind,
+    OutboundMessage, SenderId, TurnEnd, is_quiet,
 };
+use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::isolated;
-use super::job::{Job, Outcome, Run, SessionMode};
+use super::job::{Job, JobKind, Outcome, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
@@ -127,6 +128,9 @@ struct Inner {
     settled: mpsc::UnboundedSender<(String, Fate)>,
     /// The loop's end of `settled`, taken when it starts.
     settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    /// The workspace the heartbeat's instructions are read in (set by the daemon once it
+    /// opened it).
+    workspace: std::sync::OnceLock<Arc<Workspace>>,
     /// Set once the `cron` channel of isolated runs is registered on the hub (at the
     /// first such run: a daemon without one never has it).
     isolated: std::sync::OnceLock<()>,
@@ -157,6 +161,7 @@ impl Scheduler {
                 settled_rx: Mutex::new(Some(settled_rx)),
                 cache: Mutex::new(None),
                 isolated: std::sync::OnceLock::new(),
+                workspace: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -164,6 +169,16 @@ impl Scheduler {
     /// The hook that tells the scheduler how its runs' turns ended (add it to the agent).
     pub fn hook(&self) -> Arc<dyn Hook> {
         Arc::new(Outcomes(self.inner.clone()))
+    }
+
+    /// Reads the heartbeat's instructions in `workspace` (set once; later calls are
+    /// ignored).
+    pub fn read_instructions_in(&self, workspace: Arc<Workspace>) {
+        let _ = self.inner.workspace.set(workspace);
+    }
+
+    fn workspace(&self) -> Option<Arc<Workspace>> {
+        self.inner.workspace.get().cloned()
     }
 
     /// Its jobs, to add, list and change (a change wakes the loop at once).
@@ -220,7 +235,13 @@ impl Scheduler {
                 .filter(|run| run.outcome == Outcome::Pending)
             {
                 tracing::info!(job = %job.id, due = %run.due, "taking up a scheduled run left pending");
-                self.publish(&job, run.due).await;
+                match message_of(&job, self.workspace()).await {
+                    Ok(message) => self.publish(&job, run.due, message).await,
+                    Err(why) => {
+                        let skipped = Outcome::Skipped { why };
+                        self.record_end(&job.id, run.due, skipped).await;
+                    }
+                }
             }
         }
     }
@@ -279,7 +300,6 @@ impl Scheduler {
     /// next due time.
     async fn fire(&self, mut job: Job, due: Timestamp, now: Timestamp) -> Option<Timestamp> {
         let next = job
-            .schedule
             .next_after(now.max(due))
             .unwrap_or_else(|err| {
                 tracing::error!(job = %job.id, error = %err, "a job's schedule cannot be computed; it stops");
@@ -290,8 +310,8 @@ impl Scheduler {
         let running = self.running(&job.id);
         let skipped = if late > catch_up {
             Some(format!(
-                "it was due at {due} and switchboard was not running then; {:#} late is more than \
-                 its catch-up of {:#}",
+                "it was due at {due}, and {:#} late is more than its catch-up of {:#} (was \
+                 switchboard down?)",
                 late.round(jiff::Unit::Second).unwrap_or(late),
                 catch_up
             ))
@@ -299,6 +319,13 @@ impl Scheduler {
             Some("the run before it was still going".to_owned())
         } else {
             None
+        };
+        let (skipped, message) = match skipped {
+            Some(why) => (Some(why), String::new()),
+            None => match message_of(&job, self.workspace()).await {
+                Ok(message) => (None, message),
+                Err(why) => (Some(why), String::new()),
+            },
         };
         let run = Run {
             job: job.id.clone(),
@@ -343,7 +370,8 @@ impl Scheduler {
         match skipped {
             Some(why) => {
                 tracing::warn!(job = %job.id, %due, %why, "a scheduled run was skipped");
-                if late > catch_up {
+                // The chat is told of a task it will miss; not of each beat of the heartbeat.
+                if late > catch_up && job.kind == JobKind::Task {
                     let text = format!(
                         "The scheduled task \"{}\" (job {}) did not run: {why}.",
                         job.name, job.id
@@ -352,7 +380,7 @@ impl Scheduler {
                 }
                 self.forget_if_done(&job).await;
             }
-            None => self.publish(&job, due).await,
+            None => self.publish(&job, due, message).await,
         }
         next
     }
@@ -369,7 +397,7 @@ impl Scheduler {
 
     /// Hands the run of `job` due at `due` to the agent, as a message of its chat (or, for
     /// a job in a session of its own, of the `cron` channel).
-    async fn publish(&self, job: &Job, due: Timestamp) {
+    async fn publish(&self, job: &Job, due: Timestamp, text: String) {
         let id = Run::message_id(&job.id, due);
         self.inner
             .in_flight
@@ -389,13 +417,10 @@ impl Scheduler {
             ChannelName::from(channel),
             ChatId::from(chat),
             SenderId::from(SENDER),
-            job.message.clone(),
+            text,
         );
         message.id = Some(MessageId::from(id.as_str()));
-        message.origin = Origin::Schedule {
-            job: job.id.clone(),
-            name: job.name.clone(),
-        };
+        message.origin = job.origin();
         message.ack = Some(Ack::new(move |fate| {
             let _ = settled.send((ack_id, fate));
         }));
@@ -443,6 +468,12 @@ impl Scheduler {
             },
             Fate::Handled => ended.unwrap_or(Outcome::Answered),
         };
+        self.record_end(&job_id, due, outcome).await;
+    }
+
+    /// Records how the run of `job_id` due at `due` ended, on its runs and its job.
+    async fn record_end(&self, job_id: &str, due: Timestamp, outcome: Outcome) {
+        let job_id = job_id.to_owned();
         let started = self.store().runs(&job_id, 1).await.ok().and_then(|runs| {
             runs.into_iter()
                 .find(|run| run.due == due)
@@ -513,6 +544,37 @@ impl Scheduler {
     }
 }
 
+/// The most of the heartbeat's instructions (HEARTBEAT.md) a beat reads.
+pub const MAX_INSTRUCTIONS: usize = 64 * 1024;
+
+/// What a run of `job` tells the agent: a task's message, or the heartbeat's instructions
+/// as they are now, read through `workspace`; why not, when there are none to follow.
+async fn message_of(job: &Job, workspace: Option<Arc<Workspace>>) -> Result<String, String> {
+    let JobKind::Heartbeat { instructions } = &job.kind else {
+        return Ok(job.message.clone());
+    };
+    let workspace =
+        workspace.ok_or("there is no workspace to read the heartbeat's instructions in")?;
+    let name = instructions.clone();
+    let read =
+        tokio::task::spawn_blocking(move || workspace.read_text(&name, MAX_INSTRUCTIONS + 1))
+            .await
+            .map_err(|err| err.to_string())?;
+    let (text, size) = read.map_err(|err| format!("{instructions}: {err}"))?;
+    if size > MAX_INSTRUCTIONS as u64 {
+        return Err(format!(
+            "{instructions} is larger than {} KiB: keep the heartbeat's instructions short",
+            MAX_INSTRUCTIONS / 1024
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(format!(
+            "{instructions} is empty: the heartbeat has nothing to check"
+        ));
+    }
+    Ok(text)
+}
+
 fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
@@ -559,12 +621,12 @@ impl Hook for Outcomes {
 mod tests {
     use std::str::FromStr;
 
-    use switchboard_core::{Channel, ChannelContext, CoreError, LaneOptions};
+    use switchboard_core::{Channel, ChannelContext, CoreError, LaneOptions, Origin};
     use tokio::sync::mpsc::Receiver;
 
     use super::*;
     use crate::scheduler::due::Schedule;
-    use crate::scheduler::job::SessionMode;
+    use crate::scheduler::job::{JobKind, SessionMode};
     use crate::scheduler::jobs::{Asker, NewJob};
     use crate::scheduler::store::FileJobStore;
 
@@ -813,6 +875,8 @@ mod tests {
             next_due: None,
             last: None,
             declared: None,
+            kind: JobKind::Task,
+            active_hours: None,
         };
         pending.last = Some(Run {
             job: "j1".into(),
@@ -864,6 +928,118 @@ mod tests {
         assert!(
             matches!(told.as_slice(), [OutboundKind::Notice(text)] if text.contains("\"late\" (job j2) did not run")),
             "{told:?}"
+        );
+        s.stop.cancel();
+    }
+
+    /// The heartbeat as the daemon declares it: every 30 s, 08:00-22:00 UTC, its
+    /// instructions in `dir/HEARTBEAT.md`.
+    fn heartbeat(s: &Setup, dir: &std::path::Path) -> crate::scheduler::Declared {
+        let workspace = Workspace::new(dir, &[], true).expect("workspace");
+        s.scheduler.read_instructions_in(Arc::new(workspace));
+        crate::scheduler::Declared {
+            id: "heartbeat".into(),
+            message: String::new(),
+            schedule: Schedule::Every {
+                every_secs: 30,
+                from: Timestamp::from_str("2026-11-25T00:00:00Z").expect("ts"),
+            },
+            chat: chat(),
+            session: SessionMode::Isolated,
+            catch_up: Duration::from_secs(30),
+            enabled: true,
+            kind: JobKind::Heartbeat {
+                instructions: "HEARTBEAT.md".into(),
+            },
+            active_hours: Some(
+                crate::scheduler::ActiveHours::parse("08:00-22:00", "UTC").expect("hours"),
+            ),
+            spec: "heartbeat".into(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_beat_makes_the_next_one_skip_not_stack_and_the_instructions_are_read_each_time()
+    {
+        let mut s = start_at("2026-11-25T10:00:00Z", None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("HEARTBEAT.md"), "Check the build.").expect("file");
+        s.scheduler
+            .jobs()
+            .sync_declared(&[heartbeat(&s, dir.path())])
+            .await
+            .expect("declared");
+        let slow = next(&mut s, Duration::from_secs(31)).await.expect("a beat");
+        assert_eq!(slow.content, "Check the build.");
+        assert_eq!(slow.origin, Origin::Heartbeat);
+        assert_eq!(slow.channel.as_str(), "cron", "in a session of its own");
+        assert_eq!(slow.chat_id.as_str(), "heartbeat");
+        // Still running when the next is due: that one is skipped, not stacked.
+        assert!(next(&mut s, Duration::from_secs(40)).await.is_none());
+        let runs = s.store.runs("heartbeat", 5).await.expect("runs");
+        assert!(
+            matches!(&runs[0].outcome, Outcome::Skipped { why } if why.contains("still going")),
+            "{runs:?}"
+        );
+        slow.settle(Fate::Handled);
+        std::fs::write(dir.path().join("HEARTBEAT.md"), "Check the mail.").expect("file");
+        let after = next(&mut s, Duration::from_secs(31))
+            .await
+            .expect("beats again");
+        assert_eq!(after.content, "Check the mail.", "read at each beat");
+        after.settle(Fate::Handled);
+        // No instructions, no beat: recorded why, nothing handed to the agent.
+        std::fs::write(dir.path().join("HEARTBEAT.md"), "  \n").expect("file");
+        assert!(next(&mut s, Duration::from_secs(31)).await.is_none());
+        let runs = s.store.runs("heartbeat", 1).await.expect("runs");
+        assert!(
+            matches!(&runs[0].outcome, Outcome::Skipped { why } if why.contains("is empty")),
+            "{runs:?}"
+        );
+        assert!(
+            s.sent
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty(),
+            "the chat is told nothing of it"
+        );
+        s.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_beat_comes_outside_the_active_hours() {
+        let mut s = start_at("2026-11-25T21:59:00Z", None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("HEARTBEAT.md"), "Check.").expect("file");
+        s.scheduler
+            .jobs()
+            .sync_declared(&[heartbeat(&s, dir.path())])
+            .await
+            .expect("declared");
+        next(&mut s, Duration::from_secs(31))
+            .await
+            .expect("21:59:30, within the hours")
+            .settle(Fate::Handled);
+        // From 21:59:30 to a second before 08:00.
+        let night = Duration::from_secs(10 * 3600 + 29);
+        assert!(
+            next(&mut s, night).await.is_none(),
+            "none from 22:00 to 08:00"
+        );
+        let morning = next(&mut s, Duration::from_secs(2))
+            .await
+            .expect("08:00, the hours begin");
+        let due = morning
+            .id
+            .as_ref()
+            .map(MessageId::as_str)
+            .and_then(|id| id.rsplit(':').next())
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .expect("due in its id");
+        assert_eq!(
+            Timestamp::from_millisecond(due).expect("ts"),
+            Timestamp::from_str("2026-11-26T08:00:00Z").expect("ts")
         );
         s.stop.cancel();
     }

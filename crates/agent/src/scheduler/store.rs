@@ -335,7 +335,7 @@ mod tests {
 
     use super::*;
     use crate::scheduler::due::Schedule;
-    use crate::scheduler::job::{Outcome, SessionMode};
+    use crate::scheduler::job::{JobKind, Outcome, SessionMode};
 
     fn job(id: &str) -> Job {
         Job {
@@ -356,6 +356,8 @@ mod tests {
             next_due: Some(Timestamp::UNIX_EPOCH),
             last: None,
             declared: None,
+            kind: JobKind::Task,
+            active_hours: None,
         }
     }
 
