@@ -147,8 +147,13 @@ fn run_line(run: &Run) -> String {
         (Some(_), None) => "running".into(),
         _ => "-".into(),
     };
+    let tries = if run.attempt > 1 {
+        format!(" (try {})", run.attempt)
+    } else {
+        String::new()
+    };
     format!(
-        "{:<22} {started:>9} {took:>9}  {}",
+        "{:<22} {started:>9} {took:>9}  {}{tries}",
         run.due
             .round(jiff::Unit::Second)
             .unwrap_or(run.due)
@@ -177,6 +182,7 @@ mod tests {
             outcome: Outcome::Failed {
                 why: "the model was unreachable".into(),
             },
+            attempt: 1,
         };
         assert_eq!(
             run_line(&run),

@@ -51,6 +51,9 @@ pub struct Job {
     /// they begin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_hours: Option<ActiveHours>,
+    /// Its last run failed and is tried again then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
 }
 
 impl Job {
@@ -220,6 +223,28 @@ pub struct Run {
     pub finished: Option<Timestamp>,
     /// What came of it.
     pub outcome: Outcome,
+    /// Which try this is: 1, then 2 and 3 for a failed run tried again.
+    #[serde(default = "first", skip_serializing_if = "is_first")]
+    pub attempt: u32,
+}
+
+fn first() -> u32 {
+    1
+}
+
+fn is_first(attempt: &u32) -> bool {
+    *attempt <= 1
+}
+
+/// A failed run waiting to be tried again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retry {
+    /// The due time of the run.
+    pub due: Timestamp,
+    /// The try it will be (2 or more).
+    pub attempt: u32,
+    /// When.
+    pub at: Timestamp,
 }
 
 /// What came of a run.
@@ -268,8 +293,13 @@ impl Outcome {
 impl Run {
     /// The id of the inbound message a run is: the session's journal answers one id once,
     /// so a run handed over again after a crash is taken up, never answered twice.
-    pub fn message_id(job: &str, due: Timestamp) -> String {
-        format!("sched:{job}:{}", due.as_millisecond())
+    /// A try after the first is a message of its own: the first's answer (a failure) is
+    /// in the journal.
+    pub fn message_id(job: &str, due: Timestamp, attempt: u32) -> String {
+        match attempt {
+            0 | 1 => format!("sched:{job}:{}", due.as_millisecond()),
+            n => format!("sched:{job}:{}:{n}", due.as_millisecond()),
+        }
     }
 }
 
@@ -303,10 +333,12 @@ mod tests {
                 outcome: Outcome::Failed {
                     why: "LLM down".into(),
                 },
+                attempt: 1,
             }),
             declared: Some("{}".into()),
             kind: JobKind::Task,
             active_hours: None,
+            retry: None,
         };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<Job>(&text).expect("back"), job);
@@ -318,7 +350,7 @@ mod tests {
         assert_eq!(old.session, SessionMode::Chat);
         assert_eq!(old.last, None);
         assert_eq!(
-            Run::message_id("j7", Timestamp::from_second(60).expect("ts")),
+            Run::message_id("j7", Timestamp::from_second(60).expect("ts"), 1),
             "sched:j7:60000"
         );
     }

@@ -219,6 +219,7 @@ impl Jobs {
             declared: None,
             kind: JobKind::Task,
             active_hours: None,
+            retry: None,
         };
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
@@ -270,6 +271,7 @@ impl Jobs {
                 declared: Some(wanted.spec.clone()),
                 kind: wanted.kind.clone(),
                 active_hours: wanted.active_hours.clone(),
+                retry: None,
             };
             job.next_due = job.next_after(now)?;
             self.store.put(&job).await.map_err(|err| err.to_string())?;
@@ -444,11 +446,15 @@ pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
         }
         (None, true) => "done".to_owned(),
     };
-    let last = job
+    let mut last = job
         .last
         .as_ref()
         .map(|run| format!("; last: {}", run.outcome.describe()))
         .unwrap_or_default();
+    if let Some(retry) = &job.retry {
+        let at = retry.at.round(jiff::Unit::Second).unwrap_or(retry.at);
+        last.push_str(&format!(" (trying again at {at}, try {})", retry.attempt));
+    }
     let alone = match job.session {
         SessionMode::Chat => "",
         SessionMode::Isolated => ", in its own session",

@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::isolated;
-use super::job::{Job, JobKind, Outcome, Run, SessionMode};
+use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
@@ -108,6 +108,22 @@ impl Default for SchedulerConfig {
     }
 }
 
+/// A run with the agent.
+#[derive(Clone, Debug)]
+struct InFlight {
+    job: String,
+    due: Timestamp,
+    attempt: u32,
+}
+
+/// How often a failed run is tried in all.
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// How long after failed try `attempt` the next one starts: 30 s, then 2 min.
+fn backoff(attempt: u32) -> SignedDuration {
+    SignedDuration::from_secs(30 * 4_i64.pow(attempt.saturating_sub(1).min(4)))
+}
+
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]
 pub struct Scheduler {
@@ -118,9 +134,9 @@ struct Inner {
     /// The jobs, their store, clock and config; its `changed` wakes the loop.
     jobs: Jobs,
     hub: ChatHub,
-    /// Runs handed to the agent and not settled yet, by their message id: (job, due).
-    /// Written by the loop; read by its pile-up check.
-    in_flight: Mutex<HashMap<String, (String, Timestamp)>>,
+    /// Runs handed to the agent and not settled yet, by their message id. Written by the
+    /// loop; read by its pile-up check.
+    in_flight: Mutex<HashMap<String, InFlight>>,
     /// How the turns of runs ended (from the hook), by message id, until the run's ack.
     ended: Mutex<HashMap<String, Outcome>>,
     /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
@@ -235,11 +251,15 @@ impl Scheduler {
                 .filter(|run| run.outcome == Outcome::Pending)
             {
                 tracing::info!(job = %job.id, due = %run.due, "taking up a scheduled run left pending");
+                let flight = InFlight {
+                    job: job.id.clone(),
+                    due: run.due,
+                    attempt: run.attempt,
+                };
                 match message_of(&job, self.workspace()).await {
-                    Ok(message) => self.publish(&job, run.due, message).await,
+                    Ok(message) => self.publish(&job, flight, message).await,
                     Err(why) => {
-                        let skipped = Outcome::Skipped { why };
-                        self.record_end(&job.id, run.due, skipped).await;
+                        self.record_end(flight, Outcome::Skipped { why }).await;
                     }
                 }
             }
@@ -280,7 +300,17 @@ impl Scheduler {
         let now = self.inner.jobs.now();
         let mut soonest: Option<Timestamp> = None;
         for job in jobs {
-            let Some(due) = job.next_due.filter(|_| job.enabled) else {
+            if !job.enabled {
+                continue;
+            }
+            if let Some(retry) = job.retry.clone() {
+                if retry.at <= now {
+                    self.retry(&job, retry, now).await;
+                } else {
+                    soonest = earliest(soonest, Some(retry.at));
+                }
+            }
+            let Some(due) = job.next_due else {
                 continue;
             };
             if due <= now {
@@ -294,6 +324,61 @@ impl Scheduler {
             .map(|due| Duration::try_from(due.duration_since(now)).unwrap_or_default())
             .unwrap_or(poll);
         until.min(poll)
+    }
+
+    /// Tries a failed run again: recorded pending (and the retry taken off the job) before
+    /// it is published, as a first try is.
+    async fn retry(&self, job: &Job, retry: Retry, now: Timestamp) {
+        let message = match message_of(job, self.workspace()).await {
+            Ok(message) => message,
+            Err(why) => {
+                tracing::warn!(job = %job.id, %why, "a failed run is not tried again");
+                return;
+            }
+        };
+        let run = Run {
+            job: job.id.clone(),
+            due: retry.due,
+            started: Some(now),
+            finished: None,
+            outcome: Outcome::Pending,
+            attempt: retry.attempt,
+        };
+        let written = {
+            let (run, retry) = (run.clone(), retry.clone());
+            self.store()
+                .update(
+                    &job.id,
+                    Box::new(move |job| {
+                        if !job.enabled || job.retry.as_ref() != Some(&retry) {
+                            return false;
+                        }
+                        job.retry = None;
+                        job.last = Some(run);
+                        true
+                    }),
+                )
+                .await
+        };
+        match written {
+            Ok(Some(updated)) => {
+                if let Err(err) = self.store().record(&run).await {
+                    tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
+                }
+                tracing::info!(job = %job.id, due = %retry.due, attempt = retry.attempt,
+                    "trying a failed scheduled run again");
+                let flight = InFlight {
+                    job: job.id.clone(),
+                    due: retry.due,
+                    attempt: retry.attempt,
+                };
+                self.publish(&updated, flight, message).await;
+            }
+            Ok(None) => {}
+            Err(err) => {
+                tracing::error!(job = %job.id, error = %err, "a retry could not be recorded; it waits");
+            }
+        }
     }
 
     /// A job whose time `due` has come, at `now`: runs it, or records why not. Returns its
@@ -336,6 +421,7 @@ impl Scheduler {
                 Some(why) => Outcome::Skipped { why: why.clone() },
                 None => Outcome::Pending,
             },
+            attempt: 1,
         };
         // Recorded before anything is published: a crash from here on takes the run up
         // again (pending) or knows it was skipped. Only if the job is still as it was read:
@@ -351,6 +437,8 @@ impl Scheduler {
                         }
                         now_job.next_due = next;
                         now_job.last = Some(run);
+                        // A retry of the run before is overtaken by this one.
+                        now_job.retry = None;
                         true
                     }),
                 )
@@ -380,7 +468,14 @@ impl Scheduler {
                 }
                 self.forget_if_done(&job).await;
             }
-            None => self.publish(&job, due, message).await,
+            None => {
+                let flight = InFlight {
+                    job: job.id.clone(),
+                    due,
+                    attempt: 1,
+                };
+                self.publish(&job, flight, message).await;
+            }
         }
         next
     }
@@ -392,18 +487,18 @@ impl Scheduler {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .values()
-            .any(|(id, _)| id == job)
+            .any(|flight| flight.job == job)
     }
 
     /// Hands the run of `job` due at `due` to the agent, as a message of its chat (or, for
     /// a job in a session of its own, of the `cron` channel).
-    async fn publish(&self, job: &Job, due: Timestamp, text: String) {
-        let id = Run::message_id(&job.id, due);
+    async fn publish(&self, job: &Job, flight: InFlight, text: String) {
+        let id = Run::message_id(&job.id, flight.due, flight.attempt);
         self.inner
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone(), (job.id.clone(), due));
+            .insert(id.clone(), flight);
         let settled = self.inner.settled.clone();
         let ack_id = id.clone();
         let (channel, chat) = match job.session {
@@ -445,7 +540,7 @@ impl Scheduler {
 
     /// Records what became of the run whose message is `id`.
     async fn settle(&self, id: &str, fate: Fate) {
-        let Some((job_id, due)) = self
+        let Some(flight) = self
             .inner
             .in_flight
             .lock()
@@ -468,12 +563,20 @@ impl Scheduler {
             },
             Fate::Handled => ended.unwrap_or(Outcome::Answered),
         };
-        self.record_end(&job_id, due, outcome).await;
+        self.record_end(flight, outcome).await;
     }
 
-    /// Records how the run of `job_id` due at `due` ended, on its runs and its job.
-    async fn record_end(&self, job_id: &str, due: Timestamp, outcome: Outcome) {
-        let job_id = job_id.to_owned();
+    /// Records how a run ended, on its runs and its job; a failed task is tried again
+    /// (see [`backoff`]) while that is within its window — before its next due time and
+    /// within its catch-up of its due time — else the chat of a job in its own session is
+    /// told (one in the chat's session showed each failure there).
+    async fn record_end(&self, flight: InFlight, outcome: Outcome) {
+        let InFlight {
+            job: job_id,
+            due,
+            attempt,
+        } = flight;
+        let now = self.inner.jobs.now();
         let started = self.store().runs(&job_id, 1).await.ok().and_then(|runs| {
             runs.into_iter()
                 .find(|run| run.due == due)
@@ -483,14 +586,16 @@ impl Scheduler {
             job: job_id.clone(),
             due,
             started,
-            finished: Some(self.inner.jobs.now()),
+            finished: Some(now),
             outcome,
+            attempt,
         };
         tracing::info!(job = %job_id, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
         if let Err(err) = self.store().record(&run).await {
             tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be recorded");
         }
         let last = run.clone();
+        let failed = matches!(run.outcome, Outcome::Failed { .. });
         let noted = self
             .store()
             .update(
@@ -499,13 +604,33 @@ impl Scheduler {
                     let ours = job.last.as_ref().is_some_and(|last| last.due == due);
                     if ours {
                         job.last = Some(last);
+                        job.retry = retry_of(job, due, attempt, now).filter(|_| failed);
                     }
                     ours
                 }),
             )
             .await;
         match noted {
-            Ok(Some(job)) => self.forget_if_done(&job).await,
+            Ok(Some(job)) => {
+                if let Some(retry) = &job.retry {
+                    tracing::info!(job = %job.id, %due, at = %retry.at, "a failed scheduled run will be tried again");
+                } else if let Outcome::Failed { why } = &run.outcome
+                    && job.kind == JobKind::Task
+                    && job.session == SessionMode::Isolated
+                {
+                    let tries = if attempt > 1 {
+                        format!(" ({attempt} tries)")
+                    } else {
+                        String::new()
+                    };
+                    let text = format!(
+                        "The scheduled task \"{}\" (job {}) failed{tries}: {why}",
+                        job.name, job.id
+                    );
+                    self.tell(&job, OutboundKind::Notice(text)).await;
+                }
+                self.forget_if_done(&job).await;
+            }
             Ok(None) => {}
             Err(err) => {
                 tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be noted on its job");
@@ -522,7 +647,7 @@ impl Scheduler {
             .is_none_or(|run| run.outcome != Outcome::Pending);
         // One the config declares stays until the config drops it (else it would be
         // declared again at the next start, and run again).
-        if job.next_due.is_some() || !settled || job.declared.is_some() {
+        if job.next_due.is_some() || !settled || job.declared.is_some() || job.retry.is_some() {
             return;
         }
         if let Err(err) = self.store().remove(&job.id).await {
@@ -542,6 +667,24 @@ impl Scheduler {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
         }
     }
+}
+
+/// The retry of `job`'s run due at `due` after try `attempt` failed at `now`: `None` when
+/// it had its tries, is not a task, or the next would fall outside its window (see
+/// [`Scheduler::record_end`]).
+fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<Retry> {
+    if job.kind != JobKind::Task || attempt >= MAX_ATTEMPTS {
+        return None;
+    }
+    let at = now.checked_add(backoff(attempt)).ok()?;
+    let catch_up = SignedDuration::from_secs(i64::try_from(job.catch_up_secs).unwrap_or(i64::MAX));
+    let window = due.checked_add(catch_up).unwrap_or(Timestamp::MAX);
+    let window = job.next_due.map_or(window, |next| next.min(window));
+    (at < window).then_some(Retry {
+        due,
+        attempt: attempt + 1,
+        at,
+    })
 }
 
 /// The most of the heartbeat's instructions (HEARTBEAT.md) a beat reads.
@@ -877,6 +1020,7 @@ mod tests {
             declared: None,
             kind: JobKind::Task,
             active_hours: None,
+            retry: None,
         };
         pending.last = Some(Run {
             job: "j1".into(),
@@ -884,6 +1028,7 @@ mod tests {
             started: Some(pending_due),
             finished: None,
             outcome: Outcome::Pending,
+            attempt: 1,
         });
         store.put(&pending).await.expect("put");
         let late_due = base.checked_sub(SignedDuration::from_hours(2)).expect("ts");
@@ -1040,6 +1185,114 @@ mod tests {
         assert_eq!(
             Timestamp::from_millisecond(due).expect("ts"),
             Timestamp::from_str("2026-11-26T08:00:00Z").expect("ts")
+        );
+        s.stop.cancel();
+    }
+
+    /// Ends the turn of `message` as the agent would for a model that is down: the hook
+    /// hears it failed, then the message is settled handled.
+    async fn fail(s: &Setup, message: InboundMessage) {
+        let session = message.session_key();
+        let summary = TurnSummary {
+            end: None,
+            text: "the model is unreachable",
+            usage: Default::default(),
+            duration: Duration::ZERO,
+            inbound: message.id.as_ref(),
+        };
+        let turn = TurnInfo {
+            session: &session,
+            iteration: 1,
+            user: None,
+        };
+        s.scheduler.hook().on_turn_end(turn, summary).await;
+        message.settle(Fate::Handled);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_run_is_tried_again_with_backoff_then_the_chat_is_told_once() {
+        let mut s = start_at("2026-11-25T10:00:00Z", None);
+        let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        let job = s
+            .scheduler
+            .jobs()
+            .add(NewJob {
+                session: SessionMode::Isolated,
+                ..new_job(Schedule::after("1s", now).expect("in 1 s"))
+            })
+            .await
+            .expect("added");
+        let first = next(&mut s, Duration::from_secs(2)).await.expect("the run");
+        let due = now.as_millisecond() + 1000;
+        assert_eq!(
+            first.id.as_ref().map(MessageId::as_str),
+            Some(format!("sched:{}:{due}", job.id).as_str())
+        );
+        fail(&s, first).await;
+        // Tried again 30 s later, as a message of its own, then 2 min after that.
+        assert!(next(&mut s, Duration::from_secs(29)).await.is_none());
+        let second = next(&mut s, Duration::from_secs(2)).await.expect("try 2");
+        assert_eq!(
+            second.id.as_ref().map(MessageId::as_str),
+            Some(format!("sched:{}:{due}:2", job.id).as_str())
+        );
+        assert_eq!(second.content, "Remind me to drink tea.");
+        fail(&s, second).await;
+        assert!(next(&mut s, Duration::from_secs(119)).await.is_none());
+        let third = next(&mut s, Duration::from_secs(2)).await.expect("try 3");
+        fail(&s, third).await;
+        // Three tries: no more; recorded failed, the chat told once, the job gone.
+        assert!(next(&mut s, Duration::from_secs(3600)).await.is_none());
+        let runs = s.store.runs(&job.id, 5).await.expect("runs");
+        assert_eq!(runs.len(), 1, "one run, tried three times: {runs:?}");
+        assert_eq!(runs[0].attempt, 3);
+        assert!(
+            matches!(&runs[0].outcome, Outcome::Failed { why } if why == "the model is unreachable"),
+            "{runs:?}"
+        );
+        let told = s
+            .sent
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        assert!(
+            matches!(told.as_slice(), [OutboundKind::Notice(text)]
+                if text == "The scheduled task \"tea\" (job j1) failed (3 tries): the model is unreachable"),
+            "{told:?}"
+        );
+        let left = s
+            .scheduler
+            .jobs()
+            .list(&Asker::Operator)
+            .await
+            .expect("jobs");
+        assert!(left.is_empty(), "{left:?}");
+        s.stop.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_run_is_not_tried_again_past_its_next_due_time() {
+        let mut s = start_at("2026-11-25T10:00:00Z", None);
+        let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+        s.scheduler
+            .jobs()
+            .add(new_job(Schedule::every("20s", now).expect("every")))
+            .await
+            .expect("added");
+        let first = next(&mut s, Duration::from_secs(21)).await.expect("a run");
+        fail(&s, first).await;
+        // The next try would be 30 s on, past the next run (20 s on): the next run it is.
+        let again = next(&mut s, Duration::from_secs(21))
+            .await
+            .expect("next run");
+        assert!(
+            again
+                .id
+                .as_ref()
+                .is_some_and(|id| id.as_str().matches(':').count() == 2),
+            "a first try of the next due time: {:?}",
+            again.id
         );
         s.stop.cancel();
     }

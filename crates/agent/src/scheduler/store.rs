@@ -358,6 +358,7 @@ mod tests {
             declared: None,
             kind: JobKind::Task,
             active_hours: None,
+            retry: None,
         }
     }
 
@@ -368,6 +369,7 @@ mod tests {
             started: None,
             finished: None,
             outcome,
+            attempt: 1,
         }
     }
 
