@@ -382,6 +382,24 @@ async fn a_job_in_its_own_session_posts_only_what_is_worth_saying_to_its_chat() 
             .is_some_and(|l| l.ends_with("  answered")),
         "{answered}"
     );
+    // Counted: one quiet, one answered (at least: the recorder is the test process's),
+    // and how late each started.
+    let metrics = scheduled_metrics(&h).await;
+    for series in [
+        r#"switchboard_scheduled_runs_total{outcome="quiet"}"#,
+        r#"switchboard_scheduled_runs_total{outcome="answered"}"#,
+    ] {
+        assert!(
+            metrics.get(series).is_some_and(|v| *v >= 1.0),
+            "{series}: {metrics:?}"
+        );
+    }
+    assert!(
+        metrics
+            .get("switchboard_scheduled_run_lateness_seconds_count")
+            .is_some_and(|v| *v >= 2.0),
+        "{metrics:?}"
+    );
     // Its own session holds both runs; the chat's holds none of it.
     let own = util::read_session_file(&h.dir.path().join("state/sessions/cron_build.jsonl"));
     assert_eq!(
@@ -458,4 +476,20 @@ async fn the_heartbeat_speaks_once_when_it_has_something_to_say_and_is_quiet_oth
         "{text}"
     );
     daemon.shutdown().await;
+}
+
+/// The scheduler's samples on `/metrics`, by series.
+async fn scheduled_metrics(h: &Harness) -> std::collections::BTreeMap<String, f64> {
+    let response = crate::chat::http_get(h.daemon.addr(), "/metrics").await;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body)
+        .unwrap_or_default();
+    body.lines()
+        .filter(|line| line.starts_with("switchboard_scheduled_"))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_owned(), value.parse().ok()?))
+        })
+        .collect()
 }

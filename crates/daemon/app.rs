@@ -485,6 +485,7 @@ fn metrics_series(config: &Config, agent: &Agent, hub: &ChatHub) -> metrics::Ser
         models,
         tools: agent.tools().names().map(str::to_owned).collect(),
         channels: hub.channels().iter().map(ToString::to_string).collect(),
+        scheduler: config.scheduler.enabled,
     }
 }
 

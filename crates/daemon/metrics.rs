@@ -2,7 +2,8 @@
 //!
 //! Nothing threads counters through the code. The agent loop is measured by a hook
 //! ([`MetricsHook`]: turns by how they ended and their duration, LLM calls' latency and
-//! tokens by provider and model, tool calls by tool and outcome); the hub counts messages in
+//! tokens by provider and model, tool calls by tool and outcome); the scheduler counts its
+//! runs by outcome and how late they started; the hub counts messages in
 //! and out per channel where every message passes; and what `/healthz` already knows (active
 //! sessions, connections, channel restarts, undeliverable messages) is read when `/metrics`
 //! is asked. `[http] metrics = false` turns the route (and the recording) off.
@@ -99,6 +100,16 @@ fn describe() {
         "LLM attempts that failed, by provider, model and kind of failure"
     );
     describe_counter!(
+        "switchboard_scheduled_runs_total",
+        "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, failed \
+         (after its tries), skipped"
+    );
+    describe_histogram!(
+        "switchboard_scheduled_run_lateness_seconds",
+        Unit::Seconds,
+        "How late after its due time a scheduled run started"
+    );
+    describe_counter!(
         "switchboard_tool_calls_total",
         "Tool calls, by tool and outcome (ok, error)"
     );
@@ -142,12 +153,20 @@ pub struct Series {
     pub tools: Vec<String>,
     /// The channels that run.
     pub channels: Vec<String>,
+    /// Whether scheduled work runs.
+    pub scheduler: bool,
 }
 
 /// Publishes every series `series` makes possible, at zero (a counter at zero stays
 /// there until its first event; nothing that already counted is reset).
 fn publish_zeros(series: &Series) {
     metrics::counter!("switchboard_turns_started_total").increment(0);
+    if series.scheduler {
+        for outcome in switchboard_agent::scheduler::Outcome::ENDED {
+            metrics::counter!("switchboard_scheduled_runs_total", "outcome" => outcome)
+                .increment(0);
+        }
+    }
     for end in switchboard_core::TurnEnd::ALL {
         metrics::counter!("switchboard_turns_finished_total", "end" => end.as_str()).increment(0);
     }

@@ -281,6 +281,9 @@ impl Outcome {
         }
     }
 
+    /// The outcomes a run ends with (not `pending`), as [`Outcome::as_str`] names them.
+    pub const ENDED: [&'static str; 4] = ["answered", "quiet", "failed", "skipped"];
+
     /// The outcome with its reason: `answered`, `failed: the model was unreachable`.
     pub fn describe(&self) -> String {
         match self {

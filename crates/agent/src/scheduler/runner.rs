@@ -455,6 +455,7 @@ impl Scheduler {
         if let Err(err) = self.store().record(&run).await {
             tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
         }
+        count(&run);
         match skipped {
             Some(why) => {
                 tracing::warn!(job = %job.id, %due, %why, "a scheduled run was skipped");
@@ -610,6 +611,10 @@ impl Scheduler {
                 }),
             )
             .await;
+        // A failed try that is tried again has not ended yet.
+        if !matches!(&noted, Ok(Some(job)) if job.retry.is_some()) {
+            count(&run);
+        }
         match noted {
             Ok(Some(job)) => {
                 if let Some(retry) = &job.retry {
@@ -665,6 +670,21 @@ impl Scheduler {
         };
         if let Err(err) = self.inner.hub.publish_outbound(message).await {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
+        }
+    }
+}
+
+/// Counts a run in `/metrics`: how it ended, and — when it starts — how late.
+fn count(run: &Run) {
+    match (&run.outcome, run.started) {
+        (Outcome::Pending, Some(started)) if run.attempt <= 1 => {
+            let late = started.duration_since(run.due).as_secs_f64().max(0.0);
+            metrics::histogram!("switchboard_scheduled_run_lateness_seconds").record(late);
+        }
+        (Outcome::Pending, _) => {}
+        (outcome, _) => {
+            metrics::counter!("switchboard_scheduled_runs_total", "outcome" => outcome.as_str())
+                .increment(1);
         }
     }
 }
