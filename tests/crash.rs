@@ -175,26 +175,32 @@ async fn kill_9_during_tool_calling_turns_loses_and_doubles_nothing() {
                 assert!(copies <= 1, "{chat}: `{content}` is on disk {copies} times");
             }
         }
-        let messages: Vec<switchboard_core::ChatMessage> = records
-            .iter()
-            .filter(|r| r.get("role").is_some())
-            .map(|r| serde_json::from_value(r.clone()).expect("a message"))
-            .collect();
-        let repaired = switchboard_sessions::repair(messages);
-        let wire = repaired
-            .iter()
-            .map(|m| switchboard_testkit::strict::WireMessage {
-                role: match m {
-                    switchboard_core::ChatMessage::User { .. } => "user",
-                    switchboard_core::ChatMessage::Assistant { .. } => "assistant",
-                    switchboard_core::ChatMessage::Tool { .. } => "tool",
-                },
-                tool_call_ids: m.tool_calls().iter().map(|c| c.id.as_str()).collect(),
-                tool_call_id: m.tool_call_id(),
-            });
-        switchboard_testkit::strict::check_conversation(wire)
-            .unwrap_or_else(|err| panic!("{chat}: the history read back is refused: {err}"));
+        assert_replays_strictly(chat, &records);
     }
+}
+
+/// Whether a session's records, read back (and repaired) as the daemon would, are a
+/// conversation a strict provider takes.
+fn assert_replays_strictly(chat: &str, records: &[Value]) {
+    let messages: Vec<switchboard_core::ChatMessage> = records
+        .iter()
+        .filter(|r| r.get("role").is_some())
+        .map(|r| serde_json::from_value(r.clone()).expect("a message"))
+        .collect();
+    let repaired = switchboard_sessions::repair(messages);
+    let wire = repaired
+        .iter()
+        .map(|m| switchboard_testkit::strict::WireMessage {
+            role: match m {
+                switchboard_core::ChatMessage::User { .. } => "user",
+                switchboard_core::ChatMessage::Assistant { .. } => "assistant",
+                switchboard_core::ChatMessage::Tool { .. } => "tool",
+            },
+            tool_call_ids: m.tool_calls().iter().map(|c| c.id.as_str()).collect(),
+            tool_call_id: m.tool_call_id(),
+        });
+    switchboard_testkit::strict::check_conversation(wire)
+        .unwrap_or_else(|err| panic!("{chat}: the history read back is refused: {err}"));
 }
 
 /// kill -9 the binary at different moments, cycle after cycle, then let it finish: every
@@ -308,5 +314,125 @@ async fn kill_9_at_any_moment_neither_loses_an_update_nor_answers_one_twice() {
             [format!("echo: {text}")],
             "message {id} in chat {chat}"
         );
+    }
+}
+
+/// kill -9 around scheduled runs, cycle after cycle: before a run is due, during its turn,
+/// at a random moment (after its answer and before its record among them), and when all is
+/// answered — then let it finish: every run came into its Telegram chat exactly once, and
+/// every history replays to a strict provider. `SWITCHBOARD_SCHEDULE_KILLS` sets the cycles
+/// (8).
+#[tokio::test]
+async fn kill_9_around_scheduled_runs_neither_loses_nor_doubles_one() {
+    let cycles: usize = std::env::var("SWITCHBOARD_SCHEDULE_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake");
+    // The model echoes the task (the last line of the scheduled message), after a pause.
+    let pause = std::sync::Mutex::new(Rng(0x2545_f491_4f6c_dd1d));
+    llm.strict().respond_with(move |request| {
+        let task = util::conversation(request)
+            .into_iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| {
+                m["content"]
+                    .as_str()
+                    .and_then(|t| t.lines().last())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        let wait = pause.lock().map(|mut r| r.below(150)).unwrap_or(0);
+        Reply::text(format!("echo: {task}")).delayed(Duration::from_millis(30 + wait))
+    });
+    let config = dir.path().join("config.toml");
+    let tables = table(&fake, "stream = false");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
+
+    let echoed = |f: &FakeTelegram, chat: i64, task: &str| {
+        let want = format!("echo: {task}");
+        f.messages_to(chat)
+            .iter()
+            .filter(|m| m.visible == want)
+            .count()
+    };
+    let mut tasks: Vec<(i64, String)> = Vec::new();
+    for cycle in 0..cycles {
+        let (mut child, _) = util::spawn_daemon(&config).await;
+        let requests = llm.requests().len();
+        let mut mine = Vec::new();
+        for user in [ADA, BOB] {
+            let task = format!("task of cycle {cycle} for {user}");
+            let target = format!("telegram:{}", chat(user));
+            let (ok, said) = crate::scheduler::cron(
+                &config,
+                &["add", "--chat", &target, "--in", "1s", "--message", &task],
+            )
+            .await;
+            assert!(ok, "{said}");
+            mine.push((chat(user), task));
+        }
+        match cycle % 4 {
+            // Before the runs are due.
+            0 => {}
+            // During a run's turn.
+            1 => {
+                llm.wait_for_requests(requests + 1, PATIENCE).await;
+            }
+            // At a random moment around the runs.
+            2 => tokio::time::sleep(Duration::from_millis(800 + rng.below(1500))).await,
+            // When all is answered and confirmed.
+            _ => {
+                fake.wait_until(PATIENCE, "this cycle's runs, answered", |f| {
+                    mine.iter().all(|(chat, task)| echoed(f, *chat, task) >= 1)
+                })
+                .await;
+            }
+        }
+        util::signal(&child, "-KILL");
+        child.wait().await.expect("wait");
+        tasks.extend(mine);
+    }
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait_until(PATIENCE * 3, "every run answered", |f| {
+        tasks.iter().all(|(chat, task)| echoed(f, *chat, task) >= 1)
+    })
+    .await;
+    // Every run settled: a reminder that ran is removed once its run is recorded.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, listed) = crate::scheduler::cron(&config, &["list"]).await;
+        if listed.trim() == "There are no scheduled jobs." {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "runs left unsettled: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+    for (chat, task) in &tasks {
+        assert_eq!(echoed(&fake, *chat, task), 1, "`{task}` in chat {chat}");
+    }
+    assert!(llm.violations().is_empty(), "{:?}", llm.violations());
+    for user in [ADA, BOB] {
+        let name = format!("telegram_{}", chat(user));
+        let path = dir.path().join(format!("state/sessions/{name}.jsonl"));
+        assert_replays_strictly(&name, &util::read_session_file(&path));
     }
 }

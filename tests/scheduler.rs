@@ -128,7 +128,7 @@ async fn the_person_lists_pauses_and_removes_their_chats_jobs_with_slash_jobs() 
 }
 
 /// `switchboard cron …` as the operator, while the daemon runs.
-async fn cron(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+pub(crate) async fn cron(config: &std::path::Path, args: &[&str]) -> (bool, String) {
     let output = tokio::process::Command::new(util::BINARY)
         .arg("cron")
         .args(args)

@@ -235,7 +235,8 @@ impl Scheduler {
         }
     }
 
-    /// Hands over again the runs a crash (or a stop) left pending.
+    /// Hands over again the runs a crash (or a stop) left pending; removes the jobs it
+    /// left done but not removed.
     async fn resume_pending(&self) {
         let jobs = match self.store().jobs().await {
             Ok(jobs) => jobs,
@@ -245,6 +246,7 @@ impl Scheduler {
             }
         };
         for job in jobs {
+            self.forget_if_done(&job).await;
             if let Some(run) = job
                 .last
                 .clone()
