@@ -829,24 +829,28 @@ mod tests {
     }
 
     fn start_with(now: &str, state: Option<tempfile::TempDir>, min_interval: Duration) -> Setup {
+        let clock = Arc::new(TokioClock::starting_at(
+            Timestamp::from_str(now).expect("ts"),
+        ));
+        let config = SchedulerConfig {
+            min_interval,
+            ..SchedulerConfig::default()
+        };
+        start_on(clock, state, config)
+    }
+
+    fn start_on(
+        clock: Arc<dyn Clock>,
+        state: Option<tempfile::TempDir>,
+        config: SchedulerConfig,
+    ) -> Setup {
         let dir = state.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
         let store = FileJobStore::new(dir.path());
         let hub = ChatHub::new(64, CancellationToken::new());
         let sent = Arc::new(Collect(Mutex::new(Vec::new())));
         hub.register_channel(sent.clone(), LaneOptions::default());
         let inbound = hub.take_inbound().expect("inbound");
-        let clock = Arc::new(TokioClock::starting_at(
-            Timestamp::from_str(now).expect("ts"),
-        ));
-        let scheduler = Scheduler::new(
-            Arc::new(store.clone()),
-            hub,
-            clock,
-            SchedulerConfig {
-                min_interval,
-                ..SchedulerConfig::default()
-            },
-        );
+        let scheduler = Scheduler::new(Arc::new(store.clone()), hub, clock, config);
         let stop = CancellationToken::new();
         let running = scheduler.clone();
         let until = stop.clone();
@@ -1316,6 +1320,140 @@ mod tests {
             "a first try of the next due time: {:?}",
             again.id
         );
+        s.stop.cancel();
+    }
+
+    /// The due time a scheduled message's id carries.
+    fn due_of(message: &InboundMessage) -> Timestamp {
+        let id = message.id.as_ref().expect("an id").as_str();
+        let millis = id.rsplit(':').next().expect("due").parse().expect("millis");
+        Timestamp::from_millisecond(millis).expect("ts")
+    }
+
+    /// The runs of a daily 02:30 job in Berlin, from `from`, as (due, when it arrived).
+    async fn berlin_half_past_two(from: &str, count: usize) -> Vec<(String, String)> {
+        let clock = Arc::new(TokioClock::starting_at(
+            Timestamp::from_str(from).expect("ts"),
+        ));
+        // Polling once an hour: the loop sleeps to each due time, not in small steps.
+        let config = SchedulerConfig {
+            poll: Duration::from_secs(3600),
+            ..SchedulerConfig::default()
+        };
+        let mut s = start_on(clock, None, config);
+        s.scheduler
+            .jobs()
+            .add(new_job(
+                Schedule::cron("30 2 * * *", "Europe/Berlin").expect("cron"),
+            ))
+            .await
+            .expect("added");
+        let mut runs = Vec::new();
+        for _ in 0..count {
+            let message = next(&mut s, Duration::from_secs(26 * 3600))
+                .await
+                .expect("a run a day");
+            let arrived = s.scheduler.jobs().now();
+            runs.push((due_of(&message).to_string(), arrived.to_string()));
+            message.settle(Fate::Handled);
+        }
+        s.stop.cancel();
+        runs
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_daily_cron_runs_once_per_local_time_across_spring_forward_and_fall_back() {
+        // 02:30 does not exist in Berlin on 2026-03-29: that day's run comes once, at 03:00
+        // CEST, the gap's end.
+        let spring = berlin_half_past_two("2026-03-27T12:00:00Z", 3).await;
+        let times: Vec<&str> = spring.iter().map(|(due, _)| due.as_str()).collect();
+        assert_eq!(
+            times,
+            [
+                "2026-03-28T01:30:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-30T00:30:00Z"
+            ]
+        );
+        // 02:30 happens twice on 2026-10-25: one run, at the first.
+        let fall = berlin_half_past_two("2026-10-23T12:00:00Z", 3).await;
+        let times: Vec<&str> = fall.iter().map(|(due, _)| due.as_str()).collect();
+        assert_eq!(
+            times,
+            [
+                "2026-10-24T00:30:00Z",
+                "2026-10-25T00:30:00Z",
+                "2026-10-26T01:30:00Z"
+            ]
+        );
+        for (due, arrived) in spring.iter().chain(&fall) {
+            assert_eq!(due, arrived, "each run arrives at its time");
+        }
+    }
+
+    /// A wall clock that can be set (as NTP or an operator does) on top of tokio's.
+    struct Settable {
+        clock: TokioClock,
+        shift: Mutex<SignedDuration>,
+    }
+
+    impl Clock for Settable {
+        fn now(&self) -> Timestamp {
+            let shift = *self.shift.lock().unwrap_or_else(PoisonError::into_inner);
+            self.clock.now().saturating_add(shift).expect("in range")
+        }
+    }
+
+    impl Settable {
+        fn jump(&self, by: SignedDuration) {
+            *self.shift.lock().unwrap_or_else(PoisonError::into_inner) += by;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wall_clock_jump_neither_doubles_nor_drops_a_run() {
+        let clock = Arc::new(Settable {
+            clock: TokioClock::starting_at(
+                Timestamp::from_str("2026-11-25T10:00:30Z").expect("ts"),
+            ),
+            shift: Mutex::new(SignedDuration::ZERO),
+        });
+        let mut s = start_on(clock.clone(), None, SchedulerConfig::default());
+        let job = s
+            .scheduler
+            .jobs()
+            .add(new_job(Schedule::cron("0 * * * *", "UTC").expect("hourly")))
+            .await
+            .expect("added");
+        let first = next(&mut s, Duration::from_secs(3600))
+            .await
+            .expect("11:00");
+        assert_eq!(due_of(&first).to_string(), "2026-11-25T11:00:00Z");
+        first.settle(Fate::Handled);
+        // Set back by half an hour just after 11:00: 11:00 does not run again; 12:00 does,
+        // when the clock says so (90 minutes on).
+        clock.jump(SignedDuration::from_mins(-30));
+        assert!(
+            next(&mut s, Duration::from_secs(89 * 60)).await.is_none(),
+            "not doubled"
+        );
+        let noon = next(&mut s, Duration::from_secs(2 * 60))
+            .await
+            .expect("12:00");
+        assert_eq!(due_of(&noon).to_string(), "2026-11-25T12:00:00Z");
+        noon.settle(Fate::Handled);
+        // Set forward past 13:00 (within its catch-up): 13:00 runs at once, once.
+        clock.jump(SignedDuration::from_mins(75));
+        let late = next(&mut s, Duration::from_secs(5)).await.expect("13:00");
+        assert_eq!(due_of(&late).to_string(), "2026-11-25T13:00:00Z");
+        late.settle(Fate::Handled);
+        let after = next(&mut s, Duration::from_secs(50 * 60))
+            .await
+            .expect("14:00");
+        assert_eq!(due_of(&after).to_string(), "2026-11-25T14:00:00Z");
+        after.settle(Fate::Handled);
+        let runs = s.store.runs(&job.id, 10).await.expect("runs");
+        assert_eq!(runs.len(), 4, "{runs:?}");
         s.stop.cancel();
     }
 }
