@@ -85,7 +85,7 @@ fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
 async fn metrics_parse_and_move_after_a_conversation_with_a_tool() {
     let mut h = Harness::start("").await;
     let before = scrape(&h).await;
-    for outcome in ["answered", "quiet", "failed", "skipped"] {
+    for outcome in ["answered", "quiet", "stopped", "failed", "skipped"] {
         let series = format!(r#"switchboard_scheduled_runs_total{{outcome="{outcome}"}}"#);
         assert!(
             before.contains_key(&series),

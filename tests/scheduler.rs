@@ -234,6 +234,73 @@ async fn the_operator_adds_runs_and_removes_a_job_and_reads_its_runs_while_the_d
 }
 
 #[tokio::test]
+async fn stop_in_the_chat_ends_a_scheduled_turn_and_it_is_not_tried_again() {
+    let mut h = Harness::start("").await;
+    let config = h.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        util::config_text(&h.llm.base_url(), h.dir.path(), ""),
+    )
+    .expect("config");
+    h.client
+        .send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+    let (ok, added) = cron(
+        &config,
+        &[
+            "add",
+            "--chat",
+            "websocket:c",
+            "--every",
+            "1h",
+            "--name",
+            "build",
+            "--message",
+            "Check the build.",
+        ],
+    )
+    .await;
+    assert!(ok, "{added}");
+    h.llm.push(Reply::tool("sleep", json!({"ms": 60_000})));
+    let (ok, running) = cron(&config, &["run", "j1"]).await;
+    assert!(ok, "{running}");
+    loop {
+        let frame = h.client.next_frame().await;
+        if frame["type"] == "tool" && frame["name"] == "sleep" && frame["status"] == "started" {
+            break;
+        }
+    }
+    // The person stops it, as they would a turn of their own.
+    let (turn, _) = h.client.stop("c").await;
+    assert_eq!(turn.reply(), "Stopped.");
+    assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
+
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let runs = loop {
+        let (ok, runs) = cron(&config, &["runs", "j1"]).await;
+        assert!(ok, "{runs}");
+        if runs.contains("stopped") || std::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        runs.lines()
+            .nth(1)
+            .is_some_and(|l| l.ends_with("  stopped")),
+        "{runs}"
+    );
+    // Stopped is an end, not a failure to try again.
+    let (_, listed) = cron(&config, &["list"]).await;
+    assert!(
+        listed.contains("last: stopped") && !listed.contains("trying again"),
+        "{listed}"
+    );
+    assert_eq!(h.llm.requests().len(), 1);
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn jobs_the_config_declares_follow_it_at_start_and_on_reload() {
     let job = |name: &str, every: &str| {
         format!(

@@ -101,8 +101,8 @@ fn describe() {
     );
     describe_counter!(
         "switchboard_scheduled_runs_total",
-        "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, failed \
-         (after its tries), skipped"
+        "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, stopped, \
+         failed (after its tries), skipped"
     );
     describe_histogram!(
         "switchboard_scheduled_run_lateness_seconds",

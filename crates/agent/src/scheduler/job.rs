@@ -257,6 +257,8 @@ pub enum Outcome {
     Answered,
     /// The agent had nothing to say (the heartbeat's quiet answer): nothing was posted.
     Quiet,
+    /// A person stopped its turn (`/stop`): ended, not tried again.
+    Stopped,
     /// It failed.
     Failed {
         /// Why.
@@ -270,19 +272,21 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// One word for lists and metrics: `pending`, `answered`, `quiet`, `failed`, `skipped`.
+    /// One word for lists and metrics: `pending`, `answered`, `quiet`, `stopped`, `failed`,
+    /// `skipped`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Pending => "pending",
             Self::Answered => "answered",
             Self::Quiet => "quiet",
+            Self::Stopped => "stopped",
             Self::Failed { .. } => "failed",
             Self::Skipped { .. } => "skipped",
         }
     }
 
     /// The outcomes a run ends with (not `pending`), as [`Outcome::as_str`] names them.
-    pub const ENDED: [&'static str; 4] = ["answered", "quiet", "failed", "skipped"];
+    pub const ENDED: [&'static str; 5] = ["answered", "quiet", "stopped", "failed", "skipped"];
 
     /// The outcome with its reason: `answered`, `failed: the model was unreachable`.
     pub fn describe(&self) -> String {

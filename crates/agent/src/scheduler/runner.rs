@@ -769,9 +769,7 @@ impl Hook for Outcomes {
             None => Outcome::Failed {
                 why: summary.text.lines().next().unwrap_or_default().to_owned(),
             },
-            Some(TurnEnd::Cancelled) => Outcome::Failed {
-                why: "it was stopped".into(),
-            },
+            Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
         };
         self.0
