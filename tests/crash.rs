@@ -436,3 +436,118 @@ async fn kill_9_around_scheduled_runs_neither_loses_nor_doubles_one() {
         assert_replays_strictly(&name, &util::read_session_file(&path));
     }
 }
+
+/// Runs due while the daemon was down (killed): one within its catch-up runs once after
+/// start; one past it is recorded skipped and its chat told once.
+#[tokio::test]
+async fn runs_due_while_the_daemon_was_killed_run_once_or_are_skipped_and_told_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake");
+    llm.respond_with(|request| {
+        let task = util::conversation(request)
+            .into_iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .and_then(|m| {
+                m["content"]
+                    .as_str()
+                    .and_then(|t| t.lines().last())
+                    .map(str::to_owned)
+            })
+            .unwrap_or_default();
+        Reply::text(format!("echo: {task}"))
+    });
+    let config = dir.path().join("config.toml");
+    let tables = table(&fake, "stream = false");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("write");
+    let target = format!("telegram:{}", chat(ADA));
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    for (name, catch_up) in [("kept", "1h"), ("late", "1s")] {
+        let (ok, said) = crate::scheduler::cron(
+            &config,
+            &[
+                "add",
+                "--chat",
+                &target,
+                "--in",
+                "2s",
+                "--name",
+                name,
+                "--catch-up",
+                catch_up,
+                "--message",
+                name,
+            ],
+        )
+        .await;
+        assert!(ok, "{said}");
+    }
+    util::signal(&child, "-KILL");
+    child.wait().await.expect("wait");
+    // Down past both due times, and past the second's catch-up: the wall clock is the
+    // subject here.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(fake.messages_to(chat(ADA)).is_empty(), "nothing while down");
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    let told = |f: &FakeTelegram| {
+        f.messages_to(chat(ADA))
+            .iter()
+            .filter(|m| m.visible.contains("\"late\" (job j2) did not run"))
+            .count()
+    };
+    fake.wait_until(
+        PATIENCE,
+        "the kept run answered and the late one told",
+        |f| {
+            f.messages_to(chat(ADA))
+                .iter()
+                .any(|m| m.visible == "echo: kept")
+                && told(f) >= 1
+        },
+    )
+    .await;
+    let (_, runs) = crate::scheduler::cron(&config, &["runs", "j2"]).await;
+    assert!(
+        runs.lines()
+            .nth(1)
+            .is_some_and(|l| l.contains("skipped: it was due at") && l.contains("catch-up of 1s")),
+        "{runs}"
+    );
+    // Both settled, so both gone: nothing is left that could run or be told again.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, listed) = crate::scheduler::cron(&config, &["list"]).await;
+        if listed.trim() == "There are no scheduled jobs." {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "left: {listed}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("wait").success());
+    let sent = fake.messages_to(chat(ADA));
+    let visible: Vec<&str> = sent.iter().map(|m| m.visible.as_str()).collect();
+    assert_eq!(
+        visible.iter().filter(|v| **v == "echo: kept").count(),
+        1,
+        "{visible:?}"
+    );
+    assert_eq!(told(&fake), 1, "{visible:?}");
+    assert!(!visible.contains(&"echo: late"), "{visible:?}");
+    assert_eq!(
+        llm.requests().len(),
+        1,
+        "only the kept run reached the model"
+    );
+}
