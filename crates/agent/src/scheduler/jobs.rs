@@ -71,6 +71,12 @@ pub struct NewJob {
     pub created_by: Option<String>,
 }
 
+/// The longest message a job may have (what the agent is told when it runs).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// The longest name a job may have.
+pub const MAX_NAME_CHARS: usize = 100;
+
 /// A job the config declares (`[[scheduler.jobs]]`): the config owns it — it is added,
 /// changed and removed with the config, at start and on reload.
 #[derive(Clone, Debug)]
@@ -166,6 +172,22 @@ impl Jobs {
         let now = self.clock.now();
         if new.message.trim().is_empty() {
             return Err("the job needs a message: what the agent is told when it runs".into());
+        }
+        if new.message.len() > MAX_MESSAGE_BYTES {
+            return Err(format!(
+                "the job's message is {} bytes; at most {MAX_MESSAGE_BYTES} are kept — say it \
+                 shorter, or keep the details in a workspace file the job reads",
+                new.message.len()
+            ));
+        }
+        if new
+            .name
+            .as_ref()
+            .is_some_and(|name| name.chars().count() > MAX_NAME_CHARS)
+        {
+            return Err(format!(
+                "the job's name is longer than {MAX_NAME_CHARS} characters"
+            ));
         }
         if let Some(gap) = new.schedule.shortest_gap(now)
             && gap < config.min_interval

@@ -150,9 +150,29 @@ struct Inner {
     /// Set once the `cron` channel of isolated runs is registered on the hub (at the
     /// first such run: a daemon without one never has it).
     isolated: std::sync::OnceLock<()>,
-    /// The jobs as last read, with the store's version then: read again only when the
-    /// version moved (anyone's change) — the idle loop costs one `stat`.
-    cache: Mutex<Option<(u64, Vec<Job>)>>,
+    /// When each enabled job is next due, as last read, with the store's version then:
+    /// read again only when the version moved (anyone's change) — the idle loop costs one
+    /// `stat`, and keeps a few words per job, not the jobs.
+    timings: Mutex<Option<(u64, Arc<[Timing]>)>>,
+}
+
+/// What the loop keeps of a job between its runs: when it is next due.
+#[derive(Debug)]
+struct Timing {
+    id: String,
+    next_due: Option<Timestamp>,
+    retry_at: Option<Timestamp>,
+}
+
+impl Timing {
+    /// The timing of an enabled job; none for a paused one.
+    fn of(job: &Job) -> Option<Self> {
+        job.enabled.then(|| Self {
+            id: job.id.clone(),
+            next_due: job.next_due,
+            retry_at: job.retry.as_ref().map(|retry| retry.at),
+        })
+    }
 }
 
 /// The sender of scheduled messages, as their `sender` field says.
@@ -175,7 +195,7 @@ impl Scheduler {
                 ended: Mutex::new(HashMap::new()),
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
-                cache: Mutex::new(None),
+                timings: Mutex::new(None),
                 isolated: std::sync::OnceLock::new(),
                 workspace: std::sync::OnceLock::new(),
             }),
@@ -268,32 +288,33 @@ impl Scheduler {
         }
     }
 
-    /// The jobs, read again only when the store changed since.
-    async fn current_jobs(&self) -> Result<Vec<Job>, String> {
+    /// When each enabled job is next due, read again only when the store changed since.
+    async fn timings(&self) -> Result<Arc<[Timing]>, String> {
         let version = self.store().version().await;
-        if let Some((seen, jobs)) = &*self
+        if let Some((seen, timings)) = &*self
             .inner
-            .cache
+            .timings
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             && *seen == version
         {
-            return Ok(jobs.clone());
+            return Ok(timings.clone());
         }
         let jobs = self.store().jobs().await.map_err(|err| err.to_string())?;
+        let timings: Arc<[Timing]> = jobs.iter().filter_map(Timing::of).collect();
         *self
             .inner
-            .cache
+            .timings
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((version, jobs.clone()));
-        Ok(jobs)
+            .unwrap_or_else(PoisonError::into_inner) = Some((version, timings.clone()));
+        Ok(timings)
     }
 
     /// Starts what is due; returns how long to wait before looking again.
     async fn tick(&self) -> Duration {
         let poll = self.inner.jobs.config().poll;
-        let jobs = match self.current_jobs().await {
-            Ok(jobs) => jobs,
+        let timings = match self.timings().await {
+            Ok(timings) => timings,
             Err(err) => {
                 tracing::error!(error = %err, "the scheduler cannot read its jobs");
                 return poll;
@@ -301,10 +322,23 @@ impl Scheduler {
         };
         let now = self.inner.jobs.now();
         let mut soonest: Option<Timestamp> = None;
-        for job in jobs {
-            if !job.enabled {
+        for timing in timings.iter() {
+            let retry_due = timing.retry_at.is_some_and(|at| at <= now);
+            let run_due = timing.next_due.is_some_and(|due| due <= now);
+            if !retry_due && !run_due {
+                soonest = earliest(soonest, earliest(timing.retry_at, timing.next_due));
                 continue;
             }
+            // Due: the job as it is now (another process may have changed it meanwhile).
+            let job = match self.store().job(&timing.id).await {
+                Ok(Some(job)) if job.enabled => job,
+                Ok(_) => continue,
+                Err(err) => {
+                    tracing::error!(job = %timing.id, error = %err, "the scheduler cannot read a due job");
+                    soonest = earliest(soonest, Some(now.saturating_add(poll).unwrap_or(now)));
+                    continue;
+                }
+            };
             if let Some(retry) = job.retry.clone() {
                 if retry.at <= now {
                     self.retry(&job, retry, now).await;
@@ -985,7 +1019,14 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_chat_sees_and_changes_only_its_own_jobs_and_limits_are_told() {
-        let s = start_with("2026-11-25T10:00:00Z", None, Duration::from_secs(60));
+        let clock = Arc::new(TokioClock::starting_at(
+            Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts"),
+        ));
+        let config = SchedulerConfig {
+            max_jobs_per_chat: 2,
+            ..SchedulerConfig::default()
+        };
+        let s = start_on(clock, None, config);
         let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
         let job = s
             .scheduler
@@ -1016,6 +1057,38 @@ mod tests {
             .await
             .expect_err("too often");
         assert!(err.contains("scheduler.min_interval_secs"), "{err}");
+        let long = NewJob {
+            message: "x".repeat(crate::scheduler::jobs::MAX_MESSAGE_BYTES + 1),
+            ..new_job(Schedule::every("1h", now).expect("every"))
+        };
+        let err = s.scheduler.jobs().add(long).await.expect_err("too long");
+        assert!(err.contains("at most 16384 are kept"), "{err}");
+        // The cap counts this chat's jobs only.
+        s.scheduler
+            .jobs()
+            .add(new_job(Schedule::every("2h", now).expect("every")))
+            .await
+            .expect("the second");
+        let err = s
+            .scheduler
+            .jobs()
+            .add(new_job(Schedule::every("3h", now).expect("every")))
+            .await
+            .expect_err("a third");
+        assert_eq!(
+            err,
+            "this chat has 2 jobs, the most it may have (scheduler.max_jobs_per_chat); remove \
+             one first"
+        );
+        let elsewhere = NewJob {
+            chat: (ChannelName::from("websocket"), ChatId::from("d")),
+            ..new_job(Schedule::every("3h", now).expect("every"))
+        };
+        s.scheduler
+            .jobs()
+            .add(elsewhere)
+            .await
+            .expect("another chat has room");
         s.stop.cancel();
     }
 

@@ -42,6 +42,8 @@ pub type JobChange = Box<dyn for<'j> FnOnce(&'j mut Job) -> bool + Send>;
 pub trait JobStore: Send + Sync {
     /// Every job, by id.
     async fn jobs(&self) -> Result<Vec<Job>, JobStoreError>;
+    /// One job, if there is one with this id.
+    async fn job(&self, id: &str) -> Result<Option<Job>, JobStoreError>;
     /// Adds a job, or replaces the one with its id.
     async fn put(&self, job: &Job) -> Result<(), JobStoreError>;
     /// Changes a job in one step, if it is there: `change` sees it as it is now and says
@@ -261,6 +263,12 @@ impl JobStore for FileJobStore {
             return Ok(Vec::new());
         }
         self.with(|state| (state.jobs.values().cloned().collect(), Vec::new()))
+            .await
+    }
+
+    async fn job(&self, id: &str) -> Result<Option<Job>, JobStoreError> {
+        let id = id.to_owned();
+        self.with(move |state| (state.jobs.get(&id).cloned(), Vec::new()))
             .await
     }
 
