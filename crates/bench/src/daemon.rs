@@ -266,3 +266,31 @@ pub fn cpu_us(pid: u32) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Time on a CPU of each thread of a process so far, in nanoseconds, by thread id (from
+/// `/proc/<pid>/task/*/schedstat`: finer than the 10 ms ticks of `/proc/<pid>/stat`).
+pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Default::default();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            Some((tid, stat.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// CPU time a process's threads used between two [`thread_cpu_ns`] readings, in
+/// nanoseconds (a thread that ended in between is not counted).
+pub fn cpu_ns_between(
+    before: &std::collections::HashMap<u32, u64>,
+    after: &std::collections::HashMap<u32, u64>,
+) -> u64 {
+    after
+        .iter()
+        .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum()
+}

@@ -39,6 +39,12 @@ struct Args {
     /// Idle WebSocket connections in the scale run.
     #[arg(long, default_value_t = 10_000)]
     idle_connections: usize,
+    /// Jobs in the idle scheduler run.
+    #[arg(long, default_value_t = 1_000)]
+    jobs: usize,
+    /// How long idle CPU use is measured.
+    #[arg(long, default_value = "60s", value_parser = parse_secs)]
+    idle_window: Duration,
     /// Repetitions of each latency run (the median is kept).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -68,6 +74,9 @@ enum Scenario {
     /// Memory under load against an LLM that takes its time (a first byte after 500 ms,
     /// then the reply in pieces): with a cap of 16 connections, the default cap, none.
     Slow,
+    /// An idle scheduler: memory and CPU per minute turned off, on with no job, and on with
+    /// 1,000 jobs (none due while it is measured).
+    Jobs,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -290,6 +299,29 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
+    // An idle scheduler, without jobs and with `--jobs` of them.
+    if run(Scenario::Jobs) {
+        let off = "[scheduler]\nenabled = false\n";
+        for (tag, count, tables) in [("off", 0, off), ("none", 0, ""), ("many", args.jobs, "")] {
+            let dir = tempfile::tempdir()?;
+            scale::write_jobs(&dir.path().join("state"), count).await?;
+            let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, tables).await?;
+            // The loop's first look reads every job; then it only watches the file.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let rss = daemon.rss_kib();
+            let cpu = daemon::thread_cpu_ns(daemon.pid);
+            tokio::time::sleep(args.idle_window).await;
+            let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
+            let per_minute = used as f64 / 1e6 * 60.0 / args.idle_window.as_secs_f64();
+            results.insert(
+                format!("jobs_idle_rss_mib_{tag}"),
+                mib(rss.max(daemon.rss_kib())),
+            );
+            results.insert(format!("jobs_idle_cpu_ms_per_min_{tag}"), per_minute);
+            daemon.stop().await?;
+        }
+    }
+
     // Scale: sessions on disk, some active.
     if run(Scenario::Disk) {
         let dir = tempfile::tempdir()?;
@@ -358,6 +390,13 @@ async fn floor(
 fn median_ms(samples: &mut [Duration]) -> f64 {
     samples.sort();
     samples[samples.len() / 2].as_secs_f64() * 1000.0
+}
+
+fn parse_secs(text: &str) -> Result<Duration, String> {
+    text.trim_end_matches('s')
+        .parse::<u64>()
+        .map(Duration::from_secs)
+        .map_err(|_| format!("`{text}`: seconds, e.g. 60s"))
 }
 
 fn mib(kib: u64) -> f64 {

@@ -36,6 +36,49 @@ pub fn write_sessions(
     Ok(())
 }
 
+/// Writes `count` scheduled jobs through the job store the daemon reads, 50 to a chat (the
+/// default cap), none due within a day: a third daily cron jobs in Berlin, a third every day,
+/// a third one-shot reminders in 20 hours.
+pub async fn write_jobs(state_dir: &Path, count: usize) -> anyhow::Result<()> {
+    use std::sync::Arc;
+
+    use switchboard_agent::scheduler::{
+        FileJobStore, Jobs, NewJob, Schedule, SchedulerConfig, SessionMode, SystemClock,
+    };
+    use switchboard_core::{ChannelName, ChatId};
+    std::fs::create_dir_all(state_dir)?;
+    let jobs = Jobs::new(
+        Arc::new(FileJobStore::new(state_dir)),
+        Arc::new(SystemClock),
+        SchedulerConfig::default(),
+    );
+    let now = jiff::Timestamp::now();
+    for n in 0..count {
+        let schedule = match n % 3 {
+            0 => Schedule::cron("0 9 * * *", "Europe/Berlin"),
+            1 => Schedule::every("1 day", now),
+            _ => Schedule::after("20h", now),
+        }
+        .map_err(anyhow::Error::msg)?;
+        jobs.add(NewJob {
+            name: Some(format!("job {n}")),
+            message: format!("Scheduled task number {n}: summarise what changed."),
+            schedule,
+            chat: (
+                ChannelName::from("websocket"),
+                ChatId::from(format!("jobs-{}", n / 50).as_str()),
+            ),
+            session: SessionMode::Chat,
+            catch_up: None,
+            created_by: None,
+        })
+        .await
+        .map_err(anyhow::Error::msg)?;
+    }
+    std::process::Command::new("sync").status()?;
+    Ok(())
+}
+
 /// Sends one message to each of `active` on-disk sessions over `connections` sockets, so
 /// their sessions are loaded; waits for every turn to finish.
 pub async fn activate(
