@@ -127,6 +127,64 @@ async fn the_person_lists_pauses_and_removes_their_chats_jobs_with_slash_jobs() 
     h.daemon.shutdown().await;
 }
 
+/// What the model read back from its tool calls, as a request shows them, in order.
+fn tool_results(request: &serde_json::Value) -> Vec<String> {
+    util::conversation(request)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn through_the_tool_a_chat_neither_sees_nor_removes_another_chats_jobs_and_reads_the_limits()
+{
+    let mut h = Harness::start("").await;
+    h.llm.push(Reply::tools([(
+        "cron",
+        json!({"action": "add", "every": "1 day", "name": "plants", "message": "Water the plants."}),
+    )]));
+    h.llm.push(Reply::text("Every day, then."));
+    h.client
+        .say("c", "remind me daily to water the plants")
+        .await;
+
+    // Another chat's model tries to list, remove and add too often.
+    h.llm.push(Reply::tools([
+        ("cron", json!({"action": "list"})),
+        ("cron", json!({"action": "remove", "id": "j1"})),
+        (
+            "cron",
+            json!({"action": "add", "every": "10s", "message": "Spam."}),
+        ),
+    ]));
+    h.llm.push(Reply::text("I cannot."));
+    assert_eq!(
+        h.client.say("d", "drop their jobs").await.reply(),
+        "I cannot."
+    );
+    let results = tool_results(h.llm.requests().last().expect("request"));
+    assert_eq!(results.len(), 3, "{results:?}");
+    assert_eq!(results[0], "This chat has no scheduled jobs.");
+    assert!(
+        results[1].contains("there is no job j1 in this chat"),
+        "{results:?}"
+    );
+    assert!(
+        results[2].contains("the shortest interval allowed is 60 s (scheduler.min_interval_secs)"),
+        "{results:?}"
+    );
+    // The job is still there, in its own chat.
+    assert!(
+        h.client
+            .say("c", "/jobs")
+            .await
+            .reply()
+            .starts_with("job j1 \"plants\"")
+    );
+    h.daemon.shutdown().await;
+}
+
 /// `switchboard cron …` as the operator, while the daemon runs.
 pub(crate) async fn cron(config: &std::path::Path, args: &[&str]) -> (bool, String) {
     let output = tokio::process::Command::new(util::BINARY)
