@@ -329,7 +329,8 @@ async fn a_reload_applies_a_new_telegram_allow_list_live() {
 }
 
 /// 5. A reload applies `[tools]` to the turns that start next: a tool turned off is no
-/// longer offered to the model, without a restart.
+/// longer offered to the model, without a restart; a turn running through the reload keeps
+/// the tools it started with to its end.
 #[tokio::test]
 async fn a_reload_applies_tool_settings_to_the_next_turn() {
     use switchboard::reload::Reloaded;
@@ -349,7 +350,16 @@ async fn a_reload_applies_tool_settings_to_the_next_turn() {
     let (path, text) = write("[tools.web_fetch]\nenabled = true\n");
     let mut daemon = start_from(&text, dir.path()).await;
     let mut client = crate::util::WsClient::connect(daemon.addr()).await;
-    client.say("c", "one").await;
+    // The turn asks the person something, and the reload comes while it waits.
+    llm.push(Reply::tool("ask_user", json!({"question": "Which page?"})));
+    client.send("c", "one").await;
+    loop {
+        let frame = client.next_frame().await;
+        if frame["waiting_for"] == "answer" {
+            break;
+        }
+        assert_ne!(frame["type"], "done", "the turn ended without asking");
+    }
     assert!(offered(&llm.requests()[0]).contains(&"web_fetch".to_owned()));
 
     write("[tools.web_fetch]\nenabled = false\n");
@@ -359,8 +369,15 @@ async fn a_reload_applies_tool_settings_to_the_next_turn() {
             need_restart: Vec::new()
         }
     );
+    llm.push(Reply::text("That one, then."));
+    client.send("c", "the first").await;
+    assert_eq!(client.turn("c").await.reply(), "That one, then.");
+    assert!(
+        offered(&llm.requests()[1]).contains(&"web_fetch".to_owned()),
+        "the running turn keeps the tools it started with"
+    );
     client.say("c", "two").await;
-    let tools = offered(&llm.requests()[1]);
+    let tools = offered(&llm.requests()[2]);
     assert!(!tools.contains(&"web_fetch".to_owned()), "{tools:?}");
     assert!(
         tools.contains(&"echo".to_owned()),
@@ -613,4 +630,44 @@ async fn a_missing_key_is_degraded_from_the_start_until_a_reload_fixes_it() {
     let health = crate::util::health(daemon.addr()).await;
     assert_eq!(health["status"], "ok", "{health}");
     daemon.shutdown().await;
+}
+
+/// A tool an embedder adds with the name of a built-in one is refused at start, naming both —
+/// never silently shadowing it.
+#[tokio::test]
+async fn a_tool_with_a_built_in_tools_name_is_refused_at_start() {
+    struct Grep;
+    #[async_trait::async_trait]
+    impl switchboard_tools::Tool for Grep {
+        fn name(&self) -> &str {
+            "grep"
+        }
+        fn description(&self) -> &str {
+            "another grep"
+        }
+        fn parameters(&self) -> serde_json::Value {
+            json!({"type": "object"})
+        }
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: &switchboard_tools::ToolContext,
+        ) -> Result<String, switchboard_tools::ToolError> {
+            Ok(String::new())
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let (_, text) = write_config(&llm, dir.path(), "");
+    let tools = switchboard_tools::ToolRegistry::new().with(std::sync::Arc::new(Grep));
+    let err = match switchboard::app::start(crate::util::config(&text, dir.path()), tools).await {
+        Ok(_) => panic!("started with two tools named grep"),
+        Err(err) => format!("{err:#}"),
+    };
+    assert!(
+        err.contains("the tool `grep` of extra has the name of a tool of builtin"),
+        "{err}"
+    );
 }

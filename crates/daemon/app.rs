@@ -24,7 +24,7 @@ use switchboard_llm::Observer;
 use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
-use switchboard_tools::{ToolRegistry, Workspace};
+use switchboard_tools::{ToolRegistry, ToolSources, Workspace};
 use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -99,11 +99,15 @@ struct AgentParts<'a> {
     scheduler: Option<Scheduler>,
 }
 
+/// The source of the tools the config describes (replaced on reload).
+pub(crate) const BUILTIN_SOURCE: &str = "builtin";
+
+/// The source of the tools an embedder (or a test) adds beside them.
+const EXTRA_SOURCE: &str = "extra";
+
 /// What building the tools again needs (a reload does when `[tools]` changed).
 #[derive(Clone)]
 pub struct ToolParts {
-    /// Tools beside the built-in ones (tests', embedders').
-    extra: ToolRegistry,
     /// Where the `message` tool sends.
     outbox: Option<Arc<dyn builtin::Outbox>>,
     /// Paths `exec`'s commands may not read.
@@ -119,12 +123,12 @@ impl ToolParts {
     }
 }
 
-/// The tools the config describes: the built-in ones, `extra`, `ask_user`.
+/// The tools the config describes: the built-in ones, `cron`, `ask_user` (the source
+/// [`BUILTIN_SOURCE`]).
 pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {
     let helper = sandbox_helper(config, parts.forbidden.clone());
     let mut tools = builtin::registry(&config.tools, helper, parts.outbox.clone())
         .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
-    tools.extend(parts.extra.clone());
     if let Some(scheduler) = &parts.scheduler {
         tools.register(Arc::new(CronTool::new(scheduler.jobs().clone())));
     }
@@ -192,12 +196,14 @@ fn build_agent_and_tools(
         Arc::new(HubOutbox::new(hub.clone(), store.clone())) as Arc<dyn builtin::Outbox>
     });
     let tool_parts = ToolParts {
-        extra: extra_tools,
         outbox,
         forbidden: workspace.forbidden().to_vec(),
         scheduler: scheduler.clone(),
     };
-    let tools = build_tools(config, &tool_parts)?;
+    let tools = ToolSources::of([
+        (BUILTIN_SOURCE.to_owned(), build_tools(config, &tool_parts)?),
+        (EXTRA_SOURCE.to_owned(), extra_tools),
+    ])?;
     let llm = crate::llm_config::build(config, observer)?;
     let section = &config.agent;
     let workspace = Arc::new(workspace);

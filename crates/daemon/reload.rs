@@ -97,15 +97,18 @@ pub async fn reload(
             && tool_parts.scheduler().is_some()
     };
 
-    // Everything new is built: apply it.
+    // Everything new is built: apply it — the tools first, the one step that can still be
+    // refused (a new tool with the name of another source's), before anything changed.
     let live = |key: &String| {
         under(key, "llm")
             || tools_live(key)
             || jobs_live(key)
             || restart.iter().any(|(_, prefix, _)| under(key, prefix))
     };
-    if let Some(tools) = tools {
-        agent.set_tools(tools);
+    if let Some(tools) = tools
+        && let Err(collision) = agent.tool_sources().set(crate::app::BUILTIN_SOURCE, tools)
+    {
+        return refuse(collision.to_string());
     }
     let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
     if changed.iter().any(|key| under(key, "llm")) {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use switchboard_core::{ChannelName, ChatId, MessageId, SessionKey};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
-use switchboard_tools::ToolRegistry;
+use switchboard_tools::{ToolRegistry, ToolSources};
 use tokio_util::sync::CancellationToken;
 
 use crate::command::JOBS_USAGE;
@@ -21,8 +21,9 @@ use crate::turn;
 pub struct Agent {
     /// The model (chain); replaced whole when the config is reloaded.
     llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
-    /// The tools; replaced whole when the config is reloaded.
-    tools: std::sync::RwLock<Arc<ToolRegistry>>,
+    /// The tools, by source: each replaced on its own (a reload, an MCP server coming and
+    /// going); a turn keeps the snapshot it started with.
+    tools: ToolSources,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
     /// The system prompt built from the workspace files, reused for a moment.
@@ -37,13 +38,13 @@ impl Agent {
     /// An agent over these parts.
     pub fn new(
         llm: Arc<dyn LlmProvider>,
-        tools: ToolRegistry,
+        tools: ToolSources,
         store: Arc<dyn SessionStore>,
         config: AgentConfig,
     ) -> Self {
         Self {
             llm: std::sync::RwLock::new(llm),
-            tools: std::sync::RwLock::new(Arc::new(tools)),
+            tools,
             store,
             config,
             context: ContextCache::default(),
@@ -125,20 +126,14 @@ impl Agent {
         &self.config
     }
 
-    /// The tools offered to the model now.
+    /// The tools offered to the model now, every source's: a turn takes this once.
     pub fn tools(&self) -> Arc<ToolRegistry> {
-        self.tools
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.tools.snapshot()
     }
 
-    /// Replaces the tools: turns that start from now on offer these.
-    pub fn set_tools(&self, tools: ToolRegistry) {
-        *self
-            .tools
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(tools);
+    /// The tools by source: replacing one changes the turns that start from then on.
+    pub fn tool_sources(&self) -> &ToolSources {
+        &self.tools
     }
 
     /// The session store (the daemon reads its health).

@@ -15,7 +15,7 @@ use switchboard_agent::{
 use switchboard_core::{ChatMessage, SessionKey, ToolCall, TurnEnd};
 use switchboard_llm::{ChatRequest, ChatResponse, LlmError, LlmProvider, StreamSink};
 use switchboard_sessions::JsonlStore;
-use switchboard_tools::{Tool, ToolContext, ToolError, ToolRegistry, Workspace};
+use switchboard_tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSources, Workspace};
 use tokio_util::sync::CancellationToken;
 
 /// Answers with the scripted responses in turn, recording each request.
@@ -167,7 +167,8 @@ async fn hooks_shape_the_request_the_tool_calls_and_see_the_end() {
         registry.register(tool.clone());
     }
     let policy = Arc::new(Policy::default());
-    let agent = Agent::new(script.clone(), registry, store, AgentConfig::new(workspace))
+    let sources = ToolSources::of([("test".to_owned(), registry)]).expect("one source");
+    let agent = Agent::new(script.clone(), sources, store, AgentConfig::new(workspace))
         .with_hook(policy.clone());
 
     let key = SessionKey::of(&"test".into(), &"chat".into());

@@ -3,13 +3,16 @@
 //! A [`Tool`] has a name, a description and a JSON-schema for its arguments, says whether
 //! it is *exclusive* (it mutates shared state, so it runs alone), may have its own timeout
 //! and ask for approval, and is called with a [`ToolContext`] carrying the [`Workspace`]
-//! and a cancellation token. The [`ToolRegistry`] holds the tools of a daemon and produces
-//! the definitions sent to the model; [`builtin::registry`] builds the built-in ones from
-//! `[tools]`.
+//! and a cancellation token. A [`ToolRegistry`] holds a set of tools and produces the
+//! definitions sent to the model; [`ToolSources`] holds the agent's registries by source
+//! (the built-in tools, an embedder's, later each MCP server's), replaceable one by one while
+//! turns run, each turn keeping the snapshot it started with; [`builtin::registry`] builds
+//! the built-in ones from `[tools]`.
 //!
 //! # Layout
 //! - `tool`: the [`Tool`] trait, [`ToolContext`] and [`ToolDefinition`].
 //! - `registry`: [`ToolRegistry`].
+//! - `sources`: [`ToolSources`] and [`ToolCollision`].
 //! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
 //!   `openat2(RESOLVE_BENEATH)` from the workspace's descriptor.
 //! - `builtin`: the built-in tools, one file each.
@@ -29,6 +32,7 @@ pub mod netguard;
 mod registry;
 pub mod sandbox;
 pub mod skills;
+mod sources;
 mod tool;
 mod workspace;
 
@@ -36,5 +40,6 @@ pub use cap::{HeadTail, cap_result};
 pub use config::ToolsSection;
 pub use error::ToolError;
 pub use registry::ToolRegistry;
+pub use sources::{ToolCollision, ToolSources};
 pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, User};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

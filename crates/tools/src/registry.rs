@@ -5,7 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use crate::tool::{Tool, ToolDefinition};
 
-/// The tools the agent offers the model. Built once at start, shared read-only.
+/// A set of tools by name: one source's (the built-in tools, an MCP server's), or every
+/// source's at once as a turn sees them (see [`crate::ToolSources`]). Shared read-only once
+/// built.
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
@@ -30,13 +32,6 @@ impl ToolRegistry {
     /// Adds a tool (builder style).
     pub fn with(mut self, tool: Arc<dyn Tool>) -> Self {
         self.register(tool);
-        self
-    }
-
-    /// Adds every tool of `other`, replacing those of the same name.
-    pub fn extend(&mut self, other: ToolRegistry) -> &mut Self {
-        self.tools.extend(other.tools);
-        self.definitions = OnceLock::new();
         self
     }
 
