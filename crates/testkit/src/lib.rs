@@ -16,6 +16,7 @@
 
 pub mod discord;
 mod llm;
+pub mod mcp;
 pub mod otlp;
 pub mod process;
 pub mod strict;
