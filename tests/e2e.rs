@@ -28,6 +28,10 @@ mod dispatch;
 mod http;
 /// A misbehaving LLM: endless, huge, stalled, broken streams; repeated tool-call ids.
 mod llm;
+/// MCP servers over stdio: tools offered and called, only the entry's environment, a crash
+/// and a restart, `/stop` mid-call.
+#[cfg(feature = "mcp")]
+mod mcp;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).
 mod once;
 /// What an operator reaches for: `/metrics`, `/readyz`.

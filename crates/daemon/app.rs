@@ -305,6 +305,44 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {} ({key})", path.display()))
 }
 
+#[cfg(feature = "mcp")]
+/// Shows the MCP servers in `/healthz`: degraded while one is down (each named, with why),
+/// and a gauge of the tools they offer.
+fn watch_mcp(health: &Health, servers: Vec<switchboard_mcp::Server>) {
+    use switchboard_mcp::ServerState;
+    let servers = Arc::new(servers);
+    let down = servers.clone();
+    health.check_health_only(
+        "mcp",
+        Box::new(move || {
+            let problems: serde_json::Map<String, serde_json::Value> = down
+                .iter()
+                .filter_map(|server| match server.state() {
+                    ServerState::Down { why } => Some((server.name().to_owned(), json!(why))),
+                    _ => None,
+                })
+                .collect();
+            if problems.is_empty() {
+                Ok(())
+            } else {
+                Err(json!({"servers_down": problems}))
+            }
+        }),
+    );
+    health.gauge(
+        "mcp_tools",
+        Box::new(move || {
+            servers
+                .iter()
+                .map(|server| match server.state() {
+                    ServerState::Up { tools } => tools.len(),
+                    _ => 0,
+                })
+                .sum()
+        }),
+    );
+}
+
 /// Starts the daemon. `tools` are the tools offered to the model.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
@@ -425,6 +463,22 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             tracing::error!(error = %err, "dispatcher stopped");
         }
     });
+    // MCP servers start in the background: a slow or broken one delays nothing; its tools
+    // come when it is up. They stop with the channels.
+    #[cfg(feature = "mcp")]
+    {
+        let mcp: Vec<switchboard_mcp::Server> = config
+            .mcp_servers()?
+            .into_iter()
+            .map(|spec| {
+                let sources = agent.tool_sources().clone();
+                switchboard_mcp::Server::spawn(spec, sources, channels_stop.clone())
+            })
+            .collect();
+        if !mcp.is_empty() {
+            watch_mcp(&health, mcp);
+        }
+    }
     // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
     // for the next start.
     if let Some(scheduler) = scheduler {

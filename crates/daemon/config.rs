@@ -71,6 +71,14 @@ pub struct Config {
     /// `[heartbeat]`.
     #[serde(default)]
     pub heartbeat: crate::scheduler_config::HeartbeatSection,
+    /// `[mcp]`.
+    #[cfg(feature = "mcp")]
+    #[serde(default)]
+    pub mcp: switchboard_mcp::McpSection,
+    /// `[mcp]`, in a build without MCP: refused when it names a server.
+    #[cfg(not(feature = "mcp"))]
+    #[serde(default)]
+    pub mcp: Option<Spanned<toml::Table>>,
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
@@ -365,9 +373,25 @@ impl Config {
         crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
         self.scheduler.validate(self)?;
+        #[cfg(feature = "mcp")]
+        self.mcp
+            .validate()
+            .map_err(|problem| self.source.problem("mcp", problem))?;
+        #[cfg(not(feature = "mcp"))]
+        if let Some(mcp) = &self.mcp {
+            return Err(self.source.error_at(
+                Some(mcp.span()),
+                "mcp".into(),
+                "this switchboard was built without MCP (the `mcp` cargo feature): build it \
+                 with `--features mcp`, or remove [mcp]"
+                    .into(),
+            ));
+        }
         if secrets == Secrets::Skip {
             return Ok(());
         }
+        #[cfg(feature = "mcp")]
+        self.mcp_servers()?;
         self.metrics_access()?;
         self.channels
             .websocket
@@ -385,6 +409,20 @@ impl Config {
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
+    }
+
+    /// The MCP servers to run, resolved (their `${…}` filled in, paths made whole).
+    #[cfg(feature = "mcp")]
+    pub fn mcp_servers(&self) -> Result<Vec<switchboard_mcp::ServerSpec>, ConfigError> {
+        let base = self
+            .source
+            .path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_owned();
+        self.mcp
+            .specs(&base, &self.path(&self.agent.workspace))
+            .map_err(|problem| self.source.problem("mcp", problem))
     }
 
     /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,

@@ -23,7 +23,7 @@ pub struct Agent {
     llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
     /// The tools, by source: each replaced on its own (a reload, an MCP server coming and
     /// going); a turn keeps the snapshot it started with.
-    tools: ToolSources,
+    tools: Arc<ToolSources>,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
     /// The system prompt built from the workspace files, reused for a moment.
@@ -44,7 +44,7 @@ impl Agent {
     ) -> Self {
         Self {
             llm: std::sync::RwLock::new(llm),
-            tools,
+            tools: Arc::new(tools),
             store,
             config,
             context: ContextCache::default(),
@@ -132,7 +132,7 @@ impl Agent {
     }
 
     /// The tools by source: replacing one changes the turns that start from then on.
-    pub fn tool_sources(&self) -> &ToolSources {
+    pub fn tool_sources(&self) -> &Arc<ToolSources> {
         &self.tools
     }
 

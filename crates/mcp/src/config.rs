@@ -1,0 +1,261 @@
+//! `[mcp.servers.NAME]`: the MCP servers the agent takes tools from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use switchboard_core::{ConfigProblem, expand_env};
+use toml::Spanned;
+
+/// `[mcp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSection {
+    /// The servers, by name (their tools are offered as `NAME__tool`).
+    pub servers: BTreeMap<String, ServerEntry>,
+}
+
+/// One `[mcp.servers.NAME]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    /// The program to start; it speaks MCP on its stdin and stdout.
+    pub command: Option<Spanned<String>>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Its environment (besides PATH and HOME): `${ENV}` and `${credential:NAME}` allowed.
+    #[serde(default)]
+    pub env: BTreeMap<String, Spanned<String>>,
+    /// Where it starts (default: the workspace).
+    pub cwd: Option<Spanned<String>>,
+    /// A server over streamable HTTP (not supported yet: a clear error).
+    pub url: Option<Spanned<String>>,
+    /// Whether it is used.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Only these of its tools (its own names).
+    pub tools: Option<Vec<String>>,
+    /// None of these of its tools.
+    #[serde(default)]
+    pub exclude_tools: Vec<String>,
+    /// How long one call may run (default: `agent.tool_timeout_secs`).
+    pub timeout_secs: Option<Spanned<f64>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A server to run, resolved from its entry.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServerSpec {
+    /// Its name.
+    pub name: String,
+    /// The program.
+    pub command: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Its whole environment: what the entry gives it, and PATH and HOME unless given.
+    pub env: Vec<(String, String)>,
+    /// Where it starts.
+    pub cwd: PathBuf,
+    /// Only these tools, when set.
+    pub tools: Option<Vec<String>>,
+    /// Never these tools.
+    pub exclude_tools: Vec<String>,
+    /// One call's time limit, when the entry sets one.
+    pub timeout: Option<Duration>,
+}
+
+/// The longest server name: with `__` and a tool's name, a model's limit is 64 characters.
+pub const MAX_NAME: usize = 24;
+
+impl McpSection {
+    /// Checks the entries (keys relative to `[mcp]`: `servers.NAME.command`).
+    pub fn validate(&self) -> Result<(), ConfigProblem> {
+        for (name, entry) in &self.servers {
+            let key = |field: &str| format!("servers.{name}.{field}");
+            if name.is_empty()
+                || name.len() > MAX_NAME
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                || name.contains("__")
+            {
+                return Err(ConfigProblem::new(
+                    None,
+                    &format!("servers.{name}"),
+                    format!(
+                        "a server's name is 1-{MAX_NAME} letters, digits, `-` or `_` (no `__`): \
+                         its tools are offered as NAME__tool"
+                    ),
+                ));
+            }
+            if let Some(url) = &entry.url {
+                return Err(ConfigProblem::new(
+                    Some(url.span()),
+                    &key("url"),
+                    "MCP servers over HTTP are not supported yet: run the server over stdio \
+                     with `command` (and `args`)",
+                ));
+            }
+            let Some(command) = &entry.command else {
+                return Err(ConfigProblem::new(
+                    None,
+                    &key("command"),
+                    "say how to start the server: command = \"npx\", args = [\"-y\", \"…\"]",
+                ));
+            };
+            if command.get_ref().trim().is_empty() {
+                return Err(ConfigProblem::new(
+                    Some(command.span()),
+                    &key("command"),
+                    "empty",
+                ));
+            }
+            if let Some(timeout) = &entry.timeout_secs {
+                let secs = *timeout.get_ref();
+                if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+                    return Err(ConfigProblem::new(
+                        Some(timeout.span()),
+                        &key("timeout_secs"),
+                        "seconds, more than 0 and at most 86400",
+                    ));
+                }
+            }
+            for (variable, value) in &entry.env {
+                if variable.is_empty() || variable.contains('=') || variable.contains('\0') {
+                    return Err(ConfigProblem::new(
+                        Some(value.span()),
+                        &key("env"),
+                        format!("`{variable}` is not a variable's name"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The enabled servers, resolved: `${…}` in their environment filled in, `cwd` relative
+    /// to `base` (the config's directory), the workspace by default.
+    pub fn specs(&self, base: &Path, workspace: &Path) -> Result<Vec<ServerSpec>, ConfigProblem> {
+        let mut specs = Vec::new();
+        for (name, entry) in self.servers.iter().filter(|(_, entry)| entry.enabled) {
+            let Some(command) = &entry.command else {
+                continue;
+            };
+            let mut env = Vec::new();
+            for (variable, value) in &entry.env {
+                let resolved = expand_env(value.get_ref()).map_err(|err| {
+                    ConfigProblem::new(
+                        Some(value.span()),
+                        &format!("servers.{name}.env.{variable}"),
+                        err.to_string(),
+                    )
+                })?;
+                env.push((variable.clone(), resolved));
+            }
+            for inherited in ["PATH", "HOME"] {
+                if !entry.env.contains_key(inherited)
+                    && let Some(value) = std::env::var_os(inherited)
+                {
+                    env.push((inherited.to_owned(), value.to_string_lossy().into_owned()));
+                }
+            }
+            let cwd = entry
+                .cwd
+                .as_ref()
+                .map_or_else(|| workspace.to_owned(), |cwd| base.join(cwd.get_ref()));
+            specs.push(ServerSpec {
+                name: name.clone(),
+                command: command.get_ref().clone(),
+                args: entry.args.clone(),
+                env,
+                cwd,
+                tools: entry.tools.clone(),
+                exclude_tools: entry.exclude_tools.clone(),
+                timeout: entry
+                    .timeout_secs
+                    .as_ref()
+                    .map(|secs| Duration::from_secs_f64(*secs.get_ref())),
+            });
+        }
+        Ok(specs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(text: &str) -> McpSection {
+        toml::from_str(text).expect("parses")
+    }
+
+    #[test]
+    fn a_stdio_server_resolves_with_only_its_environment_and_path_and_home() {
+        let mcp = section(
+            "[servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"server-files\"]\n\
+             env = { ROOT = \"/srv\" }\ntimeout_secs = 5\n\n\
+             [servers.off]\ncommand = \"x\"\nenabled = false\n",
+        );
+        mcp.validate().expect("valid");
+        let specs = mcp
+            .specs(Path::new("/etc/sb"), Path::new("/var/ws"))
+            .expect("specs");
+        assert_eq!(specs.len(), 1, "the disabled one is left out");
+        let files = &specs[0];
+        assert_eq!(files.command, "npx");
+        assert_eq!(files.args, ["-y", "server-files"]);
+        assert_eq!(files.cwd, Path::new("/var/ws"));
+        assert_eq!(files.timeout, Some(Duration::from_secs(5)));
+        let names: Vec<&str> = files.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert!(names.starts_with(&["ROOT"]), "{names:?}");
+        assert!(
+            names.iter().all(|n| ["ROOT", "PATH", "HOME"].contains(n)),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_named() {
+        for (text, key, says) in [
+            (
+                "[servers.x]\nargs = []\n",
+                "servers.x.command",
+                "say how to start",
+            ),
+            (
+                "[servers.x]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+                "servers.x.url",
+                "not supported yet",
+            ),
+            (
+                "[servers.\"a b\"]\ncommand = \"x\"\n",
+                "servers.a b",
+                "letters, digits",
+            ),
+            (
+                "[servers.a__b]\ncommand = \"x\"\n",
+                "servers.a__b",
+                "no `__`",
+            ),
+            (
+                "[servers.x]\ncommand = \"x\"\ntimeout_secs = 0\n",
+                "servers.x.timeout_secs",
+                "more than 0",
+            ),
+        ] {
+            let problem = section(text).validate().expect_err(text);
+            assert_eq!(problem.key, key, "{text}");
+            assert!(
+                problem.message.contains(says),
+                "{text}: {}",
+                problem.message
+            );
+        }
+        assert!(toml::from_str::<McpSection>("[servers.x]\ncomand = \"x\"\n").is_err());
+    }
+}

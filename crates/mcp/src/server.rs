@@ -1,0 +1,250 @@
+//! One MCP server's life: started (a child process in a process group of its own, with only
+//! the environment its entry gives it, plus PATH and HOME), asked for its tools, which become
+//! the tool source `mcp:NAME`; watched, and when it exits or breaks its tools are withdrawn and
+//! it is started again after a backoff (1 s, doubling to a minute).
+
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
+use rmcp::ServiceExt;
+use rmcp::transport::TokioChildProcess;
+use switchboard_tools::{ToolRegistry, ToolSources};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::ChildStderr;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ServerSpec;
+use crate::tool::McpTool;
+
+/// How long starting a server (its `initialize`) and listing its tools may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most tools taken from one server.
+pub const MAX_TOOLS: usize = 128;
+
+/// The longest backoff between two starts of a server.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A server up this long has its backoff start again from a second.
+const STABLE: Duration = Duration::from_secs(60);
+
+/// The longest stderr line logged (the rest is cut).
+const MAX_STDERR_LINE: usize = 1024;
+
+/// Stderr lines logged per minute at most; the rest are counted.
+const STDERR_LINES_PER_MINUTE: u32 = 120;
+
+/// What is known of a server now (for health and status).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServerState {
+    /// Being started.
+    Starting,
+    /// Up, offering this many tools.
+    Up {
+        /// Its tools, as the model sees them.
+        tools: Vec<String>,
+    },
+    /// Down: why, and when it is started again.
+    Down {
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// A running server's supervisor. Dropping it does not stop it: cancel `stop`.
+#[derive(Clone)]
+pub struct Server {
+    spec: Arc<ServerSpec>,
+    state: Arc<Mutex<ServerState>>,
+}
+
+impl Server {
+    /// Supervises `spec`'s server until `stop`, its tools in `sources` while it is up.
+    pub fn spawn(spec: ServerSpec, sources: Arc<ToolSources>, stop: CancellationToken) -> Self {
+        let server = Self {
+            spec: Arc::new(spec),
+            state: Arc::new(Mutex::new(ServerState::Starting)),
+        };
+        let running = server.clone();
+        tokio::spawn(async move { running.supervise(&sources, &stop).await });
+        server
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// What is known of it now.
+    pub fn state(&self) -> ServerState {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_state(&self, state: ServerState) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+    }
+
+    /// The tool source this server's tools are in.
+    pub fn source(&self) -> String {
+        format!("mcp:{}", self.spec.name)
+    }
+
+    async fn supervise(&self, sources: &ToolSources, stop: &CancellationToken) {
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            self.set_state(ServerState::Starting);
+            let started = Instant::now();
+            let why = tokio::select! {
+                () = stop.cancelled() => break,
+                why = self.run_once(sources) => why,
+            };
+            sources.remove(&self.source());
+            tracing::warn!(server = %self.spec.name, %why, retry_in = ?backoff,
+                "an MCP server is down; its tools are withdrawn");
+            self.set_state(ServerState::Down { why });
+            if started.elapsed() >= STABLE {
+                backoff = Duration::from_secs(1);
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+        sources.remove(&self.source());
+    }
+
+    /// Starts the server and serves its tools until it ends; returns why it ended.
+    async fn run_once(&self, sources: &ToolSources) -> String {
+        let spec = &self.spec;
+        let mut command = tokio::process::Command::new(&spec.command);
+        command
+            .args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&spec.cwd);
+        let mut wrapped = CommandWrap::from(command);
+        wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+        let (transport, stderr) = match TokioChildProcess::builder(wrapped)
+            .stderr(Stdio::piped())
+            .spawn()
+        {
+            Ok(started) => started,
+            Err(err) => return format!("it could not be started ({}): {err}", spec.command),
+        };
+        if let Some(stderr) = stderr {
+            tokio::spawn(log_stderr(spec.name.clone(), stderr));
+        }
+        let client = match tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(err)) => return format!("it did not start MCP: {err}"),
+            Err(_) => {
+                return format!(
+                    "it did not answer `initialize` within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                );
+            }
+        };
+        let listed = match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(err)) => return format!("it did not list its tools: {err}"),
+            Err(_) => {
+                return format!(
+                    "it did not list its tools within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                );
+            }
+        };
+        let registry = self.registry(&listed, client.peer().clone());
+        let names: Vec<String> = registry.names().map(str::to_owned).collect();
+        if let Err(collision) = sources.set(&self.source(), registry) {
+            return collision.to_string();
+        }
+        tracing::info!(server = %spec.name, tools = names.len(), "an MCP server is up");
+        self.set_state(ServerState::Up { tools: names });
+        match client.waiting().await {
+            Ok(reason) => format!("its connection ended ({reason:?})"),
+            Err(err) => format!("its connection's task ended: {err}"),
+        }
+    }
+
+    /// The server's tools that are offered: those its entry lets through, each checked.
+    fn registry(
+        &self,
+        listed: &[rmcp::model::Tool],
+        peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    ) -> ToolRegistry {
+        let spec = &self.spec;
+        let mut registry = ToolRegistry::new();
+        let wanted = listed.iter().filter(|tool| {
+            spec.tools
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|name| name == tool.name.as_ref()))
+                && !spec
+                    .exclude_tools
+                    .iter()
+                    .any(|name| name == tool.name.as_ref())
+        });
+        let mut taken = 0;
+        for tool in wanted {
+            if taken == MAX_TOOLS {
+                tracing::warn!(server = %spec.name, offered = listed.len(), kept = MAX_TOOLS,
+                    "an MCP server offers more tools than are taken from one server; the rest are cut (list the ones you want in `tools`)");
+                break;
+            }
+            match McpTool::new(&spec.name, tool, spec.timeout, peer.clone()) {
+                Ok(tool) => {
+                    registry.register(Arc::new(tool));
+                    taken += 1;
+                }
+                Err(why) => {
+                    tracing::warn!(server = %spec.name, tool = %tool.name, %why,
+                        "a tool of an MCP server is left out");
+                }
+            }
+        }
+        registry
+    }
+}
+
+/// Logs what a server writes to stderr, a line at a time, cut and rate limited.
+async fn log_stderr(server: String, stderr: ChildStderr) {
+    let mut lines = BufReader::new(stderr);
+    let mut line = Vec::new();
+    let mut window = Instant::now();
+    let (mut logged, mut dropped) = (0u32, 0u64);
+    loop {
+        line.clear();
+        // At most one line's worth is read before it is logged, however long the line.
+        match (&mut lines)
+            .take(MAX_STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if window.elapsed() >= Duration::from_secs(60) {
+            if dropped > 0 {
+                tracing::warn!(server = %server, dropped, "an MCP server wrote more to stderr than is logged; lines were left out");
+            }
+            window = Instant::now();
+            (logged, dropped) = (0, 0);
+        }
+        if logged >= STDERR_LINES_PER_MINUTE {
+            dropped += 1;
+            continue;
+        }
+        logged += 1;
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end();
+        if !text.is_empty() {
+            tracing::info!(server = %server, stderr = %text, "MCP server");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! MCP servers over stdio, as an operator configures them and a person uses them: the
+//! testkit's `mcp-test-server` (built by `cargo test` with the workspace) started by the
+//! daemon, its tools offered to the model as `test__echo` …, called, crashed, stopped.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use switchboard_testkit::Reply;
+
+use crate::util::{self, Extra, Harness, PATIENCE};
+
+/// The test server's binary, beside this test's.
+fn server_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's path");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>");
+    let binary = dir.join("mcp-test-server");
+    assert!(
+        binary.exists(),
+        "{} is missing: `cargo test --workspace` builds it, or `cargo build -p \
+         switchboard-testkit --bin mcp-test-server`",
+        binary.display()
+    );
+    binary
+}
+
+fn server_table(extra: &str) -> String {
+    format!(
+        "[mcp.servers.test]\ncommand = \"{}\"\n{extra}",
+        server_binary().display()
+    )
+}
+
+/// Waits until `/healthz` says the MCP servers offer `tools` tools.
+async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let health = util::health(addr).await;
+        if health["mcp_tools"] == tools {
+            return health;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {tools} MCP tools: {health}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the model read back from its tool calls in `request`, by call id.
+fn results(request: &Value) -> Vec<(String, String)> {
+    util::conversation(request)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
+    let tables = server_table("");
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm.push(Reply::tools([
+        ("test__echo", json!({"text": "one"})),
+        ("test__echo", json!({"text": "two"})),
+    ]));
+    h.llm.push(Reply::text("Both said."));
+    assert_eq!(h.client.say("c", "echo twice").await.reply(), "Both said.");
+    let requests = h.llm.requests();
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .filter(|name| name.starts_with("test__"))
+        .collect();
+    assert_eq!(
+        offered,
+        ["test__crash", "test__echo", "test__env", "test__slow"]
+    );
+    let echo = requests[0]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|t| t["function"]["name"] == "test__echo")
+        .expect("echo offered");
+    assert_eq!(echo["function"]["description"], "Say the text back");
+    assert_eq!(
+        echo["function"]["parameters"]["properties"]["text"]["type"],
+        "string"
+    );
+    let got = results(&requests[1]);
+    assert_eq!(got.len(), 2, "{got:?}");
+    let conversation = util::conversation(&requests[1]);
+    let ids: Vec<&str> = conversation
+        .iter()
+        .filter_map(|m| m["tool_calls"].as_array())
+        .flatten()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(
+        got.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
+        ids,
+        "each result with its call's id"
+    );
+    assert_eq!(got[0].1, "mcp echo: one");
+    assert_eq!(got[1].1, "mcp echo: two");
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_server_gets_only_the_environment_its_entry_gives_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let tables = server_table("env = { GREETING = \"hello\", FROM_ENV = \"${MCP_TEST_VALUE}\" }\n");
+    let config = dir.path().join("config.toml");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("config");
+    // The service's environment holds a secret, and a value the entry passes on.
+    let prelude = "export OPENAI_API_KEY=sk-not-for-servers-0123456789\n\
+                   export MCP_TEST_VALUE=passed-on";
+    let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
+    wait_for_tools(addr, 4).await;
+    llm.push(Reply::tool("test__env", json!({})));
+    llm.push(Reply::text("Seen."));
+    let mut client = util::WsClient::connect(addr).await;
+    assert_eq!(client.say("c", "show me").await.reply(), "Seen.");
+    let got = results(&llm.requests()[1]);
+    let env: serde_json::Map<String, Value> =
+        serde_json::from_str(&got[0].1).expect("the server's environment as JSON");
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert!(
+        names
+            .iter()
+            .all(|n| ["FROM_ENV", "GREETING", "HOME", "PATH"].contains(n)),
+        "{names:?}"
+    );
+    assert_eq!(env["GREETING"], "hello");
+    assert_eq!(env["FROM_ENV"], "passed-on");
+    assert!(!got[0].1.contains("sk-not-for-servers"), "{}", got[0].1);
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("exits").success());
+}
+
+#[tokio::test]
+async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
+    let tables = server_table("");
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm.push(Reply::tool("test__crash", json!({})));
+    h.llm.push(Reply::text("It broke."));
+    assert_eq!(h.client.say("c", "crash it").await.reply(), "It broke.");
+    let got = results(&h.llm.requests()[1]);
+    assert!(
+        got[0].1.to_lowercase().contains("error") && got[0].1.contains("MCP server"),
+        "the model reads that the call failed: {got:?}"
+    );
+    // Down: its tools withdrawn and /healthz says why; then back, after its backoff.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let health = util::health(h.daemon.addr()).await;
+        if health["checks"]["mcp"]["servers_down"]["test"].is_string() {
+            assert_eq!(health["mcp_tools"], 0, "{health}");
+            assert_eq!(health["status"], "degraded");
+            break;
+        }
+        // It may already be back: then the backoff was missed, which it cannot be (1 s).
+        assert!(Instant::now() < deadline, "never reported down: {health}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    h.llm.push(Reply::text("No tools of theirs now."));
+    h.client.say("c", "anything?").await;
+    let offered = h.llm.requests()[2]["tools"].to_string();
+    assert!(
+        !offered.contains("test__"),
+        "dead tools are not offered: {offered}"
+    );
+    let health = wait_for_tools(h.daemon.addr(), 4).await;
+    assert_eq!(health["status"], "ok", "{health}");
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "again"})));
+    h.llm.push(Reply::text("Back."));
+    assert_eq!(h.client.say("c", "again").await.reply(), "Back.");
+    assert_eq!(
+        results(&h.llm.requests()[4]).last().expect("a result").1,
+        "mcp echo: again"
+    );
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn stop_during_a_server_call_ends_the_turn_and_the_server_goes_on() {
+    let tables = server_table("");
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
+    h.client.send("c", "take your time").await;
+    loop {
+        let frame = h.client.next_frame().await;
+        if frame["type"] == "tool" && frame["name"] == "test__slow" && frame["status"] == "started"
+        {
+            break;
+        }
+    }
+    let stopped_at = Instant::now();
+    let (turn, _) = h.client.stop("c").await;
+    assert!(
+        stopped_at.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        stopped_at.elapsed()
+    );
+    assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "still here"})));
+    h.llm.push(Reply::text("Yes."));
+    assert_eq!(h.client.say("c", "are you there?").await.reply(), "Yes.");
+    let last = h.llm.requests().pop().expect("request");
+    assert_eq!(
+        results(&last).last().expect("a result").1,
+        "mcp echo: still here"
+    );
+    h.daemon.shutdown().await;
+}
