@@ -252,3 +252,110 @@ async fn stop_during_a_server_call_ends_the_turn_and_the_server_goes_on() {
     );
     h.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
+    use switchboard::reload::Reloaded;
+    let mut h = Harness::start("").await;
+    let path = h.dir.path().join("config.toml");
+    let (base_url, dir) = (h.llm.base_url(), h.dir.path().to_owned());
+    let write = |tables: &str| {
+        let extra = Extra {
+            tables,
+            ..Extra::default()
+        };
+        std::fs::write(&path, util::config_text_with(&base_url, &dir, extra)).expect("config");
+    };
+    let applied = Reloaded::Applied {
+        need_restart: Vec::new(),
+    };
+    let offered = |request: &Value| -> Vec<String> {
+        request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["function"]["name"].as_str())
+            .filter(|name| name.contains("__"))
+            .map(str::to_owned)
+            .collect()
+    };
+
+    // Added: its tools come.
+    write(&server_table(""));
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "new"})));
+    h.llm.push(Reply::text("Works."));
+    assert_eq!(h.client.say("c", "try it").await.reply(), "Works.");
+
+    // Renamed: the old name's tools go, the new name's come.
+    let renamed = server_table("").replace("[mcp.servers.test]", "[mcp.servers.other]");
+    write(&renamed);
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm.push(Reply::text("Listed."));
+    h.client.say("c", "what do you have?").await;
+    let tools = offered(h.llm.requests().last().expect("request"));
+    assert_eq!(
+        tools,
+        ["other__crash", "other__echo", "other__env", "other__slow"]
+    );
+
+    // Removed: none left, and /healthz is whole.
+    write("");
+    assert_eq!(h.daemon.reload(&path).await, applied);
+    let health = wait_for_tools(h.daemon.addr(), 0).await;
+    assert_eq!(health["status"], "ok", "{health}");
+    h.llm.push(Reply::text("Nothing."));
+    h.client.say("c", "and now?").await;
+    assert!(offered(h.llm.requests().last().expect("request")).is_empty());
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tables = format!(
+        "{}\n[mcp.servers.nope]\ncommand = \"/nonexistent/mcp-server\"\n\n\
+         [mcp.servers.off]\ncommand = \"x\"\nenabled = false\n",
+        server_table("")
+    );
+    let text = util::config_text_with(
+        "http://127.0.0.1:9/v1",
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    let output = tokio::process::Command::new(util::BINARY)
+        .args(["mcp", "list", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("its working directory"),
+        "a workspace not made yet is named"
+    );
+    std::fs::create_dir_all(dir.path().join("workspace")).expect("workspace");
+    let output = tokio::process::Command::new(util::BINARY)
+        .args(["mcp", "list", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "a server is down: {out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "off: disabled (enabled = false)", "{out}");
+    assert!(
+        lines[1].starts_with("nope: down: `/nonexistent/mcp-server` could not be started"),
+        "{out}"
+    );
+    assert!(lines[2].starts_with("test: up, 4 tools ("), "{out}");
+    assert_eq!(lines[4], "  test__echo  Say the text back", "{out}");
+}

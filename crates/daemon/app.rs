@@ -67,6 +67,9 @@ pub struct Running {
     config_text: String,
     /// Told every model attempt's outcome (a reload builds the chain again with it).
     llm_health: Arc<LlmHealth>,
+    /// The MCP servers (a reload changes them).
+    #[cfg(feature = "mcp")]
+    mcp: Mcp,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
@@ -305,20 +308,51 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {} ({key})", path.display()))
 }
 
+/// The MCP servers of the daemon, made when a config first names one (a daemon without
+/// them has nothing of MCP), and what they need.
 #[cfg(feature = "mcp")]
+pub(crate) struct Mcp {
+    servers: Option<switchboard_mcp::Servers>,
+    tools: Arc<switchboard_tools::ToolSources>,
+    health: Health,
+    stop: CancellationToken,
+}
+
+#[cfg(feature = "mcp")]
+impl Mcp {
+    /// Runs the servers `config` names (starting, stopping and restarting what changed);
+    /// returns the names of those started or stopped.
+    pub(crate) async fn apply(
+        &mut self,
+        config: &Config,
+    ) -> Result<Vec<String>, crate::config::ConfigError> {
+        let specs = config.mcp_servers()?;
+        if specs.is_empty() && self.servers.is_none() {
+            return Ok(Vec::new());
+        }
+        let servers = self.servers.get_or_insert_with(|| {
+            let servers = switchboard_mcp::Servers::new(self.tools.clone(), self.stop.clone());
+            watch_mcp(&self.health, servers.clone());
+            servers
+        });
+        Ok(servers.apply(specs).await)
+    }
+}
+
 /// Shows the MCP servers in `/healthz`: degraded while one is down (each named, with why),
 /// and a gauge of the tools they offer.
-fn watch_mcp(health: &Health, servers: Vec<switchboard_mcp::Server>) {
+#[cfg(feature = "mcp")]
+fn watch_mcp(health: &Health, servers: switchboard_mcp::Servers) {
     use switchboard_mcp::ServerState;
-    let servers = Arc::new(servers);
     let down = servers.clone();
     health.check_health_only(
         "mcp",
         Box::new(move || {
             let problems: serde_json::Map<String, serde_json::Value> = down
-                .iter()
-                .filter_map(|server| match server.state() {
-                    ServerState::Down { why } => Some((server.name().to_owned(), json!(why))),
+                .states()
+                .into_iter()
+                .filter_map(|(name, state)| match state {
+                    ServerState::Down { why } => Some((name, json!(why))),
                     _ => None,
                 })
                 .collect();
@@ -333,8 +367,9 @@ fn watch_mcp(health: &Health, servers: Vec<switchboard_mcp::Server>) {
         "mcp_tools",
         Box::new(move || {
             servers
-                .iter()
-                .map(|server| match server.state() {
+                .states()
+                .into_iter()
+                .map(|(_, state)| match state {
                     ServerState::Up { tools } => tools.len(),
                     _ => 0,
                 })
@@ -466,19 +501,16 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     // MCP servers start in the background: a slow or broken one delays nothing; its tools
     // come when it is up. They stop with the channels.
     #[cfg(feature = "mcp")]
-    {
-        let mcp: Vec<switchboard_mcp::Server> = config
-            .mcp_servers()?
-            .into_iter()
-            .map(|spec| {
-                let sources = agent.tool_sources().clone();
-                switchboard_mcp::Server::spawn(spec, sources, channels_stop.clone())
-            })
-            .collect();
-        if !mcp.is_empty() {
-            watch_mcp(&health, mcp);
-        }
-    }
+    let mcp = {
+        let mut mcp = Mcp {
+            servers: None,
+            tools: agent.tool_sources().clone(),
+            health: health.clone(),
+            stop: channels_stop.clone(),
+        };
+        mcp.apply(&config).await?;
+        mcp
+    };
     // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
     // for the next start.
     if let Some(scheduler) = scheduler {
@@ -530,6 +562,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         tool_parts,
         config_text: config.source.text.clone(),
         llm_health,
+        #[cfg(feature = "mcp")]
+        mcp,
     })
 }
 
@@ -608,16 +642,16 @@ impl Running {
 
     /// Reads the config at `path` again and applies what can change live (see `reload.rs`).
     pub async fn reload(&mut self, path: &Path) -> crate::reload::Reloaded {
-        crate::reload::reload(
-            path,
-            &mut self.config_text,
-            &self.agent,
-            &mut self.platforms,
-            &self.tool_parts,
-            &self.health,
-            &self.llm_health,
-        )
-        .await
+        let live = crate::reload::Live {
+            agent: &self.agent,
+            platforms: &mut self.platforms,
+            tool_parts: &self.tool_parts,
+            health: &self.health,
+            llm_health: &self.llm_health,
+            #[cfg(feature = "mcp")]
+            mcp: &mut self.mcp,
+        };
+        crate::reload::reload(path, &mut self.config_text, live).await
     }
 
     /// The `/healthz` state (tests look at it without HTTP).

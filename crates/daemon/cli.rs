@@ -55,6 +55,17 @@ pub enum Command {
         #[command(subcommand)]
         action: CronAction,
     },
+    /// MCP servers: `list` starts each configured server, lists the tools it offers (as the
+    /// model sees them), and stops it. Exits non-zero if one could not be started.
+    #[cfg(feature = "mcp")]
+    Mcp {
+        /// The config file (same search as `run`).
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        /// What to do.
+        #[command(subcommand)]
+        action: McpAction,
+    },
     /// Set up: write a commented config (asking for its few choices when run in a
     /// terminal, else from the flags) and a workspace with starter files (SOUL.md,
     /// AGENTS.md, USER.md, TOOLS.md, MEMORY.md, a sample skill). Existing files are kept
@@ -282,4 +293,12 @@ pub fn resolve_config(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
          `switchboard onboard`, or pass --config PATH",
         looked.join(", ")
     )
+}
+
+/// `switchboard mcp …`.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Subcommand)]
+pub enum McpAction {
+    /// Each configured server: started, its tools listed, stopped.
+    List,
 }

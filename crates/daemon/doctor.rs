@@ -265,6 +265,28 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         lines.push(ask(&key, model.as_ref()).await);
     }
 
+    #[cfg(feature = "mcp")]
+    match config.mcp_servers() {
+        Ok(specs) => {
+            for spec in specs {
+                let key = format!("mcp.servers.{}", spec.name);
+                lines.push(match Box::pin(switchboard_mcp::probe(&spec)).await {
+                    Ok(tools) => {
+                        let names: Vec<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
+                        Line::ok(format!(
+                            "{key}: up, {} tools ({})",
+                            names.len(),
+                            names.join(", ")
+                        ))
+                    }
+                    Err(why) => Line::failed(format!("{key}: {why}")),
+                });
+            }
+        }
+        Err(err) => lines.push(Line::unchecked(format!(
+            "mcp: {err}: servers not started here"
+        ))),
+    }
     for channel in channels(config, unchecked, &mut lines) {
         let name = channel.name();
         let checked = tokio::time::timeout(CHECK_TIMEOUT, channel.check()).await;

@@ -33,6 +33,8 @@ pub mod health;
 pub mod llm_config;
 pub mod llm_health;
 pub mod logging;
+#[cfg(feature = "mcp")]
+pub mod mcp_cli;
 pub mod metrics;
 pub mod notify;
 pub mod onboard;

@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
+#[cfg(feature = "mcp")]
+use switchboard::mcp_cli;
 use switchboard::{app, cli, cron, doctor, harden, logging, onboard, pairing, status, terminal};
 
 fn main() -> ExitCode {
@@ -84,6 +86,10 @@ fn main() -> ExitCode {
             } => terminal::run(config.as_deref(), message, &session).await,
             Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
             Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
+            #[cfg(feature = "mcp")]
+            Command::Mcp { config, action } => match action {
+                switchboard::cli::McpAction::List => mcp_cli::list(config.as_deref()).await,
+            },
             Command::Onboard {
                 workspace,
                 config,

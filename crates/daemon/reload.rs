@@ -4,7 +4,8 @@
 //! (`[tools]`, but `restrict_to_workspace`) are swapped for the turns that start next, and a
 //! platform channel whose section changed (a token, an allow list, a policy) is restarted
 //! with its new settings — the others go on; the jobs `[[scheduler.jobs]]` and
-//! `[heartbeat]` declare are added, changed and removed in the job store. Every other key that changed is named in a log
+//! `[heartbeat]` declare are added, changed and removed in the job store; MCP servers are
+//! started, stopped or restarted as `[mcp]` now says. Every other key that changed is named in a log
 //! line saying it takes effect after a restart. Everything new is built before anything is
 //! applied, so a reload is applied whole or not at all.
 
@@ -28,17 +29,35 @@ pub enum Reloaded {
     Refused(String),
 }
 
+/// What of the running daemon a reload may change.
+pub(crate) struct Live<'a> {
+    /// Its model chain and tools.
+    pub agent: &'a switchboard_agent::Agent,
+    /// Telegram and Discord.
+    pub platforms: &'a mut Platforms,
+    /// What building the tools again needs.
+    pub tool_parts: &'a crate::app::ToolParts,
+    /// Where a channel that is gone is taken off.
+    pub health: &'a Health,
+    /// Told every model attempt's outcome.
+    pub llm_health: &'a std::sync::Arc<crate::llm_health::LlmHealth>,
+    /// The MCP servers.
+    #[cfg(feature = "mcp")]
+    pub mcp: &'a mut crate::app::Mcp,
+}
+
 /// Reads `path` again and applies what can change live (see the module doc); `running` is
 /// the text of the config in use, replaced by the new one when it is applied.
-pub async fn reload(
-    path: &Path,
-    running: &mut String,
-    agent: &switchboard_agent::Agent,
-    platforms: &mut Platforms,
-    tool_parts: &crate::app::ToolParts,
-    health: &Health,
-    llm_health: &std::sync::Arc<crate::llm_health::LlmHealth>,
-) -> Reloaded {
+pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) -> Reloaded {
+    let Live {
+        agent,
+        platforms,
+        tool_parts,
+        health,
+        llm_health,
+        #[cfg(feature = "mcp")]
+        mcp,
+    } = live;
     let refuse = |err: String| {
         tracing::error!(error = %err, "config reload refused; the running config is kept");
         Reloaded::Refused(err)
@@ -103,6 +122,7 @@ pub async fn reload(
         under(key, "llm")
             || tools_live(key)
             || jobs_live(key)
+            || (cfg!(feature = "mcp") && under(key, "mcp"))
             || restart.iter().any(|(_, prefix, _)| under(key, prefix))
     };
     if let Some(tools) = tools
@@ -120,6 +140,15 @@ pub async fn reload(
         && changed.iter().any(|key| jobs_live(key))
     {
         crate::scheduler_config::sync_declared(scheduler.jobs(), &config).await;
+    }
+    // MCP servers: the added started, the removed stopped, the changed restarted; the others
+    // and running turns (which keep the tools they started with) are not touched.
+    #[cfg(feature = "mcp")]
+    if changed.iter().any(|key| under(key, "mcp")) {
+        match mcp.apply(&config).await {
+            Ok(touched) => tracing::info!(servers = ?touched, "MCP servers changed"),
+            Err(err) => tracing::error!(error = %err, "the MCP servers could not be changed"),
+        }
     }
     for (name, _, built) in restart {
         platforms.stop(name).await;

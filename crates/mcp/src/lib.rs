@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //! - `config`: [`McpSection`] (`[mcp]`) and the resolved [`ServerSpec`].
-//! - `server`: [`Server`], one server's supervisor (start, list, watch, restart).
+//! - `server`: [`Servers`], the daemon's servers as the config says (and a reload changes
+//!   them); [`Server`], one server's supervisor (start, list, watch, restart).
 //! - `tool`: [`McpTool`], one tool of a server.
 
 mod config;
@@ -13,5 +14,5 @@ mod server;
 mod tool;
 
 pub use config::{McpSection, ServerEntry, ServerSpec};
-pub use server::{CONNECT_TIMEOUT, MAX_TOOLS, Server, ServerState};
+pub use server::{CONNECT_TIMEOUT, MAX_TOOLS, Server, ServerState, Servers, probe};
 pub use tool::McpTool;

@@ -53,7 +53,87 @@ pub enum ServerState {
     },
 }
 
-/// A running server's supervisor. Dropping it does not stop it: cancel `stop`.
+/// The daemon's MCP servers: started from the config, changed by a reload — a server whose
+/// entry changed is stopped (its tools withdrawn) before it starts again, one whose entry
+/// did not is not touched. Cloning shares them.
+#[derive(Clone)]
+pub struct Servers {
+    sources: Arc<ToolSources>,
+    /// Stops them all (the daemon's stop).
+    stop: CancellationToken,
+    running: Arc<tokio::sync::Mutex<Vec<Running>>>,
+    /// What each is doing, for health (read without waiting on a reload).
+    states: Arc<Mutex<Vec<Server>>>,
+}
+
+/// A server with the means to stop it.
+struct Running {
+    server: Server,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Servers {
+    /// No servers yet; theirs tools go to `sources`; all stop with `stop`.
+    pub fn new(sources: Arc<ToolSources>, stop: CancellationToken) -> Self {
+        Self {
+            sources,
+            stop,
+            running: Arc::default(),
+            states: Arc::default(),
+        }
+    }
+
+    /// Makes the running servers those of `specs`: starts the new, stops the gone, restarts
+    /// the changed; returns the names of those it started or stopped.
+    pub async fn apply(&self, specs: Vec<ServerSpec>) -> Vec<String> {
+        let mut running = self.running.lock().await;
+        let mut touched = Vec::new();
+        let mut kept = Vec::new();
+        for old in running.drain(..) {
+            if specs.iter().any(|spec| *spec == *old.server.spec) {
+                kept.push(old);
+            } else {
+                // Stopped and its tools withdrawn before anything of the same name starts.
+                old.stop.cancel();
+                let _ = old.task.await;
+                touched.push(old.server.name().to_owned());
+            }
+        }
+        for spec in specs {
+            if kept.iter().any(|old| *old.server.spec == spec) {
+                continue;
+            }
+            let stop = self.stop.child_token();
+            let name = spec.name.clone();
+            let (server, task) = Server::spawn(spec, self.sources.clone(), stop.clone());
+            kept.push(Running { server, stop, task });
+            if !touched.contains(&name) {
+                touched.push(name);
+            }
+        }
+        *running = kept;
+        *self.states.lock().unwrap_or_else(PoisonError::into_inner) =
+            running.iter().map(|r| r.server.clone()).collect();
+        touched.sort();
+        touched
+    }
+
+    /// Each server's name and state, by name.
+    pub fn states(&self) -> Vec<(String, ServerState)> {
+        let mut states: Vec<(String, ServerState)> = self
+            .states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|server| (server.name().to_owned(), server.state()))
+            .collect();
+        states.sort_by(|a, b| a.0.cmp(&b.0));
+        states
+    }
+}
+
+/// One server's supervisor (see the module doc).
 #[derive(Clone)]
 pub struct Server {
     spec: Arc<ServerSpec>,
@@ -61,15 +141,20 @@ pub struct Server {
 }
 
 impl Server {
-    /// Supervises `spec`'s server until `stop`, its tools in `sources` while it is up.
-    pub fn spawn(spec: ServerSpec, sources: Arc<ToolSources>, stop: CancellationToken) -> Self {
+    /// Supervises `spec`'s server until `stop`, its tools in `sources` while it is up; the
+    /// task ends once they are withdrawn.
+    pub fn spawn(
+        spec: ServerSpec,
+        sources: Arc<ToolSources>,
+        stop: CancellationToken,
+    ) -> (Self, tokio::task::JoinHandle<()>) {
         let server = Self {
             spec: Arc::new(spec),
             state: Arc::new(Mutex::new(ServerState::Starting)),
         };
         let running = server.clone();
-        tokio::spawn(async move { running.supervise(&sources, &stop).await });
-        server
+        let task = tokio::spawn(async move { running.supervise(&sources, &stop).await });
+        (server, task)
     }
 
     /// Its name.
@@ -122,45 +207,11 @@ impl Server {
     /// Starts the server and serves its tools until it ends; returns why it ended.
     async fn run_once(&self, sources: &ToolSources) -> String {
         let spec = &self.spec;
-        let mut command = tokio::process::Command::new(&spec.command);
-        command
-            .args(&spec.args)
-            .env_clear()
-            .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&spec.cwd);
-        let mut wrapped = CommandWrap::from(command);
-        wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-        let (transport, stderr) = match TokioChildProcess::builder(wrapped)
-            .stderr(Stdio::piped())
-            .spawn()
-        {
-            Ok(started) => started,
-            Err(err) => return format!("it could not be started ({}): {err}", spec.command),
+        let (client, listed) = match connect(spec).await {
+            Ok(connected) => connected,
+            Err(why) => return why,
         };
-        if let Some(stderr) = stderr {
-            tokio::spawn(log_stderr(spec.name.clone(), stderr));
-        }
-        let client = match tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(err)) => return format!("it did not start MCP: {err}"),
-            Err(_) => {
-                return format!(
-                    "it did not answer `initialize` within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                );
-            }
-        };
-        let listed = match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
-            Ok(Ok(tools)) => tools,
-            Ok(Err(err)) => return format!("it did not list its tools: {err}"),
-            Err(_) => {
-                return format!(
-                    "it did not list its tools within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                );
-            }
-        };
-        let registry = self.registry(&listed, client.peer().clone());
+        let registry = registry(spec, &listed, client.peer().clone());
         let names: Vec<String> = registry.names().map(str::to_owned).collect();
         if let Err(collision) = sources.set(&self.source(), registry) {
             return collision.to_string();
@@ -172,44 +223,118 @@ impl Server {
             Err(err) => format!("its connection's task ended: {err}"),
         }
     }
+}
 
-    /// The server's tools that are offered: those its entry lets through, each checked.
-    fn registry(
-        &self,
-        listed: &[rmcp::model::Tool],
-        peer: rmcp::service::Peer<rmcp::service::RoleClient>,
-    ) -> ToolRegistry {
-        let spec = &self.spec;
-        let mut registry = ToolRegistry::new();
-        let wanted = listed.iter().filter(|tool| {
-            spec.tools
-                .as_ref()
-                .is_none_or(|only| only.iter().any(|name| name == tool.name.as_ref()))
-                && !spec
-                    .exclude_tools
-                    .iter()
-                    .any(|name| name == tool.name.as_ref())
-        });
-        let mut taken = 0;
-        for tool in wanted {
-            if taken == MAX_TOOLS {
-                tracing::warn!(server = %spec.name, offered = listed.len(), kept = MAX_TOOLS,
-                    "an MCP server offers more tools than are taken from one server; the rest are cut (list the ones you want in `tools`)");
-                break;
+/// Starts `spec`'s server once, lists its tools as the daemon would offer them (name and
+/// description), and stops it: for `switchboard mcp list` and `doctor`.
+pub async fn probe(spec: &ServerSpec) -> Result<Vec<(String, String)>, String> {
+    let (client, listed) = connect(spec).await?;
+    let registry = registry(spec, &listed, client.peer().clone());
+    let tools = registry
+        .definitions()
+        .iter()
+        .map(|tool| (tool.name.clone(), tool.description.clone()))
+        .collect();
+    drop(registry);
+    let _ = client.cancel().await;
+    Ok(tools)
+}
+
+/// A started server and its tools as it lists them.
+type Connected = (
+    rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    Vec<rmcp::model::Tool>,
+);
+
+/// Starts `spec`'s server and lists its tools; why not, as a sentence.
+async fn connect(spec: &ServerSpec) -> Result<Connected, String> {
+    if !spec.cwd.is_dir() {
+        return Err(format!(
+            "its working directory {} is not there (`cwd`, else the workspace)",
+            spec.cwd.display()
+        ));
+    }
+    let mut command = tokio::process::Command::new(&spec.command);
+    command
+        .args(&spec.args)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(&spec.cwd);
+    let mut wrapped = CommandWrap::from(command);
+    wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|err| {
+            format!(
+                "`{}` could not be started: {err} (is it installed, and on the PATH the \
+                 daemon has?)",
+                spec.command
+            )
+        })?;
+    if let Some(stderr) = stderr {
+        tokio::spawn(log_stderr(spec.name.clone(), stderr));
+    }
+    let client = match tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport)).await {
+        Ok(Ok(client)) => client,
+        Ok(Err(err)) => {
+            return Err(format!(
+                "it did not start MCP: {err} (does it speak MCP on stdio? its stderr is in \
+                 the log)"
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "it did not answer `initialize` within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
+        Ok(Ok(tools)) => Ok((client, tools)),
+        Ok(Err(err)) => Err(format!("it did not list its tools: {err}")),
+        Err(_) => Err(format!(
+            "it did not list its tools within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// The server's tools that are offered: those its entry lets through, each checked.
+fn registry(
+    spec: &ServerSpec,
+    listed: &[rmcp::model::Tool],
+    peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+) -> ToolRegistry {
+    let mut registry = ToolRegistry::new();
+    let wanted = listed.iter().filter(|tool| {
+        spec.tools
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|name| name == tool.name.as_ref()))
+            && !spec
+                .exclude_tools
+                .iter()
+                .any(|name| name == tool.name.as_ref())
+    });
+    let mut taken = 0;
+    for tool in wanted {
+        if taken == MAX_TOOLS {
+            tracing::warn!(server = %spec.name, offered = listed.len(), kept = MAX_TOOLS,
+                "an MCP server offers more tools than are taken from one server; the rest are cut (list the ones you want in `tools`)");
+            break;
+        }
+        match McpTool::new(&spec.name, tool, spec.timeout, peer.clone()) {
+            Ok(tool) => {
+                registry.register(Arc::new(tool));
+                taken += 1;
             }
-            match McpTool::new(&spec.name, tool, spec.timeout, peer.clone()) {
-                Ok(tool) => {
-                    registry.register(Arc::new(tool));
-                    taken += 1;
-                }
-                Err(why) => {
-                    tracing::warn!(server = %spec.name, tool = %tool.name, %why,
-                        "a tool of an MCP server is left out");
-                }
+            Err(why) => {
+                tracing::warn!(server = %spec.name, tool = %tool.name, %why,
+                    "a tool of an MCP server is left out");
             }
         }
-        registry
     }
+    registry
 }
 
 /// Logs what a server writes to stderr, a line at a time, cut and rate limited.
