@@ -359,3 +359,46 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
     assert!(lines[2].starts_with("test: up, 4 tools ("), "{out}");
     assert_eq!(lines[4], "  test__echo  Say the text back", "{out}");
 }
+
+#[tokio::test]
+async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
+    let tables = format!(
+        "[agent.approvals]\ntools = [\"test__*\"]\n\n{}",
+        server_table("")
+    );
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 4).await;
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "careful"})));
+    h.llm.push(Reply::text("Done, with your consent."));
+    h.client.send("c", "echo carefully").await;
+    let asked = loop {
+        let frame = h.client.next_frame().await;
+        if frame["waiting_for"] == "approval" {
+            break frame;
+        }
+        assert_ne!(frame["type"], "done", "the turn ended without asking");
+        assert!(
+            !(frame["type"] == "tool" && frame["status"] == "finished"),
+            "it ran before consent"
+        );
+    };
+    assert!(
+        asked["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("test__echo")),
+        "{asked}"
+    );
+    h.client.send("c", "/approve").await;
+    let turn = h.client.turn("c").await;
+    assert_eq!(turn.reply(), "Done, with your consent.");
+    assert_eq!(
+        results(h.llm.requests().last().expect("request"))[0].1,
+        "mcp echo: careful"
+    );
+    h.daemon.shutdown().await;
+}

@@ -43,12 +43,36 @@ impl Approvals {
     }
 
     fn needs_consent(&self, call: &ToolCall, args: &Value) -> bool {
-        self.tools.contains(&call.name)
+        self.tools
+            .iter()
+            .any(|pattern| matches_name(pattern, &call.name))
             || (call.name == "exec"
                 && args["command"]
                     .as_str()
                     .is_some_and(|command| self.commands.is_match(command)))
     }
+}
+
+/// Whether a tool's `name` is what `pattern` names: the name itself, or with `*` standing
+/// for any run of characters (`github__*`, `*__delete_*`) — for a server's tools that come
+/// and go.
+fn matches_name(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The call as the question shows it: `exec`'s command as it is, other arguments as
@@ -116,6 +140,25 @@ mod tests {
             id: "c".into(),
             name: name.into(),
             arguments: String::new(),
+        }
+    }
+
+    #[test]
+    fn tool_patterns_match_with_stars() {
+        for (pattern, name, matches) in [
+            ("write_file", "write_file", true),
+            ("write_file", "write_files", false),
+            ("github__*", "github__create_issue", true),
+            ("github__*", "gitlab__create_issue", false),
+            ("*__delete_*", "github__delete_repo", true),
+            ("*__delete_*", "github__create", false),
+            ("a*b*c", "abc", true),
+            ("a*b*c", "aXbYc", true),
+            ("a*b*c", "acb", false),
+            ("ab*ba", "aba", false),
+            ("*", "anything", true),
+        ] {
+            assert_eq!(matches_name(pattern, name), matches, "{pattern} ~ {name}");
         }
     }
 
