@@ -72,7 +72,7 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm.push(Reply::tools([
         ("test__echo", json!({"text": "one"})),
         ("test__echo", json!({"text": "two"})),
@@ -89,7 +89,13 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
         .collect();
     assert_eq!(
         offered,
-        ["test__crash", "test__echo", "test__env", "test__slow"]
+        [
+            "test__crash",
+            "test__echo",
+            "test__env",
+            "test__grow",
+            "test__slow"
+        ]
     );
     let echo = requests[0]["tools"]
         .as_array()
@@ -142,7 +148,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
     let prelude = "export OPENAI_API_KEY=sk-not-for-servers-0123456789\n\
                    export MCP_TEST_VALUE=passed-on";
     let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
-    wait_for_tools(addr, 4).await;
+    wait_for_tools(addr, 5).await;
     llm.push(Reply::tool("test__env", json!({})));
     llm.push(Reply::text("Seen."));
     let mut client = util::WsClient::connect(addr).await;
@@ -173,7 +179,7 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm.push(Reply::tool("test__crash", json!({})));
     h.llm.push(Reply::text("It broke."));
     assert_eq!(h.client.say("c", "crash it").await.reply(), "It broke.");
@@ -202,7 +208,7 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         !offered.contains("test__"),
         "dead tools are not offered: {offered}"
     );
-    let health = wait_for_tools(h.daemon.addr(), 4).await;
+    let health = wait_for_tools(h.daemon.addr(), 5).await;
     assert_eq!(health["status"], "ok", "{health}");
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "again"})));
@@ -223,7 +229,7 @@ async fn stop_during_a_server_call_ends_the_turn_and_the_server_goes_on() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
     h.client.send("c", "take your time").await;
     loop {
@@ -283,7 +289,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     // Added: its tools come.
     write(&server_table(""));
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "new"})));
     h.llm.push(Reply::text("Works."));
@@ -293,13 +299,19 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     let renamed = server_table("").replace("[mcp.servers.test]", "[mcp.servers.other]");
     write(&renamed);
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm.push(Reply::text("Listed."));
     h.client.say("c", "what do you have?").await;
     let tools = offered(h.llm.requests().last().expect("request"));
     assert_eq!(
         tools,
-        ["other__crash", "other__echo", "other__env", "other__slow"]
+        [
+            "other__crash",
+            "other__echo",
+            "other__env",
+            "other__grow",
+            "other__slow"
+        ]
     );
 
     // Removed: none left, and /healthz is whole.
@@ -356,7 +368,7 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
         lines[1].starts_with("nope: down: `/nonexistent/mcp-server` could not be started"),
         "{out}"
     );
-    assert!(lines[2].starts_with("test: up, 4 tools ("), "{out}");
+    assert!(lines[2].starts_with("test: up, 5 tools ("), "{out}");
     assert_eq!(lines[4], "  test__echo  Say the text back", "{out}");
 }
 
@@ -371,7 +383,7 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 4).await;
+    wait_for_tools(h.daemon.addr(), 5).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "careful"})));
     h.llm.push(Reply::text("Done, with your consent."));
@@ -399,6 +411,40 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
     assert_eq!(
         results(h.llm.requests().last().expect("request"))[0].1,
         "mcp echo: careful"
+    );
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
+    let tables = server_table("");
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 5).await;
+    h.llm.push(Reply::tool("test__grow", json!({})));
+    h.llm.push(Reply::text("It grew."));
+    assert_eq!(h.client.say("c", "grow").await.reply(), "It grew.");
+    assert!(
+        !h.llm.requests()[1]["tools"]
+            .to_string()
+            .contains("test__late"),
+        "not within the turn that was running"
+    );
+    wait_for_tools(h.daemon.addr(), 6).await;
+    h.llm.push(Reply::tool("test__late", json!({})));
+    h.llm.push(Reply::text("Used it."));
+    assert_eq!(
+        h.client.say("c", "use the new one").await.reply(),
+        "Used it."
+    );
+    let requests = h.llm.requests();
+    assert!(requests[2]["tools"].to_string().contains("test__late"));
+    assert_eq!(
+        results(&requests[3]).last().expect("a result").1,
+        "late tool"
     );
     h.daemon.shutdown().await;
 }

@@ -8,11 +8,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use rmcp::ServiceExt;
+use rmcp::model::SubscriptionFilter;
+use rmcp::service::{NotificationContext, Peer, RoleClient, Subscription};
 use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ServiceExt};
 use switchboard_tools::{ToolRegistry, ToolSources};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::ChildStderr;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerSpec;
@@ -211,17 +214,104 @@ impl Server {
             Ok(connected) => connected,
             Err(why) => return why,
         };
-        let registry = registry(spec, &listed, client.peer().clone());
+        let peer = client.peer().clone();
+        if let Err(why) = self.offer(sources, &listed, &peer) {
+            return why;
+        }
+        tracing::info!(server = %spec.name, "an MCP server is up");
+        let changed = client.service().0.clone();
+        let mut listening = listen_for_changes(&peer).await;
+        let waiting = client.waiting();
+        tokio::pin!(waiting);
+        loop {
+            tokio::select! {
+                ended = &mut waiting => {
+                    return match ended {
+                        Ok(reason) => format!("its connection ended ({reason:?})"),
+                        Err(err) => format!("its connection's task ended: {err}"),
+                    };
+                }
+                () = changed.notified() => {}
+                next = next_change(&mut listening) => {
+                    if !next {
+                        listening = None;
+                        continue;
+                    }
+                }
+            }
+            // Its tools changed: offered anew from the next turn on.
+            match tokio::time::timeout(CONNECT_TIMEOUT, peer.list_all_tools()).await {
+                Ok(Ok(listed)) => {
+                    if let Err(why) = self.offer(sources, &listed, &peer) {
+                        return why;
+                    }
+                    tracing::info!(server = %spec.name, "an MCP server's tools changed");
+                }
+                Ok(Err(err)) => return format!("it did not list its changed tools: {err}"),
+                Err(_) => return "it did not list its changed tools in time".to_owned(),
+            }
+        }
+    }
+
+    /// Makes `listed` the server's tool source; why not (a name another source has).
+    fn offer(
+        &self,
+        sources: &ToolSources,
+        listed: &[rmcp::model::Tool],
+        peer: &Peer<RoleClient>,
+    ) -> Result<(), String> {
+        let registry = registry(&self.spec, listed, peer.clone());
         let names: Vec<String> = registry.names().map(str::to_owned).collect();
-        if let Err(collision) = sources.set(&self.source(), registry) {
-            return collision.to_string();
-        }
-        tracing::info!(server = %spec.name, tools = names.len(), "an MCP server is up");
+        sources
+            .set(&self.source(), registry)
+            .map_err(|collision| collision.to_string())?;
         self.set_state(ServerState::Up { tools: names });
-        match client.waiting().await {
-            Ok(reason) => format!("its connection ended ({reason:?})"),
-            Err(err) => format!("its connection's task ended: {err}"),
-        }
+        Ok(())
+    }
+}
+
+/// The client side of a connection: told when the server's tools change (a server on a
+/// protocol before 2026-07-28 says so unasked).
+#[derive(Clone, Default)]
+struct Changes(Arc<Notify>);
+
+impl ClientHandler for Changes {
+    fn on_tool_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.0.notify_one();
+        std::future::ready(())
+    }
+}
+
+/// On 2026-07-28 and later, a server says its tools changed only on a stream that asked:
+/// one is opened when the server says it will tell (none otherwise, or when it refuses).
+async fn listen_for_changes(peer: &Peer<RoleClient>) -> Option<Subscription> {
+    let tells = peer.peer_info().is_some_and(|info| {
+        info.capabilities
+            .tools
+            .as_ref()
+            .and_then(|tools| tools.list_changed)
+            == Some(true)
+    });
+    if !tells {
+        return None;
+    }
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    match tokio::time::timeout(CONNECT_TIMEOUT, peer.listen(filter)).await {
+        Ok(Ok(subscription)) => Some(subscription),
+        // An earlier protocol: its notifications come to [`Changes`].
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
+/// Whether the next notification came on `listening` (false: the stream ended); never
+/// when there is none.
+async fn next_change(listening: &mut Option<Subscription>) -> bool {
+    match listening {
+        Some(subscription) => matches!(subscription.next().await, Ok(Some(_))),
+        None => std::future::pending().await,
     }
 }
 
@@ -242,7 +332,7 @@ pub async fn probe(spec: &ServerSpec) -> Result<Vec<(String, String)>, String> {
 
 /// A started server and its tools as it lists them.
 type Connected = (
-    rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    rmcp::service::RunningService<RoleClient, Changes>,
     Vec<rmcp::model::Tool>,
 );
 
@@ -275,21 +365,22 @@ async fn connect(spec: &ServerSpec) -> Result<Connected, String> {
     if let Some(stderr) = stderr {
         tokio::spawn(log_stderr(spec.name.clone(), stderr));
     }
-    let client = match tokio::time::timeout(CONNECT_TIMEOUT, ().serve(transport)).await {
-        Ok(Ok(client)) => client,
-        Ok(Err(err)) => {
-            return Err(format!(
-                "it did not start MCP: {err} (does it speak MCP on stdio? its stderr is in \
+    let client =
+        match tokio::time::timeout(CONNECT_TIMEOUT, Changes::default().serve(transport)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(err)) => {
+                return Err(format!(
+                    "it did not start MCP: {err} (does it speak MCP on stdio? its stderr is in \
                  the log)"
-            ));
-        }
-        Err(_) => {
-            return Err(format!(
-                "it did not answer `initialize` within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ));
-        }
-    };
+                ));
+            }
+            Err(_) => {
+                return Err(format!(
+                    "it did not answer `initialize` within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ));
+            }
+        };
     match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
         Ok(Ok(tools)) => Ok((client, tools)),
         Ok(Err(err)) => Err(format!("it did not list its tools: {err}")),

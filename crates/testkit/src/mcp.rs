@@ -1,13 +1,21 @@
 //! A small MCP server for tests, on `rmcp`'s server side: `echo` (read-only), `env` (its
 //! environment, so a test can see what the daemon gave it), `slow` (sleeps; says when a call
-//! was cancelled on its stderr) and `crash` (exits at once, mid-call). Run over stdio by the
+//! was cancelled on its stderr), `crash` (exits at once, mid-call) and `grow` (adds the tool
+//! `late` and says the list changed). Run over stdio by the
 //! `mcp-test-server` binary.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::{ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use rmcp::model::{
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+};
+use rmcp::service::{Peer, RequestContext, RoleServer, SubscriptionContext};
+use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
+use tokio::sync::Notify;
 
 /// `echo`'s arguments.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -27,12 +35,18 @@ pub struct SlowArgs {
 #[derive(Debug, Clone)]
 pub struct TestServer {
     tool_router: ToolRouter<Self>,
+    /// Whether `grow` was called: then `late` is listed too.
+    grown: Arc<AtomicBool>,
+    /// Wakes the listen streams when the list changed.
+    grew: Arc<Notify>,
 }
 
 impl Default for TestServer {
     fn default() -> Self {
         Self {
             tool_router: Self::tool_router(),
+            grown: Arc::default(),
+            grew: Arc::default(),
         }
     }
 }
@@ -80,10 +94,70 @@ impl TestServer {
     async fn crash(&self) -> String {
         std::process::exit(3)
     }
+
+    /// Adds `late` to the tools, and says so (`notifications/tools/list_changed`).
+    #[tool(description = "Add a tool")]
+    async fn grow(&self, peer: Peer<RoleServer>) -> String {
+        self.grown.store(true, Ordering::SeqCst);
+        // Servers on protocols before 2026-07-28 send it unscoped; later ones on the
+        // client's listen streams.
+        let _ = peer.notify_tool_list_changed().await;
+        self.grew.notify_waiters();
+        "grown".to_owned()
+    }
+
+    /// Listed only after `grow`.
+    #[tool(description = "A tool that came later")]
+    async fn late(&self) -> String {
+        "late tool".to_owned()
+    }
 }
 
 #[tool_handler(router = self.tool_router)]
-impl ServerHandler for TestServer {}
+impl ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let grown = self.grown.load(Ordering::SeqCst);
+        let tools = self
+            .tool_router
+            .list_all()
+            .into_iter()
+            .filter(|tool| grown || tool.name != "late")
+            .collect();
+        let mut result = ListToolsResult::with_all_items(tools);
+        // Not to be cached: the list changes.
+        result.ttl_ms = Some(0);
+        Ok(result)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        loop {
+            self.grew.notified().await;
+            if context.sink().notify_tool_list_changed().await.is_err() {
+                return Ok(());
+            }
+        }
+    }
+}
 
 /// Serves [`TestServer`] on stdin and stdout until the client goes away.
 pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
