@@ -124,6 +124,20 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
     );
     assert_eq!(got[0].1, "mcp echo: one");
     assert_eq!(got[1].1, "mcp echo: two");
+    // Counted per server (the recorder is this test binary's: at least these two).
+    let response = crate::chat::http_get(h.daemon.addr(), "/metrics").await;
+    let value = |series: &str| -> f64 {
+        response
+            .lines()
+            .find_map(|line| line.strip_prefix(series))
+            .and_then(|rest| rest.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        value(r#"switchboard_mcp_calls_total{server="test",outcome="ok"} "#) >= 2.0,
+        "{response}"
+    );
+    assert!(value(r#"switchboard_mcp_call_seconds_count{server="test"} "#) >= 2.0);
     h.daemon.shutdown().await;
 }
 
@@ -194,6 +208,12 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         let health = util::health(h.daemon.addr()).await;
         if health["checks"]["mcp"]["servers_down"]["test"].is_string() {
             assert_eq!(health["mcp_tools"], 0, "{health}");
+            assert!(
+                health["checks"]["mcp"]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.starts_with("test: ")),
+                "switchboard status shows it: {health}"
+            );
             assert_eq!(health["status"], "degraded");
             break;
         }

@@ -357,10 +357,14 @@ fn watch_mcp(health: &Health, servers: switchboard_mcp::Servers) {
                 })
                 .collect();
             if problems.is_empty() {
-                Ok(())
-            } else {
-                Err(json!({"servers_down": problems}))
+                return Ok(());
             }
+            let error = problems
+                .iter()
+                .map(|(name, why)| format!("{name}: {}", why.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join("; ");
+            Err(json!({"error": error, "servers_down": problems}))
         }),
     );
     health.gauge(
@@ -580,6 +584,16 @@ fn metrics_series(config: &Config, agent: &Agent, hub: &ChatHub) -> metrics::Ser
         tools: agent.tools().names().map(str::to_owned).collect(),
         channels: hub.channels().iter().map(ToString::to_string).collect(),
         scheduler: config.scheduler.enabled,
+        #[cfg(feature = "mcp")]
+        mcp_servers: config
+            .mcp
+            .servers
+            .iter()
+            .filter(|(_, entry)| entry.enabled)
+            .map(|(name, _)| name.clone())
+            .collect(),
+        #[cfg(not(feature = "mcp"))]
+        mcp_servers: Vec::new(),
     }
 }
 

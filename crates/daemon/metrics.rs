@@ -113,6 +113,15 @@ fn describe() {
         "switchboard_tool_calls_total",
         "Tool calls, by tool and outcome (ok, error)"
     );
+    describe_counter!(
+        "switchboard_mcp_calls_total",
+        "Calls of MCP servers' tools, by server and outcome (ok, error)"
+    );
+    describe_histogram!(
+        "switchboard_mcp_call_seconds",
+        Unit::Seconds,
+        "How long calls of an MCP server's tools took, by server"
+    );
     describe_gauge!(
         "switchboard_channel_up",
         "1 while the channel runs, 0 while it is failing or stopped"
@@ -155,6 +164,8 @@ pub struct Series {
     pub channels: Vec<String>,
     /// Whether scheduled work runs.
     pub scheduler: bool,
+    /// The MCP servers the config names.
+    pub mcp_servers: Vec<String>,
 }
 
 /// Publishes every series `series` makes possible, at zero (a counter at zero stays
@@ -185,6 +196,12 @@ fn publish_zeros(series: &Series) {
     for tool in &series.tools {
         for outcome in ["ok", "error"] {
             metrics::counter!("switchboard_tool_calls_total", "tool" => tool.clone(), "outcome" => outcome)
+                .increment(0);
+        }
+    }
+    for server in &series.mcp_servers {
+        for outcome in ["ok", "error"] {
+            metrics::counter!("switchboard_mcp_calls_total", "server" => server.clone(), "outcome" => outcome)
                 .increment(0);
         }
     }

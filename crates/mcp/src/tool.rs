@@ -22,6 +22,8 @@ pub const MAX_TOOL_NAME: usize = 64;
 pub struct McpTool {
     /// `server__tool`, as the model sees it.
     name: String,
+    /// The server's name (for metrics).
+    server: String,
     /// The server's own name for it.
     remote: String,
     description: String,
@@ -86,6 +88,7 @@ impl McpTool {
             == Some(true);
         Ok(Self {
             name,
+            server: server.to_owned(),
             remote,
             description,
             schema,
@@ -131,18 +134,30 @@ impl Tool for McpTool {
         };
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = arguments;
+        let started = std::time::Instant::now();
         // Dropping the call (a timeout, `/stop`) tells the server it was cancelled.
         let result = tokio::select! {
             result = self.peer.call_tool(params) => result,
             () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         };
-        let result =
-            result.map_err(|err| ToolError::Failed(format!("the MCP server failed: {err}")))?;
-        let text = text_of(&result.content, result.structured_content.as_ref());
-        if result.is_error == Some(true) {
-            return Err(ToolError::Failed(text));
-        }
-        Ok(text)
+        let outcome = match result {
+            Err(err) => Err(ToolError::Failed(format!("the MCP server failed: {err}"))),
+            Ok(result) => {
+                let text = text_of(&result.content, result.structured_content.as_ref());
+                if result.is_error == Some(true) {
+                    Err(ToolError::Failed(text))
+                } else {
+                    Ok(text)
+                }
+            }
+        };
+        let server = self.server.clone();
+        metrics::histogram!("switchboard_mcp_call_seconds", "server" => server.clone())
+            .record(started.elapsed().as_secs_f64());
+        let counted = if outcome.is_ok() { "ok" } else { "error" };
+        metrics::counter!("switchboard_mcp_calls_total", "server" => server, "outcome" => counted)
+            .increment(1);
+        outcome
     }
 }
 
