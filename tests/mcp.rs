@@ -50,6 +50,18 @@ async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
     }
 }
 
+/// Waits until `path` exists (the test server writes it when a call is cancelled).
+async fn wait_for_file(path: &std::path::Path) {
+    let deadline = Instant::now() + PATIENCE;
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the server never heard of the cancellation"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// What the model read back from its tool calls in `request`, by call id.
 fn results(request: &Value) -> Vec<(String, String)> {
     util::conversation(request)
@@ -72,7 +84,7 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tools([
         ("test__echo", json!({"text": "one"})),
         ("test__echo", json!({"text": "two"})),
@@ -93,7 +105,10 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
             "test__crash",
             "test__echo",
             "test__env",
+            "test__flood",
+            "test__gather",
             "test__grow",
+            "test__meet",
             "test__slow"
         ]
     );
@@ -162,7 +177,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
     let prelude = "export OPENAI_API_KEY=sk-not-for-servers-0123456789\n\
                    export MCP_TEST_VALUE=passed-on";
     let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
-    wait_for_tools(addr, 5).await;
+    wait_for_tools(addr, 8).await;
     llm.push(Reply::tool("test__env", json!({})));
     llm.push(Reply::text("Seen."));
     let mut client = util::WsClient::connect(addr).await;
@@ -193,7 +208,7 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tool("test__crash", json!({})));
     h.llm.push(Reply::text("It broke."));
     assert_eq!(h.client.say("c", "crash it").await.reply(), "It broke.");
@@ -228,7 +243,7 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         !offered.contains("test__"),
         "dead tools are not offered: {offered}"
     );
-    let health = wait_for_tools(h.daemon.addr(), 5).await;
+    let health = wait_for_tools(h.daemon.addr(), 8).await;
     assert_eq!(health["status"], "ok", "{health}");
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "again"})));
@@ -242,14 +257,19 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
 }
 
 #[tokio::test]
-async fn stop_during_a_server_call_ends_the_turn_and_the_server_goes_on() {
-    let tables = server_table("");
+async fn stop_during_a_server_call_ends_the_turn_and_the_server_is_told() {
+    let marks = tempfile::tempdir().expect("tempdir");
+    let cancelled = marks.path().join("cancelled");
+    let tables = server_table(&format!(
+        "env = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
+        cancelled.display()
+    ));
     let mut h = Harness::with_config(Extra {
         tables: &tables,
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
     h.client.send("c", "take your time").await;
     loop {
@@ -267,6 +287,7 @@ async fn stop_during_a_server_call_ends_the_turn_and_the_server_goes_on() {
         stopped_at.elapsed()
     );
     assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
+    wait_for_file(&cancelled).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "still here"})));
     h.llm.push(Reply::text("Yes."));
@@ -309,7 +330,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     // Added: its tools come.
     write(&server_table(""));
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "new"})));
     h.llm.push(Reply::text("Works."));
@@ -319,7 +340,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     let renamed = server_table("").replace("[mcp.servers.test]", "[mcp.servers.other]");
     write(&renamed);
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::text("Listed."));
     h.client.say("c", "what do you have?").await;
     let tools = offered(h.llm.requests().last().expect("request"));
@@ -329,7 +350,10 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
             "other__crash",
             "other__echo",
             "other__env",
+            "other__flood",
+            "other__gather",
             "other__grow",
+            "other__meet",
             "other__slow"
         ]
     );
@@ -388,7 +412,7 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
         lines[1].starts_with("nope: down: `/nonexistent/mcp-server` could not be started"),
         "{out}"
     );
-    assert!(lines[2].starts_with("test: up, 5 tools ("), "{out}");
+    assert!(lines[2].starts_with("test: up, 8 tools ("), "{out}");
     assert_eq!(lines[4], "  test__echo  Say the text back", "{out}");
 }
 
@@ -403,7 +427,7 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "careful"})));
     h.llm.push(Reply::text("Done, with your consent."));
@@ -443,7 +467,7 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 5).await;
+    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tool("test__grow", json!({})));
     h.llm.push(Reply::text("It grew."));
     assert_eq!(h.client.say("c", "grow").await.reply(), "It grew.");
@@ -453,7 +477,7 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
             .contains("test__late"),
         "not within the turn that was running"
     );
-    wait_for_tools(h.daemon.addr(), 6).await;
+    wait_for_tools(h.daemon.addr(), 9).await;
     h.llm.push(Reply::tool("test__late", json!({})));
     h.llm.push(Reply::text("Used it."));
     assert_eq!(
@@ -467,4 +491,100 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
         "late tool"
     );
     h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() {
+    let tables = server_table("");
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 8).await;
+    // `meet` (marked read-only) answers "met" only when the two calls run at once.
+    h.llm.push(Reply::tools([
+        ("test__meet", json!({"wait_ms": 5000})),
+        ("test__meet", json!({"wait_ms": 5000})),
+    ]));
+    h.llm.push(Reply::text("Met."));
+    assert_eq!(h.client.say("c", "meet").await.reply(), "Met.");
+    let got = results(&h.llm.requests()[1]);
+    assert_eq!(
+        got.iter().map(|(_, r)| r.as_str()).collect::<Vec<_>>(),
+        ["met", "met"]
+    );
+    // 20 MB on stderr: logged in part, and the server and daemon go on.
+    h.llm
+        .push(Reply::tool("test__flood", json!({"lines": 5000})));
+    h.llm.push(Reply::text("Flooded."));
+    assert_eq!(h.client.say("c", "flood").await.reply(), "Flooded.");
+    assert_eq!(
+        results(h.llm.requests().last().expect("request"))
+            .last()
+            .expect("a result")
+            .1,
+        "wrote 5000 lines"
+    );
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "after"})));
+    h.llm.push(Reply::text("Fine."));
+    assert_eq!(h.client.say("c", "still?").await.reply(), "Fine.");
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_call_that_hangs_times_out_and_the_server_is_told() {
+    let marks = tempfile::tempdir().expect("tempdir");
+    let cancelled = marks.path().join("cancelled");
+    let tables = server_table(&format!(
+        "timeout_secs = 0.5\nenv = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
+        cancelled.display()
+    ));
+    let mut h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), 8).await;
+    h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
+    h.llm.push(Reply::text("It hung."));
+    let started = Instant::now();
+    assert_eq!(h.client.say("c", "wait forever").await.reply(), "It hung.");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let got = results(h.llm.requests().last().expect("request"));
+    assert!(got[0].1.contains("timed out"), "{got:?}");
+    wait_for_file(&cancelled).await;
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_tool_runs_alone_unless_marked_or_configured_read_only() {
+    for (extra, expected) in [
+        ("", ["alone", "alone"]),
+        ("read_only_tools = [\"gather\"]\n", ["met", "met"]),
+    ] {
+        let tables = server_table(extra);
+        let mut h = Harness::with_config(Extra {
+            tables: &tables,
+            ..Extra::default()
+        })
+        .await;
+        wait_for_tools(h.daemon.addr(), 8).await;
+        // Run one after another, each waits its 300 ms for the other in vain.
+        let wait = if extra.is_empty() { 300 } else { 5000 };
+        h.llm.push(Reply::tools([
+            ("test__gather", json!({"wait_ms": wait})),
+            ("test__gather", json!({"wait_ms": wait})),
+        ]));
+        h.llm.push(Reply::text("Gathered."));
+        assert_eq!(h.client.say("c", "gather").await.reply(), "Gathered.");
+        let got = results(&h.llm.requests()[1]);
+        assert_eq!(
+            got.iter().map(|(_, r)| r.as_str()).collect::<Vec<_>>(),
+            expected,
+            "{extra}"
+        );
+        h.daemon.shutdown().await;
+    }
 }

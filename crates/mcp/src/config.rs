@@ -40,6 +40,9 @@ pub struct ServerEntry {
     /// None of these of its tools.
     #[serde(default)]
     pub exclude_tools: Vec<String>,
+    /// These of its tools only read: they run beside other calls, whatever the server says.
+    #[serde(default)]
+    pub read_only_tools: Vec<String>,
     /// How long one call may run (default: `agent.tool_timeout_secs`).
     pub timeout_secs: Option<Spanned<f64>>,
 }
@@ -65,6 +68,8 @@ pub struct ServerSpec {
     pub tools: Option<Vec<String>>,
     /// Never these tools.
     pub exclude_tools: Vec<String>,
+    /// These run beside other calls.
+    pub read_only_tools: Vec<String>,
     /// One call's time limit, when the entry sets one.
     pub timeout: Option<Duration>,
 }
@@ -176,6 +181,7 @@ impl McpSection {
                 cwd,
                 tools: entry.tools.clone(),
                 exclude_tools: entry.exclude_tools.clone(),
+                read_only_tools: entry.read_only_tools.clone(),
                 timeout: entry
                     .timeout_secs
                     .as_ref()

@@ -14,5 +14,7 @@ mod server;
 mod tool;
 
 pub use config::{McpSection, ServerEntry, ServerSpec};
-pub use server::{CONNECT_TIMEOUT, MAX_TOOLS, Server, ServerState, Servers, probe};
-pub use tool::McpTool;
+pub use server::{
+    CONNECT_TIMEOUT, MAX_DEFINITIONS, MAX_TOOLS, Server, ServerState, Servers, probe,
+};
+pub use tool::{Checked, McpTool};

@@ -19,13 +19,17 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::ServerSpec;
-use crate::tool::McpTool;
+use crate::tool::{Checked, McpTool};
 
 /// How long starting a server (its `initialize`) and listing its tools may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The most tools taken from one server.
 pub const MAX_TOOLS: usize = 128;
+
+/// The most bytes of tool definitions (names, descriptions, schemas) taken from one server:
+/// they go with every request to the model.
+pub const MAX_DEFINITIONS: usize = 256 * 1024;
 
 /// The longest backoff between two starts of a server.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -391,11 +395,12 @@ async fn connect(spec: &ServerSpec) -> Result<Connected, String> {
     }
 }
 
-/// The server's tools that are offered: those its entry lets through, each checked.
+/// The server's tools that are offered: those its entry lets through, each checked, within
+/// [`MAX_TOOLS`] and [`MAX_DEFINITIONS`] bytes of definitions.
 fn registry(
     spec: &ServerSpec,
     listed: &[rmcp::model::Tool],
-    peer: rmcp::service::Peer<rmcp::service::RoleClient>,
+    peer: Peer<RoleClient>,
 ) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let wanted = listed.iter().filter(|tool| {
@@ -407,23 +412,28 @@ fn registry(
                 .iter()
                 .any(|name| name == tool.name.as_ref())
     });
-    let mut taken = 0;
+    let (mut taken, mut bytes) = (0, 0);
     for tool in wanted {
-        if taken == MAX_TOOLS {
-            tracing::warn!(server = %spec.name, offered = listed.len(), kept = MAX_TOOLS,
-                "an MCP server offers more tools than are taken from one server; the rest are cut (list the ones you want in `tools`)");
-            break;
-        }
-        match McpTool::new(&spec.name, tool, spec.timeout, peer.clone()) {
-            Ok(tool) => {
-                registry.register(Arc::new(tool));
-                taken += 1;
-            }
+        let mut checked = match Checked::new(&spec.name, tool) {
+            Ok(checked) => checked,
             Err(why) => {
                 tracing::warn!(server = %spec.name, tool = %tool.name, %why,
                     "a tool of an MCP server is left out");
+                continue;
             }
+        };
+        if taken == MAX_TOOLS || bytes + checked.size() > MAX_DEFINITIONS {
+            tracing::warn!(server = %spec.name, offered = listed.len(), kept = taken,
+                max_tools = MAX_TOOLS, max_bytes = MAX_DEFINITIONS,
+                "an MCP server offers more tools than are taken from one server; the rest are cut (list the ones you want in `tools`)");
+            break;
         }
+        if spec.read_only_tools.contains(&checked.remote) {
+            checked.read_only = true;
+        }
+        bytes += checked.size();
+        taken += 1;
+        registry.register(Arc::new(McpTool::new(checked, spec.timeout, peer.clone())));
     }
     registry
 }

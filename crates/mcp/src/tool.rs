@@ -33,15 +33,24 @@ pub struct McpTool {
     peer: Peer<RoleClient>,
 }
 
-impl McpTool {
-    /// The tool `tool` of `server`, called through `peer`; why not, when its name or schema
-    /// cannot be offered.
-    pub fn new(
-        server: &str,
-        tool: &rmcp::model::Tool,
-        timeout: Option<Duration>,
-        peer: Peer<RoleClient>,
-    ) -> Result<Self, String> {
+/// A server's tool as it will be offered, once checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    /// `server__tool`.
+    pub name: String,
+    /// The server's own name for it.
+    pub remote: String,
+    /// Its description, cut to [`MAX_DESCRIPTION`].
+    pub description: String,
+    /// Its input schema.
+    pub schema: Value,
+    /// Whether the server marks it read-only (it then runs beside other calls).
+    pub read_only: bool,
+}
+
+impl Checked {
+    /// The tool `tool` of `server`, as offered; why not, when its name or schema cannot be.
+    pub fn new(server: &str, tool: &rmcp::model::Tool) -> Result<Self, String> {
         let remote = tool.name.to_string();
         if remote.is_empty()
             || !remote
@@ -61,6 +70,12 @@ impl McpTool {
         let schema = Value::Object((*tool.input_schema).clone());
         if schema.get("type").and_then(Value::as_str) != Some("object") {
             return Err("its input schema is not of type object".into());
+        }
+        if schema
+            .get("properties")
+            .is_some_and(|properties| !properties.is_object())
+        {
+            return Err("its input schema's `properties` is not an object".into());
         }
         let size = schema.to_string().len();
         if size > MAX_SCHEMA {
@@ -88,14 +103,36 @@ impl McpTool {
             == Some(true);
         Ok(Self {
             name,
-            server: server.to_owned(),
             remote,
             description,
             schema,
             read_only,
+        })
+    }
+
+    /// Bytes its definition adds to every request.
+    pub fn size(&self) -> usize {
+        self.name.len() + self.description.len() + self.schema.to_string().len()
+    }
+}
+
+impl McpTool {
+    /// `checked`, called through `peer`, each call within `timeout` (else the agent's).
+    pub fn new(checked: Checked, timeout: Option<Duration>, peer: Peer<RoleClient>) -> Self {
+        let server = checked
+            .name
+            .split_once("__")
+            .map_or_else(String::new, |(server, _)| server.to_owned());
+        Self {
+            name: checked.name,
+            server,
+            remote: checked.remote,
+            description: checked.description,
+            schema: checked.schema,
+            read_only: checked.read_only,
             timeout,
             peer,
-        })
+        }
     }
 }
 
@@ -189,4 +226,65 @@ fn text_of(content: &[ContentBlock], structured: Option<&Value>) -> String {
         parts.push(structured.to_string());
     }
     parts.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use rmcp::model::ToolAnnotations;
+    use serde_json::json;
+
+    use super::*;
+
+    fn tool(name: &'static str, schema: Value) -> rmcp::model::Tool {
+        let Value::Object(schema) = schema else {
+            panic!("an object")
+        };
+        rmcp::model::Tool::new(name, "does things", Arc::new(schema))
+    }
+
+    #[test]
+    fn a_tool_is_named_for_its_server_and_read_only_when_marked() {
+        let plain = Checked::new("gh", &tool("search", json!({"type": "object"}))).expect("ok");
+        assert_eq!(plain.name, "gh__search");
+        assert_eq!(plain.remote, "search");
+        assert!(!plain.read_only, "exclusive unless marked");
+        let marked = tool("search", json!({"type": "object"}))
+            .with_annotations(ToolAnnotations::new().read_only(true));
+        assert!(Checked::new("gh", &marked).expect("ok").read_only);
+    }
+
+    #[test]
+    fn bad_names_and_schemas_are_refused_and_long_descriptions_cut() {
+        for (name, schema, why) in [
+            ("has space", json!({"type": "object"}), "not letters"),
+            ("x", json!({"type": "string"}), "not of type object"),
+            (
+                "x",
+                json!({"type": "object", "properties": []}),
+                "`properties` is not an object",
+            ),
+            (
+                "x",
+                json!({"type": "object", "description": "y".repeat(MAX_SCHEMA)}),
+                "more than 16384",
+            ),
+        ] {
+            let err = Checked::new("s", &tool(name, schema)).expect_err(name);
+            assert!(err.contains(why), "{name}: {err}");
+        }
+        let long = "n".repeat(60);
+        let err = Checked::new(
+            "server",
+            &rmcp::model::Tool::new(long, "", Arc::new(serde_json::Map::new())),
+        )
+        .expect_err("too long");
+        assert!(err.contains("longer than the 64"), "{err}");
+        let mut wordy = tool("x", json!({"type": "object"}));
+        wordy.description = Some("é".repeat(MAX_DESCRIPTION).into());
+        let cut = Checked::new("s", &wordy).expect("cut, not refused");
+        assert!(cut.description.len() <= MAX_DESCRIPTION + '…'.len_utf8());
+        assert!(cut.description.ends_with('…'));
+    }
 }

@@ -1,11 +1,12 @@
 //! A small MCP server for tests, on `rmcp`'s server side: `echo` (read-only), `env` (its
 //! environment, so a test can see what the daemon gave it), `slow` (sleeps; says when a call
-//! was cancelled on its stderr), `crash` (exits at once, mid-call) and `grow` (adds the tool
-//! `late` and says the list changed). Run over stdio by the
+//! was cancelled), `crash` (exits at once, mid-call), `grow` (adds the tool `late` and says
+//! the list changed), `meet` (read-only: answers "met" only when two calls run at once),
+//! `gather` (the same, unmarked) and `flood` (floods its stderr). Run over stdio by the
 //! `mcp-test-server` binary.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -16,6 +17,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// `echo`'s arguments.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -31,6 +33,20 @@ pub struct SlowArgs {
     pub ms: u64,
 }
 
+/// `meet`'s and `gather`'s arguments.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct MeetArgs {
+    /// How long to wait for another call, in milliseconds.
+    pub wait_ms: u64,
+}
+
+/// `flood`'s arguments.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct FloodArgs {
+    /// How many lines (of 4,000 bytes) to write to stderr.
+    pub lines: u64,
+}
+
 /// The test server.
 #[derive(Debug, Clone)]
 pub struct TestServer {
@@ -39,6 +55,9 @@ pub struct TestServer {
     grown: Arc<AtomicBool>,
     /// Wakes the listen streams when the list changed.
     grew: Arc<Notify>,
+    /// Calls of `meet` so far, and their meeting point.
+    meeting: Arc<AtomicUsize>,
+    met: Arc<Notify>,
 }
 
 impl Default for TestServer {
@@ -47,6 +66,8 @@ impl Default for TestServer {
             tool_router: Self::tool_router(),
             grown: Arc::default(),
             grew: Arc::default(),
+            meeting: Arc::default(),
+            met: Arc::default(),
         }
     }
 }
@@ -71,22 +92,24 @@ impl TestServer {
         serde_json::Value::Object(vars).to_string()
     }
 
-    /// Takes its time.
+    /// Takes its time; a call cancelled meanwhile (`notifications/cancelled`) says so on
+    /// stderr, and in the file `MCP_TEST_CANCELLED` names, if any.
     #[tool(description = "Wait, then answer")]
-    async fn slow(&self, Parameters(SlowArgs { ms }): Parameters<SlowArgs>) -> String {
-        // Dropped when the client cancels the call: the guard says so on stderr.
-        struct Told;
-        impl Drop for Told {
-            fn drop(&mut self) {
-                if !std::thread::panicking() {
-                    eprintln!("slow: dropped");
+    async fn slow(
+        &self,
+        Parameters(SlowArgs { ms }): Parameters<SlowArgs>,
+        cancelled: CancellationToken,
+    ) -> String {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => format!("slept {ms} ms"),
+            () = cancelled.cancelled() => {
+                eprintln!("slow: cancelled");
+                if let Some(path) = std::env::var_os("MCP_TEST_CANCELLED") {
+                    let _ = std::fs::write(path, "cancelled");
                 }
+                "cancelled".to_owned()
             }
         }
-        let told = Told;
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        std::mem::forget(told);
-        format!("slept {ms} ms")
     }
 
     /// Exits the process at once, mid-call.
@@ -106,10 +129,51 @@ impl TestServer {
         "grown".to_owned()
     }
 
+    /// Waits (up to `wait_ms`) until another call is running too: "met" when calls run side
+    /// by side, "alone" when they run one after another. Marked read-only.
+    #[tool(description = "Meet another call", annotations(read_only_hint = true))]
+    async fn meet(&self, Parameters(MeetArgs { wait_ms }): Parameters<MeetArgs>) -> String {
+        self.meeting_point(wait_ms).await
+    }
+
+    /// `meet`, not marked read-only (the config may say it is).
+    #[tool(description = "Meet another call, unmarked")]
+    async fn gather(&self, Parameters(MeetArgs { wait_ms }): Parameters<MeetArgs>) -> String {
+        self.meeting_point(wait_ms).await
+    }
+
+    /// Writes `lines` lines to stderr, then answers.
+    #[tool(description = "Write a lot to stderr")]
+    async fn flood(&self, Parameters(FloodArgs { lines }): Parameters<FloodArgs>) -> String {
+        let line = "x".repeat(4000);
+        for _ in 0..lines {
+            eprintln!("{line}");
+        }
+        format!("wrote {lines} lines")
+    }
+
     /// Listed only after `grow`.
     #[tool(description = "A tool that came later")]
     async fn late(&self) -> String {
         "late tool".to_owned()
+    }
+}
+
+impl TestServer {
+    async fn meeting_point(&self, wait_ms: u64) -> String {
+        let arrived = self.meeting.fetch_add(1, Ordering::SeqCst) + 1;
+        if arrived.is_multiple_of(2) {
+            self.met.notify_waiters();
+            return "met".to_owned();
+        }
+        let met = self.met.notified();
+        match tokio::time::timeout(Duration::from_millis(wait_ms), met).await {
+            Ok(()) => "met".to_owned(),
+            Err(_) => {
+                self.meeting.fetch_sub(1, Ordering::SeqCst);
+                "alone".to_owned()
+            }
+        }
     }
 }
 

@@ -14,7 +14,12 @@ async fn the_test_server_lists_its_tools_and_answers_over_stdio() {
     let tools = client.list_all_tools().await.expect("lists");
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["crash", "echo", "env", "grow", "slow"]);
+    assert_eq!(
+        names,
+        [
+            "crash", "echo", "env", "flood", "gather", "grow", "meet", "slow"
+        ]
+    );
     let echo = tools.iter().find(|t| t.name == "echo").expect("echo");
     assert_eq!(
         echo.annotations.as_ref().and_then(|a| a.read_only_hint),
