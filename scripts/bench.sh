@@ -16,7 +16,10 @@ if [[ "${1:-}" == "--clean-build" ]]; then
   rm -rf "$tmp"
 fi
 
-cargo build --release --locked -p switchboard -p switchboard-bench
+# The daemon on its own: built beside the bench, it would get the features the testkit
+# turns on in shared crates (rmcp's server side), and be bigger than what users run.
+cargo build --release --locked -p switchboard
+cargo build --release --locked -p switchboard-bench -p switchboard-testkit --bin switchboard-bench --bin mcp-test-server
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || ulimit -n 65536 || true
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(free -g | awk '/Mem:/{print $2}') GiB, $(uname -r)"
 # The daemon gets core 1, the load generator and the scripted LLM core 0, so neither

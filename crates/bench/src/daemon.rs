@@ -294,3 +294,24 @@ pub fn cpu_ns_between(
         .map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0)))
         .sum()
 }
+
+/// Waits until the daemon's `/healthz` counts MCP tools (its servers are up).
+pub async fn wait_for_mcp_tools(addr: SocketAddr, within: Duration) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + within;
+    loop {
+        let health: serde_json::Value = client
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if health["mcp_tools"].as_u64().unwrap_or(0) > 0 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("no MCP tools within {within:?}: {health}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

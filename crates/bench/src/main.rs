@@ -77,6 +77,9 @@ enum Scenario {
     /// An idle scheduler: memory and CPU per minute turned off, on with no job, and on with
     /// 1,000 jobs (none due while it is measured).
     Jobs,
+    /// An idle stdio MCP server connection (the testkit's `mcp-test-server`, beside the
+    /// daemon binary): the daemon's memory and CPU per minute with none and with one.
+    Mcp,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -318,6 +321,33 @@ async fn main() -> anyhow::Result<()> {
                 mib(rss.max(daemon.rss_kib())),
             );
             results.insert(format!("jobs_idle_cpu_ms_per_min_{tag}"), per_minute);
+            daemon.stop().await?;
+        }
+    }
+
+    // An idle MCP server connection.
+    if run(Scenario::Mcp) {
+        let server = std::fs::canonicalize(args.daemon.with_file_name("mcp-test-server"))?;
+        anyhow::ensure!(
+            server.exists(),
+            "{} is missing: cargo build --release -p switchboard-testkit --bin mcp-test-server",
+            server.display()
+        );
+        let one = format!("[mcp.servers.test]\ncommand = \"{}\"\n", server.display());
+        for (tag, tables) in [("none", String::new()), ("one", one)] {
+            let dir = tempfile::tempdir()?;
+            let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
+            if tag == "one" {
+                daemon::wait_for_mcp_tools(daemon.addr, Duration::from_secs(10)).await?;
+            }
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let rss = daemon.rss_kib();
+            let cpu = daemon::thread_cpu_ns(daemon.pid);
+            tokio::time::sleep(args.idle_window).await;
+            let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
+            let per_minute = used as f64 / 1e6 * 60.0 / args.idle_window.as_secs_f64();
+            results.insert(format!("mcp_idle_rss_mib_{tag}"), mib(rss.max(daemon.rss_kib())));
+            results.insert(format!("mcp_idle_cpu_ms_per_min_{tag}"), per_minute);
             daemon.stop().await?;
         }
     }

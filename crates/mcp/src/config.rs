@@ -173,9 +173,17 @@ impl McpSection {
                 .cwd
                 .as_ref()
                 .map_or_else(|| workspace.to_owned(), |cwd| base.join(cwd.get_ref()));
+            // A path (not a name looked up on PATH) is read from the config's directory:
+            // the server starts in its `cwd`, where a relative one would mean another file.
+            let command = command.get_ref();
+            let command = if command.contains('/') && Path::new(command).is_relative() {
+                base.join(command).display().to_string()
+            } else {
+                command.clone()
+            };
             specs.push(ServerSpec {
                 name: name.clone(),
-                command: command.get_ref().clone(),
+                command,
                 args: entry.args.clone(),
                 env,
                 cwd,
@@ -208,6 +216,11 @@ mod tests {
              [servers.off]\ncommand = \"x\"\nenabled = false\n",
         );
         mcp.validate().expect("valid");
+        let local = section("[servers.mine]\ncommand = \"bin/server\"\n");
+        let specs = local
+            .specs(Path::new("/etc/sb"), Path::new("/var/ws"))
+            .expect("specs");
+        assert_eq!(specs[0].command, "/etc/sb/bin/server", "from the config's directory");
         let specs = mcp
             .specs(Path::new("/etc/sb"), Path::new("/var/ws"))
             .expect("specs");
