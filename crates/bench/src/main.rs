@@ -346,7 +346,10 @@ async fn main() -> anyhow::Result<()> {
             tokio::time::sleep(args.idle_window).await;
             let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
             let per_minute = used as f64 / 1e6 * 60.0 / args.idle_window.as_secs_f64();
-            results.insert(format!("mcp_idle_rss_mib_{tag}"), mib(rss.max(daemon.rss_kib())));
+            results.insert(
+                format!("mcp_idle_rss_mib_{tag}"),
+                mib(rss.max(daemon.rss_kib())),
+            );
             results.insert(format!("mcp_idle_cpu_ms_per_min_{tag}"), per_minute);
             daemon.stop().await?;
         }

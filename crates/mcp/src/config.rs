@@ -220,7 +220,10 @@ mod tests {
         let specs = local
             .specs(Path::new("/etc/sb"), Path::new("/var/ws"))
             .expect("specs");
-        assert_eq!(specs[0].command, "/etc/sb/bin/server", "from the config's directory");
+        assert_eq!(
+            specs[0].command, "/etc/sb/bin/server",
+            "from the config's directory"
+        );
         let specs = mcp
             .specs(Path::new("/etc/sb"), Path::new("/var/ws"))
             .expect("specs");
