@@ -588,3 +588,50 @@ async fn a_tool_runs_alone_unless_marked_or_configured_read_only() {
         h.daemon.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_server_over_http_is_reached_with_a_bearer_from_the_environment() {
+    let (url, _server) = switchboard_testkit::mcp::serve_http("http-token-0123456789")
+        .await
+        .expect("serves");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let tables = format!(
+        "[mcp.servers.web]\nurl = \"{url}\"\n\
+         headers = {{ Authorization = \"Bearer ${{MCP_TEST_TOKEN}}\" }}\n\n\
+         [mcp.servers.wrong]\nurl = \"{url}\"\nheaders = {{ Authorization = \"Bearer nope\" }}\n"
+    );
+    let config = dir.path().join("config.toml");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("config");
+    let prelude = "export MCP_TEST_TOKEN=http-token-0123456789";
+    let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
+    let health = wait_for_tools(addr, 8).await;
+    // The one with the wrong token is down, and says why.
+    let deadline = Instant::now() + PATIENCE;
+    let mut health = health;
+    while !health["checks"]["mcp"]["servers_down"]["wrong"].is_string() {
+        assert!(Instant::now() < deadline, "never down: {health}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        health = util::health(addr).await;
+    }
+    llm.push(Reply::tool("web__echo", json!({"text": "over http"})));
+    llm.push(Reply::text("Reached."));
+    let mut client = util::WsClient::connect(addr).await;
+    assert_eq!(client.say("c", "try http").await.reply(), "Reached.");
+    assert_eq!(
+        results(&llm.requests()[1]).last().expect("a result").1,
+        "mcp echo: over http"
+    );
+    util::signal(&child, "-TERM");
+    assert!(child.wait().await.expect("exits").success());
+}

@@ -30,8 +30,12 @@ pub struct ServerEntry {
     pub env: BTreeMap<String, Spanned<String>>,
     /// Where it starts (default: the workspace).
     pub cwd: Option<Spanned<String>>,
-    /// A server over streamable HTTP (not supported yet: a clear error).
+    /// A server over streamable HTTP: its endpoint (`https://…/mcp`), instead of `command`.
     pub url: Option<Spanned<String>>,
+    /// Headers sent to an HTTP server with each request: `${ENV}` and `${credential:NAME}`
+    /// allowed (`Authorization = "Bearer ${credential:notes_token}"`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, Spanned<String>>,
     /// Whether it is used.
     #[serde(default = "yes")]
     pub enabled: bool,
@@ -64,6 +68,10 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Where it starts.
     pub cwd: PathBuf,
+    /// An HTTP server's endpoint (then `command` is empty: nothing is started).
+    pub url: Option<String>,
+    /// The headers sent to an HTTP server, resolved.
+    pub headers: Vec<(String, String)>,
     /// Only these tools, when set.
     pub tools: Option<Vec<String>>,
     /// Never these tools.
@@ -99,18 +107,47 @@ impl McpSection {
                 ));
             }
             if let Some(url) = &entry.url {
+                if entry.command.is_some() {
+                    return Err(ConfigProblem::new(
+                        Some(url.span()),
+                        &key("url"),
+                        "a server is either started (`command`) or reached (`url`), not both",
+                    ));
+                }
+                let parsed = url::Url::parse(url.get_ref()).map_err(|err| {
+                    ConfigProblem::new(Some(url.span()), &key("url"), format!("not a URL: {err}"))
+                })?;
+                if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                    return Err(ConfigProblem::new(
+                        Some(url.span()),
+                        &key("url"),
+                        "an http:// or https:// URL with a host",
+                    ));
+                }
+                for (header, value) in &entry.headers {
+                    if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                        return Err(ConfigProblem::new(
+                            Some(value.span()),
+                            &key("headers"),
+                            format!("`{header}` is not a header's name"),
+                        ));
+                    }
+                }
+                continue;
+            }
+            if let Some((header, value)) = entry.headers.iter().next() {
                 return Err(ConfigProblem::new(
-                    Some(url.span()),
-                    &key("url"),
-                    "MCP servers over HTTP are not supported yet: run the server over stdio \
-                     with `command` (and `args`)",
+                    Some(value.span()),
+                    &key("headers"),
+                    format!("`{header}`: headers go to a server reached by `url`"),
                 ));
             }
             let Some(command) = &entry.command else {
                 return Err(ConfigProblem::new(
                     None,
                     &key("command"),
-                    "say how to start the server: command = \"npx\", args = [\"-y\", \"…\"]",
+                    "say how to start the server: command = \"npx\", args = [\"-y\", \"…\"] \
+                     — or where to reach it: url = \"https://…/mcp\"",
                 ));
             };
             if command.get_ref().trim().is_empty() {
@@ -148,6 +185,44 @@ impl McpSection {
     pub fn specs(&self, base: &Path, workspace: &Path) -> Result<Vec<ServerSpec>, ConfigProblem> {
         let mut specs = Vec::new();
         for (name, entry) in self.servers.iter().filter(|(_, entry)| entry.enabled) {
+            let timeout = entry
+                .timeout_secs
+                .as_ref()
+                .map(|secs| Duration::from_secs_f64(*secs.get_ref()));
+            if let Some(url) = &entry.url {
+                let mut headers = Vec::new();
+                for (header, value) in &entry.headers {
+                    let resolved = expand_env(value.get_ref()).map_err(|err| {
+                        ConfigProblem::new(
+                            Some(value.span()),
+                            &format!("servers.{name}.headers.{header}"),
+                            err.to_string(),
+                        )
+                    })?;
+                    if http::HeaderValue::from_str(&resolved).is_err() {
+                        return Err(ConfigProblem::new(
+                            Some(value.span()),
+                            &format!("servers.{name}.headers.{header}"),
+                            "not a header's value (a line break or a control character?)",
+                        ));
+                    }
+                    headers.push((header.clone(), resolved));
+                }
+                specs.push(ServerSpec {
+                    name: name.clone(),
+                    command: String::new(),
+                    args: Vec::new(),
+                    env: Vec::new(),
+                    cwd: workspace.to_owned(),
+                    url: Some(url.get_ref().clone()),
+                    headers,
+                    tools: entry.tools.clone(),
+                    exclude_tools: entry.exclude_tools.clone(),
+                    read_only_tools: entry.read_only_tools.clone(),
+                    timeout,
+                });
+                continue;
+            }
             let Some(command) = &entry.command else {
                 continue;
             };
@@ -187,13 +262,12 @@ impl McpSection {
                 args: entry.args.clone(),
                 env,
                 cwd,
+                url: None,
+                headers: Vec::new(),
                 tools: entry.tools.clone(),
                 exclude_tools: entry.exclude_tools.clone(),
                 read_only_tools: entry.read_only_tools.clone(),
-                timeout: entry
-                    .timeout_secs
-                    .as_ref()
-                    .map(|secs| Duration::from_secs_f64(*secs.get_ref())),
+                timeout,
             });
         }
         Ok(specs)
@@ -250,9 +324,24 @@ mod tests {
                 "say how to start",
             ),
             (
-                "[servers.x]\nurl = \"http://127.0.0.1:1/mcp\"\n",
+                "[servers.x]\nurl = \"ftp://127.0.0.1:1/mcp\"\n",
                 "servers.x.url",
-                "not supported yet",
+                "an http:// or https:// URL",
+            ),
+            (
+                "[servers.x]\nurl = \"http://h/mcp\"\ncommand = \"y\"\n",
+                "servers.x.url",
+                "not both",
+            ),
+            (
+                "[servers.x]\ncommand = \"y\"\nheaders = { A = \"b\" }\n",
+                "servers.x.headers",
+                "reached by `url`",
+            ),
+            (
+                "[servers.x]\nurl = \"http://h/mcp\"\nheaders = { \"a b\" = \"c\" }\n",
+                "servers.x.headers",
+                "not a header's name",
             ),
             (
                 "[servers.\"a b\"]\ncommand = \"x\"\n",

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
 use rmcp::model::SubscriptionFilter;
 use rmcp::service::{NotificationContext, Peer, RoleClient, Subscription};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ServiceExt};
 use switchboard_tools::{ToolRegistry, ToolSources};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
@@ -342,6 +343,50 @@ type Connected = (
 
 /// Starts `spec`'s server and lists its tools; why not, as a sentence.
 async fn connect(spec: &ServerSpec) -> Result<Connected, String> {
+    let serving = match &spec.url {
+        Some(url) => {
+            let transport = http_transport(url, &spec.headers)?;
+            tokio::time::timeout(CONNECT_TIMEOUT, Changes::default().serve(transport)).await
+        }
+        None => {
+            let transport = start(spec)?;
+            tokio::time::timeout(CONNECT_TIMEOUT, Changes::default().serve(transport)).await
+        }
+    };
+    let client = match serving {
+        Ok(Ok(client)) => client,
+        Ok(Err(err)) if spec.url.is_some() => {
+            return Err(format!(
+                "it did not answer MCP at {}: {err}",
+                spec.url.as_deref().unwrap_or_default()
+            ));
+        }
+        Ok(Err(err)) => {
+            return Err(format!(
+                "it did not start MCP: {err} (does it speak MCP on stdio? its stderr is in \
+                 the log)"
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "it did not answer `initialize` within {} s",
+                CONNECT_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
+        Ok(Ok(tools)) => Ok((client, tools)),
+        Ok(Err(err)) => Err(format!("it did not list its tools: {err}")),
+        Err(_) => Err(format!(
+            "it did not list its tools within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// Starts a stdio server: its program in a process group of its own, with only the
+/// environment its entry gives it, its stderr logged.
+fn start(spec: &ServerSpec) -> Result<TokioChildProcess, String> {
     if !spec.cwd.is_dir() {
         return Err(format!(
             "its working directory {} is not there (`cwd`, else the workspace)",
@@ -369,30 +414,28 @@ async fn connect(spec: &ServerSpec) -> Result<Connected, String> {
     if let Some(stderr) = stderr {
         tokio::spawn(log_stderr(spec.name.clone(), stderr));
     }
-    let client =
-        match tokio::time::timeout(CONNECT_TIMEOUT, Changes::default().serve(transport)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(err)) => {
-                return Err(format!(
-                    "it did not start MCP: {err} (does it speak MCP on stdio? its stderr is in \
-                 the log)"
-                ));
-            }
-            Err(_) => {
-                return Err(format!(
-                    "it did not answer `initialize` within {} s",
-                    CONNECT_TIMEOUT.as_secs()
-                ));
-            }
-        };
-    match tokio::time::timeout(CONNECT_TIMEOUT, client.list_all_tools()).await {
-        Ok(Ok(tools)) => Ok((client, tools)),
-        Ok(Err(err)) => Err(format!("it did not list its tools: {err}")),
-        Err(_) => Err(format!(
-            "it did not list its tools within {} s",
-            CONNECT_TIMEOUT.as_secs()
-        )),
+    Ok(transport)
+}
+
+/// The transport to an HTTP server at `url`, sending `headers` with every request.
+fn http_transport(
+    url: &str,
+    headers: &[(String, String)],
+) -> Result<impl rmcp::transport::Transport<RoleClient> + 'static, String> {
+    // rmcp's HTTP client brings no TLS crypto of its own here: it uses the process's, ring,
+    // as the daemon's other clients do (a second install is refused, harmlessly).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut custom = std::collections::HashMap::new();
+    for (name, value) in headers {
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|err| format!("the header `{name}`: {err}"))?;
+        let value = http::HeaderValue::from_str(value)
+            .map_err(|err| format!("the header `{name}`'s value: {err}"))?;
+        custom.insert(name, value);
     }
+    let config =
+        StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(custom);
+    Ok(StreamableHttpClientTransport::from_config(config))
 }
 
 /// The server's tools that are offered: those its entry lets through, each checked, within

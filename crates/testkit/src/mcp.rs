@@ -231,3 +231,46 @@ pub async fn serve_stdio() -> Result<(), Box<dyn std::error::Error + Send + Sync
     server.waiting().await?;
     Ok(())
 }
+
+/// [`TestServer`] over streamable HTTP on 127.0.0.1, at `/mcp`, answering only requests with
+/// `Authorization: Bearer <token>` (others get 401); returns its URL and the task serving it.
+pub async fn serve_http(token: &str) -> std::io::Result<(String, tokio::task::JoinHandle<()>)> {
+    use axum::http::{Request, StatusCode, header};
+    use axum::middleware::{self, Next};
+    use axum::response::{IntoResponse, Response};
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+
+    let service = StreamableHttpService::new(
+        || Ok(TestServer::default()),
+        Arc::new(LocalSessionManager::default()),
+        StreamableHttpServerConfig::default(),
+    );
+    let expected = format!("Bearer {token}");
+    let bearer = move |request: Request<axum::body::Body>, next: Next| {
+        let expected = expected.clone();
+        async move {
+            let given = request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .and_then(|value| value.to_str().ok());
+            if given == Some(expected.as_str()) {
+                next.run(request).await
+            } else {
+                let refused: Response = (StatusCode::UNAUTHORIZED, "bad token").into_response();
+                refused
+            }
+        }
+    };
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(bearer));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let task = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((format!("http://{addr}/mcp"), task))
+}
