@@ -232,6 +232,18 @@ impl Daemon {
         rss_kib(self.pid)
     }
 
+    /// What the daemon costs while idle: its highest RSS (KiB) from 3 s on, and the CPU its
+    /// threads use per minute (ms) over `window`.
+    pub async fn idle_cost(&self, window: Duration) -> (u64, f64) {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let rss = self.rss_kib();
+        let cpu = thread_cpu_ns(self.pid);
+        tokio::time::sleep(window).await;
+        let used = cpu_ns_between(&cpu, &thread_cpu_ns(self.pid));
+        let per_minute = used as f64 / 1e6 * 60.0 / window.as_secs_f64();
+        (rss.max(self.rss_kib()), per_minute)
+    }
+
     /// SIGTERM and wait for exit 0.
     pub async fn stop(mut self) -> anyhow::Result<()> {
         terminate(&mut self.child).await
@@ -269,7 +281,7 @@ pub fn cpu_us(pid: u32) -> u64 {
 
 /// Time on a CPU of each thread of a process so far, in nanoseconds, by thread id (from
 /// `/proc/<pid>/task/*/schedstat`: finer than the 10 ms ticks of `/proc/<pid>/stat`).
-pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
+fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Default::default();
     };
@@ -285,7 +297,7 @@ pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
 
 /// CPU time a process's threads used between two [`thread_cpu_ns`] readings, in
 /// nanoseconds (a thread that ended in between is not counted).
-pub fn cpu_ns_between(
+fn cpu_ns_between(
     before: &std::collections::HashMap<u32, u64>,
     after: &std::collections::HashMap<u32, u64>,
 ) -> u64 {

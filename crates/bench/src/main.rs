@@ -310,16 +310,8 @@ async fn main() -> anyhow::Result<()> {
             scale::write_jobs(&dir.path().join("state"), count).await?;
             let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, tables).await?;
             // The loop's first look reads every job; then it only watches the file.
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let rss = daemon.rss_kib();
-            let cpu = daemon::thread_cpu_ns(daemon.pid);
-            tokio::time::sleep(args.idle_window).await;
-            let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
-            let per_minute = used as f64 / 1e6 * 60.0 / args.idle_window.as_secs_f64();
-            results.insert(
-                format!("jobs_idle_rss_mib_{tag}"),
-                mib(rss.max(daemon.rss_kib())),
-            );
+            let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
+            results.insert(format!("jobs_idle_rss_mib_{tag}"), mib(rss));
             results.insert(format!("jobs_idle_cpu_ms_per_min_{tag}"), per_minute);
             daemon.stop().await?;
         }
@@ -327,12 +319,14 @@ async fn main() -> anyhow::Result<()> {
 
     // An idle MCP server connection.
     if run(Scenario::Mcp) {
-        let server = std::fs::canonicalize(args.daemon.with_file_name("mcp-test-server"))?;
+        let server = args.daemon.with_file_name("mcp-test-server");
         anyhow::ensure!(
             server.exists(),
             "{} is missing: cargo build --release -p switchboard-testkit --bin mcp-test-server",
             server.display()
         );
+        // The server starts in the daemon's workspace: a relative path would miss it.
+        let server = std::fs::canonicalize(server)?;
         let one = format!("[mcp.servers.test]\ncommand = \"{}\"\n", server.display());
         for (tag, tables) in [("none", String::new()), ("one", one)] {
             let dir = tempfile::tempdir()?;
@@ -340,16 +334,8 @@ async fn main() -> anyhow::Result<()> {
             if tag == "one" {
                 daemon::wait_for_mcp_tools(daemon.addr, Duration::from_secs(10)).await?;
             }
-            tokio::time::sleep(Duration::from_secs(3)).await;
-            let rss = daemon.rss_kib();
-            let cpu = daemon::thread_cpu_ns(daemon.pid);
-            tokio::time::sleep(args.idle_window).await;
-            let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
-            let per_minute = used as f64 / 1e6 * 60.0 / args.idle_window.as_secs_f64();
-            results.insert(
-                format!("mcp_idle_rss_mib_{tag}"),
-                mib(rss.max(daemon.rss_kib())),
-            );
+            let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
+            results.insert(format!("mcp_idle_rss_mib_{tag}"), mib(rss));
             results.insert(format!("mcp_idle_cpu_ms_per_min_{tag}"), per_minute);
             daemon.stop().await?;
         }
