@@ -34,6 +34,34 @@ fn server_table(extra: &str) -> String {
     )
 }
 
+/// A daemon (in this process, with a connected client) using the test server with `extra`
+/// lines in its entry, once the server's `tools` tools are offered.
+async fn with_server(extra: &str, tools: u64) -> Harness {
+    let tables = server_table(extra);
+    let h = Harness::with_config(Extra {
+        tables: &tables,
+        ..Extra::default()
+    })
+    .await;
+    wait_for_tools(h.daemon.addr(), tools).await;
+    h
+}
+
+/// Writes a config for a daemon against the LLM at `llm_url` in `dir` with `tables`; returns its path.
+fn write_config(llm_url: &str, dir: &std::path::Path, tables: &str) -> PathBuf {
+    let text = util::config_text_with(
+        llm_url,
+        dir,
+        Extra {
+            tables,
+            ..Extra::default()
+        },
+    );
+    let config = dir.join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    config
+}
+
 /// Waits until `/healthz` says the MCP servers offer `tools` tools.
 async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
     let deadline = Instant::now() + PATIENCE;
@@ -78,13 +106,7 @@ fn results(request: &Value) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
-    let tables = server_table("");
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
-    .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
+    let mut h = with_server("", 8).await;
     h.llm.push(Reply::tools([
         ("test__echo", json!({"text": "one"})),
         ("test__echo", json!({"text": "two"})),
@@ -163,16 +185,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
         .await
         .expect("llm");
     let tables = server_table("env = { GREETING = \"hello\", FROM_ENV = \"${MCP_TEST_VALUE}\" }\n");
-    let config = dir.path().join("config.toml");
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        Extra {
-            tables: &tables,
-            ..Extra::default()
-        },
-    );
-    std::fs::write(&config, text).expect("config");
+    let config = write_config(&llm.base_url(), dir.path(), &tables);
     // The service's environment holds a secret, and a value the entry passes on.
     let prelude = "export OPENAI_API_KEY=sk-not-for-servers-0123456789\n\
                    export MCP_TEST_VALUE=passed-on";
@@ -202,13 +215,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
 
 #[tokio::test]
 async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
-    let tables = server_table("");
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
-    .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
+    let mut h = with_server("", 8).await;
     h.llm.push(Reply::tool("test__crash", json!({})));
     h.llm.push(Reply::text("It broke."));
     assert_eq!(h.client.say("c", "crash it").await.reply(), "It broke.");
@@ -260,16 +267,14 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
 async fn stop_during_a_server_call_ends_the_turn_and_the_server_is_told() {
     let marks = tempfile::tempdir().expect("tempdir");
     let cancelled = marks.path().join("cancelled");
-    let tables = server_table(&format!(
-        "env = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
-        cancelled.display()
-    ));
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
+    let mut h = with_server(
+        &format!(
+            "env = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
+            cancelled.display()
+        ),
+        8,
+    )
     .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
     h.client.send("c", "take your time").await;
     loop {
@@ -377,16 +382,7 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
          [mcp.servers.off]\ncommand = \"x\"\nenabled = false\n",
         server_table("")
     );
-    let text = util::config_text_with(
-        "http://127.0.0.1:9/v1",
-        dir.path(),
-        Extra {
-            tables: &tables,
-            ..Extra::default()
-        },
-    );
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, text).expect("config");
+    let config = write_config("http://127.0.0.1:9/v1", dir.path(), &tables);
     let output = tokio::process::Command::new(util::BINARY)
         .args(["mcp", "list", "--config"])
         .arg(&config)
@@ -461,13 +457,7 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
 
 #[tokio::test]
 async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
-    let tables = server_table("");
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
-    .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
+    let mut h = with_server("", 8).await;
     h.llm.push(Reply::tool("test__grow", json!({})));
     h.llm.push(Reply::text("It grew."));
     assert_eq!(h.client.say("c", "grow").await.reply(), "It grew.");
@@ -495,13 +485,7 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
 
 #[tokio::test]
 async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() {
-    let tables = server_table("");
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
-    .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
+    let mut h = with_server("", 8).await;
     // `meet` (marked read-only) answers "met" only when the two calls run at once.
     h.llm.push(Reply::tools([
         ("test__meet", json!({"wait_ms": 5000})),
@@ -537,16 +521,14 @@ async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() 
 async fn a_call_that_hangs_times_out_and_the_server_is_told() {
     let marks = tempfile::tempdir().expect("tempdir");
     let cancelled = marks.path().join("cancelled");
-    let tables = server_table(&format!(
-        "timeout_secs = 0.5\nenv = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
-        cancelled.display()
-    ));
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
+    let mut h = with_server(
+        &format!(
+            "timeout_secs = 0.5\nenv = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
+            cancelled.display()
+        ),
+        8,
+    )
     .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
     h.llm.push(Reply::text("It hung."));
     let started = Instant::now();
@@ -564,13 +546,7 @@ async fn a_tool_runs_alone_unless_marked_or_configured_read_only() {
         ("", ["alone", "alone"]),
         ("read_only_tools = [\"gather\"]\n", ["met", "met"]),
     ] {
-        let tables = server_table(extra);
-        let mut h = Harness::with_config(Extra {
-            tables: &tables,
-            ..Extra::default()
-        })
-        .await;
-        wait_for_tools(h.daemon.addr(), 8).await;
+        let mut h = with_server(extra, 8).await;
         // Run one after another, each waits its 300 ms for the other in vain.
         let wait = if extra.is_empty() { 300 } else { 5000 };
         h.llm.push(Reply::tools([
@@ -603,16 +579,7 @@ async fn a_server_over_http_is_reached_with_a_bearer_from_the_environment() {
          headers = {{ Authorization = \"Bearer ${{MCP_TEST_TOKEN}}\" }}\n\n\
          [mcp.servers.wrong]\nurl = \"{url}\"\nheaders = {{ Authorization = \"Bearer nope\" }}\n"
     );
-    let config = dir.path().join("config.toml");
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        Extra {
-            tables: &tables,
-            ..Extra::default()
-        },
-    );
-    std::fs::write(&config, text).expect("config");
+    let config = write_config(&llm.base_url(), dir.path(), &tables);
     let prelude = "export MCP_TEST_TOKEN=http-token-0123456789";
     let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
     let health = wait_for_tools(addr, 8).await;
