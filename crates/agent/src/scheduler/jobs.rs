@@ -10,9 +10,10 @@ use std::time::Duration;
 use switchboard_core::{ChannelName, ChatId, SessionKey};
 use tokio::sync::Notify;
 
+use super::clock::Clock;
 use super::due::{Schedule, default_zone};
 use super::job::{ActiveHours, Job, JobKind, Run, SessionMode};
-use super::runner::{Clock, SchedulerConfig};
+use super::runner::SchedulerConfig;
 use super::store::JobStore;
 
 /// Who asks: a chat (the agent, or the person there) may see and change only that chat's

@@ -8,9 +8,11 @@
 //! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
+//! - `clock`: [`Clock`], what "now" is (the system's, or tokio's paused one in tests).
 //! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
 
+mod clock;
 mod due;
 mod isolated;
 mod job;
@@ -19,10 +21,11 @@ mod runner;
 mod store;
 mod tool;
 
+pub use clock::{Clock, SystemClock, TokioClock};
 pub use due::{Schedule, When, default_zone, duration, zone};
 pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
-pub use runner::{Clock, Scheduler, SchedulerConfig, SystemClock, TokioClock};
+pub use runner::{Scheduler, SchedulerConfig};
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
 pub use tool::CronTool;
