@@ -69,7 +69,7 @@ pub struct Running {
     llm_health: Arc<LlmHealth>,
     /// The MCP servers (a reload changes them).
     #[cfg(feature = "mcp")]
-    mcp: Mcp,
+    mcp: crate::mcp_servers::Mcp,
 }
 
 /// Builds the agent's parts from the config: the store, the LLM, the workspace, the
@@ -308,80 +308,6 @@ fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {} ({key})", path.display()))
 }
 
-/// The MCP servers of the daemon, made when a config first names one (a daemon without
-/// them has nothing of MCP), and what they need.
-#[cfg(feature = "mcp")]
-pub(crate) struct Mcp {
-    servers: Option<switchboard_mcp::Servers>,
-    tools: Arc<switchboard_tools::ToolSources>,
-    health: Health,
-    stop: CancellationToken,
-}
-
-#[cfg(feature = "mcp")]
-impl Mcp {
-    /// Runs the servers `config` names (starting, stopping and restarting what changed);
-    /// returns the names of those started or stopped.
-    pub(crate) async fn apply(
-        &mut self,
-        config: &Config,
-    ) -> Result<Vec<String>, crate::config::ConfigError> {
-        let specs = config.mcp_servers()?;
-        if specs.is_empty() && self.servers.is_none() {
-            return Ok(Vec::new());
-        }
-        let servers = self.servers.get_or_insert_with(|| {
-            let servers = switchboard_mcp::Servers::new(self.tools.clone(), self.stop.clone());
-            watch_mcp(&self.health, servers.clone());
-            servers
-        });
-        Ok(servers.apply(specs).await)
-    }
-}
-
-/// Shows the MCP servers in `/healthz`: degraded while one is down (each named, with why),
-/// and a gauge of the tools they offer.
-#[cfg(feature = "mcp")]
-fn watch_mcp(health: &Health, servers: switchboard_mcp::Servers) {
-    use switchboard_mcp::ServerState;
-    let down = servers.clone();
-    health.check_health_only(
-        "mcp",
-        Box::new(move || {
-            let problems: serde_json::Map<String, serde_json::Value> = down
-                .states()
-                .into_iter()
-                .filter_map(|(name, state)| match state {
-                    ServerState::Down { why } => Some((name, json!(why))),
-                    _ => None,
-                })
-                .collect();
-            if problems.is_empty() {
-                return Ok(());
-            }
-            let error = problems
-                .iter()
-                .map(|(name, why)| format!("{name}: {}", why.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join("; ");
-            Err(json!({"error": error, "servers_down": problems}))
-        }),
-    );
-    health.gauge(
-        "mcp_tools",
-        Box::new(move || {
-            servers
-                .states()
-                .into_iter()
-                .map(|(_, state)| match state {
-                    ServerState::Up { tools } => tools.len(),
-                    _ => 0,
-                })
-                .sum()
-        }),
-    );
-}
-
 /// Starts the daemon. `tools` are the tools offered to the model.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
@@ -506,7 +432,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     // come when it is up. They stop with the channels.
     #[cfg(feature = "mcp")]
     let mcp = {
-        let mut mcp = Mcp {
+        let mut mcp = crate::mcp_servers::Mcp {
             servers: None,
             tools: agent.tool_sources().clone(),
             health: health.clone(),

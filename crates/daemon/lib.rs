@@ -35,6 +35,8 @@ pub mod llm_health;
 pub mod logging;
 #[cfg(feature = "mcp")]
 pub mod mcp_cli;
+#[cfg(feature = "mcp")]
+mod mcp_servers;
 pub mod metrics;
 pub mod notify;
 pub mod onboard;

@@ -43,7 +43,7 @@ pub(crate) struct Live<'a> {
     pub llm_health: &'a std::sync::Arc<crate::llm_health::LlmHealth>,
     /// The MCP servers.
     #[cfg(feature = "mcp")]
-    pub mcp: &'a mut crate::app::Mcp,
+    pub mcp: &'a mut crate::mcp_servers::Mcp,
 }
 
 /// Reads `path` again and applies what can change live (see the module doc); `running` is
