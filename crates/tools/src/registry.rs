@@ -73,7 +73,7 @@ impl ToolRegistry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use async_trait::async_trait;
     use serde_json::json;
 
@@ -81,7 +81,8 @@ mod tests {
     use crate::error::ToolError;
     use crate::tool::ToolContext;
 
-    struct Named(&'static str);
+    /// A tool that answers its own name (for the registry's and the sources' tests).
+    pub(crate) struct Named(pub(crate) &'static str);
 
     #[async_trait]
     impl Tool for Named {

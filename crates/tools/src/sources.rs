@@ -125,30 +125,8 @@ impl Inner {
 
 #[cfg(test)]
 mod tests {
-    use async_trait::async_trait;
-    use serde_json::json;
-
     use super::*;
-    use crate::error::ToolError;
-    use crate::tool::{Tool, ToolContext};
-
-    struct Named(&'static str);
-
-    #[async_trait]
-    impl Tool for Named {
-        fn name(&self) -> &str {
-            self.0
-        }
-        fn description(&self) -> &str {
-            "a test tool"
-        }
-        fn parameters(&self) -> serde_json::Value {
-            json!({"type": "object", "properties": {}})
-        }
-        async fn call(&self, _: serde_json::Value, _: &ToolContext) -> Result<String, ToolError> {
-            Ok(self.0.to_owned())
-        }
-    }
+    use crate::registry::tests::Named;
 
     fn tools(names: &[&'static str]) -> ToolRegistry {
         names.iter().fold(ToolRegistry::new(), |registry, name| {
