@@ -201,7 +201,7 @@ impl Schedule {
     /// How people read it: `once at …`, `every 30m`, `cron 0 9 * * * (Europe/Berlin)`.
     pub fn describe(&self) -> String {
         match self {
-            Self::At { at } => format!("once at {at}"),
+            Self::At { at } => format!("once at {}", at.round(jiff::Unit::Second).unwrap_or(*at)),
             Self::Every { every_secs, .. } => {
                 format!("every {:#}", SignedDuration::from_secs(*every_secs as i64))
             }
