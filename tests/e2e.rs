@@ -26,6 +26,8 @@ mod discord;
 mod dispatch;
 /// The listener under abuse: DNS rebinding, slowloris, oversized frames.
 mod http;
+/// Images tools return (`read_file`'s, an MCP server's) shown to the model in its dialect.
+mod images;
 /// A misbehaving LLM: endless, huge, stalled, broken streams; repeated tool-call ids.
 mod llm;
 /// MCP servers over stdio: tools offered and called, only the entry's environment, a crash

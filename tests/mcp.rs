@@ -27,6 +27,9 @@ fn server_binary() -> PathBuf {
     binary
 }
 
+/// The tools the test server offers (before `grow`).
+pub(crate) const TOOLS: u64 = 9;
+
 fn server_table(extra: &str) -> String {
     format!(
         "[mcp.servers.test]\ncommand = \"{}\"\n{extra}",
@@ -36,7 +39,7 @@ fn server_table(extra: &str) -> String {
 
 /// A daemon (in this process, with a connected client) using the test server with `extra`
 /// lines in its entry, once the server's `tools` tools are offered.
-async fn with_server(extra: &str, tools: u64) -> Harness {
+pub(crate) async fn with_server(extra: &str, tools: u64) -> Harness {
     let tables = server_table(extra);
     let h = Harness::with_config(Extra {
         tables: &tables,
@@ -91,7 +94,7 @@ async fn wait_for_file(path: &std::path::Path) {
 }
 
 /// What the model read back from its tool calls in `request`, by call id.
-fn results(request: &Value) -> Vec<(String, String)> {
+pub(crate) fn results(request: &Value) -> Vec<(String, String)> {
     util::conversation(request)
         .into_iter()
         .filter(|m| m["role"] == "tool")
@@ -106,7 +109,7 @@ fn results(request: &Value) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
-    let mut h = with_server("", 8).await;
+    let mut h = with_server("", TOOLS).await;
     h.llm.push(Reply::tools([
         ("test__echo", json!({"text": "one"})),
         ("test__echo", json!({"text": "two"})),
@@ -131,6 +134,7 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
             "test__gather",
             "test__grow",
             "test__meet",
+            "test__picture",
             "test__slow"
         ]
     );
@@ -190,7 +194,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
     let prelude = "export OPENAI_API_KEY=sk-not-for-servers-0123456789\n\
                    export MCP_TEST_VALUE=passed-on";
     let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
-    wait_for_tools(addr, 8).await;
+    wait_for_tools(addr, TOOLS).await;
     llm.push(Reply::tool("test__env", json!({})));
     llm.push(Reply::text("Seen."));
     let mut client = util::WsClient::connect(addr).await;
@@ -215,7 +219,7 @@ async fn the_server_gets_only_the_environment_its_entry_gives_it() {
 
 #[tokio::test]
 async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
-    let mut h = with_server("", 8).await;
+    let mut h = with_server("", TOOLS).await;
     h.llm.push(Reply::tool("test__crash", json!({})));
     h.llm.push(Reply::text("It broke."));
     assert_eq!(h.client.say("c", "crash it").await.reply(), "It broke.");
@@ -250,7 +254,7 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
         !offered.contains("test__"),
         "dead tools are not offered: {offered}"
     );
-    let health = wait_for_tools(h.daemon.addr(), 8).await;
+    let health = wait_for_tools(h.daemon.addr(), TOOLS).await;
     assert_eq!(health["status"], "ok", "{health}");
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "again"})));
@@ -272,7 +276,7 @@ async fn stop_during_a_server_call_ends_the_turn_and_the_server_is_told() {
             "env = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
             cancelled.display()
         ),
-        8,
+        TOOLS,
     )
     .await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
@@ -335,7 +339,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     // Added: its tools come.
     write(&server_table(""));
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 8).await;
+    wait_for_tools(h.daemon.addr(), TOOLS).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "new"})));
     h.llm.push(Reply::text("Works."));
@@ -345,7 +349,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     let renamed = server_table("").replace("[mcp.servers.test]", "[mcp.servers.other]");
     write(&renamed);
     assert_eq!(h.daemon.reload(&path).await, applied);
-    wait_for_tools(h.daemon.addr(), 8).await;
+    wait_for_tools(h.daemon.addr(), TOOLS).await;
     h.llm.push(Reply::text("Listed."));
     h.client.say("c", "what do you have?").await;
     let tools = offered(h.llm.requests().last().expect("request"));
@@ -359,6 +363,7 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
             "other__gather",
             "other__grow",
             "other__meet",
+            "other__picture",
             "other__slow"
         ]
     );
@@ -408,7 +413,10 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
         lines[1].starts_with("nope: down: `/nonexistent/mcp-server` could not be started"),
         "{out}"
     );
-    assert!(lines[2].starts_with("test: up, 8 tools ("), "{out}");
+    assert!(
+        lines[2].starts_with(&format!("test: up, {TOOLS} tools (")),
+        "{out}"
+    );
     assert_eq!(lines[4], "  test__echo  Say the text back", "{out}");
 }
 
@@ -423,7 +431,7 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
         ..Extra::default()
     })
     .await;
-    wait_for_tools(h.daemon.addr(), 8).await;
+    wait_for_tools(h.daemon.addr(), TOOLS).await;
     h.llm
         .push(Reply::tool("test__echo", json!({"text": "careful"})));
     h.llm.push(Reply::text("Done, with your consent."));
@@ -457,7 +465,7 @@ async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
 
 #[tokio::test]
 async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
-    let mut h = with_server("", 8).await;
+    let mut h = with_server("", TOOLS).await;
     h.llm.push(Reply::tool("test__grow", json!({})));
     h.llm.push(Reply::text("It grew."));
     assert_eq!(h.client.say("c", "grow").await.reply(), "It grew.");
@@ -467,7 +475,7 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
             .contains("test__late"),
         "not within the turn that was running"
     );
-    wait_for_tools(h.daemon.addr(), 9).await;
+    wait_for_tools(h.daemon.addr(), TOOLS + 1).await;
     h.llm.push(Reply::tool("test__late", json!({})));
     h.llm.push(Reply::text("Used it."));
     assert_eq!(
@@ -485,7 +493,7 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
 
 #[tokio::test]
 async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() {
-    let mut h = with_server("", 8).await;
+    let mut h = with_server("", TOOLS).await;
     // `meet` (marked read-only) answers "met" only when the two calls run at once.
     h.llm.push(Reply::tools([
         ("test__meet", json!({"wait_ms": 5000})),
@@ -526,7 +534,7 @@ async fn a_call_that_hangs_times_out_and_the_server_is_told() {
             "timeout_secs = 0.5\nenv = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
             cancelled.display()
         ),
-        8,
+        TOOLS,
     )
     .await;
     h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
@@ -546,7 +554,7 @@ async fn a_tool_runs_alone_unless_marked_or_configured_read_only() {
         ("", ["alone", "alone"]),
         ("read_only_tools = [\"gather\"]\n", ["met", "met"]),
     ] {
-        let mut h = with_server(extra, 8).await;
+        let mut h = with_server(extra, TOOLS).await;
         // Run one after another, each waits its 300 ms for the other in vain.
         let wait = if extra.is_empty() { 300 } else { 5000 };
         h.llm.push(Reply::tools([
@@ -582,7 +590,7 @@ async fn a_server_over_http_is_reached_with_a_bearer_from_the_environment() {
     let config = write_config(&llm.base_url(), dir.path(), &tables);
     let prelude = "export MCP_TEST_TOKEN=http-token-0123456789";
     let (mut child, addr) = util::spawn_daemon_with(&config, &[], prelude).await;
-    let health = wait_for_tools(addr, 8).await;
+    let health = wait_for_tools(addr, TOOLS).await;
     // The one with the wrong token is down, and says why.
     let deadline = Instant::now() + PATIENCE;
     let mut health = health;

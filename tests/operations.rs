@@ -652,8 +652,8 @@ async fn a_tool_with_a_built_in_tools_name_is_refused_at_start() {
             &self,
             _: serde_json::Value,
             _: &switchboard_tools::ToolContext,
-        ) -> Result<String, switchboard_tools::ToolError> {
-            Ok(String::new())
+        ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
+            Ok(String::new().into())
         }
     }
     let dir = tempfile::tempdir().expect("tempdir");

@@ -24,7 +24,11 @@ impl Tool for Launch {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"target": {"type": "string"}}})
     }
-    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        _: Value,
+        _: &ToolContext,
+    ) -> Result<switchboard_tools::ToolOutput, ToolError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         Ok("launched".into())
     }

@@ -225,7 +225,7 @@ impl switchboard_tools::Tool for Panics {
         &self,
         _: serde_json::Value,
         _: &switchboard_tools::ToolContext,
-    ) -> Result<String, switchboard_tools::ToolError> {
+    ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
         panic!("index out of bounds in a buggy tool")
     }
 }

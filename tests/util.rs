@@ -384,13 +384,13 @@ impl switchboard_tools::Tool for Probe {
         &self,
         _: Value,
         _: &switchboard_tools::ToolContext,
-    ) -> Result<String, switchboard_tools::ToolError> {
+    ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
         use std::sync::atomic::Ordering;
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_seen.fetch_max(now, Ordering::SeqCst);
         tokio::time::sleep(self.hold).await;
         self.running.fetch_sub(1, Ordering::SeqCst);
-        Ok(format!("{} saw {now} running", self.name))
+        Ok(format!("{} saw {now} running", self.name).into())
     }
 }
 

@@ -27,6 +27,7 @@ const KEYS: &[(&str, &str)] = &[
     ("llm", "max_reply_bytes"),
     ("llm", "max_retries"),
     ("llm", "temperature"),
+    ("llm", "images"),
     ("http", "bind"),
     ("http", "max_connections"),
     ("http", "header_timeout_secs"),

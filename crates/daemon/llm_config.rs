@@ -90,6 +90,8 @@ pub struct LlmSection {
     pub fallback_cooldown_secs: Spanned<f64>,
     /// Connections open at once to each provider's server; calls beyond wait for one.
     pub max_connections: Spanned<usize>,
+    /// Whether the model takes images (a person's photos, images tools return).
+    pub images: bool,
 }
 
 impl Default for LlmSection {
@@ -112,6 +114,7 @@ impl Default for LlmSection {
             fallbacks: Vec::new(),
             fallback_cooldown_secs: Spanned::new(0..0, 60.0),
             max_connections: Spanned::new(0..0, 64),
+            images: true,
         }
     }
 }
@@ -128,6 +131,30 @@ pub struct Fallback {
     pub api_key: Option<Spanned<String>>,
     /// The model.
     pub model: String,
+    /// Whether the model takes images.
+    #[serde(default = "yes")]
+    pub images: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One model of a chain as the config names it: `[llm]`'s own, a fallback's, the judge's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ModelEntry<'a> {
+    /// The API its server speaks.
+    pub kind: ProviderKind,
+    /// Its API root, if the config gives one.
+    pub base_url: Option<&'a Spanned<String>>,
+    /// Its key, if the config gives one.
+    pub api_key: Option<&'a Spanned<String>>,
+    /// The model.
+    pub model: &'a str,
+    /// Whether it takes images.
+    pub images: bool,
+    /// The config key of its API key, for the warning when it is unset.
+    pub key_name: &'a str,
 }
 
 impl LlmSection {
@@ -258,11 +285,14 @@ pub fn models(
         "llm".to_owned(),
         model(
             llm,
-            *llm.provider.get_ref(),
-            llm.base_url.as_ref(),
-            llm.api_key.as_ref(),
-            &llm.model,
-            "llm.api_key",
+            ModelEntry {
+                kind: *llm.provider.get_ref(),
+                base_url: llm.base_url.as_ref(),
+                api_key: llm.api_key.as_ref(),
+                model: &llm.model,
+                images: llm.images,
+                key_name: "llm.api_key",
+            },
             observer,
         )?,
     )];
@@ -270,11 +300,14 @@ pub fn models(
         let key = format!("llm.fallbacks[{index}]");
         let entry = model(
             llm,
-            *fallback.provider.get_ref(),
-            fallback.base_url.as_ref(),
-            fallback.api_key.as_ref(),
-            &fallback.model,
-            &format!("{key}.api_key"),
+            ModelEntry {
+                kind: *fallback.provider.get_ref(),
+                base_url: fallback.base_url.as_ref(),
+                api_key: fallback.api_key.as_ref(),
+                model: &fallback.model,
+                images: fallback.images,
+                key_name: &format!("{key}.api_key"),
+            },
             observer,
         )?;
         models.push((key, entry));
@@ -282,40 +315,18 @@ pub fn models(
     Ok(models)
 }
 
-/// One model behind its retry layer, with `[llm]`'s timeouts, limits and retries;
-/// `key_name` is the config key of its API key, for the warning when it is unset.
+/// One model behind its retry layer, with `[llm]`'s timeouts, limits and retries.
 pub(crate) fn model(
     llm: &LlmSection,
-    kind: ProviderKind,
-    base: Option<&Spanned<String>>,
-    key: Option<&Spanned<String>>,
-    model: &str,
-    key_name: &str,
+    entry: ModelEntry<'_>,
     observer: Option<&Arc<dyn Observer>>,
 ) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    entry(
-        llm,
-        kind,
-        base_url(kind, base),
-        api_key(key, key_name),
-        model,
-        observer,
-    )
-}
-
-/// One provider of the chain: its client inside its retry layer.
-fn entry(
-    llm: &LlmSection,
-    kind: ProviderKind,
-    base_url: String,
-    api_key: ApiKey,
-    model: &str,
-    observer: Option<&Arc<dyn Observer>>,
-) -> anyhow::Result<Arc<dyn LlmProvider>> {
+    let kind = entry.kind;
     let settings = ProviderConfig {
-        base_url,
-        api_key,
-        model: model.to_owned(),
+        base_url: base_url(kind, entry.base_url),
+        api_key: api_key(entry.api_key, entry.key_name),
+        model: entry.model.to_owned(),
+        images: entry.images,
         temperature: llm.temperature,
         max_tokens: llm.max_tokens,
         first_byte_timeout: Config::duration(&llm.timeout_secs),

@@ -122,11 +122,14 @@ pub(crate) fn verify(config: &Config) -> anyhow::Result<Verify> {
         Some(judge) => Some(Judge {
             llm: llm_config::model(
                 &config.llm,
-                *judge.provider.get_ref(),
-                judge.base_url.as_ref(),
-                judge.api_key.as_ref(),
-                &judge.model,
-                "agent.verify.judge.api_key",
+                llm_config::ModelEntry {
+                    kind: *judge.provider.get_ref(),
+                    base_url: judge.base_url.as_ref(),
+                    api_key: judge.api_key.as_ref(),
+                    model: &judge.model,
+                    images: true,
+                    key_name: "agent.verify.judge.api_key",
+                },
                 None,
             )?,
             prompt: judge

@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::json;
 use switchboard_core::{Awaiting, ChatHub, Fate, InboundMessage, OutboundKind, OutboundMessage};
-use switchboard_tools::{AskUser, Tool, ToolContext, ToolError};
+use switchboard_tools::{AskUser, Tool, ToolContext, ToolError, ToolOutput};
 use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -190,7 +190,11 @@ impl Tool for AskUserTool {
         Some(self.timeout + Duration::from_secs(5))
     }
 
-    async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let question = args["question"].as_str().unwrap_or_default().trim();
         if question.is_empty() {
             return Err(ToolError::InvalidArguments(
@@ -208,7 +212,7 @@ impl Tool for AskUserTool {
             ));
         };
         match user.0.ask(question, Awaiting::Answer, self.timeout).await {
-            Some(answer) => Ok(answer),
+            Some(answer) => Ok(answer.into()),
             None if ctx.cancel.is_cancelled() => Err(ToolError::Failed("cancelled".into())),
             None => Err(ToolError::Failed(format!(
                 "the user did not answer within {} s; go on without it or say what you need",

@@ -6,13 +6,14 @@ use std::panic::AssertUnwindSafe;
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use switchboard_core::{ChatMessage, ToolCall};
-use switchboard_tools::{ToolContext, ToolError, ToolRegistry, cap_result};
+use switchboard_core::{ChatMessage, ImagePart, ToolCall};
+use switchboard_tools::{ToolContext, ToolError, ToolOutput, ToolRegistry, cap_result};
 use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::events::{AgentEvent, EventSink};
 use crate::hooks::{ToolOutcome, TurnInfo};
+use crate::input::MAX_IMAGES;
 
 /// The result text of a call that was cancelled before it returned.
 pub(crate) const CANCELLED_RESULT: &str = "error: cancelled before the tool returned";
@@ -125,29 +126,63 @@ async fn call_one(
         .instrument(span.clone())
         .await;
     let mut outcome = match outcome {
-        Ok(text) => ToolOutcome {
-            content: text,
+        Ok(output) => ToolOutcome {
+            content: output.text,
             is_error: false,
+            images: output.images,
         },
         Err(Refused::Hook(outcome)) => outcome,
-        Err(Refused::Tool(err)) => ToolOutcome {
-            content: format!("error: {err}"),
-            is_error: true,
-        },
+        Err(Refused::Tool(err)) => ToolOutcome::error(format!("error: {err}")),
     };
     if !agent.hooks.is_empty() {
         agent.hooks.after_tool(turn, call, &mut outcome).await;
     }
-    let is_error = outcome.is_error;
-    let content = cap_result(outcome.content, agent.config.max_tool_result_bytes);
+    let ToolOutcome {
+        content,
+        is_error,
+        mut images,
+    } = outcome;
+    let mut content = cap_result(content, agent.config.max_tool_result_bytes);
+    name_images(&mut content, &mut images);
     span.record("output_bytes", content.len());
-    span.in_scope(|| tracing::debug!(ok = !is_error, bytes = content.len(), "tool call done"));
+    span.in_scope(|| {
+        tracing::debug!(
+            ok = !is_error,
+            bytes = content.len(),
+            images = images.len(),
+            "tool call done"
+        );
+    });
     let _ = events.send(AgentEvent::ToolFinished {
         id: call.id.clone(),
         name: call.name.clone(),
         ok: !is_error,
     });
-    ChatMessage::tool_result(call, content, is_error)
+    ChatMessage::Tool {
+        tool_call_id: call.id.clone(),
+        name: call.name.clone(),
+        content,
+        is_error,
+        images,
+    }
+}
+
+/// Names each image of a result in its text, so the model can refer to the file (and one
+/// that is shown no images still learns of it); more than [`MAX_IMAGES`] are left out.
+fn name_images(content: &mut String, images: &mut Vec<ImagePart>) {
+    let left_out = images.len().saturating_sub(MAX_IMAGES);
+    images.truncate(MAX_IMAGES);
+    for image in images.iter() {
+        content.push_str(&format!(
+            "\n[image ({}) saved in the workspace at {}]",
+            image.mime, image.path
+        ));
+    }
+    if left_out > 0 {
+        content.push_str(&format!(
+            "\n[{left_out} more images left out: a result shows at most {MAX_IMAGES}]"
+        ));
+    }
 }
 
 /// Why a call has no result of its tool.
@@ -170,7 +205,7 @@ async fn invoke(
     call: &ToolCall,
     ctx: &ToolContext,
     turn: TurnInfo<'_>,
-) -> Result<String, Refused> {
+) -> Result<ToolOutput, Refused> {
     let Some(tool) = tools.get(&call.name) else {
         let available: Vec<&str> = tools.names().collect();
         return Err(Refused::Tool(ToolError::Unknown {

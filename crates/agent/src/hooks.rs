@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchboard_core::{SessionKey, ToolCall, TurnEnd, Usage};
+use switchboard_core::{ImagePart, SessionKey, ToolCall, TurnEnd, Usage};
 use switchboard_llm::{ChatRequest, ChatResponse};
 use switchboard_tools::User;
 
@@ -54,6 +54,27 @@ pub struct ToolOutcome {
     pub content: String,
     /// Whether it is an error.
     pub is_error: bool,
+    /// Images the tool returned (files of the workspace), shown to a model that takes them.
+    pub images: Vec<ImagePart>,
+}
+
+impl ToolOutcome {
+    /// A result of text only.
+    pub fn text(content: impl Into<String>) -> Self {
+        Self {
+            content: content.into(),
+            is_error: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// An error result.
+    pub fn error(content: impl Into<String>) -> Self {
+        Self {
+            is_error: true,
+            ..Self::text(content)
+        }
+    }
 }
 
 /// How a turn ended, for `on_turn_end`.
@@ -146,18 +167,12 @@ impl Hooks {
     ) -> Result<(), ToolOutcome> {
         for hook in &self.0 {
             if let Approval::Deny(reason) = hook.approve_tool(turn, call, args).await {
-                return Err(ToolOutcome {
-                    content: format!("error: not run — {reason}"),
-                    is_error: true,
-                });
+                return Err(ToolOutcome::error(format!("error: not run — {reason}")));
             }
         }
         for hook in &self.0 {
             if let BeforeTool::Skip(result) = hook.before_tool(turn, call, args).await {
-                return Err(ToolOutcome {
-                    content: result,
-                    is_error: false,
-                });
+                return Err(ToolOutcome::text(result));
             }
         }
         Ok(())

@@ -2,16 +2,17 @@
 //! and reading the images it shows the model.
 
 use std::io::Read;
+use std::sync::Arc;
 
 use base64::Engine;
 use switchboard_core::{Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId};
 use switchboard_llm::ImageData;
 use switchboard_tools::{User, Workspace};
 
-/// The largest image sent to a model, in bytes (Anthropic's limit is 5 MB).
-const MAX_IMAGE_BYTES: u64 = 5 * 1024 * 1024;
-/// The most images of one message sent to a model.
-const MAX_IMAGES: usize = 8;
+/// The largest image sent to a model, in bytes.
+const MAX_IMAGE_BYTES: u64 = ImagePart::MAX_BYTES;
+/// The most images of one message (a person's, a tool result) sent to a model.
+pub(crate) const MAX_IMAGES: usize = 8;
 
 /// What a turn answers: the whole inbound message as the turn needs it.
 #[derive(Clone, Debug, Default)]
@@ -83,22 +84,80 @@ pub(crate) fn message_text(message: &InboundMessage) -> String {
 /// An attachment a model can look at: PNG, JPEG, GIF or WebP within the size limit.
 fn image_part(attachment: &Attachment) -> Option<ImagePart> {
     let mime = attachment.mime.as_deref()?;
-    let known = matches!(
-        mime,
-        "image/png" | "image/jpeg" | "image/gif" | "image/webp"
-    );
-    (known && attachment.bytes <= MAX_IMAGE_BYTES).then(|| ImagePart {
+    (ImagePart::shown_type(mime) && attachment.bytes <= MAX_IMAGE_BYTES).then(|| ImagePart {
         path: attachment.path.clone(),
         mime: mime.to_owned(),
     })
 }
 
-/// Reads the images of the new message for the request (through the workspace, so a path
-/// cannot leave it). One that cannot be read is left out, and logged: the text still names
-/// where it was saved.
-pub(crate) fn load_images(workspace: &Workspace, parts: &[ImagePart]) -> Vec<ImageData> {
+/// What a turn may still show of images, so a tool that returns a screenshot every round
+/// cannot grow a request past what providers take (Anthropic's is 32 MB).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ImageBudget {
+    /// Images.
+    images: usize,
+    /// Their bytes.
+    bytes: u64,
+}
+
+/// The most images one turn shows.
+const MAX_TURN_IMAGES: usize = 16;
+/// The most image bytes one turn shows.
+const MAX_TURN_IMAGE_BYTES: u64 = 20 * 1024 * 1024;
+
+impl Default for ImageBudget {
+    fn default() -> Self {
+        Self {
+            images: MAX_TURN_IMAGES,
+            bytes: MAX_TURN_IMAGE_BYTES,
+        }
+    }
+}
+
+/// Reads the images of a new message (the person's, a tool result's) for the request,
+/// within the turn's `budget`, on a blocking thread. One that cannot be read or is past the
+/// budget is left out, and logged: the text still names where it was saved.
+pub(crate) async fn show_images(
+    workspace: &Arc<Workspace>,
+    parts: &[ImagePart],
+    budget: &mut ImageBudget,
+) -> Vec<ImageData> {
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let workspace = workspace.clone();
+    let parts = parts.to_vec();
+    let mut left = *budget;
+    let loaded = tokio::task::spawn_blocking(move || {
+        let loaded = load_images(&workspace, &parts, &mut left);
+        (loaded, left)
+    })
+    .await;
+    match loaded {
+        Ok((loaded, left)) => {
+            *budget = left;
+            loaded
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "reading images stopped; the model gets only their paths");
+            Vec::new()
+        }
+    }
+}
+
+/// Reads images through the workspace, so a path cannot leave it.
+fn load_images(
+    workspace: &Workspace,
+    parts: &[ImagePart],
+    budget: &mut ImageBudget,
+) -> Vec<ImageData> {
     let mut loaded = Vec::new();
     for part in parts.iter().take(MAX_IMAGES) {
+        if budget.images == 0 {
+            tracing::warn!(path = %part.path, "a turn shows at most {MAX_TURN_IMAGES} images; \
+                the model gets only its path");
+            continue;
+        }
         let read = workspace
             .resolve(&part.path)
             .and_then(|path| workspace.open_read(&path))
@@ -111,19 +170,78 @@ pub(crate) fn load_images(workspace: &Workspace, parts: &[ImagePart]) -> Vec<Ima
                 if bytes.len() as u64 > MAX_IMAGE_BYTES {
                     return Err(format!("larger than {MAX_IMAGE_BYTES} bytes"));
                 }
+                if bytes.len() as u64 > budget.bytes {
+                    return Err(format!(
+                        "past the {MAX_TURN_IMAGE_BYTES} bytes of images a turn shows"
+                    ));
+                }
                 Ok(bytes)
             });
         match read {
-            Ok(bytes) => loaded.push(ImageData {
-                path: part.path.clone(),
-                mime: part.mime.clone(),
-                base64: base64::engine::general_purpose::STANDARD
-                    .encode(bytes)
-                    .into(),
-            }),
+            Ok(bytes) => {
+                budget.images -= 1;
+                budget.bytes -= bytes.len() as u64;
+                loaded.push(ImageData {
+                    path: part.path.clone(),
+                    mime: part.mime.clone(),
+                    base64: base64::engine::general_purpose::STANDARD
+                        .encode(bytes)
+                        .into(),
+                });
+            }
             Err(err) => tracing::warn!(path = %part.path, error = %err,
-                "an image could not be read; the model gets only its path"),
+                "an image is not shown; the model gets only its path"),
         }
     }
     loaded
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn images(dir: &std::path::Path, count: usize, bytes: usize) -> Vec<ImagePart> {
+        (0..count)
+            .map(|n| {
+                let path = format!("img-{bytes}-{n}.png");
+                std::fs::write(dir.join(&path), vec![7u8; bytes]).expect("write");
+                ImagePart {
+                    path,
+                    mime: "image/png".into(),
+                }
+            })
+            .collect()
+    }
+
+    /// A turn shows at most 16 images and 20 MiB of them, however many messages bring
+    /// them; each message at most 8.
+    #[tokio::test]
+    async fn a_turn_shows_images_within_its_budget() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = Arc::new(Workspace::new(dir.path(), &[], true).expect("workspace"));
+        let mut budget = ImageBudget::default();
+        let small = images(dir.path(), 10, 10);
+        assert_eq!(show_images(&workspace, &small, &mut budget).await.len(), 8);
+        assert_eq!(show_images(&workspace, &small, &mut budget).await.len(), 8);
+        assert_eq!(show_images(&workspace, &small, &mut budget).await.len(), 0);
+
+        let mut budget = ImageBudget::default();
+        let big = images(dir.path(), 5, MAX_IMAGE_BYTES as usize);
+        assert_eq!(show_images(&workspace, &big, &mut budget).await.len(), 4);
+        assert_eq!(
+            show_images(&workspace, &small[..1], &mut budget)
+                .await
+                .len(),
+            0
+        );
+        let missing = [ImagePart {
+            path: "gone.png".into(),
+            mime: "image/png".into(),
+        }];
+        assert!(
+            show_images(&workspace, &missing, &mut budget)
+                .await
+                .is_empty()
+        );
+    }
 }

@@ -30,7 +30,7 @@ use crate::agent::Agent;
 use crate::batch;
 use crate::events::{AgentEvent, EventSink};
 use crate::hooks::{TurnInfo, TurnSummary};
-use crate::input::{TurnInput, load_images};
+use crate::input::{ImageBudget, TurnInput, show_images};
 use crate::verify::{self, Verdict};
 
 /// Consecutive LLM calls whose output could not be used (unreadable, too large) after
@@ -171,14 +171,11 @@ impl Turn<'_> {
         let agent = self.agent;
         let config = &agent.config;
         let question = input.text.clone();
-        let images = if input.images.is_empty() || input.resume {
+        let mut budget = ImageBudget::default();
+        let images = if input.resume {
             Vec::new()
         } else {
-            let workspace = config.workspace.clone();
-            let parts = input.images.clone();
-            tokio::task::spawn_blocking(move || load_images(&workspace, &parts))
-                .await
-                .unwrap_or_default()
+            show_images(&config.workspace, &input.images, &mut budget).await
         };
         if !input.resume {
             let received = InboundState::Received;
@@ -318,6 +315,10 @@ impl Turn<'_> {
                 cancelled = outcome.cancelled,
                 "tool batch done"
             );
+            for result in &outcome.results {
+                let shown = show_images(&config.workspace, result.images(), &mut budget).await;
+                request.images.extend(shown);
+            }
             let mut step = Vec::with_capacity(outcome.results.len() + 1);
             step.push(assistant);
             step.extend(outcome.results);

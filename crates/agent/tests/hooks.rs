@@ -15,7 +15,9 @@ use switchboard_agent::{
 use switchboard_core::{ChatMessage, SessionKey, ToolCall, TurnEnd};
 use switchboard_llm::{ChatRequest, ChatResponse, LlmError, LlmProvider, StreamSink};
 use switchboard_sessions::JsonlStore;
-use switchboard_tools::{Tool, ToolContext, ToolError, ToolRegistry, ToolSources, Workspace};
+use switchboard_tools::{
+    Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, ToolSources, Workspace,
+};
 use tokio_util::sync::CancellationToken;
 
 /// Answers with the scripted responses in turn, recording each request.
@@ -68,9 +70,9 @@ impl Tool for Counted {
     fn parameters(&self) -> Value {
         json!({"type": "object", "properties": {"text": {"type": "string"}}})
     }
-    async fn call(&self, args: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(args["text"].as_str().unwrap_or_default().to_owned())
+        Ok(args["text"].as_str().unwrap_or_default().into())
     }
 }
 

@@ -47,6 +47,11 @@ pub enum ChatMessage {
         /// Whether the call failed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// Images the tool returned (an MCP server's screenshot, an image file read), by
+        /// where they were saved; shown to models that take images in the turn that called
+        /// the tool. Absent in files written before tool images were kept.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
     },
 }
 
@@ -83,11 +88,11 @@ impl ChatMessage {
         }
     }
 
-    /// The images of a user message; empty for every other message.
+    /// The images of a user message or a tool result; empty for an assistant message.
     pub fn images(&self) -> &[ImagePart] {
         match self {
-            Self::User { images, .. } => images,
-            _ => &[],
+            Self::User { images, .. } | Self::Tool { images, .. } => images,
+            Self::Assistant { .. } => &[],
         }
     }
 
@@ -106,6 +111,7 @@ impl ChatMessage {
             name: call.name.clone(),
             content: content.into(),
             is_error,
+            images: Vec::new(),
         }
     }
 
@@ -140,7 +146,7 @@ impl ChatMessage {
     }
 }
 
-/// An image part of a user message: a file in the workspace. History keeps where it is,
+/// An image part of a user message or a tool result: a file in the workspace. History keeps where it is,
 /// not its bytes; a request carries the bytes of the images it shows (see the LLM crate).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImagePart {
@@ -148,6 +154,30 @@ pub struct ImagePart {
     pub path: String,
     /// Its MIME type (`image/png`, `image/jpeg`, `image/gif`, `image/webp`).
     pub mime: String,
+}
+
+impl ImagePart {
+    /// The image types a model is shown (what OpenAI's and Anthropic's APIs take).
+    pub const TYPES: [&'static str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+    /// The largest image shown to a model, in bytes (Anthropic's limit is 5 MB).
+    pub const MAX_BYTES: u64 = 5 * 1024 * 1024;
+
+    /// Whether a model can be shown an image of type `mime`.
+    pub fn shown_type(mime: &str) -> bool {
+        Self::TYPES.contains(&mime)
+    }
+
+    /// The file name extension for an image of type `mime` (`bin` for one not shown).
+    pub fn extension(mime: &str) -> &'static str {
+        match mime {
+            "image/png" => "png",
+            "image/jpeg" => "jpg",
+            "image/gif" => "gif",
+            "image/webp" => "webp",
+            _ => "bin",
+        }
+    }
 }
 
 /// A tool call as the model asked for it.

@@ -59,6 +59,9 @@ pub struct ProviderConfig {
     pub max_connections: usize,
     /// An idle kept-alive connection is closed after this.
     pub pool_idle_timeout: Duration,
+    /// Whether the model takes images: `false` leaves every image out of its requests (the
+    /// text still names where each was saved).
+    pub images: bool,
 }
 
 impl Default for ProviderConfig {
@@ -74,6 +77,7 @@ impl Default for ProviderConfig {
             limits: ResponseLimits::default(),
             max_connections: 64,
             pool_idle_timeout: Duration::from_secs(30),
+            images: true,
         }
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use switchboard_core::{ChatMessage, ToolCall, ToolDefinition, Usage};
+use switchboard_core::{ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage};
 
 use crate::error::LlmError;
 
@@ -34,16 +34,16 @@ pub struct ChatRequest {
     pub tools: Arc<[ToolDefinition]>,
     /// Whether to stream the reply (text arrives as [`StreamEvent::Text`]).
     pub stream: bool,
-    /// The bytes of the images the request shows, by the path their
-    /// [`ImagePart`](switchboard_core::ImagePart) names (the new message's; older images
-    /// are not sent again). A part without bytes here is left out of the request.
+    /// The bytes of the images the request shows, by the path their [`ImagePart`] names
+    /// (the turn's: the new message's and its tool results'; older images are not sent
+    /// again). A part without bytes here is left out of the request.
     pub images: Vec<ImageData>,
 }
 
 /// An image's bytes, base64-encoded, for a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageData {
-    /// The path of the [`ImagePart`](switchboard_core::ImagePart) it belongs to.
+    /// The path of the [`ImagePart`] it belongs to.
     pub path: String,
     /// Its MIME type.
     pub mime: String,
@@ -55,6 +55,19 @@ impl ChatRequest {
     /// The bytes of the image part at `path`, if the request carries them.
     pub fn image(&self, path: &str) -> Option<&ImageData> {
         self.images.iter().find(|image| image.path == path)
+    }
+
+    /// The bytes of the images among `parts` the request carries, in order; none when the
+    /// model takes no images (`take` false: its config says `images = false`).
+    pub(crate) fn shown<'a>(
+        &'a self,
+        parts: &'a [ImagePart],
+        take: bool,
+    ) -> impl Iterator<Item = &'a ImageData> + 'a {
+        parts
+            .iter()
+            .filter(move |_| take)
+            .filter_map(|part| self.image(&part.path))
     }
 }
 

@@ -4,10 +4,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rmcp::model::{CallToolRequestParams, ContentBlock};
+use base64::Engine;
+use rmcp::model::{CallToolRequestParams, ContentBlock, ImageContent};
 use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
-use switchboard_tools::{Tool, ToolContext, ToolError};
+use switchboard_core::ImagePart;
+use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// The longest description passed on to the model.
 pub const MAX_DESCRIPTION: usize = 2 * 1024;
@@ -159,7 +161,7 @@ impl Tool for McpTool {
         self.timeout
     }
 
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let arguments = match args {
             Value::Object(map) => Some(map),
             Value::Null => None,
@@ -179,13 +181,12 @@ impl Tool for McpTool {
         };
         let outcome = match result {
             Err(err) => Err(ToolError::Failed(format!("the MCP server failed: {err}"))),
+            Ok(result) if result.is_error == Some(true) => Err(ToolError::Failed(
+                Content::of(&result.content, result.structured_content.as_ref()).text,
+            )),
             Ok(result) => {
-                let text = text_of(&result.content, result.structured_content.as_ref());
-                if result.is_error == Some(true) {
-                    Err(ToolError::Failed(text))
-                } else {
-                    Ok(text)
-                }
+                let content = Content::of(&result.content, result.structured_content.as_ref());
+                Ok(content.save(ctx).await)
             }
         };
         let server = self.server.clone();
@@ -198,34 +199,84 @@ impl Tool for McpTool {
     }
 }
 
-/// What a result says, as text: its text blocks, and a line naming each block of another
-/// kind (dropped); the structured content when there is no text.
-fn text_of(content: &[ContentBlock], structured: Option<&Value>) -> String {
-    let mut parts = Vec::new();
-    for block in content {
-        match block {
-            ContentBlock::Text(text) => parts.push(text.text.clone()),
-            ContentBlock::Image(image) => parts.push(format!(
-                "[an image ({}, {} bytes of base64) was left out]",
-                image.mime_type,
-                image.data.len()
-            )),
-            ContentBlock::Audio(_) => parts.push("[audio was left out]".to_owned()),
-            ContentBlock::Resource(_) => {
-                parts.push("[an embedded resource was left out]".to_owned())
+/// What a result says: its text blocks and a line naming each block of another kind
+/// (dropped), the structured content when there is no text; and its images, to save.
+#[derive(Debug, Default)]
+struct Content<'a> {
+    text: String,
+    images: Vec<&'a ImageContent>,
+}
+
+impl<'a> Content<'a> {
+    fn of(content: &'a [ContentBlock], structured: Option<&Value>) -> Self {
+        let mut parts = Vec::new();
+        let mut images = Vec::new();
+        for block in content {
+            match block {
+                ContentBlock::Text(text) => parts.push(text.text.clone()),
+                ContentBlock::Image(image) => images.push(image),
+                ContentBlock::Audio(_) => parts.push("[audio was left out]".to_owned()),
+                ContentBlock::Resource(_) => {
+                    parts.push("[an embedded resource was left out]".to_owned())
+                }
+                ContentBlock::ResourceLink(link) => {
+                    parts.push(format!("[a resource: {}]", link.uri));
+                }
+                _ => parts.push("[content of a kind not known here was left out]".to_owned()),
             }
-            ContentBlock::ResourceLink(link) => {
-                parts.push(format!("[a resource: {}]", link.uri));
-            }
-            _ => parts.push("[content of a kind not known here was left out]".to_owned()),
+        }
+        if parts.is_empty()
+            && images.is_empty()
+            && let Some(structured) = structured
+        {
+            parts.push(structured.to_string());
+        }
+        Self {
+            text: parts.join("\n"),
+            images,
         }
     }
-    if parts.is_empty()
-        && let Some(structured) = structured
-    {
-        parts.push(structured.to_string());
+
+    /// The result, its images saved in the workspace (the agent shows them to a model that
+    /// takes images); one that cannot be is named in the text and left out.
+    async fn save(self, ctx: &ToolContext) -> ToolOutput {
+        let mut output = ToolOutput::from(self.text);
+        for image in self.images {
+            let saved = match decode(image) {
+                Ok(bytes) => ctx.save_image(&image.mime_type, bytes).await,
+                Err(err) => Err(err),
+            };
+            match saved {
+                Ok(part) => output.images.push(part),
+                Err(err) => {
+                    if !output.text.is_empty() {
+                        output.text.push('\n');
+                    }
+                    output.text.push_str(&format!(
+                        "[an image ({}, {} bytes of base64) was left out: {}]",
+                        image.mime_type,
+                        image.data.len(),
+                        err
+                    ));
+                }
+            }
+        }
+        output
     }
-    parts.join("\n")
+}
+
+/// An image's bytes, within the size a model is shown (checked before decoding).
+fn decode(image: &ImageContent) -> Result<Vec<u8>, ToolError> {
+    let most = ImagePart::MAX_BYTES.div_ceil(3) * 4 + 4;
+    if image.data.len() as u64 > most {
+        return Err(ToolError::Failed(format!(
+            "it is larger than the {} bytes shown to models",
+            ImagePart::MAX_BYTES
+        )));
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(image.data.trim())
+        .map_err(|err| ToolError::Failed(format!("its data is not base64: {err}")))
 }
 
 #[cfg(test)]

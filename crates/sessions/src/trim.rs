@@ -76,6 +76,7 @@ pub fn repair(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ChatMessag
                 name,
                 content,
                 is_error,
+                images,
             } => {
                 // A result answers the first open call written with its id; one that
                 // answers nothing (no call, or answered already) is dropped.
@@ -86,6 +87,7 @@ pub fn repair(messages: impl IntoIterator<Item = ChatMessage>) -> Vec<ChatMessag
                         name,
                         content,
                         is_error,
+                        images,
                     });
                 }
             }
@@ -127,6 +129,7 @@ fn close_open(out: &mut Vec<ChatMessage>, open: &mut Vec<OpenCall>) {
             name: call.name,
             content: MISSING_RESULT.to_owned(),
             is_error: true,
+            images: Vec::new(),
         });
     }
 }

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::io::Write;
 
 use proptest::prelude::*;
-use switchboard_core::{ChatMessage, SessionKey, ToolCall, Usage};
+use switchboard_core::{ChatMessage, ImagePart, SessionKey, ToolCall, Usage};
 use switchboard_sessions::{Batch, JsonlStore, SessionStore, repair, trim};
 use switchboard_testkit::strict::{WireMessage, check_conversation};
 
@@ -34,11 +34,21 @@ fn message() -> impl Strategy<Value = ChatMessage> {
                     .collect(),
             }
         }),
-        (id(), any::<bool>()).prop_map(|(id, is_error)| ChatMessage::Tool {
-            tool_call_id: id,
-            name: "t".into(),
-            content: "r".into(),
-            is_error,
+        (id(), any::<bool>(), any::<bool>()).prop_map(|(id, is_error, image)| {
+            ChatMessage::Tool {
+                tool_call_id: id,
+                name: "t".into(),
+                content: "r".into(),
+                is_error,
+                images: if image {
+                    vec![ImagePart {
+                        path: "media/tools/t.png".into(),
+                        mime: "image/png".into(),
+                    }]
+                } else {
+                    Vec::new()
+                },
+            }
         }),
     ]
 }

@@ -2,8 +2,8 @@
 //! environment, so a test can see what the daemon gave it), `slow` (sleeps; says when a call
 //! was cancelled), `crash` (exits at once, mid-call), `grow` (adds the tool `late` and says
 //! the list changed), `meet` (read-only: answers "met" only when two calls run at once),
-//! `gather` (the same, unmarked) and `flood` (floods its stderr). Run over stdio by the
-//! `mcp-test-server` binary.
+//! `gather` (the same, unmarked), `flood` (floods its stderr) and `picture` (answers with
+//! an image, [`PICTURE`]). Run over stdio by the `mcp-test-server` binary.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,7 +12,8 @@ use std::time::Duration;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CallToolResult, ContentBlock, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, SubscriptionFilter,
 };
 use rmcp::service::{Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
@@ -45,6 +46,23 @@ pub struct MeetArgs {
 pub struct FloodArgs {
     /// How many lines (of 4,000 bytes) to write to stderr.
     pub lines: u64,
+}
+
+/// The image `picture` answers with: a 1×1 PNG.
+pub const PICTURE: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0xda, 0x63, 0x64, 0x60, 0xf8, 0x5f,
+    0x0f, 0x00, 0x02, 0x87, 0x01, 0x80, 0xeb, 0x47, 0xba, 0x92, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// `picture`'s arguments.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct PictureArgs {
+    /// `svg` or `broken` for an image the daemon leaves out; anything else, a PNG.
+    #[serde(default)]
+    pub kind: Option<String>,
 }
 
 /// The test server.
@@ -150,6 +168,23 @@ impl TestServer {
             eprintln!("{line}");
         }
         format!("wrote {lines} lines")
+    }
+
+    /// A picture: a line of text and [`PICTURE`]; with `kind = "svg"`, an image of a type
+    /// models are not shown; with `kind = "broken"`, image data that is not base64.
+    #[tool(description = "Take a picture", annotations(read_only_hint = true))]
+    async fn picture(
+        &self,
+        Parameters(PictureArgs { kind }): Parameters<PictureArgs>,
+    ) -> CallToolResult {
+        use base64::Engine;
+        let png = base64::engine::general_purpose::STANDARD.encode(PICTURE);
+        let image = match kind.as_deref() {
+            Some("svg") => ContentBlock::image(png, "image/svg+xml"),
+            Some("broken") => ContentBlock::image("not base64!", "image/png"),
+            _ => ContentBlock::image(png, "image/png"),
+        };
+        CallToolResult::success(vec![ContentBlock::text("a picture"), image])
     }
 
     /// Listed only after `grow`.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use switchboard_tools::{Tool, ToolContext, ToolError};
+use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use tokio::sync::Barrier;
 
 fn object_schema(properties: Value) -> Value {
@@ -27,10 +27,10 @@ impl Tool for EchoTool {
     fn parameters(&self) -> Value {
         object_schema(json!({"text": {"type": "string"}}))
     }
-    async fn call(&self, args: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         args["text"]
             .as_str()
-            .map(str::to_owned)
+            .map(ToolOutput::from)
             .ok_or_else(|| ToolError::InvalidArguments("`text` must be a string".into()))
     }
 }
@@ -50,7 +50,7 @@ impl Tool for FailTool {
     fn parameters(&self) -> Value {
         object_schema(json!({}))
     }
-    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         Err(ToolError::Failed("this tool always fails".into()))
     }
 }
@@ -70,10 +70,10 @@ impl Tool for SleepTool {
     fn parameters(&self) -> Value {
         object_schema(json!({"ms": {"type": "integer"}}))
     }
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let ms = args["ms"].as_u64().unwrap_or(1000);
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(format!("slept {ms} ms")),
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(format!("slept {ms} ms").into()),
             () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
         }
     }
@@ -108,10 +108,10 @@ impl Tool for BarrierTool {
     fn parameters(&self) -> Value {
         object_schema(json!({}))
     }
-    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
         tokio::time::timeout(self.patience, self.barrier.wait())
             .await
-            .map(|_| "all parties arrived".to_owned())
+            .map(|_| "all parties arrived".into())
             .map_err(|_| ToolError::Failed("the other calls never arrived".into()))
     }
 }

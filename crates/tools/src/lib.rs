@@ -10,7 +10,7 @@
 //! the built-in ones from `[tools]`.
 //!
 //! # Layout
-//! - `tool`: the [`Tool`] trait, [`ToolContext`] and [`ToolDefinition`].
+//! - `tool`: the [`Tool`] trait, [`ToolContext`], [`ToolOutput`] and [`ToolDefinition`].
 //! - `registry`: [`ToolRegistry`].
 //! - `sources`: [`ToolSources`] and [`ToolCollision`].
 //! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
@@ -41,5 +41,5 @@ pub use config::ToolsSection;
 pub use error::ToolError;
 pub use registry::ToolRegistry;
 pub use sources::{ToolCollision, ToolSources};
-pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, User};
+pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, ToolOutput, User};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

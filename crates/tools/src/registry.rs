@@ -95,8 +95,12 @@ pub(crate) mod tests {
         fn parameters(&self) -> serde_json::Value {
             json!({"type": "object", "properties": {}})
         }
-        async fn call(&self, _: serde_json::Value, _: &ToolContext) -> Result<String, ToolError> {
-            Ok(self.0.to_owned())
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: &ToolContext,
+        ) -> Result<crate::ToolOutput, ToolError> {
+            Ok(self.0.into())
         }
     }
 
@@ -126,6 +130,6 @@ pub(crate) mod tests {
             user: None,
         };
         let tool = registry.get("echo").expect("registered");
-        assert_eq!(tool.call(json!({}), &ctx).await.expect("call"), "echo");
+        assert_eq!(tool.call(json!({}), &ctx).await.expect("call").text, "echo");
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use switchboard_core::ToolDefinition;
-use switchboard_core::{Awaiting, SessionKey};
+use switchboard_core::{Awaiting, ImagePart, SessionKey};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
@@ -23,6 +23,59 @@ pub struct ToolContext {
     /// The person the turn answers, to ask something of (`None`: nobody can be asked,
     /// e.g. a scheduled turn).
     pub user: Option<User>,
+}
+
+impl ToolContext {
+    /// Saves an image a tool received as bytes (an MCP server's screenshot) as
+    /// `media/tools/<session>-<time>-<n>.<ext>` in the workspace, for the tool's
+    /// [`ToolOutput`]. Refused, saving nothing, when models take no image of type `mime` or
+    /// it is larger than [`ImagePart::MAX_BYTES`]: the tool then names it in its text instead.
+    pub async fn save_image(&self, mime: &str, bytes: Vec<u8>) -> Result<ImagePart, ToolError> {
+        if !ImagePart::shown_type(mime) {
+            return Err(ToolError::Failed(format!(
+                "an image of type {mime} is not shown to models (they take {})",
+                ImagePart::TYPES.join(", ")
+            )));
+        }
+        if bytes.len() as u64 > ImagePart::MAX_BYTES {
+            return Err(ToolError::Failed(format!(
+                "an image of {} bytes is larger than the {} bytes shown to models",
+                bytes.len(),
+                ImagePart::MAX_BYTES
+            )));
+        }
+        let session: String = self
+            .session
+            .as_str()
+            .chars()
+            .take(64)
+            .map(|c| match c {
+                'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' => c,
+                _ => '_',
+            })
+            .collect();
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let path = format!(
+            "media/tools/{session}-{millis}-{:04x}.{}",
+            fastrand::u16(..),
+            ImagePart::extension(mime)
+        );
+        let workspace = self.workspace.clone();
+        let relative = path.clone();
+        tokio::task::spawn_blocking(move || {
+            let resolved = workspace.resolve(&relative)?;
+            workspace.write(&resolved, &bytes)
+        })
+        .await
+        .map_err(|err| ToolError::Failed(format!("saving an image stopped: {err}")))??;
+        Ok(ImagePart {
+            path,
+            mime: mime.to_owned(),
+        })
+    }
 }
 
 /// The person a turn answers, for tools and policies that must ask them something: the
@@ -73,6 +126,38 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
-    /// Runs the tool. The text returned (or the error's message) goes back to the model.
-    async fn call(&self, args: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError>;
+    /// Runs the tool. What it returns (or the error's message) goes back to the model.
+    async fn call(
+        &self,
+        args: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError>;
+}
+
+/// What a tool call returns: the text the model reads, and images it may look at.
+///
+/// Most tools return text only (`Ok(text.into())`). An image is a file of the workspace
+/// ([`ToolContext::save_image`] writes one a tool received as bytes); the agent names each in
+/// the result's text and shows it to a model that takes images for the rest of the turn.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text of the result.
+    pub text: String,
+    /// Images the result carries, in order.
+    pub images: Vec<ImagePart>,
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            images: Vec::new(),
+        }
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        text.to_owned().into()
+    }
 }

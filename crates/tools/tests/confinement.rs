@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
+use switchboard_core::ImagePart;
 use switchboard_tools::builtin::{EditFile, FindFiles, Grep, ListDir, ReadFile, WriteFile};
 use switchboard_tools::{Tool, ToolContext, ToolError, Workspace};
 use tokio_util::sync::CancellationToken;
@@ -63,7 +64,7 @@ async fn call(
     args: serde_json::Value,
     ctx: &ToolContext,
 ) -> Result<String, ToolError> {
-    tool.call(args, ctx).await
+    tool.call(args, ctx).await.map(|output| output.text)
 }
 
 fn assert_denied(result: Result<String, ToolError>, what: &str) {
@@ -97,6 +98,59 @@ async fn paths_out_of_the_workspace_are_refused() {
     std::fs::write(s.ws.join("note.txt"), "inside").expect("write");
     let inside = call(&ReadFile, json!({"path": s.ws.join("note.txt")}), &s.ctx).await;
     assert_eq!(inside.expect("read"), "inside\n");
+}
+
+#[tokio::test]
+async fn an_image_is_read_as_an_image_and_saved_only_inside() {
+    let s = setup();
+    let png = b"\x89PNG\r\n\x1a\n rest of a picture".to_vec();
+    std::fs::write(s.ws.join("shot.png"), &png).expect("write");
+    let read = ReadFile
+        .call(json!({"path": "shot.png"}), &s.ctx)
+        .await
+        .expect("read");
+    assert_eq!(
+        read.images,
+        [ImagePart {
+            path: "shot.png".into(),
+            mime: "image/png".into()
+        }]
+    );
+    assert!(
+        read.text.contains("is an image (image/png"),
+        "{}",
+        read.text
+    );
+    // A name is not a type: text called .png is read as text.
+    std::fs::write(s.ws.join("fake.png"), "just text").expect("write");
+    let text = ReadFile
+        .call(json!({"path": "fake.png"}), &s.ctx)
+        .await
+        .expect("read");
+    assert_eq!((text.text.as_str(), text.images.len()), ("just text\n", 0));
+
+    let saved = s
+        .ctx
+        .save_image("image/png", png.clone())
+        .await
+        .expect("save");
+    assert!(saved.path.starts_with("media/tools/test_1-"), "{saved:?}");
+    assert!(saved.path.ends_with(".png"), "{saved:?}");
+    assert_eq!(std::fs::read(s.ws.join(&saved.path)).expect("saved"), png);
+    let svg = s.ctx.save_image("image/svg+xml", b"<svg/>".to_vec()).await;
+    assert!(
+        matches!(&svg, Err(ToolError::Failed(m)) if m.contains("image/svg+xml")),
+        "{svg:?}"
+    );
+    let huge = vec![0u8; ImagePart::MAX_BYTES as usize + 1];
+    assert!(s.ctx.save_image("image/png", huge).await.is_err());
+
+    // The media folder turned into a link out of the workspace: nothing is written there.
+    std::fs::remove_dir_all(s.ws.join("media")).expect("rm");
+    std::os::unix::fs::symlink(s.root.join("outside"), s.ws.join("media")).expect("symlink");
+    let escaped = s.ctx.save_image("image/png", png).await;
+    assert!(matches!(escaped, Err(ToolError::Denied(_))), "{escaped:?}");
+    assert!(!s.root.join("outside/tools").exists());
 }
 
 #[tokio::test]

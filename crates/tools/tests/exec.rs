@@ -98,7 +98,8 @@ async fn ten_megabytes_of_output_are_capped_keeping_head_and_tail() {
     let result = exec(4096)
         .call(json!({"command": command}), &ctx)
         .await
-        .expect("runs");
+        .expect("runs")
+        .text;
     assert!(result.len() < 10_000, "{} bytes", result.len());
     assert!(
         result.contains("exit code 0\n--- stdout ---\nFIRST\n"),
@@ -119,7 +120,8 @@ async fn the_environment_holds_nothing_of_the_daemons() {
     let result = exec(16 * 1024)
         .call(json!({"command": "env"}), &ctx)
         .await
-        .expect("runs");
+        .expect("runs")
+        .text;
     let names: Vec<&str> = result
         .lines()
         .skip_while(|line| *line != "--- stdout ---")
@@ -146,7 +148,8 @@ async fn a_command_starts_in_the_workspace_and_reports_its_exit_code_and_stderr(
     let result = exec(4096)
         .call(json!({"command": "pwd; echo oops >&2; exit 3"}), &ctx)
         .await
-        .expect("runs");
+        .expect("runs")
+        .text;
     let root = ctx.workspace.root().display().to_string();
     assert_eq!(
         result,

@@ -59,7 +59,9 @@ fn context(dir: &tempfile::TempDir) -> ToolContext {
 }
 
 async fn fetch(tool: &WebFetch, url: &str, ctx: &ToolContext) -> Result<String, ToolError> {
-    tool.call(json!({"url": url}), ctx).await
+    tool.call(json!({"url": url}), ctx)
+        .await
+        .map(|output| output.text)
 }
 
 #[tokio::test]
@@ -181,7 +183,8 @@ async fn brave_and_searxng_give_titles_urls_and_snippets() {
         let text = tool
             .call(json!({"query": "green tea"}), &ctx)
             .await
-            .expect("results");
+            .expect("results")
+            .text;
         for (n, (title, url, snippet)) in SEARCH_RESULTS.iter().enumerate() {
             let expected = format!("{}. {title}\n   {url}\n   {snippet}\n", n + 1);
             assert!(text.contains(&expected), "{provider:?}: {text}");

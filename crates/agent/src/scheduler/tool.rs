@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
-use switchboard_tools::{Tool, ToolContext, ToolError};
+use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
 
 use super::due::When;
 use super::isolated::CHANNEL as ISOLATED_CHANNEL;
@@ -87,7 +87,11 @@ impl Tool for CronTool {
         true
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = serde_json::from_value(value)
             .map_err(|err| ToolError::InvalidArguments(err.to_string()))?;
         let (channel, chat) = ctx.session.split().ok_or_else(|| {
@@ -139,7 +143,7 @@ impl Tool for CronTool {
                     })
                     .await
                     .map_err(failed)?;
-                Ok(format!("Added {}", describe(&job, now)))
+                Ok(format!("Added {}", describe(&job, now)).into())
             }
             "list" => self.act(&asker, JobAction::List).await,
             "remove" => self.act(&asker, JobAction::Remove(id()?)).await,
@@ -154,10 +158,11 @@ impl Tool for CronTool {
 }
 
 impl CronTool {
-    async fn act(&self, asker: &Asker, action: JobAction) -> Result<String, ToolError> {
+    async fn act(&self, asker: &Asker, action: JobAction) -> Result<ToolOutput, ToolError> {
         self.jobs
             .act(asker, &action)
             .await
+            .map(ToolOutput::from)
             .map_err(ToolError::Failed)
     }
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_core::{ChatMessage, ToolCall, Usage};
 
-use crate::provider::{ChatRequest, StopReason};
+use crate::provider::{ChatRequest, ImageData, StopReason};
 
 /// What Anthropic requires when the config gives no `max_tokens`.
 pub(crate) const DEFAULT_MAX_TOKENS: u32 = 4096;
@@ -52,10 +52,28 @@ enum Block<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ResultContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
+}
+
+/// A tool result's content: its text, or its text and the images it returned.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<Block<'a>>),
+}
+
+fn image_block<'a>(image: &'a ImageData) -> Block<'a> {
+    Block::Image {
+        source: ImageSource {
+            kind: "base64",
+            media_type: &image.mime,
+            data: &image.base64,
+        },
+    }
 }
 
 #[derive(Serialize, Debug, PartialEq)]
@@ -78,6 +96,8 @@ pub(crate) struct Settings<'a> {
     pub model: &'a str,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// Whether the model takes images.
+    pub images: bool,
 }
 
 /// A tool call's arguments as the object Anthropic wants. Arguments that are not a JSON
@@ -105,18 +125,7 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
                         text: message.model_text(),
                     });
                 }
-                blocks.extend(
-                    images
-                        .iter()
-                        .filter_map(|image| request.image(&image.path))
-                        .map(|image| Block::Image {
-                            source: ImageSource {
-                                kind: "base64",
-                                media_type: &image.mime,
-                                data: &image.base64,
-                            },
-                        }),
-                );
+                blocks.extend(request.shown(images, settings.images).map(image_block));
                 ("user", blocks)
             }
             ChatMessage::Assistant {
@@ -140,15 +149,31 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
                 tool_call_id,
                 content,
                 is_error,
+                images,
                 ..
-            } => (
-                "user",
-                vec![Block::ToolResult {
-                    tool_use_id: tool_call_id,
-                    content,
-                    is_error: *is_error,
-                }],
-            ),
+            } => {
+                let mut shown = request.shown(images, settings.images).peekable();
+                let content = if shown.peek().is_none() {
+                    ResultContent::Text(content)
+                } else {
+                    let mut blocks = Vec::new();
+                    if !content.is_empty() {
+                        blocks.push(Block::Text {
+                            text: content.as_str().into(),
+                        });
+                    }
+                    blocks.extend(shown.map(image_block));
+                    ResultContent::Blocks(blocks)
+                };
+                (
+                    "user",
+                    vec![Block::ToolResult {
+                        tool_use_id: tool_call_id,
+                        content,
+                        is_error: *is_error,
+                    }],
+                )
+            }
         };
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
@@ -328,7 +353,6 @@ mod tests {
     use switchboard_core::{ImagePart, ToolDefinition};
 
     use super::*;
-    use crate::provider::ImageData;
 
     #[test]
     fn request_puts_the_system_prompt_aside_and_results_in_user_messages() {
@@ -388,6 +412,7 @@ mod tests {
             model: "claude",
             temperature: None,
             max_tokens: None,
+            images: true,
         };
         let wire = serde_json::to_value(super::request(&settings, &request)).expect("json");
         assert_eq!(
@@ -416,6 +441,63 @@ mod tests {
                 "tools": [{"name": "echo", "description": "echoes", "input_schema": {"type": "object"}}],
                 "stream": true
             })
+        );
+    }
+
+    /// A result that returned an image carries it in its `tool_result` block; a model that
+    /// takes no images gets the text alone.
+    #[test]
+    fn tool_images_go_in_their_tool_result() {
+        let call = ToolCall {
+            id: "a".into(),
+            name: "shot".into(),
+            arguments: "{}".into(),
+        };
+        let mut shot = ChatMessage::tool_result(&call, "took it", false);
+        if let ChatMessage::Tool { images, .. } = &mut shot {
+            images.push(ImagePart {
+                path: "media/tools/a.png".into(),
+                mime: "image/png".into(),
+            });
+        }
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage::user("look").into(),
+                ChatMessage::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![call.clone()],
+                }
+                .into(),
+                shot.into(),
+            ],
+            images: vec![ImageData {
+                path: "media/tools/a.png".into(),
+                mime: "image/png".into(),
+                base64: Arc::from("iVBO"),
+            }],
+            ..ChatRequest::default()
+        };
+        let wire = |images| {
+            let settings = Settings {
+                model: "claude",
+                temperature: None,
+                max_tokens: None,
+                images,
+            };
+            serde_json::to_value(super::request(&settings, &request)).expect("json")
+        };
+        let shown = wire(true);
+        assert_eq!(
+            shown["messages"][2]["content"],
+            json!([{"type": "tool_result", "tool_use_id": "a", "content": [
+                {"type": "text", "text": "took it"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}
+            ]}])
+        );
+        switchboard_testkit::strict::check_anthropic_request(&shown).expect("strict rules");
+        assert_eq!(
+            wire(false)["messages"][2]["content"],
+            json!([{"type": "tool_result", "tool_use_id": "a", "content": "took it"}])
         );
     }
 

@@ -121,6 +121,7 @@ impl LlmProvider for OpenAiProvider {
             model: &self.api.config.model,
             temperature: self.api.config.temperature,
             max_tokens: self.api.config.max_tokens,
+            images: self.api.config.images,
         };
         let body = serde_json::to_vec(&wire::request(&settings, request, request.stream))
             .map_err(|err| LlmError::Decode(err.to_string()))?;

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use switchboard_core::{ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage};
 
-use crate::provider::ChatRequest;
+use crate::provider::{ChatRequest, ImageData};
 
 #[derive(Serialize)]
 pub(crate) struct Request<'a> {
@@ -69,23 +69,57 @@ struct ImageUrl {
 
 fn user_content<'a>(
     request: &'a ChatRequest,
+    settings: &Settings<'_>,
     content: Cow<'a, str>,
     images: &'a [ImagePart],
 ) -> UserContent<'a> {
-    let shown: Vec<_> = images
-        .iter()
-        .filter_map(|image| request.image(&image.path))
-        .collect();
-    if shown.is_empty() {
+    let mut shown = request.shown(images, settings.images).peekable();
+    if shown.peek().is_none() {
         return UserContent::Text(content);
     }
     let mut parts = vec![Part::Text { text: content }];
-    parts.extend(shown.into_iter().map(|image| Part::ImageUrl {
+    parts.extend(shown.map(image_part));
+    UserContent::Parts(parts)
+}
+
+fn image_part<'p>(image: &ImageData) -> Part<'p> {
+    Part::ImageUrl {
         image_url: ImageUrl {
             url: format!("data:{};base64,{}", image.mime, image.base64),
         },
-    }));
-    UserContent::Parts(parts)
+    }
+}
+
+/// The images of the tool results just written, as the user message that follows them:
+/// chat completions take only text in a tool message.
+#[derive(Default)]
+struct ToolImages<'a> {
+    parts: Vec<Part<'a>>,
+}
+
+impl<'a> ToolImages<'a> {
+    fn add(&mut self, call: &str, name: &str, shown: impl Iterator<Item = &'a ImageData>) {
+        for (index, image) in shown.enumerate() {
+            if self.parts.is_empty() {
+                self.parts.push(Part::Text {
+                    text: "The images the tool calls returned:".into(),
+                });
+            }
+            if index == 0 {
+                self.parts.push(Part::Text {
+                    text: format!("{name} (call {call}):").into(),
+                });
+            }
+            self.parts.push(image_part(image));
+        }
+    }
+
+    /// The message showing them, if there are any; empties the list.
+    fn message(&mut self) -> Option<Message<'a>> {
+        (!self.parts.is_empty()).then(|| Message::User {
+            content: UserContent::Parts(std::mem::take(&mut self.parts)),
+        })
+    }
 }
 
 #[derive(Serialize)]
@@ -114,6 +148,8 @@ pub(crate) struct Settings<'a> {
     pub model: &'a str,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// Whether the model takes images.
+    pub images: bool,
 }
 
 /// Maps a provider-neutral request to the wire.
@@ -128,11 +164,12 @@ pub(crate) fn request<'a>(
             content: &request.system,
         });
     }
-    messages.extend(request.messages.iter().map(|message| {
-        match &**message {
+    let mut tool_images = ToolImages::default();
+    for message in &request.messages {
+        let wire = match &**message {
             ChatMessage::User { images, .. } => Message::User {
                 // Opened by a line saying where it comes from, when a person did not write it.
-                content: user_content(request, message.model_text(), images),
+                content: user_content(request, settings, message.model_text(), images),
             },
             ChatMessage::Assistant {
                 content,
@@ -158,14 +195,23 @@ pub(crate) fn request<'a>(
             },
             ChatMessage::Tool {
                 tool_call_id,
+                name,
                 content,
+                images,
                 ..
-            } => Message::Tool {
-                tool_call_id,
-                content,
-            },
-        }
-    }));
+            } => {
+                tool_images.add(tool_call_id, name, request.shown(images, settings.images));
+                messages.push(Message::Tool {
+                    tool_call_id,
+                    content,
+                });
+                continue;
+            }
+        };
+        messages.extend(tool_images.message());
+        messages.push(wire);
+    }
+    messages.extend(tool_images.message());
     Request {
         model: settings.model,
         messages,
@@ -332,6 +378,7 @@ mod tests {
             model: "m",
             temperature: Some(0.5),
             max_tokens: None,
+            images: true,
         };
         let wire = serde_json::to_value(super::request(&settings, &request, true)).expect("json");
         assert_eq!(
@@ -354,6 +401,72 @@ mod tests {
                 "stream_options": {"include_usage": true}
             })
         );
+    }
+
+    /// Two calls, the first returned an image: both results, then a user message showing
+    /// it (a tool message takes only text); a model that takes no images gets none.
+    #[test]
+    fn tool_images_follow_the_results_in_a_user_message() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "shot".into(),
+            arguments: "{}".into(),
+        };
+        let mut shot = ChatMessage::tool_result(&call("a"), "took it", false);
+        if let ChatMessage::Tool { images, .. } = &mut shot {
+            images.push(ImagePart {
+                path: "media/tools/a.png".into(),
+                mime: "image/png".into(),
+            });
+        }
+        let request = ChatRequest {
+            messages: vec![
+                ChatMessage::user("look").into(),
+                ChatMessage::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![call("a"), call("b")],
+                }
+                .into(),
+                shot.into(),
+                ChatMessage::tool_result(&call("b"), "none", false).into(),
+            ],
+            images: vec![ImageData {
+                path: "media/tools/a.png".into(),
+                mime: "image/png".into(),
+                base64: "iVBO".into(),
+            }],
+            ..ChatRequest::default()
+        };
+        let wire = |images| {
+            let settings = Settings {
+                model: "m",
+                temperature: None,
+                max_tokens: None,
+                images,
+            };
+            serde_json::to_value(super::request(&settings, &request, false)).expect("json")
+        };
+        let shown = wire(true);
+        let messages = shown["messages"].as_array().expect("messages");
+        assert_eq!(messages.len(), 5, "{shown}");
+        assert_eq!(messages[2]["role"], "tool");
+        assert_eq!(messages[3]["role"], "tool");
+        assert_eq!(
+            messages[4],
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "The images the tool calls returned:"},
+                {"type": "text", "text": "shot (call a):"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO"}}
+            ]})
+        );
+        switchboard_testkit::strict::check_openai_request(&shown).expect("strict rules");
+        let blind = wire(false);
+        assert_eq!(
+            blind["messages"].as_array().map(Vec::len),
+            Some(4),
+            "{blind}"
+        );
+        assert!(!blind.to_string().contains("iVBO"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{args, blocking};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// A file larger than this is not edited in place (write it whole instead).
 const MAX_EDIT_BYTES: u64 = 8 * 1024 * 1024;
@@ -51,7 +51,11 @@ impl Tool for EditFile {
         true
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
         blocking(move || {

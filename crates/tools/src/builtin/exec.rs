@@ -21,7 +21,7 @@ use tokio::sync::OnceCell;
 use super::args;
 use crate::cap::HeadTail;
 use crate::sandbox::{Confinement, Isolation, RunAs, exit_code};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Commands refused by default: the obvious ways to wreck a machine. Matched against the
 /// command line; none matches `curl`, `rm -rf build` or any path inside the workspace.
@@ -222,7 +222,11 @@ impl Tool for Exec {
         Some(self.options.max_timeout + Duration::from_secs(10))
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         if args.command.trim().is_empty() {
             return Err(ToolError::InvalidArguments("the command is empty".into()));
@@ -351,7 +355,7 @@ impl Tool for Exec {
         if timed_out {
             return Err(ToolError::Failed(text));
         }
-        Ok(text)
+        Ok(text.into())
     }
 }
 

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{args, blocking, walker};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Paths listed at most.
 const MAX_RESULTS: usize = 500;
@@ -45,7 +45,11 @@ impl Tool for FindFiles {
         })
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let glob = GlobBuilder::new(&args.pattern)
             .literal_separator(true)

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{args, blocking, walker};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Matching lines shown at most.
 const MAX_MATCHES: usize = 200;
@@ -57,7 +57,11 @@ impl Tool for Grep {
         })
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(args.case_insensitive)

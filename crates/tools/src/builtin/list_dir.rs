@@ -6,7 +6,7 @@ use serde_json::json;
 
 use super::{args, blocking};
 use crate::workspace::EntryKind;
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Entries listed at most; the rest are counted.
 const MAX_ENTRIES: usize = 1000;
@@ -41,7 +41,11 @@ impl Tool for ListDir {
         })
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
         blocking(move || {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::args;
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// A message longer than this is refused (channels split long ones, within reason).
 const MAX_TEXT_BYTES: usize = 16 * 1024;
@@ -66,7 +66,11 @@ impl Tool for SendMessage {
         })
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         if args.text.trim().is_empty() {
             return Err(ToolError::InvalidArguments("the text is empty".into()));
@@ -85,6 +89,7 @@ impl Tool for SendMessage {
             "sent to {} chat {}",
             args.channel.trim(),
             args.chat_id.trim()
-        ))
+        )
+        .into())
     }
 }

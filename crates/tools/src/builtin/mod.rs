@@ -26,7 +26,7 @@ pub use web_search::{SearchProvider, WebSearch, WebSearchOptions};
 pub use write_file::WriteFile;
 
 use crate::config::ToolsSection;
-use crate::{ToolError, ToolRegistry};
+use crate::{ToolError, ToolOutput, ToolRegistry};
 
 /// The built-in tools `section` turns on. `sandbox` is how `exec` confines commands (the
 /// daemon passes itself as the helper); `outbox` is where `message` sends (none: no
@@ -69,12 +69,13 @@ pub(crate) fn args<T: serde::de::DeserializeOwned>(
 }
 
 /// Runs file-system work off the async threads; a panic in it becomes an error result.
-pub(crate) async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Into<ToolOutput> + Send + 'static>(
     work: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
+) -> Result<ToolOutput, ToolError> {
     tokio::task::spawn_blocking(work)
         .await
         .unwrap_or_else(|err| Err(ToolError::Failed(format!("the tool stopped: {err}"))))
+        .map(Into::into)
 }
 
 /// ripgrep's walker over `root`: `.gitignore` honoured (also outside a git repository),

@@ -1,4 +1,5 @@
-//! `read_file`: a text file of the workspace, by lines (offset/limit for big files).
+//! `read_file`: a text file of the workspace, by lines (offset/limit for big files), or an
+//! image (PNG, JPEG, GIF, WebP), shown to a model that takes images.
 
 use std::io::{BufRead, BufReader, Read};
 
@@ -6,8 +7,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
+use switchboard_core::ImagePart;
+
 use super::{args, blocking};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{ResolvedPath, Tool, ToolContext, ToolError, ToolOutput};
 
 /// Lines shown when the model gives no limit.
 const DEFAULT_LIMIT: usize = 2000;
@@ -37,7 +40,8 @@ impl Tool for ReadFile {
 
     fn description(&self) -> &str {
         "Read a text file of the workspace. Paths are relative to the workspace. Big files: \
-         give `offset` (1-based line) and `limit` (lines) to read a part."
+         give `offset` (1-based line) and `limit` (lines) to read a part. An image (PNG, \
+         JPEG, GIF, WebP) is shown to you."
     }
 
     fn parameters(&self) -> serde_json::Value {
@@ -52,20 +56,72 @@ impl Tool for ReadFile {
         })
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
         blocking(move || {
             let path = workspace.resolve(&args.path)?;
-            let file = workspace.open_read(&path)?;
+            let mut file = workspace.open_read(&path)?;
+            if let Some(image) = image(&mut file, &path)? {
+                return Ok(image);
+            }
             read_lines(
                 file,
                 &path.shown(),
                 args.offset.unwrap_or(1).max(1),
                 args.limit.unwrap_or(DEFAULT_LIMIT).max(1),
             )
+            .map(ToolOutput::from)
         })
         .await
+    }
+}
+
+/// The file as an image for the model, when its first bytes say it is one of the types
+/// models take; `None` for any other file (read from its start again).
+fn image(file: &mut std::fs::File, path: &ResolvedPath) -> Result<Option<ToolOutput>, ToolError> {
+    use std::io::{Seek, SeekFrom};
+    let shown = path.shown();
+    let failed = |err: std::io::Error| ToolError::Failed(format!("`{shown}`: {err}"));
+    let mut head = [0u8; 12];
+    let read = file.read(&mut head).map_err(failed)?;
+    file.seek(SeekFrom::Start(0)).map_err(failed)?;
+    let Some(mime) = image_type(&head[..read]) else {
+        return Ok(None);
+    };
+    let bytes = file.metadata().map_err(failed)?.len();
+    if bytes > ImagePart::MAX_BYTES {
+        return Err(ToolError::Failed(format!(
+            "`{shown}` is an image ({mime}, {bytes} bytes), larger than the {} bytes shown \
+             to models; it is not shown",
+            ImagePart::MAX_BYTES
+        )));
+    }
+    Ok(Some(ToolOutput {
+        text: format!("`{shown}` is an image ({mime}, {bytes} bytes)"),
+        images: vec![ImagePart {
+            path: shown.clone(),
+            mime: mime.to_owned(),
+        }],
+    }))
+}
+
+/// The type of an image models take, by its first bytes.
+fn image_type(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
     }
 }
 

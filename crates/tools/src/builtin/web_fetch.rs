@@ -18,7 +18,7 @@ use serde_json::json;
 
 use super::args;
 use crate::netguard::{Resolver, is_public};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// HTML nested deeper than this is read as plain text (the converter recurses).
 const MAX_HTML_DEPTH: usize = 256;
@@ -302,13 +302,17 @@ impl Tool for WebFetch {
         Some(self.options.timeout + Duration::from_secs(5))
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let url = reqwest::Url::parse(args.url.trim())
             .map_err(|err| ToolError::InvalidArguments(format!("not a URL: {err}")))?;
         tokio::select! {
             result = tokio::time::timeout(self.options.timeout, self.fetch(url)) => {
-                result.unwrap_or(Err(ToolError::Timeout(self.options.timeout)))
+                result.unwrap_or(Err(ToolError::Timeout(self.options.timeout))).map(Into::into)
             }
             () = ctx.cancel.cancelled() => Err(ToolError::Cancelled),
         }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{args, blocking};
-use crate::{Tool, ToolContext, ToolError};
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// Writes a whole file (atomically: the old content or the new, never a mix).
 #[derive(Debug, Default)]
@@ -43,7 +43,11 @@ impl Tool for WriteFile {
         true
     }
 
-    async fn call(&self, value: serde_json::Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        value: serde_json::Value,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = args(value)?;
         let workspace = ctx.workspace.clone();
         blocking(move || {
