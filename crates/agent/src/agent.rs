@@ -15,6 +15,7 @@ use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
 use crate::scheduler::{Asker, JobAction, Jobs};
+use crate::slots::TurnSlots;
 use crate::turn;
 
 /// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
@@ -32,6 +33,8 @@ pub struct Agent {
     pub(crate) hooks: Hooks,
     /// Scheduled jobs, for `/jobs` and `/status`; `None` when the scheduler is off.
     jobs: Option<Jobs>,
+    /// The slots of turns that may run at once; shared with the daemon's other agents.
+    slots: Arc<TurnSlots>,
 }
 
 impl Agent {
@@ -46,11 +49,24 @@ impl Agent {
             llm: std::sync::RwLock::new(llm),
             tools: Arc::new(tools),
             store,
+            slots: TurnSlots::new(config.max_concurrent_turns),
             config,
             context: ContextCache::default(),
             hooks: Hooks::default(),
             jobs: None,
         }
+    }
+
+    /// Takes its turn slots from `slots`, shared with other agents, instead of its own
+    /// (`max_concurrent_turns` is then theirs).
+    pub fn with_slots(mut self, slots: Arc<TurnSlots>) -> Self {
+        self.slots = slots;
+        self
+    }
+
+    /// The slots of turns that may run at once.
+    pub fn slots(&self) -> &Arc<TurnSlots> {
+        &self.slots
     }
 
     /// Lets chats see and change their scheduled jobs (`/jobs`, `/status`).

@@ -33,8 +33,8 @@ use dashmap::DashMap;
 use switchboard_core::{
     ChatHub, Fate, InboundMessage, OutboundKind, SessionKey, Shutdown, TurnEnd,
 };
+use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
@@ -93,21 +93,17 @@ pub struct Dispatcher {
     /// so a worker that removes itself (after checking its queue is empty) cannot miss a
     /// message.
     workers: Arc<DashMap<SessionKey, WorkerHandle>>,
-    /// Permits for concurrent turns across all sessions; a worker holds one per turn.
-    turn_slots: Arc<Semaphore>,
     next_id: AtomicU64,
 }
 
 impl Dispatcher {
     /// A dispatcher for the agent, reading from `hub` until intake stops.
     pub fn new(agent: Arc<Agent>, hub: ChatHub, shutdown: Shutdown) -> Self {
-        let slots = agent.config.max_concurrent_turns.max(1);
         Self {
             agent,
             hub,
             shutdown,
             workers: Arc::new(DashMap::new()),
-            turn_slots: Arc::new(Semaphore::new(slots)),
             next_id: AtomicU64::new(0),
         }
     }
@@ -233,7 +229,6 @@ impl Dispatcher {
             hub: self.hub.clone(),
             shutdown: self.shutdown.clone(),
             workers: self.workers.clone(),
-            turn_slots: self.turn_slots.clone(),
             control,
         };
         self.shutdown.tracker().spawn(worker.run(rx));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use base64::Engine;
 use switchboard_core::{Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId};
 use switchboard_llm::ImageData;
-use switchboard_tools::{User, Workspace};
+use switchboard_tools::{TurnSlot, User, Workspace};
 
 /// The largest image sent to a model, in bytes.
 const MAX_IMAGE_BYTES: u64 = ImagePart::MAX_BYTES;
@@ -33,6 +33,9 @@ pub struct TurnInput {
     pub resume: bool,
     /// The person, for tools and hooks that ask them something mid-turn.
     pub user: Option<User>,
+    /// The turn's slot among the turns that may run at once, for tools that wait on other
+    /// turns (they let go of it meanwhile); `None`: the turn took none (the terminal).
+    pub slot: Option<Arc<dyn TurnSlot>>,
     /// Where the message comes from (a person, a schedule, the heartbeat): kept with it in
     /// history and shown to the model.
     pub origin: Origin,
@@ -57,6 +60,7 @@ impl TurnInput {
             inbound: message.id.clone(),
             resume: false,
             user: None,
+            slot: None,
             origin: message.origin.clone(),
         }
     }

@@ -21,6 +21,7 @@
 //! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
 //! - `events`: [`AgentEvent`] and its sink.
 //! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
+//! - `slots`: [`TurnSlots`], how many turns run at once, lent by a turn that waits on others.
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 //! - `scheduler`: scheduled work — jobs, when they are due, the job store.
@@ -37,6 +38,7 @@ mod events;
 mod hooks;
 mod input;
 pub mod scheduler;
+mod slots;
 mod turn;
 mod verify;
 mod worker;
@@ -51,5 +53,6 @@ pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use input::TurnInput;
+pub use slots::{HeldSlot, TurnSlots};
 pub use turn::MAX_LLM_FAILURES;
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

@@ -217,6 +217,7 @@ impl Turn<'_> {
             session: self.session.key().clone(),
             cancel: cancel.clone(),
             user: self.user.clone(),
+            slot: input.slot.clone(),
         };
 
         let mut failures = 0;

@@ -22,7 +22,7 @@ use switchboard_core::{
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
@@ -42,8 +42,6 @@ pub(crate) struct Worker {
     pub(crate) shutdown: Shutdown,
     /// The dispatcher's map; the worker removes its own entry when it exits.
     pub(crate) workers: Arc<DashMap<SessionKey, WorkerHandle>>,
-    /// Permits for concurrent turns across all sessions.
-    pub(crate) turn_slots: Arc<Semaphore>,
     /// The running turn and the stop count, shared with the dispatcher.
     pub(crate) control: SharedControl,
 }
@@ -320,10 +318,11 @@ impl Worker {
         resume: bool,
     ) {
         // A turn waiting for a slot can be stopped too (it has not started: nothing to save).
-        let permit = match self.turn_slots.try_acquire() {
-            Ok(permit) => Some(permit),
-            Err(_) => {
-                let max = self.agent.config.max_concurrent_turns;
+        let slots = self.agent.slots();
+        let slot = match slots.try_take() {
+            Some(slot) => Some(slot),
+            None => {
+                let max = slots.max();
                 let text = format!(
                     "Waiting for a free slot: {max} answers are being written at once \
                      (agent.max_concurrent_turns)."
@@ -332,11 +331,11 @@ impl Worker {
                 tokio::select! {
                     biased;
                     () = cancel.cancelled() => None,
-                    permit = self.turn_slots.acquire() => permit.ok(),
+                    slot = slots.take() => Some(slot),
                 }
             }
         };
-        let Some(_permit) = permit else {
+        let Some(slot) = slot else {
             let stopped = OutboundKind::Message(STOPPED_REPLY.into());
             reply(&self.hub, &message, stopped).await;
             self.close(session, &message, TurnEnd::Cancelled).await;
@@ -389,6 +388,7 @@ impl Worker {
         let input = TurnInput {
             resume,
             user: asked.then(|| User(Arc::new(user))),
+            slot: Some(slot),
             ..TurnInput::from_message(&message)
         };
         let run = async {

@@ -41,5 +41,5 @@ pub use config::ToolsSection;
 pub use error::ToolError;
 pub use registry::ToolRegistry;
 pub use sources::{ToolCollision, ToolSources};
-pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, ToolOutput, User};
+pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, ToolOutput, TurnSlot, User};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

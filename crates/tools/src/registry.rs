@@ -123,12 +123,8 @@ pub(crate) mod tests {
     async fn a_registered_tool_can_be_called() {
         let registry = ToolRegistry::new().with(Arc::new(Named("echo")));
         let dir = tempfile::tempdir().expect("tempdir");
-        let ctx = ToolContext {
-            workspace: Arc::new(crate::Workspace::new(dir.path(), &[], true).expect("workspace")),
-            session: "s".into(),
-            cancel: Default::default(),
-            user: None,
-        };
+        let workspace = crate::Workspace::new(dir.path(), &[], true).expect("workspace");
+        let ctx = ToolContext::new(Arc::new(workspace), "s".into());
         let tool = registry.get("echo").expect("registered");
         assert_eq!(tool.call(json!({}), &ctx).await.expect("call").text, "echo");
     }

@@ -23,9 +23,24 @@ pub struct ToolContext {
     /// The person the turn answers, to ask something of (`None`: nobody can be asked,
     /// e.g. a scheduled turn).
     pub user: Option<User>,
+    /// The turn's slot among the turns that may run at once (`None` outside a daemon's
+    /// turn): a tool that waits for other turns lets go of it meanwhile.
+    pub slot: Option<Arc<dyn TurnSlot>>,
 }
 
 impl ToolContext {
+    /// A context for a call in `session` over `workspace`, with nothing else: no person to
+    /// ask, no slot, never cancelled unless `cancel` is.
+    pub fn new(workspace: Arc<Workspace>, session: SessionKey) -> Self {
+        Self {
+            workspace,
+            session,
+            cancel: CancellationToken::new(),
+            user: None,
+            slot: None,
+        }
+    }
+
     /// Saves an image a tool received as bytes (an MCP server's screenshot) as
     /// `media/tools/<session>-<time>-<n>.<ext>` in the workspace, for the tool's
     /// [`ToolOutput`]. Refused, saving nothing, when models take no image of type `mime` or
@@ -86,6 +101,20 @@ pub trait AskUser: Send + Sync + 'static {
     /// no answer came within `timeout`, or the turn was stopped meanwhile. Questions of
     /// one turn are asked one at a time.
     async fn ask(&self, question: &str, awaiting: Awaiting, timeout: Duration) -> Option<String>;
+}
+
+/// A running turn's hold on its slot among the turns that may run at once. A tool that
+/// waits for other turns — a parent for its sub-agents — lets go of it while it waits, so
+/// they can run even when every slot is taken.
+#[async_trait]
+pub trait TurnSlot: Send + Sync + std::fmt::Debug + 'static {
+    /// Lets go of the slot until the matching [`TurnSlot::retake`]; several waits of one
+    /// turn may overlap (the slot comes back after the last).
+    fn release(&self);
+
+    /// Ends a wait begun by [`TurnSlot::release`]: after the last one, waits for a free slot
+    /// and holds it again.
+    async fn retake(&self);
 }
 
 /// A shared [`AskUser`].

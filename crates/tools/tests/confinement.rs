@@ -10,7 +10,6 @@ use serde_json::json;
 use switchboard_core::ImagePart;
 use switchboard_tools::builtin::{EditFile, FindFiles, Grep, ListDir, ReadFile, WriteFile};
 use switchboard_tools::{Tool, ToolContext, ToolError, Workspace};
-use tokio_util::sync::CancellationToken;
 
 /// A workspace with a secret outside it, a state directory and a config file.
 struct Setup {
@@ -39,12 +38,7 @@ fn setup_with(state_inside: bool) -> Setup {
     let config = ws.join("config.toml");
     std::fs::write(&config, "api_key = \"CONFIG SECRET\"").expect("write");
     let workspace = Workspace::new(&ws, &[state.clone(), config.clone()], true).expect("workspace");
-    let ctx = ToolContext {
-        workspace: Arc::new(workspace),
-        session: "test_1".into(),
-        cancel: CancellationToken::new(),
-        user: None,
-    };
+    let ctx = ToolContext::new(Arc::new(workspace), "test_1".into());
     Setup {
         _dir: dir,
         root,

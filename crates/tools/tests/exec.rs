@@ -12,7 +12,6 @@ use switchboard_testkit::process::{wait_for_line, wait_gone};
 use serde_json::json;
 use switchboard_tools::builtin::{DEFAULT_DENY, Exec, ExecOptions};
 use switchboard_tools::{Tool, ToolContext, ToolError, Workspace};
-use tokio_util::sync::CancellationToken;
 
 /// How long a test waits for what it expects.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -29,12 +28,10 @@ fn exec(max_output_bytes: usize) -> Exec {
 }
 
 fn context(dir: &Path) -> ToolContext {
-    ToolContext {
-        workspace: Arc::new(Workspace::new(dir, &[], true).expect("workspace")),
-        session: "test_1".into(),
-        cancel: CancellationToken::new(),
-        user: None,
-    }
+    ToolContext::new(
+        Arc::new(Workspace::new(dir, &[], true).expect("workspace")),
+        "test_1".into(),
+    )
 }
 
 #[tokio::test]

@@ -16,7 +16,6 @@ use switchboard_tools::builtin::{
 };
 use switchboard_tools::netguard::Resolver;
 use switchboard_tools::{Tool, ToolContext, ToolError, Workspace};
-use tokio_util::sync::CancellationToken;
 
 /// DNS from a table: names the tests make up.
 #[derive(Debug)]
@@ -50,12 +49,10 @@ fn fetcher(allow: Vec<String>) -> WebFetch {
 }
 
 fn context(dir: &tempfile::TempDir) -> ToolContext {
-    ToolContext {
-        workspace: Arc::new(Workspace::new(dir.path(), &[], true).expect("workspace")),
-        session: "test_1".into(),
-        cancel: CancellationToken::new(),
-        user: None,
-    }
+    ToolContext::new(
+        Arc::new(Workspace::new(dir.path(), &[], true).expect("workspace")),
+        "test_1".into(),
+    )
 }
 
 async fn fetch(tool: &WebFetch, url: &str, ctx: &ToolContext) -> Result<String, ToolError> {
