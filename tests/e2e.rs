@@ -9,6 +9,8 @@ mod util;
 /// The agent loop: both providers, a provider switch, failover, the token budget,
 /// verification, cut / malformed / empty responses.
 mod agent_loop;
+/// Several agents: bindings, each agent's persona, workspace, sessions and tools.
+mod agents;
 /// The binary: SIGTERM during a turn, right after start and under load; config errors;
 /// the example config; the terminal agent.
 mod binary;

@@ -14,30 +14,28 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 use switchboard_adapter::Pairing;
-use switchboard_agent::scheduler::{CronTool, FileJobStore, Scheduler, SystemClock};
-use switchboard_agent::{Agent, AgentConfig, DEFAULT_SYSTEM_PROMPT, Dispatcher};
+use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
+use switchboard_agent::{Agents, Dispatcher};
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
     RetryingChannel, SessionKey, Shutdown,
 };
 use switchboard_llm::Observer;
-use switchboard_sessions::{JsonlStore, SessionStore, StoreHealth};
-use switchboard_tools::builtin::{self, SandboxHelper};
-use switchboard_tools::sandbox::RunAs;
-use switchboard_tools::{ToolRegistry, ToolSources, Workspace};
+use switchboard_sessions::StoreHealth;
+use switchboard_tools::ToolRegistry;
 use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::agents::{AgentParts, ToolParts};
 use crate::config::Config;
 use crate::health::Health;
 use crate::llm_health::LlmHealth;
-use crate::metrics::{self, MetricsHook};
-use crate::outbox::HubOutbox;
+use crate::metrics;
 use crate::platforms::{self, Platforms};
 use crate::server::{self, Server};
 use crate::telemetry::Telemetry;
-use crate::{cli, notify, supervisor, turn_config};
+use crate::{cli, notify, supervisor};
 
 /// After the grace period and cancellation, how long cancelled turns get to save.
 const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
@@ -57,8 +55,8 @@ pub struct Running {
     channels_stop: CancellationToken,
     /// Stopped last.
     server: Server,
-    /// The agent (a reload replaces its model chain).
-    agent: Arc<Agent>,
+    /// The agents (a reload replaces their model chains and tools).
+    agents: Agents,
     /// Telegram and Discord (a reload restarts one whose settings changed).
     platforms: Platforms,
     /// What building the tools again needs.
@@ -70,242 +68,6 @@ pub struct Running {
     /// The MCP servers (a reload changes them).
     #[cfg(feature = "mcp")]
     mcp: crate::mcp_servers::Mcp,
-}
-
-/// Builds the agent's parts from the config: the store, the LLM, the workspace, the
-/// built-in tools (plus `extra_tools`; `message` when there is a `hub` to send through)
-/// and the agent itself. Fails when the state directory cannot be written (a read-only or
-/// full file system): better to refuse to start than to answer messages that are then lost.
-pub fn build_agent(
-    config: &Config,
-    extra_tools: ToolRegistry,
-    hub: Option<&ChatHub>,
-) -> anyhow::Result<Arc<Agent>> {
-    let parts = AgentParts {
-        extra_tools,
-        hub,
-        ..AgentParts::default()
-    };
-    Ok(build_agent_and_tools(config, parts)?.0)
-}
-
-/// What an agent is built with besides its config.
-#[derive(Default)]
-struct AgentParts<'a> {
-    /// Tools beside the built-in ones (tests', embedders').
-    extra_tools: ToolRegistry,
-    /// The bus, for the `message` tool (none in the terminal).
-    hub: Option<&'a ChatHub>,
-    /// Told every model attempt's outcome.
-    observer: Option<&'a Arc<dyn Observer>>,
-    /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
-    scheduler: Option<Scheduler>,
-}
-
-/// The source of the tools the config describes (replaced on reload).
-pub(crate) const BUILTIN_SOURCE: &str = "builtin";
-
-/// The source of the tools an embedder (or a test) adds beside them.
-const EXTRA_SOURCE: &str = "extra";
-
-/// What building the tools again needs (a reload does when `[tools]` changed).
-#[derive(Clone)]
-pub struct ToolParts {
-    /// Where the `message` tool sends.
-    outbox: Option<Arc<dyn builtin::Outbox>>,
-    /// Paths `exec`'s commands may not read.
-    forbidden: Vec<std::path::PathBuf>,
-    /// The scheduler the `cron` tool talks to.
-    scheduler: Option<Scheduler>,
-}
-
-impl ToolParts {
-    /// The scheduler, when it runs.
-    pub(crate) fn scheduler(&self) -> Option<&Scheduler> {
-        self.scheduler.as_ref()
-    }
-}
-
-/// The tools the config describes: the built-in ones, `cron`, `ask_user` (the source
-/// [`BUILTIN_SOURCE`]).
-pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {
-    let helper = sandbox_helper(config, parts.forbidden.clone());
-    let mut tools = builtin::registry(&config.tools, helper, parts.outbox.clone())
-        .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
-    if let Some(scheduler) = &parts.scheduler {
-        tools.register(Arc::new(CronTool::new(scheduler.jobs().clone())));
-    }
-    turn_config::add_ask_user(config, &mut tools);
-    Ok(tools)
-}
-
-/// [`build_agent`], and what building its tools again needs.
-fn build_agent_and_tools(
-    config: &Config,
-    parts: AgentParts<'_>,
-) -> anyhow::Result<(Arc<Agent>, ToolParts)> {
-    let AgentParts {
-        extra_tools,
-        hub,
-        observer,
-        scheduler,
-    } = parts;
-    let state_dir = config.path(&config.agent.state_dir);
-    let workspace_dir = config.path(&config.agent.workspace);
-    create_dir(&state_dir, "agent.state_dir")?;
-    // As root, commands run as `[tools.exec] user`: the workspace is theirs to work in.
-    let exec_user = config
-        .tools
-        .exec_user()
-        .map_err(|problem| config.source.problem("tools", problem))?;
-    let new_workspace = !workspace_dir.exists();
-    create_dir(&workspace_dir, "agent.workspace")?;
-    if let Some(user) = &exec_user {
-        give_workspace(&workspace_dir, user, new_workspace)?;
-    }
-    let mut forbidden = vec![state_dir.clone(), config.source.path.clone()];
-    // systemd's copies of the service's credentials (LoadCredential=).
-    if let Some(credentials) = std::env::var_os("CREDENTIALS_DIRECTORY") {
-        forbidden.push(credentials.into());
-    }
-    let workspace = Workspace::new(
-        &workspace_dir,
-        &forbidden,
-        config.tools.restrict_to_workspace,
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the workspace {} (agent.workspace)",
-            workspace_dir.display()
-        )
-    })?
-    .with_owner(exec_user);
-    if state_dir
-        .canonicalize()
-        .is_ok_and(|state| state.starts_with(workspace.root()))
-    {
-        tracing::warn!(state_dir = %state_dir.display(), workspace = %workspace.root().display(),
-            "the state directory is inside the workspace: file tools refuse it, but commands \
-             run by `exec` can write there; keep it outside (the default)");
-    }
-    let store = JsonlStore::open(&state_dir).with_context(|| {
-        format!(
-            "cannot keep sessions in {} (agent.state_dir)",
-            state_dir.display()
-        )
-    })?;
-    let store: Arc<dyn SessionStore> = Arc::new(store);
-    let outbox = hub.map(|hub| {
-        Arc::new(HubOutbox::new(hub.clone(), store.clone())) as Arc<dyn builtin::Outbox>
-    });
-    let tool_parts = ToolParts {
-        outbox,
-        forbidden: workspace.forbidden().to_vec(),
-        scheduler: scheduler.clone(),
-    };
-    let tools = ToolSources::of([
-        (BUILTIN_SOURCE.to_owned(), build_tools(config, &tool_parts)?),
-        (EXTRA_SOURCE.to_owned(), extra_tools),
-    ])?;
-    let llm = crate::llm_config::build(config, observer)?;
-    let section = &config.agent;
-    let workspace = Arc::new(workspace);
-    if let Some(scheduler) = &scheduler {
-        scheduler.read_instructions_in(workspace.clone());
-    }
-    let agent_config = AgentConfig {
-        workspace,
-        max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
-        max_iterations: *section.max_iterations.get_ref(),
-        history_limit: *section.history_limit.get_ref(),
-        max_concurrent_turns: *section.max_concurrent_turns.get_ref(),
-        tool_timeout: Config::duration(&section.tool_timeout_secs),
-        context_file_max_bytes: section.context_file_max_bytes,
-        idle_timeout: Config::duration(&section.idle_timeout_secs),
-        stream: section.stream,
-        system_prompt: section
-            .system_prompt
-            .clone()
-            .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
-        max_queued_messages: *section.max_queued_messages.get_ref(),
-        max_turn_tokens: section.max_turn_tokens,
-        turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
-        verify: turn_config::verify(config)?,
-    };
-    let mut agent = Agent::new(llm, tools, store, agent_config);
-    if config.http.metrics {
-        agent = agent.with_hook(MetricsHook::new());
-    }
-    if let Some(scheduler) = &scheduler {
-        agent = agent
-            .with_hook(scheduler.hook())
-            .with_jobs(scheduler.jobs().clone());
-    }
-    Ok((
-        Arc::new(turn_config::with_approvals(config, agent)?),
-        tool_parts,
-    ))
-}
-
-/// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
-/// when it is `switchboard` (`switchboard sandbox-exec`); `None` when neither is known (a
-/// test binary running the daemon in-process), and commands then say they run unconfined.
-fn sandbox_helper(config: &Config, forbidden: Vec<std::path::PathBuf>) -> Option<SandboxHelper> {
-    if !config.tools.exec.enabled {
-        return None;
-    }
-    let program = match &config.tools.exec.sandbox_helper {
-        Some(path) => config.path(path),
-        None => std::env::current_exe()
-            .ok()
-            .filter(|exe| exe.file_name().is_some_and(|name| name == "switchboard"))?,
-    };
-    Some(SandboxHelper {
-        program,
-        args: vec!["sandbox-exec".into()],
-        forbidden,
-    })
-}
-
-/// When the daemon is root: a workspace it just created is given to the commands' user
-/// (made 0700 by [`create_dir`], it would be closed to them); an existing one they cannot
-/// write is only reported, with what to do — the operator's files are not changed.
-fn give_workspace(path: &Path, user: &RunAs, created: bool) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    if created {
-        return std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).with_context(|| {
-            format!(
-                "cannot give the new workspace {} to uid {}",
-                path.display(),
-                user.uid
-            )
-        });
-    }
-    let meta = std::fs::metadata(path)
-        .with_context(|| format!("cannot read the workspace {}", path.display()))?;
-    let writable = meta.uid() == user.uid
-        || (meta.gid() == user.gid && meta.mode() & 0o030 == 0o030)
-        || meta.mode() & 0o003 == 0o003;
-    if !writable {
-        tracing::warn!(workspace = %path.display(), uid = user.uid, gid = user.gid,
-            "the daemon runs as root, so commands run by `exec` run as [tools.exec] user, \
-             who cannot write in the workspace: give it to them (chown -R {}:{} {}) or name its \
-             owner in [tools.exec] user", user.uid, user.gid, path.display());
-    }
-    Ok(())
-}
-
-fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        builder.mode(0o700);
-    }
-    builder
-        .create(path)
-        .with_context(|| format!("cannot create {} ({key})", path.display()))
 }
 
 /// Starts the daemon. `tools` are the tools offered to the model.
@@ -330,20 +92,37 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         observer: Some(&observer),
         scheduler: scheduler.clone(),
     };
-    let (agent, tool_parts) = build_agent_and_tools(&config, parts)?;
+    let (agents, tool_parts) = crate::agents::build_agents(&config, parts)?;
     let health = Health::new();
     // Not a readiness matter: a daemon whose model fails still takes (and answers) messages.
     let models = llm_health.clone();
     health.check_health_only("llm", Box::new(move || models.check()));
-    let store = agent.store();
+    let stores = agents.clone();
     health.check(
         "store",
-        Box::new(move || match store.health() {
-            StoreHealth::Ok => Ok(()),
-            StoreHealth::Degraded {
-                error,
-                failed_writes,
-            } => Err(json!({"error": error, "failed_writes": failed_writes})),
+        Box::new(move || {
+            let degraded: Vec<_> = stores
+                .iter()
+                .filter_map(|agent| match agent.store().health() {
+                    StoreHealth::Ok => None,
+                    StoreHealth::Degraded {
+                        error,
+                        failed_writes,
+                    } => Some((agent.name().clone(), error, failed_writes)),
+                })
+                .collect();
+            match degraded.as_slice() {
+                [] => Ok(()),
+                // One agent (the usual case): as it always was.
+                [(name, error, failed_writes)] if stores.len() == 1 || name.is_default() => {
+                    Err(json!({"error": error, "failed_writes": failed_writes}))
+                }
+                all => Err(json!({
+                    "error": all.iter().map(|(name, error, _)| format!("agent {name}: {error}"))
+                        .collect::<Vec<_>>().join("; "),
+                    "failed_writes": all.iter().map(|(_, _, failed)| failed).sum::<u64>(),
+                })),
+            }
         }),
     );
     let channels = TaskTracker::new();
@@ -363,7 +142,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         let settings = ws_section
             .build(config.http.allowed_hosts.clone())
             .map_err(|problem| config.source.problem("channels.websocket", problem))?;
-        let history = Arc::new(SessionHistory(agent.clone()));
+        let history = Arc::new(SessionHistory(agents.clone()));
         let channel = WebSocketChannel::new(settings, hub.clone()).with_history(history);
         router = router.merge(channel.router());
         let sockets = channel.clone();
@@ -405,7 +184,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         router = router.merge(metrics::router(
             handle,
             health.clone(),
-            metrics_series(&config, &agent, &hub),
+            metrics_series(&config, &agents, &hub),
             config.metrics_access()?,
             config.http.allowed_hosts.clone(),
         ));
@@ -414,7 +193,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let discord_section = &config.channels.discord;
 
     let dispatcher = Arc::new(Dispatcher::new(
-        agent.clone(),
+        agents.clone(),
         hub.clone(),
         shutdown.clone(),
     ));
@@ -434,7 +213,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let mcp = {
         let mut mcp = crate::mcp_servers::Mcp {
             servers: None,
-            tools: agent.tool_sources().clone(),
+            tools: agents.default_agent().tool_sources().clone(),
             health: health.clone(),
             stop: channels_stop.clone(),
         };
@@ -487,7 +266,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         channels,
         channels_stop,
         server,
-        agent,
+        agents,
         platforms,
         tool_parts,
         config_text: config.source.text.clone(),
@@ -499,15 +278,23 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
 
 /// The series `/metrics` publishes at zero from the start: this config's models, tools
 /// and channels.
-fn metrics_series(config: &Config, agent: &Agent, hub: &ChatHub) -> metrics::Series {
+fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::Series {
     let llm = &config.llm;
     let mut models = vec![(llm.provider.get_ref().as_str(), llm.model.clone())];
     for fallback in &llm.fallbacks {
         models.push((fallback.provider.get_ref().as_str(), fallback.model.clone()));
     }
+    for spec in config.agent_specs() {
+        if let Some(model) = &spec.section.model
+            && !models.iter().any(|(_, have)| have == model.get_ref())
+        {
+            models.push((llm.provider.get_ref().as_str(), model.get_ref().clone()));
+        }
+    }
+    let all = agents.default_agent().tool_sources().snapshot();
     metrics::Series {
         models,
-        tools: agent.tools().names().map(str::to_owned).collect(),
+        tools: all.names().map(str::to_owned).collect(),
         channels: hub.channels().iter().map(ToString::to_string).collect(),
         scheduler: config.scheduler.enabled,
         #[cfg(feature = "mcp")]
@@ -526,14 +313,16 @@ fn metrics_series(config: &Config, agent: &Agent, hub: &ChatHub) -> metrics::Ser
 /// The most of a chat's history one `history` frame carries (the newest messages kept).
 const MAX_HISTORY_BYTES: usize = 256 * 1024;
 
-/// A WebSocket chat's conversation so far, read from its session file without touching it
-/// (its worker may be appending), for `history` frames.
-struct SessionHistory(Arc<Agent>);
+/// A WebSocket chat's conversation so far, read from the session file of the agent bound
+/// to it without touching it (its worker may be appending), for `history` frames.
+struct SessionHistory(Agents);
 
 impl HistorySource for SessionHistory {
     fn history(&self, chat: &ChatId) -> Vec<Said> {
-        let key = SessionKey::of(&ChannelName::from("websocket"), chat);
-        let messages = match self.0.store().transcript(&key) {
+        let channel = ChannelName::from("websocket");
+        let key = SessionKey::of(&channel, chat);
+        let agent = self.0.for_chat(&channel, chat, None);
+        let messages = match agent.store().transcript(&key) {
             Ok(messages) => messages,
             Err(err) => {
                 tracing::warn!(session = %key, error = %err, "could not read a chat's history");
@@ -583,7 +372,7 @@ impl Running {
     /// Reads the config at `path` again and applies what can change live (see `reload.rs`).
     pub async fn reload(&mut self, path: &Path) -> crate::reload::Reloaded {
         let live = crate::reload::Live {
-            agent: &self.agent,
+            agents: &self.agents,
             platforms: &mut self.platforms,
             tool_parts: &self.tool_parts,
             health: &self.health,

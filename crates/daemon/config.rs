@@ -44,9 +44,15 @@ fn location(line: Option<usize>, column: Option<usize>) -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
-    /// `[agent]`.
+    /// `[agent]`: the default agent.
     #[serde(default)]
     pub agent: AgentSection,
+    /// `[agents.NAME]`: further agents (with the keys of `[agent]` they do not set).
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, Spanned<AgentSection>>,
+    /// `[[bindings]]`: which chats go to which agent.
+    #[serde(default)]
+    pub bindings: Vec<Spanned<crate::agents_config::BindingSection>>,
     /// `[llm]`.
     #[serde(default)]
     pub llm: LlmSection,
@@ -129,6 +135,13 @@ pub struct AgentSection {
     pub verify: VerifySection,
     /// `[agent.approvals]`.
     pub approvals: ApprovalsSection,
+    /// The model its turns use, first; the rest of `[llm]`'s chain after it. `[llm] model`
+    /// when absent.
+    pub model: Option<Spanned<String>>,
+    /// The tools it offers (names, `*` for any run of characters); every tool when absent.
+    pub tools: Option<Vec<String>>,
+    /// Tools it does not offer, of those.
+    pub exclude_tools: Vec<String>,
 }
 
 impl Default for AgentSection {
@@ -150,6 +163,9 @@ impl Default for AgentSection {
             ask_timeout_secs: Spanned::new(0..0, 600.0),
             verify: VerifySection::default(),
             approvals: ApprovalsSection::default(),
+            model: None,
+            tools: None,
+            exclude_tools: Vec::new(),
         }
     }
 }
@@ -277,6 +293,8 @@ impl Config {
             .map_err(|err| source.error_at(err.span(), String::new(), err.message().to_owned()))?;
         expand_strings(table.get_mut(), &mut Vec::new())
             .map_err(|(span, key, message)| source.error_at(Some(span), key, message))?;
+        crate::agents_config::inherit(table.get_mut())
+            .map_err(|(span, key, message)| source.error_at(Some(span), key, message))?;
         let deserializer = toml::de::Deserializer::from(table);
         let mut config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
             let key = key_of(err.path());
@@ -300,18 +318,10 @@ impl Config {
                 Ok(())
             }
         };
-        at_least(&self.agent.max_iterations, 1, "agent.max_iterations")?;
-        at_least(&self.agent.history_limit, 4, "agent.history_limit")?;
-        at_least(
-            &self.agent.max_concurrent_turns,
-            1,
-            "agent.max_concurrent_turns",
-        )?;
-        at_least(
-            &self.agent.max_queued_messages,
-            1,
-            "agent.max_queued_messages",
-        )?;
+        for spec in self.agent_specs() {
+            self.validate_agent(spec.section, &spec.key)?;
+        }
+        self.validate_agents()?;
         for (value, key) in [
             (&self.llm.max_response_bytes, "llm.max_response_bytes"),
             (&self.llm.max_reply_bytes, "llm.max_reply_bytes"),
@@ -334,17 +344,11 @@ impl Config {
             "http.max_pending_per_client",
         )?;
         for (value, key) in [
-            (&self.agent.tool_timeout_secs, "agent.tool_timeout_secs"),
-            (&self.agent.idle_timeout_secs, "agent.idle_timeout_secs"),
             (&self.llm.timeout_secs, "llm.timeout_secs"),
             (&self.llm.idle_timeout_secs, "llm.idle_timeout_secs"),
             (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
             (&self.llm.slow_notice_secs, "llm.slow_notice_secs"),
             (&self.agent.ask_timeout_secs, "agent.ask_timeout_secs"),
-            (
-                &self.agent.approvals.timeout_secs,
-                "agent.approvals.timeout_secs",
-            ),
             (
                 &self.llm.fallback_cooldown_secs,
                 "llm.fallback_cooldown_secs",
@@ -360,17 +364,7 @@ impl Config {
                     .error_at(Some(value.span()), key.into(), message)
             })?;
         }
-        if let Some(value) = &self.agent.turn_timeout_secs {
-            seconds(value).map_err(|message| {
-                self.source.error_at(
-                    Some(value.span()),
-                    "agent.turn_timeout_secs".into(),
-                    message,
-                )
-            })?;
-        }
         self.llm.validate(&self.source)?;
-        crate::turn_config::validate(self, &self.source)?;
         self.telemetry.validate(&self.source)?;
         self.scheduler.validate(self)?;
         #[cfg(feature = "mcp")]
@@ -409,6 +403,40 @@ impl Config {
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
+    }
+
+    /// Checks one agent's section (`key`: `agent` or `agents.NAME`).
+    fn validate_agent(&self, agent: &AgentSection, key: &str) -> Result<(), ConfigError> {
+        let at_least = |value: &Spanned<usize>, min: usize, name: &str| {
+            if *value.get_ref() < min {
+                Err(self.source.error_at(
+                    Some(value.span()),
+                    format!("{key}.{name}"),
+                    format!("must be at least {min}, got {}", value.get_ref()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least(&agent.max_iterations, 1, "max_iterations")?;
+        at_least(&agent.history_limit, 4, "history_limit")?;
+        at_least(&agent.max_concurrent_turns, 1, "max_concurrent_turns")?;
+        at_least(&agent.max_queued_messages, 1, "max_queued_messages")?;
+        let mut timeouts = vec![
+            (&agent.tool_timeout_secs, "tool_timeout_secs"),
+            (&agent.idle_timeout_secs, "idle_timeout_secs"),
+            (&agent.approvals.timeout_secs, "approvals.timeout_secs"),
+        ];
+        if let Some(value) = &agent.turn_timeout_secs {
+            timeouts.push((value, "turn_timeout_secs"));
+        }
+        for (value, name) in timeouts {
+            seconds(value).map_err(|message| {
+                self.source
+                    .error_at(Some(value.span()), format!("{key}.{name}"), message)
+            })?;
+        }
+        crate::turn_config::validate(agent, key, &self.source)
     }
 
     /// The MCP servers to run, resolved (their `${…}` filled in, paths made whole).

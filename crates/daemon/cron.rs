@@ -83,6 +83,7 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
                     session: *session,
                     catch_up,
                     created_by: Some("operator".into()),
+                    agent: None,
                 })
                 .await
                 .map_err(anyhow::Error::msg)?;

@@ -245,7 +245,7 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             Vec::new()
         }
     };
-    match turn_config::verify(config) {
+    match turn_config::verify(config, &config.agent, "agent") {
         Ok(verify) => {
             if let Some(judge) = verify.judge {
                 models.push(("agent.verify.judge".to_owned(), judge.llm));

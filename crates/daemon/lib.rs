@@ -6,6 +6,8 @@
 //! # Layout
 //! - `app`: builds everything from a [`config::Config`] and runs it; graceful shutdown.
 //! - `config`: the TOML config, `${ENV}` secrets, located errors.
+//! - `agents_config`: `[agents.NAME]` (taking `[agent]`'s keys) and `[[bindings]]`.
+//! - `agents`: building the daemon's agents from them.
 //! - `cli`: the command line (clap).
 //! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
@@ -22,6 +24,8 @@
 //! - `harden`: before anything runs: secrets out of the environment, not dumpable.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
+pub mod agents;
+mod agents_config;
 pub mod app;
 pub mod cli;
 pub mod config;

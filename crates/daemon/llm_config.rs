@@ -260,18 +260,71 @@ pub fn build(
     config: &Config,
     observer: Option<&Arc<dyn Observer>>,
 ) -> anyhow::Result<Arc<dyn LlmProvider>> {
-    let mut chain = models(config, observer)?
-        .into_iter()
-        .map(|(_, model)| model);
-    let primary = chain
-        .next()
-        .ok_or_else(|| anyhow::anyhow!("no model configured"))?;
-    let fallbacks: Vec<_> = chain.collect();
-    if fallbacks.is_empty() {
-        return Ok(primary);
+    Ok(Catalog::build(config, observer)?.chain(None))
+}
+
+/// Every model the config names — `[llm]`'s, each fallback's, each agent's `model` — each
+/// built once behind its retry layer, so the chains made of them share their connections.
+pub struct Catalog {
+    /// By model name: `[llm]`'s first, then the fallbacks in order, then the others.
+    models: Vec<(String, Arc<dyn LlmProvider>)>,
+    /// How many of `models`, from the first, are the configured chain (`[llm]` + fallbacks).
+    chain: usize,
+    /// `llm.fallback_cooldown_secs`.
+    cooldown: Duration,
+}
+
+impl Catalog {
+    /// The models of `config`; every attempt of each is told to `observer`.
+    pub fn build(config: &Config, observer: Option<&Arc<dyn Observer>>) -> anyhow::Result<Self> {
+        let mut models: Vec<(String, Arc<dyn LlmProvider>)> = models(config, observer)?
+            .into_iter()
+            .map(|(_, model)| (model.model().to_owned(), model))
+            .collect();
+        let chain = models.len();
+        let llm = &config.llm;
+        for spec in config.agent_specs() {
+            let Some(name) = spec.section.model.as_ref().map(|m| m.get_ref()) else {
+                continue;
+            };
+            if models.iter().any(|(have, _)| have == name) {
+                continue;
+            }
+            let entry = ModelEntry {
+                kind: *llm.provider.get_ref(),
+                base_url: llm.base_url.as_ref(),
+                api_key: llm.api_key.as_ref(),
+                model: name,
+                images: llm.images,
+                key_name: "llm.api_key",
+            };
+            models.push((name.clone(), model(llm, entry, observer)?));
+        }
+        Ok(Self {
+            models,
+            chain,
+            cooldown: Config::duration(&llm.fallback_cooldown_secs),
+        })
     }
-    let cooldown = Config::duration(&config.llm.fallback_cooldown_secs);
-    Ok(Arc::new(Failover::new(primary, fallbacks, cooldown)))
+
+    /// The chain that starts with the model `first` (`None`: `[llm]`'s) and goes on with
+    /// the configured chain's others, in order.
+    pub fn chain(&self, first: Option<&str>) -> Arc<dyn LlmProvider> {
+        let at = first
+            .and_then(|first| self.models.iter().position(|(name, _)| name == first))
+            .unwrap_or(0);
+        let primary = self.models[at].1.clone();
+        let fallbacks: Vec<_> = self.models[..self.chain]
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| *index != at)
+            .map(|(_, (_, model))| model.clone())
+            .collect();
+        if fallbacks.is_empty() {
+            return primary;
+        }
+        Arc::new(Failover::new(primary, fallbacks, self.cooldown))
+    }
 }
 
 /// Each model of the chain on its own, with the config key that describes it (`llm`,

@@ -1,29 +1,31 @@
 //! [`HubOutbox`]: where the `message` tool sends — the daemon's channels, through the hub's
 //! lanes — and who it may send to.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_core::{
-    ChannelName, ChatHub, ChatId, CoreError, OutboundKind, OutboundMessage, SessionKey,
+    AgentName, ChannelName, ChatHub, ChatId, CoreError, OutboundKind, OutboundMessage, SessionKey,
 };
 use switchboard_sessions::SessionStore;
 use switchboard_tools::ToolError;
 use switchboard_tools::builtin::Outbox;
 
-/// Sends the agent's own messages. A chat may be written to only when its channel runs,
+/// Sends the agents' own messages. A chat may be written to only when its channel runs,
 /// the channel still allows its people ([`switchboard_core::Channel::may_notify`]), and it
-/// has a conversation with the agent on record — so the agent can reach the people who
-/// talk to it, and no one else.
+/// has a conversation with the agent that sends on record — so an agent can reach the
+/// people who talk to it, and no one else (not another agent's people).
 pub struct HubOutbox {
     hub: ChatHub,
-    store: Arc<dyn SessionStore>,
+    /// Each agent's sessions, by agent.
+    stores: BTreeMap<AgentName, Arc<dyn SessionStore>>,
 }
 
 impl HubOutbox {
-    /// An outbox over `hub`, judging chats by what `store` holds.
-    pub fn new(hub: ChatHub, store: Arc<dyn SessionStore>) -> Self {
-        Self { hub, store }
+    /// An outbox over `hub`, judging an agent's chats by what its store holds.
+    pub fn new(hub: ChatHub, stores: BTreeMap<AgentName, Arc<dyn SessionStore>>) -> Self {
+        Self { hub, stores }
     }
 }
 
@@ -35,7 +37,13 @@ impl std::fmt::Debug for HubOutbox {
 
 #[async_trait]
 impl Outbox for HubOutbox {
-    async fn send(&self, channel: &str, chat: &str, text: &str) -> Result<(), ToolError> {
+    async fn send(
+        &self,
+        from: &AgentName,
+        channel: &str,
+        chat: &str,
+        text: &str,
+    ) -> Result<(), ToolError> {
         let channel_name = ChannelName::from(channel);
         let chat_id = ChatId::from(chat);
         let allowed = match self.hub.may_notify(&channel_name, &chat_id) {
@@ -46,7 +54,9 @@ impl Outbox for HubOutbox {
             Ok(allowed) => allowed,
         };
         let key = SessionKey::of(&channel_name, &chat_id);
-        let store = self.store.clone();
+        let Some(store) = self.stores.get(from).cloned() else {
+            return Err(ToolError::Failed(format!("no agent is called `{from}`")));
+        };
         let known = tokio::task::spawn_blocking(move || store.has_history(&key))
             .await
             .unwrap_or(false);

@@ -31,12 +31,12 @@ pub enum Reloaded {
 
 /// What of the running daemon a reload may change.
 pub(crate) struct Live<'a> {
-    /// Its model chain and tools.
-    pub agent: &'a switchboard_agent::Agent,
+    /// The agents: their model chains and (shared) tools.
+    pub agents: &'a switchboard_agent::Agents,
     /// Telegram and Discord.
     pub platforms: &'a mut Platforms,
     /// What building the tools again needs.
-    pub tool_parts: &'a crate::app::ToolParts,
+    pub tool_parts: &'a crate::agents::ToolParts,
     /// Where a channel that is gone is taken off.
     pub health: &'a Health,
     /// Told every model attempt's outcome.
@@ -50,7 +50,7 @@ pub(crate) struct Live<'a> {
 /// the text of the config in use, replaced by the new one when it is applied.
 pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) -> Reloaded {
     let Live {
-        agent,
+        agents,
         platforms,
         tool_parts,
         health,
@@ -67,8 +67,8 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
         Err(err) => return refuse(err.to_string()),
     };
     let observer: std::sync::Arc<dyn switchboard_llm::Observer> = llm_health.clone();
-    let llm = match llm_config::build(&config, Some(&observer)) {
-        Ok(llm) => llm,
+    let catalog = match llm_config::Catalog::build(&config, Some(&observer)) {
+        Ok(catalog) => catalog,
         Err(err) => return refuse(format!("{err:#}")),
     };
     let changed = changed_keys(running, &config.source.text);
@@ -102,7 +102,7 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
     // The tools, unless the change is to what the workspace itself enforces.
     let tools_live = |key: &str| under(key, "tools") && key != "tools.restrict_to_workspace";
     let tools = if changed.iter().any(|key| tools_live(key)) {
-        match crate::app::build_tools(&config, tool_parts) {
+        match crate::agents::build_tools(&config, tool_parts) {
             Ok(tools) => Some(tools),
             Err(err) => return refuse(format!("{err:#}")),
         }
@@ -118,21 +118,46 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
 
     // Everything new is built: apply it — the tools first, the one step that can still be
     // refused (a new tool with the name of another source's), before anything changed.
+    // An agent's model is live; the rest of what describes agents needs a restart.
+    let model_live = |key: &str| {
+        key == "agent.model"
+            || (key.starts_with("agents.")
+                && key.ends_with(".model")
+                && key.matches('.').count() == 2)
+    };
     let live = |key: &String| {
         under(key, "llm")
+            || model_live(key)
             || tools_live(key)
             || jobs_live(key)
             || (cfg!(feature = "mcp") && under(key, "mcp"))
             || restart.iter().any(|(_, prefix, _)| under(key, prefix))
     };
+    let sources = agents.default_agent().tool_sources();
     if let Some(tools) = tools
-        && let Err(collision) = agent.tool_sources().set(crate::app::BUILTIN_SOURCE, tools)
+        && let Err(collision) = sources.set(crate::agents::BUILTIN_SOURCE, tools)
     {
         return refuse(collision.to_string());
     }
     let need_restart: Vec<String> = changed.iter().filter(|k| !live(k)).cloned().collect();
-    if changed.iter().any(|key| under(key, "llm")) {
-        agent.set_llm(llm);
+    if changed
+        .iter()
+        .any(|key| under(key, "llm") || model_live(key))
+    {
+        let models: std::collections::BTreeMap<String, Option<&str>> = config
+            .agent_specs()
+            .iter()
+            .map(|spec| {
+                let model = spec.section.model.as_ref().map(|m| m.get_ref().as_str());
+                (spec.name.to_string(), model)
+            })
+            .collect();
+        for agent in agents.iter() {
+            // An agent the new config no longer has keeps running as it was until a restart.
+            if let Some(model) = models.get(agent.name().as_str()) {
+                agent.set_llm(catalog.chain(*model));
+            }
+        }
         // What was known of the old models (a refused key, say) no longer holds.
         llm_health.start_with(&config);
     }

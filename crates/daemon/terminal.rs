@@ -15,7 +15,7 @@ use switchboard_tools::ToolRegistry;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::app::build_agent;
+use crate::agents::build_agent;
 use crate::cli::resolve_config;
 use crate::config::Config;
 use crate::prompt::{Prompt, Said};

@@ -8,7 +8,7 @@ use switchboard_agent::{Agent, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT, Jud
 use switchboard_tools::ToolRegistry;
 use toml::Spanned;
 
-use crate::config::{Config, ConfigError, Source};
+use crate::config::{AgentSection, Config, ConfigError, Source};
 use crate::llm_config::{self, ProviderKind};
 
 /// `[agent.verify]`: checks of a final reply before it is sent.
@@ -78,13 +78,16 @@ impl Default for ApprovalsSection {
     }
 }
 
-/// Checks what serde cannot.
-pub(crate) fn validate(config: &Config, source: &Source) -> Result<(), ConfigError> {
-    let agent = &config.agent;
+/// Checks what serde cannot in an agent's section (`key`: `agent` or `agents.NAME`).
+pub(crate) fn validate(
+    agent: &AgentSection,
+    key: &str,
+    source: &Source,
+) -> Result<(), ConfigError> {
     if *agent.verify.max_attempts.get_ref() == 0 {
         return Err(source.error_at(
             Some(agent.verify.max_attempts.span()),
-            "agent.verify.max_attempts".into(),
+            format!("{key}.verify.max_attempts"),
             "must be at least 1".into(),
         ));
     }
@@ -92,7 +95,7 @@ pub(crate) fn validate(config: &Config, source: &Source) -> Result<(), ConfigErr
         llm_config::check_url(
             source,
             judge.base_url.as_ref(),
-            "agent.verify.judge.base_url",
+            &format!("{key}.verify.judge.base_url"),
         )?;
     }
     let commands = &agent.approvals.commands;
@@ -100,23 +103,23 @@ pub(crate) fn validate(config: &Config, source: &Source) -> Result<(), ConfigErr
     if let Err(err) = probe {
         return Err(source.error_at(
             Some(commands.span()),
-            "agent.approvals.commands".into(),
+            format!("{key}.approvals.commands"),
             format!("not a valid regular expression: {err}"),
         ));
     }
     if agent.max_turn_tokens == Some(0) {
         return Err(source.error_at(
             None,
-            "agent.max_turn_tokens".into(),
+            format!("{key}.max_turn_tokens"),
             "must be at least 1 (leave it out for no budget)".into(),
         ));
     }
     Ok(())
 }
 
-/// The `[agent.verify]` policy.
-pub(crate) fn verify(config: &Config) -> anyhow::Result<Verify> {
-    let section = &config.agent.verify;
+/// An agent's `verify` policy (`key`: its section, for errors).
+pub(crate) fn verify(config: &Config, agent: &AgentSection, key: &str) -> anyhow::Result<Verify> {
+    let section = &agent.verify;
     let judge = match &section.judge {
         None => None,
         Some(judge) => Some(Judge {
@@ -128,7 +131,7 @@ pub(crate) fn verify(config: &Config) -> anyhow::Result<Verify> {
                     api_key: judge.api_key.as_ref(),
                     model: &judge.model,
                     images: true,
-                    key_name: "agent.verify.judge.api_key",
+                    key_name: &format!("{key}.verify.judge.api_key"),
                 },
                 None,
             )?,
@@ -153,11 +156,10 @@ pub(crate) fn add_ask_user(config: &Config, tools: &mut ToolRegistry) {
     tools.register(Arc::new(AskUserTool::new(timeout)));
 }
 
-/// Attaches the `[agent.approvals]` hook, when there is anything to approve: the tools it
+/// Attaches an agent's `approvals` hook, when there is anything to approve: the tools it
 /// lists, those that say they always need approval (`Tool::needs_approval`), and `exec`
 /// commands matching its patterns.
-pub(crate) fn with_approvals(config: &Config, agent: Agent) -> anyhow::Result<Agent> {
-    let section = &config.agent.approvals;
+pub(crate) fn with_approvals(section: &ApprovalsSection, agent: Agent) -> anyhow::Result<Agent> {
     let mut tools = section.tools.clone();
     let registry = agent.tools();
     let flagged = registry

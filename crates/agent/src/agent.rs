@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{ChannelName, ChatId, MessageId, SessionKey};
+use switchboard_core::{AgentName, ChannelName, ChatId, MessageId, SessionKey};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
-use switchboard_tools::{ToolRegistry, ToolSources};
+use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources};
 use tokio_util::sync::CancellationToken;
 
 use crate::command::JOBS_USAGE;
@@ -18,13 +18,18 @@ use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::slots::TurnSlots;
 use crate::turn;
 
-/// The parts of the agent shared by all sessions. Built once by the daemon (or the CLI).
+/// One agent: what all its sessions share. Built by the daemon (one per `[agent]` and
+/// `[agents.NAME]`) or the CLI.
 pub struct Agent {
+    /// Its name (`default` for `[agent]`).
+    name: AgentName,
     /// The model (chain); replaced whole when the config is reloaded.
     llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
     /// The tools, by source: each replaced on its own (a reload, an MCP server coming and
-    /// going); a turn keeps the snapshot it started with.
+    /// going); a turn keeps the snapshot it started with. Shared by a daemon's agents.
     tools: Arc<ToolSources>,
+    /// Which of those tools this agent offers.
+    filter: ToolFilter,
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) config: AgentConfig,
     /// The system prompt built from the workspace files, reused for a moment.
@@ -39,15 +44,18 @@ pub struct Agent {
 
 impl Agent {
     /// An agent over these parts.
+    /// An agent named `default` over these parts, offering every tool of `tools`.
     pub fn new(
         llm: Arc<dyn LlmProvider>,
-        tools: ToolSources,
+        tools: impl Into<Arc<ToolSources>>,
         store: Arc<dyn SessionStore>,
         config: AgentConfig,
     ) -> Self {
         Self {
+            name: AgentName::default(),
             llm: std::sync::RwLock::new(llm),
-            tools: Arc::new(tools),
+            tools: tools.into(),
+            filter: ToolFilter::default(),
             store,
             slots: TurnSlots::new(config.max_concurrent_turns),
             config,
@@ -55,6 +63,23 @@ impl Agent {
             hooks: Hooks::default(),
             jobs: None,
         }
+    }
+
+    /// Names the agent.
+    pub fn with_name(mut self, name: AgentName) -> Self {
+        self.name = name;
+        self
+    }
+
+    /// Offers only the tools `filter` passes.
+    pub fn with_tool_filter(mut self, filter: ToolFilter) -> Self {
+        self.filter = filter;
+        self
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &AgentName {
+        &self.name
     }
 
     /// Takes its turn slots from `slots`, shared with other agents, instead of its own
@@ -142,9 +167,10 @@ impl Agent {
         &self.config
     }
 
-    /// The tools offered to the model now, every source's: a turn takes this once.
+    /// The tools offered to the model now, every source's that this agent's filter
+    /// passes: a turn takes this once.
     pub fn tools(&self) -> Arc<ToolRegistry> {
-        self.tools.snapshot()
+        self.filter.apply(&self.tools.snapshot())
     }
 
     /// The tools by source: replacing one changes the turns that start from then on.
@@ -172,9 +198,14 @@ impl Agent {
         let usage = session.usage();
         let count = session.len();
         let plural = if count == 1 { "" } else { "s" };
+        let agent = if self.name.is_default() {
+            String::new()
+        } else {
+            format!("Agent {}. ", self.name)
+        };
         format!(
-            "Session {}: {count} message{plural} in history (limit {}); {} tokens in, {} out; \
-             model {}.",
+            "{agent}Session {}: {count} message{plural} in history (limit {}); {} tokens in, \
+             {} out; model {}.",
             session.key(),
             self.config.history_limit,
             usage.input_tokens,

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use regex::RegexSet;
 use serde_json::Value;
 use switchboard_core::{Awaiting, ToolCall};
+use switchboard_tools::matches_name;
 
 use crate::command::Command;
 use crate::hooks::{Approval, Hook, TurnInfo};
@@ -51,28 +52,6 @@ impl Approvals {
                     .as_str()
                     .is_some_and(|command| self.commands.is_match(command)))
     }
-}
-
-/// Whether a tool's `name` is what `pattern` names: the name itself, or with `*` standing
-/// for any run of characters (`github__*`, `*__delete_*`) — for a server's tools that come
-/// and go.
-fn matches_name(pattern: &str, name: &str) -> bool {
-    let mut parts = pattern.split('*');
-    let first = parts.next().unwrap_or_default();
-    let Some(mut rest) = name.strip_prefix(first) else {
-        return false;
-    };
-    let parts: Vec<&str> = parts.collect();
-    let Some((last, middle)) = parts.split_last() else {
-        return rest.is_empty();
-    };
-    for part in middle {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The call as the question shows it: `exec`'s command as it is, other arguments as

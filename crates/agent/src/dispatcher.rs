@@ -31,13 +31,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dashmap::DashMap;
 use switchboard_core::{
-    ChatHub, Fate, InboundMessage, OutboundKind, SessionKey, Shutdown, TurnEnd,
+    AgentName, ChatHub, Fate, InboundMessage, OutboundKind, SessionKey, Shutdown, TurnEnd,
 };
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
-use crate::agent::Agent;
+use crate::agents::Agents;
 use crate::ask::{self, Waiting};
 use crate::command::{Command, command_of};
 use crate::worker::{Worker, reply, shutting_down};
@@ -74,6 +74,14 @@ pub(crate) fn control(shared: &SharedControl) -> MutexGuard<'_, Control> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Whose worker a message goes to: a session of an agent. Two agents bound to one chat
+/// (by sender) have a session each.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Route {
+    pub(crate) agent: AgentName,
+    pub(crate) session: SessionKey,
+}
+
 /// What the dispatcher keeps of a running worker.
 pub(crate) struct WorkerHandle {
     /// Tells this worker apart from a successor under the same key.
@@ -86,21 +94,22 @@ pub(crate) struct WorkerHandle {
 
 /// Routes inbound messages to per-session workers.
 pub struct Dispatcher {
-    agent: Arc<Agent>,
+    /// Which agent answers a message (see [`Agents`]).
+    agents: Agents,
     hub: ChatHub,
     shutdown: Shutdown,
-    /// Live workers by session. Senders are used only while the entry's guard is held,
-    /// so a worker that removes itself (after checking its queue is empty) cannot miss a
-    /// message.
-    workers: Arc<DashMap<SessionKey, WorkerHandle>>,
+    /// Live workers by agent and session. Senders are used only while the entry's guard is
+    /// held, so a worker that removes itself (after checking its queue is empty) cannot
+    /// miss a message.
+    workers: Arc<DashMap<Route, WorkerHandle>>,
     next_id: AtomicU64,
 }
 
 impl Dispatcher {
-    /// A dispatcher for the agent, reading from `hub` until intake stops.
-    pub fn new(agent: Arc<Agent>, hub: ChatHub, shutdown: Shutdown) -> Self {
+    /// A dispatcher for the agents (or one agent), reading from `hub` until intake stops.
+    pub fn new(agents: impl Into<Agents>, hub: ChatHub, shutdown: Shutdown) -> Self {
         Self {
-            agent,
+            agents: agents.into(),
             hub,
             shutdown,
             workers: Arc::new(DashMap::new()),
@@ -152,7 +161,10 @@ impl Dispatcher {
     /// Hands a message to its session's worker without waiting: into its waiting turn
     /// when the turn waits on the person and the message answers it, else into its queue.
     fn route(&self, mut message: InboundMessage, replies: &mpsc::Sender<Reply>) {
-        let key = message.session_key();
+        let key = Route {
+            agent: self.agents.for_message(&message).name().clone(),
+            session: message.session_key(),
+        };
         if command_of(&message) == Some(Command::Stop) {
             self.stop(&key, message, replies);
             return;
@@ -188,7 +200,8 @@ impl Dispatcher {
                             "Too many messages are waiting in this chat ({limit}); this one \
                              was not processed. Wait for the answers, or send /stop."
                         );
-                        tracing::warn!(session = %key, limit, "chat queue full; message refused");
+                        tracing::warn!(session = %key.session, agent = %key.agent, limit,
+                            "chat queue full; message refused");
                         queued.1.settle(Fate::Dropped);
                         send_reply(
                             replies,
@@ -207,9 +220,12 @@ impl Dispatcher {
     }
 
     /// Starts a worker for `key` and queues its first message.
-    fn spawn_for(&self, key: SessionKey, first: Queued) {
+    fn spawn_for(&self, key: Route, first: Queued) {
+        let Some(agent) = self.agents.get(&key.agent).cloned() else {
+            return;
+        };
         // One place more than the messages that may wait: the last is a `/stop`'s.
-        let (tx, rx) = mpsc::channel(self.agent.config.max_queued_messages.max(1) + 1);
+        let (tx, rx) = mpsc::channel(agent.config.max_queued_messages.max(1) + 1);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let control = SharedControl::default();
         // A fresh queue has room for one message.
@@ -224,8 +240,9 @@ impl Dispatcher {
         );
         let worker = Worker {
             id,
-            key,
-            agent: self.agent.clone(),
+            key: key.session,
+            route: key.agent,
+            agent,
             hub: self.hub.clone(),
             shutdown: self.shutdown.clone(),
             workers: self.workers.clone(),
@@ -238,7 +255,7 @@ impl Dispatcher {
     /// behind it, and queues the `/stop` itself behind them, so that its worker answers it
     /// — how many messages it dropped, and its `done` — after the turn's `done`. With
     /// nothing to stop: `Nothing to stop.` at once.
-    fn stop(&self, key: &SessionKey, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
+    fn stop(&self, key: &Route, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
         let message = match self.workers.get(key) {
             None => message,
             Some(worker) => {

@@ -11,6 +11,7 @@
 //! # Layout
 //! - `config`: [`AgentConfig`], the knobs of the loop.
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
+//! - `agents`: [`Agents`], a daemon's agents and the [`Binding`]s that route chats to them.
 //! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
 //! - `turn`: the loop of one turn.
 //! - `batch`: running the tool calls of one response concurrently.
@@ -27,6 +28,7 @@
 //! - `scheduler`: scheduled work — jobs, when they are due, the job store.
 
 mod agent;
+mod agents;
 mod approval;
 mod ask;
 mod batch;
@@ -44,6 +46,7 @@ mod verify;
 mod worker;
 
 pub use agent::Agent;
+pub use agents::{Agents, Binding, UnknownAgent};
 pub use approval::Approvals;
 pub use ask::AskUserTool;
 pub use command::{Command, HELP};

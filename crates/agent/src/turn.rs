@@ -215,6 +215,7 @@ impl Turn<'_> {
         let ctx = ToolContext {
             workspace: config.workspace.clone(),
             session: self.session.key().clone(),
+            agent: agent.name().clone(),
             cancel: cancel.clone(),
             user: self.user.clone(),
             slot: input.slot.clone(),

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
-    ChatHub, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
-    Shutdown, ToolStatus, TurnEnd,
+    AgentName, ChatHub, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage,
+    SessionKey, Shutdown, ToolStatus, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agent::Agent;
 use crate::ask::ChatUser;
 use crate::command::{Command, HELP, command_of};
-use crate::dispatcher::{Queued, SharedControl, WorkerHandle, control};
+use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
 use crate::turn::STOPPED_REPLY;
@@ -37,11 +37,13 @@ use crate::turn::STOPPED_REPLY;
 pub(crate) struct Worker {
     pub(crate) id: u64,
     pub(crate) key: SessionKey,
+    /// The agent's name: with `key`, the worker's entry in the dispatcher's map.
+    pub(crate) route: AgentName,
     pub(crate) agent: Arc<Agent>,
     pub(crate) hub: ChatHub,
     pub(crate) shutdown: Shutdown,
     /// The dispatcher's map; the worker removes its own entry when it exits.
-    pub(crate) workers: Arc<DashMap<SessionKey, WorkerHandle>>,
+    pub(crate) workers: Arc<DashMap<Route, WorkerHandle>>,
     /// The running turn and the stop count, shared with the dispatcher.
     pub(crate) control: SharedControl,
 }
@@ -99,14 +101,14 @@ impl Worker {
                     while let Ok(queued) = rx.try_recv() {
                         refuse_shutting_down(&self.hub, &queued.1).await;
                     }
-                    self.workers.remove_if(&self.key, |_, worker| worker.id == self.id);
+                    self.workers.remove_if(&self.entry(), |_, worker| worker.id == self.id);
                     self.agent.release_session(&self.key);
                     return None;
                 }
                 () = tokio::time::sleep(self.agent.config.idle_timeout) => {
                     let removed = self
                         .workers
-                        .remove_if(&self.key, |_, worker| worker.id == self.id && rx.is_empty());
+                        .remove_if(&self.entry(), |_, worker| worker.id == self.id && rx.is_empty());
                     if removed.is_some() {
                         tracing::debug!(session = %self.key, "idle session worker exits");
                         self.agent.release_session(&self.key);
@@ -119,6 +121,14 @@ impl Worker {
                 self.agent.release_session(&self.key);
             }
             return message;
+        }
+    }
+
+    /// The worker's key in the dispatcher's map.
+    fn entry(&self) -> Route {
+        Route {
+            agent: self.route.clone(),
+            session: self.key.clone(),
         }
     }
 

@@ -71,6 +71,7 @@ pub async fn write_jobs(state_dir: &Path, count: usize) -> anyhow::Result<()> {
             session: SessionMode::Chat,
             catch_up: None,
             created_by: None,
+            agent: None,
         })
         .await
         .map_err(anyhow::Error::msg)?;

@@ -62,6 +62,29 @@ string_id!(
     SessionKey
 );
 string_id!(
+    /// The name of an agent of the daemon: `default` for `[agent]`, else the `NAME` of its
+    /// `[agents.NAME]`. Each has its own workspace, sessions and memory.
+    AgentName
+);
+
+impl AgentName {
+    /// The name of the agent `[agent]` describes, which answers every chat no binding
+    /// sends elsewhere.
+    pub const DEFAULT: &'static str = "default";
+
+    /// Whether this is the default agent.
+    pub fn is_default(&self) -> bool {
+        self.as_str() == Self::DEFAULT
+    }
+}
+
+impl Default for AgentName {
+    fn default() -> Self {
+        Self::from(Self::DEFAULT)
+    }
+}
+
+string_id!(
     /// A message's id on its platform, unique within its chat (a Telegram message id, a
     /// Discord message id, the id a WebSocket client gave its message).
     MessageId

@@ -41,7 +41,7 @@ pub use conversation::{
 };
 pub use error::{CoreError, error_chain};
 pub use hub::ChatHub;
-pub use ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
+pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ToolStatus, TurnEnd,

@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use crate::ack::{Ack, Fate};
-use crate::ids::{ChannelName, ChatId, MessageId, SenderId, SessionKey};
+use crate::ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 use crate::origin::Origin;
 
 /// A file or media item attached to an inbound message, saved where the agent can read it.
@@ -47,6 +47,10 @@ pub struct InboundMessage {
     /// Where it comes from: a person (the default), a schedule, the heartbeat. Only a
     /// person's text is read as a command or as the answer to a question.
     pub origin: Origin,
+    /// The agent it is for, when whoever made it knows (a run of a job an agent scheduled, a
+    /// sub-agent's task or result); `None`: the daemon's bindings choose by channel, chat and
+    /// sender.
+    pub agent: Option<AgentName>,
 }
 
 impl InboundMessage {
@@ -68,6 +72,7 @@ impl InboundMessage {
             received_at: SystemTime::now(),
             ack: None,
             origin: Origin::Person,
+            agent: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //! - `tool`: the [`Tool`] trait, [`ToolContext`], [`ToolOutput`] and [`ToolDefinition`].
 //! - `registry`: [`ToolRegistry`].
 //! - `sources`: [`ToolSources`] and [`ToolCollision`].
+//! - `filter`: [`ToolFilter`], the tools an agent offers, and [`matches_name`] (`github__*`).
 //! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
 //!   `openat2(RESOLVE_BENEATH)` from the workspace's descriptor.
 //! - `builtin`: the built-in tools, one file each.
@@ -28,6 +29,7 @@ pub mod builtin;
 mod cap;
 pub mod config;
 mod error;
+mod filter;
 pub mod netguard;
 mod registry;
 pub mod sandbox;
@@ -39,6 +41,7 @@ mod workspace;
 pub use cap::{HeadTail, cap_result};
 pub use config::ToolsSection;
 pub use error::ToolError;
+pub use filter::{ToolFilter, matches_name};
 pub use registry::ToolRegistry;
 pub use sources::{ToolCollision, ToolSources};
 pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, ToolOutput, TurnSlot, User};

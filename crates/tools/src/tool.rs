@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use switchboard_core::ToolDefinition;
-use switchboard_core::{Awaiting, ImagePart, SessionKey};
+use switchboard_core::{AgentName, Awaiting, ImagePart, SessionKey};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
@@ -18,6 +18,8 @@ pub struct ToolContext {
     pub workspace: Arc<Workspace>,
     /// The session the call belongs to.
     pub session: SessionKey,
+    /// The agent whose turn it is (a daemon may run several).
+    pub agent: AgentName,
     /// Cancelled when the turn is stopped (`/stop`, shutdown); long tools select on it.
     pub cancel: CancellationToken,
     /// The person the turn answers, to ask something of (`None`: nobody can be asked,
@@ -29,12 +31,13 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// A context for a call in `session` over `workspace`, with nothing else: no person to
-    /// ask, no slot, never cancelled unless `cancel` is.
+    /// A context for a call of the default agent in `session` over `workspace`, with nothing
+    /// else: no person to ask, no slot, never cancelled unless `cancel` is.
     pub fn new(workspace: Arc<Workspace>, session: SessionKey) -> Self {
         Self {
             workspace,
             session,
+            agent: AgentName::default(),
             cancel: CancellationToken::new(),
             user: None,
             slot: None,

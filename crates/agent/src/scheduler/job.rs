@@ -54,6 +54,10 @@ pub struct Job {
     /// Its last run failed and is tried again then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<Retry>,
+    /// The agent that scheduled it, whose turn its runs are; `None` (the CLI's, the
+    /// config's): the agent the chat is bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl Job {
@@ -346,6 +350,7 @@ mod tests {
             kind: JobKind::Task,
             active_hours: None,
             retry: None,
+            agent: None,
         };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<Job>(&text).expect("back"), job);

@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use switchboard_core::{ChannelName, ChatId, SessionKey};
+use switchboard_core::{AgentName, ChannelName, ChatId, SessionKey};
 use tokio::sync::Notify;
 
 use super::clock::Clock;
@@ -70,6 +70,8 @@ pub struct NewJob {
     pub catch_up: Option<Duration>,
     /// Who made it: `chat <session>` when a chat asks, `operator`, `config`.
     pub created_by: Option<String>,
+    /// The agent whose turns its runs are; `None`: the one the chat is bound to.
+    pub agent: Option<AgentName>,
 }
 
 /// The longest message a job may have (what the agent is told when it runs).
@@ -243,6 +245,7 @@ impl Jobs {
             kind: JobKind::Task,
             active_hours: None,
             retry: None,
+            agent: new.agent.map(|agent| agent.to_string()),
         };
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
@@ -295,6 +298,7 @@ impl Jobs {
                 kind: wanted.kind.clone(),
                 active_hours: wanted.active_hours.clone(),
                 retry: None,
+                agent: None,
             };
             job.next_due = job.next_after(now)?;
             self.store.put(&job).await.map_err(|err| err.to_string())?;

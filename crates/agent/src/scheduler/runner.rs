@@ -24,8 +24,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Ack, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId, OutboundKind,
-    OutboundMessage, SenderId, TurnEnd, is_quiet,
+    Ack, AgentName, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
+    OutboundKind, OutboundMessage, SenderId, TurnEnd, is_quiet,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -513,6 +513,7 @@ impl Scheduler {
         );
         message.id = Some(MessageId::from(id.as_str()));
         message.origin = job.origin();
+        message.agent = job.agent.as_deref().map(AgentName::from);
         message.ack = Some(Ack::new(move |fate| {
             let _ = settled.send((ack_id, fate));
         }));

@@ -120,6 +120,7 @@ fn new_job(schedule: Schedule) -> NewJob {
         session: SessionMode::Chat,
         catch_up: None,
         created_by: None,
+        agent: None,
     }
 }
 
@@ -317,6 +318,7 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
         kind: JobKind::Task,
         active_hours: None,
         retry: None,
+        agent: None,
     };
     pending.last = Some(Run {
         job: "j1".into(),

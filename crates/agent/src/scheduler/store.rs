@@ -367,6 +367,7 @@ mod tests {
             kind: JobKind::Task,
             active_hours: None,
             retry: None,
+            agent: None,
         }
     }
 

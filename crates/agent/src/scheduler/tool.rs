@@ -140,6 +140,7 @@ impl Tool for CronTool {
                         session,
                         catch_up: None,
                         created_by: None,
+                        agent: Some(ctx.agent.clone()),
                     })
                     .await
                     .map_err(failed)?;

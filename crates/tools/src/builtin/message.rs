@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
+use switchboard_core::AgentName;
 
 use super::args;
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
@@ -17,9 +18,15 @@ const MAX_TEXT_BYTES: usize = 16 * 1024;
 /// Where `message` sends: the daemon, over its channels.
 #[async_trait]
 pub trait Outbox: Send + Sync + std::fmt::Debug + 'static {
-    /// Sends `text` to `chat` of `channel` once it is delivered, or says why not
-    /// ([`ToolError::Denied`] for a chat the agent may not write to).
-    async fn send(&self, channel: &str, chat: &str, text: &str) -> Result<(), ToolError>;
+    /// Sends `text` from the agent `from` to `chat` of `channel` once it is delivered, or
+    /// says why not ([`ToolError::Denied`] for a chat that agent may not write to).
+    async fn send(
+        &self,
+        from: &AgentName,
+        channel: &str,
+        chat: &str,
+        text: &str,
+    ) -> Result<(), ToolError>;
 }
 
 /// Sends a message to a chat.
@@ -82,7 +89,7 @@ impl Tool for SendMessage {
             )));
         }
         tokio::select! {
-            sent = self.outbox.send(args.channel.trim(), args.chat_id.trim(), &args.text) => sent?,
+            sent = self.outbox.send(&ctx.agent, args.channel.trim(), args.chat_id.trim(), &args.text) => sent?,
             () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         }
         Ok(format!(

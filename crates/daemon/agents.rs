@@ -1,0 +1,327 @@
+//! Building the daemon's agents from the config: one per `[agent]` and `[agents.NAME]`
+//! (`agents_config.rs`), each with its own workspace, session store, model chain, tool
+//! filter, limits and approvals; one set of tools (by source: the built-in ones, an
+//! embedder's, each MCP server's), one catalog of models and one set of turn slots shared by
+//! them all; and the bindings between chats and them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+use switchboard_agent::scheduler::{CronTool, Scheduler};
+use switchboard_agent::{Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, TurnSlots};
+use switchboard_core::{AgentName, ChatHub};
+use switchboard_llm::Observer;
+use switchboard_sessions::{JsonlStore, SessionStore};
+use switchboard_tools::builtin::{self, SandboxHelper};
+use switchboard_tools::sandbox::RunAs;
+use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources, Workspace};
+
+use crate::agents_config::AgentSpec;
+use crate::config::Config;
+use crate::llm_config::Catalog;
+use crate::metrics::MetricsHook;
+use crate::outbox::HubOutbox;
+use crate::turn_config;
+
+/// The source of the tools the config describes (replaced on reload).
+pub(crate) const BUILTIN_SOURCE: &str = "builtin";
+
+/// The source of the tools an embedder (or a test) adds beside them.
+const EXTRA_SOURCE: &str = "extra";
+
+/// What agents are built with besides the config.
+#[derive(Default)]
+pub(crate) struct AgentParts<'a> {
+    /// Tools beside the built-in ones (tests', embedders').
+    pub extra_tools: ToolRegistry,
+    /// The bus, for the `message` tool (none in the terminal).
+    pub hub: Option<&'a ChatHub>,
+    /// Told every model attempt's outcome.
+    pub observer: Option<&'a Arc<dyn Observer>>,
+    /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
+    pub scheduler: Option<Scheduler>,
+}
+
+/// What building the tools again needs (a reload does when `[tools]` changed).
+#[derive(Clone)]
+pub struct ToolParts {
+    /// Where the `message` tool sends.
+    outbox: Option<Arc<dyn builtin::Outbox>>,
+    /// Paths `exec`'s commands may not read.
+    forbidden: Vec<PathBuf>,
+    /// The scheduler the `cron` tool talks to.
+    scheduler: Option<Scheduler>,
+}
+
+impl ToolParts {
+    /// The scheduler, when it runs.
+    pub(crate) fn scheduler(&self) -> Option<&Scheduler> {
+        self.scheduler.as_ref()
+    }
+}
+
+/// The tools the config describes: the built-in ones, `cron`, `ask_user` (the source
+/// [`BUILTIN_SOURCE`]).
+pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {
+    let helper = sandbox_helper(config, parts.forbidden.clone());
+    let mut tools = builtin::registry(&config.tools, helper, parts.outbox.clone())
+        .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
+    if let Some(scheduler) = &parts.scheduler {
+        tools.register(Arc::new(CronTool::new(scheduler.jobs().clone())));
+    }
+    turn_config::add_ask_user(config, &mut tools);
+    Ok(tools)
+}
+
+/// The default agent alone (the terminal's), with `extra_tools` beside the built-in ones
+/// and the `message` tool when there is a `hub` to send through. Fails when its state
+/// directory cannot be written (a read-only or full file system): better to refuse to start
+/// than to answer messages that are then lost.
+pub fn build_agent(
+    config: &Config,
+    extra_tools: ToolRegistry,
+    hub: Option<&ChatHub>,
+) -> anyhow::Result<Arc<Agent>> {
+    let parts = AgentParts {
+        extra_tools,
+        hub,
+        ..AgentParts::default()
+    };
+    Ok(build_agents(config, parts)?.0.default_agent().clone())
+}
+
+/// Every agent of the config and the bindings to them, and what building their tools again
+/// needs.
+pub(crate) fn build_agents(
+    config: &Config,
+    parts: AgentParts<'_>,
+) -> anyhow::Result<(Agents, ToolParts)> {
+    let AgentParts {
+        extra_tools,
+        hub,
+        observer,
+        scheduler,
+    } = parts;
+    let state_dir = config.path(&config.agent.state_dir);
+    create_dir(&state_dir, "agent.state_dir")?;
+    let specs = config.agent_specs();
+    // As root, commands run as `[tools.exec] user`: the workspaces are theirs to work in.
+    let exec_user = config
+        .tools
+        .exec_user()
+        .map_err(|problem| config.source.problem("tools", problem))?;
+    let mut forbidden = vec![state_dir.clone(), config.source.path.clone()];
+    // systemd's copies of the service's credentials (LoadCredential=).
+    if let Some(credentials) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        forbidden.push(credentials.into());
+    }
+    let mut homes = Vec::with_capacity(specs.len());
+    for spec in &specs {
+        homes.push(Home::open(config, spec, &forbidden, exec_user.as_ref())?);
+    }
+    let stores: BTreeMap<AgentName, Arc<dyn SessionStore>> = homes
+        .iter()
+        .map(|home| (home.name.clone(), home.store.clone()))
+        .collect();
+    let outbox =
+        hub.map(|hub| Arc::new(HubOutbox::new(hub.clone(), stores)) as Arc<dyn builtin::Outbox>);
+    let tool_parts = ToolParts {
+        outbox,
+        forbidden: homes[0].workspace.forbidden().to_vec(),
+        scheduler: scheduler.clone(),
+    };
+    let tools = Arc::new(ToolSources::of([
+        (BUILTIN_SOURCE.to_owned(), build_tools(config, &tool_parts)?),
+        (EXTRA_SOURCE.to_owned(), extra_tools),
+    ])?);
+    let catalog = Catalog::build(config, observer)?;
+    let slots = TurnSlots::new(*config.agent.max_concurrent_turns.get_ref());
+    if let Some(scheduler) = &scheduler {
+        scheduler.read_instructions_in(homes[0].workspace.clone());
+    }
+    let metrics = config.http.metrics.then(MetricsHook::new);
+    let mut agents = Vec::with_capacity(homes.len());
+    for (spec, home) in specs.iter().zip(homes) {
+        let section = spec.section;
+        let agent_config = AgentConfig {
+            workspace: home.workspace,
+            max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
+            max_iterations: *section.max_iterations.get_ref(),
+            history_limit: *section.history_limit.get_ref(),
+            max_concurrent_turns: slots.max(),
+            tool_timeout: Config::duration(&section.tool_timeout_secs),
+            context_file_max_bytes: section.context_file_max_bytes,
+            idle_timeout: Config::duration(&section.idle_timeout_secs),
+            stream: section.stream,
+            system_prompt: section
+                .system_prompt
+                .clone()
+                .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
+            max_queued_messages: *section.max_queued_messages.get_ref(),
+            max_turn_tokens: section.max_turn_tokens,
+            turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
+            verify: turn_config::verify(config, section, &spec.key)?,
+        };
+        let model = section.model.as_ref().map(|m| m.get_ref().as_str());
+        let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());
+        let mut agent = Agent::new(
+            catalog.chain(model),
+            tools.clone(),
+            home.store,
+            agent_config,
+        )
+        .with_name(spec.name.clone())
+        .with_slots(slots.clone())
+        .with_tool_filter(filter);
+        if let Some(metrics) = &metrics {
+            agent = agent.with_hook(metrics.clone());
+        }
+        if let Some(scheduler) = &scheduler {
+            agent = agent
+                .with_hook(scheduler.hook())
+                .with_jobs(scheduler.jobs().clone());
+        }
+        let agent = turn_config::with_approvals(&section.approvals, agent)?;
+        warn_unmatched_tools(spec, &agent);
+        agents.push(Arc::new(agent));
+    }
+    let mut agents = agents.into_iter();
+    let default = agents.next().context("no default agent")?;
+    let agents = Agents::new(default, agents, config.bindings())?;
+    Ok((agents, tool_parts))
+}
+
+/// Where one agent keeps what it has: its workspace and its session store.
+struct Home {
+    name: AgentName,
+    workspace: Arc<Workspace>,
+    store: Arc<dyn SessionStore>,
+}
+
+impl Home {
+    /// Creates what is missing of the agent's directories and opens them.
+    fn open(
+        config: &Config,
+        spec: &AgentSpec<'_>,
+        forbidden: &[PathBuf],
+        exec_user: Option<&RunAs>,
+    ) -> anyhow::Result<Self> {
+        let workspace_key = format!("{}.workspace", spec.key);
+        let new_workspace = !spec.workspace.exists();
+        create_dir(&spec.workspace, &workspace_key)?;
+        if let Some(user) = exec_user {
+            give_workspace(&spec.workspace, user, new_workspace)?;
+        }
+        let restrict = config.tools.restrict_to_workspace;
+        let workspace = Workspace::new(&spec.workspace, forbidden, restrict)
+            .with_context(|| {
+                format!(
+                    "cannot open the workspace {} ({workspace_key})",
+                    spec.workspace.display()
+                )
+            })?
+            .with_owner(exec_user.cloned());
+        let state_dir = config.path(&config.agent.state_dir);
+        if state_dir
+            .canonicalize()
+            .is_ok_and(|state| state.starts_with(workspace.root()))
+        {
+            tracing::warn!(state_dir = %state_dir.display(), workspace = %workspace.root().display(),
+                "the state directory is inside the workspace: file tools refuse it, but commands \
+                 run by `exec` can write there; keep it outside (the default)");
+        }
+        create_dir(&spec.state_dir, "agent.state_dir")?;
+        let store = JsonlStore::open(&spec.state_dir).with_context(|| {
+            format!(
+                "cannot keep sessions in {} (agent.state_dir)",
+                spec.state_dir.display()
+            )
+        })?;
+        Ok(Self {
+            name: spec.name.clone(),
+            workspace: Arc::new(workspace),
+            store: Arc::new(store),
+        })
+    }
+}
+
+/// Logs the patterns of an agent's `tools` / `exclude_tools` that name no tool it has now
+/// (a typo, or the tools of an MCP server that is not up yet).
+fn warn_unmatched_tools(spec: &AgentSpec<'_>, agent: &Agent) {
+    let section = spec.section;
+    if section.tools.is_none() && section.exclude_tools.is_empty() {
+        return;
+    }
+    let all = agent.tool_sources().snapshot();
+    let names: Vec<&str> = all.names().collect();
+    let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());
+    let unmatched = filter.unmatched(&names);
+    if !unmatched.is_empty() {
+        tracing::warn!(agent = %spec.name, patterns = ?unmatched,
+            "these tools of {}.tools / exclude_tools name no tool (yet): a typo, or an MCP \
+             server's tools that come once it is up", spec.key);
+    }
+}
+
+/// How `exec` confines commands: through `tools.exec.sandbox_helper`, else this binary
+/// when it is `switchboard` (`switchboard sandbox-exec`); `None` when neither is known (a
+/// test binary running the daemon in-process), and commands then say they run unconfined.
+fn sandbox_helper(config: &Config, forbidden: Vec<PathBuf>) -> Option<SandboxHelper> {
+    if !config.tools.exec.enabled {
+        return None;
+    }
+    let program = match &config.tools.exec.sandbox_helper {
+        Some(path) => config.path(path),
+        None => std::env::current_exe()
+            .ok()
+            .filter(|exe| exe.file_name().is_some_and(|name| name == "switchboard"))?,
+    };
+    Some(SandboxHelper {
+        program,
+        args: vec!["sandbox-exec".into()],
+        forbidden,
+    })
+}
+
+/// When the daemon is root: a workspace it just created is given to the commands' user
+/// (made 0700 by [`create_dir`], it would be closed to them); an existing one they cannot
+/// write is only reported, with what to do — the operator's files are not changed.
+fn give_workspace(path: &Path, user: &RunAs, created: bool) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if created {
+        return std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).with_context(|| {
+            format!(
+                "cannot give the new workspace {} to uid {}",
+                path.display(),
+                user.uid
+            )
+        });
+    }
+    let meta = std::fs::metadata(path)
+        .with_context(|| format!("cannot read the workspace {}", path.display()))?;
+    let writable = meta.uid() == user.uid
+        || (meta.gid() == user.gid && meta.mode() & 0o030 == 0o030)
+        || meta.mode() & 0o003 == 0o003;
+    if !writable {
+        tracing::warn!(workspace = %path.display(), uid = user.uid, gid = user.gid,
+            "the daemon runs as root, so commands run by `exec` run as [tools.exec] user, \
+             who cannot write in the workspace: give it to them (chown -R {}:{} {}) or name its \
+             owner in [tools.exec] user", user.uid, user.gid, path.display());
+    }
+    Ok(())
+}
+
+pub(crate) fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder
+        .create(path)
+        .with_context(|| format!("cannot create {} ({key})", path.display()))
+}

@@ -1,0 +1,382 @@
+//! `[agents.NAME]` and `[[bindings]]`: several agents on one daemon.
+//!
+//! `[agent]` is the default agent. An `[agents.NAME]` table describes another with the keys
+//! of `[agent]`, and takes from `[agent]` every key it does not set itself (a sub-table such
+//! as `[agent.approvals]` whole) — except `workspace`, which is its own
+//! (`~/.switchboard/agents/NAME` when not given), and the keys that are the daemon's, which
+//! it may not set ([`DAEMON_KEYS`]). Its sessions are kept in
+//! `agent.state_dir/agents/NAME/`. `[[bindings]]` route chats to agents: the first whose
+//! every condition holds wins; chats no binding matches go to the default agent.
+//!
+//! The inheritance is done on the parsed document ([`inherit`]), before the sections are
+//! read, so every value keeps its place in the file for the errors that name it.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+use switchboard_agent::Binding;
+use switchboard_core::{AgentName, ChannelName, ChatId, SenderId};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use crate::config::{AgentSection, Config, ConfigError};
+use crate::config_values::ValueProblem;
+
+/// Keys of `[agent]` that belong to the daemon, not to one agent: an `[agents.NAME]` may not
+/// set them, and does not take them. Each with why.
+pub(crate) const DAEMON_KEYS: &[(&str, &str)] = &[
+    (
+        "state_dir",
+        "every agent keeps its sessions under agent.state_dir (in agents/NAME/); set it in [agent]",
+    ),
+    (
+        "max_concurrent_turns",
+        "the turn limit is shared by all agents; set it in [agent]",
+    ),
+    (
+        "ask_timeout_secs",
+        "the ask_user tool is shared by all agents; set it in [agent]",
+    ),
+];
+
+/// The most characters of an agent's name.
+const MAX_NAME: usize = 32;
+
+/// One `[[bindings]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingSection {
+    /// The agent: `default` or the `NAME` of an `[agents.NAME]`.
+    pub agent: Spanned<String>,
+    /// The channel: `telegram`, `discord`, `websocket`.
+    pub channel: Option<String>,
+    /// The chat, within the channel (a Telegram chat id, a Discord channel id, a WebSocket
+    /// client's `chat_id`).
+    pub chat: Option<Id>,
+    /// Who writes (a platform's user id).
+    pub sender: Option<Id>,
+}
+
+/// A chat's or a person's id, written as a string or a number (`chat = 123` and
+/// `chat = "123"` are the same).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Id(pub String);
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Text(String),
+            Number(i64),
+        }
+        match Raw::deserialize(deserializer) {
+            Ok(Raw::Text(text)) => Ok(Self(text)),
+            Ok(Raw::Number(number)) => Ok(Self(number.to_string())),
+            Err(_) => Err(serde::de::Error::custom(
+                "expected an id: a string or a whole number",
+            )),
+        }
+    }
+}
+
+/// Gives each `[agents.NAME]` table the keys of `[agent]` it does not set (see the module
+/// doc), in place; a daemon's key set in one is an error at its value.
+pub(crate) fn inherit(document: &mut DeTable<'_>) -> Result<(), ValueProblem> {
+    let base = match document.get("agent").map(|value| value.get_ref()) {
+        Some(DeValue::Table(table)) => table.clone(),
+        _ => DeTable::default(),
+    };
+    let Some(agents) = document.get_mut("agents") else {
+        return Ok(());
+    };
+    let DeValue::Table(agents) = agents.get_mut() else {
+        return Ok(());
+    };
+    for (name, agent) in agents.iter_mut() {
+        let span = agent.span();
+        let DeValue::Table(table) = agent.get_mut() else {
+            continue;
+        };
+        if !table.contains_key("workspace") {
+            let path = format!("~/.switchboard/agents/{}", name.get_ref());
+            table.insert(
+                Spanned::new(span.clone(), "workspace".into()),
+                Spanned::new(span.clone(), DeValue::String(path.into())),
+            );
+        }
+        for (key, why) in DAEMON_KEYS {
+            if let Some(value) = table.get(*key) {
+                return Err((
+                    value.span(),
+                    format!("agents.{}.{key}", name.get_ref()),
+                    format!("an agent cannot set this: {why}"),
+                ));
+            }
+        }
+        for (key, value) in base.iter() {
+            let key_text: &str = key.get_ref();
+            let daemon = DAEMON_KEYS.iter().any(|(name, _)| *name == key_text);
+            if key_text != "workspace" && !daemon && !table.contains_key(key_text) {
+                table.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One agent as the config describes it: its name, its section and where it keeps what.
+pub(crate) struct AgentSpec<'a> {
+    /// `default` for `[agent]`.
+    pub name: AgentName,
+    /// Its section (the inherited keys filled in).
+    pub section: &'a AgentSection,
+    /// Its section's dotted key: `agent` or `agents.NAME`.
+    pub key: String,
+    /// Its workspace.
+    pub workspace: PathBuf,
+    /// Where its sessions are kept (`sessions/` in it).
+    pub state_dir: PathBuf,
+    /// Where its table is in the file (`None` for `[agent]`).
+    pub span: Option<std::ops::Range<usize>>,
+}
+
+impl Config {
+    /// Every agent, the default first.
+    pub(crate) fn agent_specs(&self) -> Vec<AgentSpec<'_>> {
+        let state_dir = self.path(&self.agent.state_dir);
+        let mut specs = vec![AgentSpec {
+            name: AgentName::default(),
+            section: &self.agent,
+            key: "agent".into(),
+            workspace: self.path(&self.agent.workspace),
+            state_dir: state_dir.clone(),
+            span: None,
+        }];
+        for (name, section) in &self.agents {
+            specs.push(AgentSpec {
+                name: AgentName::from(name.as_str()),
+                section: section.get_ref(),
+                key: format!("agents.{name}"),
+                workspace: self.path(&section.get_ref().workspace),
+                state_dir: state_dir.join("agents").join(name),
+                span: Some(section.span()),
+            });
+        }
+        specs
+    }
+
+    /// The bindings, as the dispatcher reads them.
+    pub(crate) fn bindings(&self) -> Vec<Binding> {
+        self.bindings
+            .iter()
+            .map(|binding| {
+                let binding = binding.get_ref();
+                Binding {
+                    agent: AgentName::from(binding.agent.get_ref().as_str()),
+                    channel: binding.channel.as_deref().map(ChannelName::from),
+                    chat: binding.chat.as_ref().map(|id| ChatId::from(id.0.as_str())),
+                    sender: binding
+                        .sender
+                        .as_ref()
+                        .map(|id| SenderId::from(id.0.as_str())),
+                }
+            })
+            .collect()
+    }
+
+    /// Checks the agents' names and workspaces and the bindings.
+    pub(crate) fn validate_agents(&self) -> Result<(), ConfigError> {
+        let source = &self.source;
+        for (name, section) in &self.agents {
+            let valid = name.len() <= MAX_NAME
+                && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            if !valid || name == AgentName::DEFAULT {
+                let why = if valid {
+                    "`default` is the agent of [agent]; give this one another name".to_owned()
+                } else {
+                    format!(
+                        "an agent's name is 1 to {MAX_NAME} lowercase letters, digits, `-` \
+                         and `_`, starting with a letter or digit"
+                    )
+                };
+                return Err(source.error_at(Some(section.span()), format!("agents.{name}"), why));
+            }
+        }
+        let specs = self.agent_specs();
+        for (index, spec) in specs.iter().enumerate() {
+            for other in &specs[..index] {
+                let (mine, theirs) = (lexical(&spec.workspace), lexical(&other.workspace));
+                if mine.starts_with(&theirs) || theirs.starts_with(&mine) {
+                    let how = if mine == theirs { "is" } else { "overlaps" };
+                    return Err(source.error_at(
+                        spec.span.clone(),
+                        format!("{}.workspace", spec.key),
+                        format!(
+                            "{} {how} the workspace of the agent `{}` ({}): each agent needs a \
+                             workspace of its own, not inside another's",
+                            spec.workspace.display(),
+                            other.name,
+                            other.workspace.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        let known: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
+        for (index, binding) in self.bindings.iter().enumerate() {
+            let key = format!("bindings[{index}]");
+            let section = binding.get_ref();
+            let agent = section.agent.get_ref();
+            if !known.contains(&agent.as_str()) {
+                return Err(source.error_at(
+                    Some(section.agent.span()),
+                    format!("{key}.agent"),
+                    format!(
+                        "no agent is called `{agent}`: the agents are {} (define others as \
+                         [agents.NAME])",
+                        known.join(", ")
+                    ),
+                ));
+            }
+            let problem = match (&section.channel, &section.chat, &section.sender) {
+                (None, None, None) => Some(
+                    "a binding needs a channel, a chat or a sender to match (the default agent \
+                     already answers every other chat)",
+                ),
+                (None, Some(_), _) => {
+                    Some("a chat id means nothing without its channel: add channel = \"…\"")
+                }
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                return Err(source.error_at(Some(binding.span()), key, problem.into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A path with `.` and `..` taken out, as written (the directories may not exist yet).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::{Config, ConfigError};
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        let text = format!("[channels.websocket]\nauth = \"none\"\n{text}");
+        Config::parse(&text, Path::new("/etc/switchboard/config.toml"))
+    }
+
+    #[test]
+    fn an_agent_takes_what_it_does_not_set_from_agent_but_not_its_workspace() {
+        let config = parse(
+            "[agent]\nworkspace = \"/srv/main\"\nmax_iterations = 7\nsystem_prompt = \"hi\"\n\
+             [agent.approvals]\ntools = [\"exec\"]\n\
+             [agents.home]\nmax_iterations = 3\n\
+             [agents.work]\nworkspace = \"/srv/work\"\n[agents.work.approvals]\ntools = []\n",
+        )
+        .expect("parses");
+        let home = config.agents["home"].get_ref();
+        assert_eq!(*home.max_iterations.get_ref(), 3);
+        assert_eq!(home.system_prompt.as_deref(), Some("hi"));
+        assert_eq!(home.approvals.tools, ["exec"]);
+        let work = config.agents["work"].get_ref();
+        assert_eq!(*work.max_iterations.get_ref(), 7);
+        assert!(
+            work.approvals.tools.is_empty(),
+            "a sub-table is taken whole"
+        );
+        let specs = config.agent_specs();
+        let names: Vec<_> = specs.iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(names, ["default", "home", "work"]);
+        assert!(specs[1].workspace.ends_with(".switchboard/agents/home"));
+        assert_eq!(specs[2].workspace, Path::new("/srv/work"));
+        assert!(specs[2].state_dir.ends_with("agents/work"));
+    }
+
+    #[test]
+    fn a_binding_to_an_unknown_agent_is_refused_at_its_line_naming_the_agents() {
+        let err = parse(
+            "[agents.home]\nworkspace = \"/srv/home\"\n\n[[bindings]]\nagent = \"hoem\"\n\
+             channel = \"telegram\"\nchat = 123\n",
+        )
+        .expect_err("unknown agent");
+        assert_eq!(err.key, "bindings[0].agent");
+        assert_eq!(err.line, Some(7), "{err}");
+        assert!(err.message.contains("default, home"), "{err}");
+    }
+
+    #[test]
+    fn two_agents_sharing_a_workspace_or_one_inside_another_are_refused() {
+        let err = parse(
+            "[agent]\nworkspace = \"/srv/agent\"\n[agents.home]\nworkspace = \"/srv/agent/../agent\"\n",
+        )
+        .expect_err("shared");
+        assert_eq!(err.key, "agents.home.workspace");
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message
+                .contains("is the workspace of the agent `default`"),
+            "{err}"
+        );
+        let err =
+            parse("[agents.a]\nworkspace = \"/srv/a\"\n[agents.b]\nworkspace = \"/srv/a/b\"\n")
+                .expect_err("nested");
+        assert_eq!(err.key, "agents.b.workspace");
+        assert!(err.message.contains("overlaps"), "{err}");
+    }
+
+    #[test]
+    fn the_daemons_keys_bad_names_and_empty_bindings_are_refused() {
+        let err = parse("[agents.home]\nstate_dir = \"/x\"\n").expect_err("daemon key");
+        assert_eq!(
+            (err.key.as_str(), err.line),
+            ("agents.home.state_dir", Some(4))
+        );
+        let err = parse("[agents.Home]\n").expect_err("name");
+        assert_eq!(err.key, "agents.Home");
+        let err = parse("[agents.default]\n").expect_err("reserved");
+        assert!(err.message.contains("[agent]"), "{err}");
+        let err = parse("[[bindings]]\nagent = \"default\"\n").expect_err("no condition");
+        assert_eq!(err.key, "bindings[0]");
+        let err =
+            parse("[[bindings]]\nagent = \"default\"\nchat = \"1\"\n").expect_err("no channel");
+        assert!(err.message.contains("channel"), "{err}");
+        let err = parse("[agents.home]\nhistory_limt = 5\n").expect_err("typo");
+        assert_eq!(err.key, "agents.home.history_limt");
+    }
+
+    #[test]
+    fn bindings_read_ids_written_as_numbers_or_strings() {
+        let config = parse(
+            "[agents.home]\n[[bindings]]\nagent = \"home\"\nchannel = \"telegram\"\nchat = -100123\n\
+             sender = \"42\"\n",
+        )
+        .expect("parses");
+        let bindings = config.bindings();
+        assert_eq!(
+            bindings[0].chat.as_ref().map(|c| c.as_str()),
+            Some("-100123")
+        );
+        assert_eq!(bindings[0].sender.as_ref().map(|s| s.as_str()), Some("42"));
+    }
+}
