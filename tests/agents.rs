@@ -204,3 +204,68 @@ async fn a_job_an_agent_schedules_runs_as_that_agents_turn_even_in_a_session_of_
     assert!(!state.join("sessions/cron_j1.jsonl").exists());
     daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_chat_switches_its_model_with_slash_model_and_keeps_it_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let extra = Extra {
+        llm: "models = [\"big\", \"small\"]",
+        ..Extra::default()
+    };
+    let model_of = |request: &Value| request["model"].as_str().unwrap_or_default().to_owned();
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    let listed = client.say("c", "/model").await;
+    assert_eq!(
+        listed.reply(),
+        "This chat uses scripted. Models: scripted, big, small (scripted is the default). \
+         /model NAME switches; /model default goes back."
+    );
+    let refused = client.say("c", "/model huge").await;
+    assert_eq!(
+        refused.reply(),
+        "There is no model `huge` here. The models are: scripted, big, small."
+    );
+    assert_eq!(
+        client.say("c", "/model big").await.reply(),
+        "This chat now uses big."
+    );
+    llm.push(Reply::text("from big"));
+    llm.push(Reply::text("from the default"));
+    client.say("c", "hello").await;
+    client.say("d", "hello").await;
+    let requests = llm.requests();
+    assert_eq!(model_of(&requests[0]), "big");
+    assert_eq!(
+        model_of(&requests[1]),
+        "scripted",
+        "another chat keeps the default"
+    );
+    assert!(
+        client
+            .say("c", "/status")
+            .await
+            .reply()
+            .ends_with("model big.")
+    );
+    daemon.shutdown().await;
+
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    llm.push(Reply::text("still big"));
+    client.say("c", "hello again").await;
+    assert_eq!(
+        model_of(&llm.requests()[2]),
+        "big",
+        "kept across the restart"
+    );
+    assert_eq!(
+        client.say("c", "/model default").await.reply(),
+        "This chat now uses scripted."
+    );
+    llm.push(Reply::text("back"));
+    client.say("c", "and now?").await;
+    assert_eq!(model_of(&llm.requests()[3]), "scripted");
+    daemon.shutdown().await;
+}

@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use switchboard_agent::scheduler::{CronTool, Scheduler};
-use switchboard_agent::{Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, TurnSlots};
+use switchboard_agent::{
+    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots,
+};
 use switchboard_core::{AgentName, ChatHub};
 use switchboard_llm::Observer;
 use switchboard_sessions::{JsonlStore, SessionStore};
@@ -174,7 +176,9 @@ pub(crate) fn build_agents(
         )
         .with_name(spec.name.clone())
         .with_slots(slots.clone())
-        .with_tool_filter(filter);
+        .with_tool_filter(filter)
+        .with_choices(Arc::new(FileChoices::new(&spec.state_dir)));
+        agent.set_models(catalog.models_for(model));
         if let Some(metrics) = &metrics {
             agent = agent.with_hook(metrics.clone());
         }

@@ -92,6 +92,8 @@ pub struct LlmSection {
     pub max_connections: Spanned<usize>,
     /// Whether the model takes images (a person's photos, images tools return).
     pub images: bool,
+    /// More models of this provider a chat may switch to with `/model`.
+    pub models: Vec<String>,
 }
 
 impl Default for LlmSection {
@@ -115,6 +117,7 @@ impl Default for LlmSection {
             fallback_cooldown_secs: Spanned::new(0..0, 60.0),
             max_connections: Spanned::new(0..0, 64),
             images: true,
+            models: Vec::new(),
         }
     }
 }
@@ -263,8 +266,9 @@ pub fn build(
     Ok(Catalog::build(config, observer)?.chain(None))
 }
 
-/// Every model the config names — `[llm]`'s, each fallback's, each agent's `model` — each
-/// built once behind its retry layer, so the chains made of them share their connections.
+/// Every model the config names — `[llm]`'s, each fallback's, `[llm] models`, each agent's
+/// `model` — each built once behind its retry layer, so the chains made of them share their
+/// connections.
 pub struct Catalog {
     /// By model name: `[llm]`'s first, then the fallbacks in order, then the others.
     models: Vec<(String, Arc<dyn LlmProvider>)>,
@@ -283,10 +287,11 @@ impl Catalog {
             .collect();
         let chain = models.len();
         let llm = &config.llm;
-        for spec in config.agent_specs() {
-            let Some(name) = spec.section.model.as_ref().map(|m| m.get_ref()) else {
-                continue;
-            };
+        let specs = config.agent_specs();
+        let agents = specs
+            .iter()
+            .filter_map(|spec| spec.section.model.as_ref().map(|m| m.get_ref()));
+        for name in llm.models.iter().chain(agents) {
             if models.iter().any(|(have, _)| have == name) {
                 continue;
             }
@@ -305,6 +310,22 @@ impl Catalog {
             chain,
             cooldown: Config::duration(&llm.fallback_cooldown_secs),
         })
+    }
+
+    /// The models' names, `[llm]`'s first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.models.iter().map(|(name, _)| name.as_str())
+    }
+
+    /// An agent's chains: its own (starting with `model`, `None`: `[llm]`'s), and one for
+    /// each model a chat may choose — when there is more than one.
+    pub fn models_for(&self, model: Option<&str>) -> switchboard_agent::Models {
+        let choices = (self.models.len() > 1).then(|| {
+            self.names()
+                .map(|name| (name.to_owned(), self.chain(Some(name))))
+                .collect::<Vec<_>>()
+        });
+        switchboard_agent::Models::new(self.chain(model), choices.into_iter().flatten())
     }
 
     /// The chain that starts with the model `first` (`None`: `[llm]`'s) and goes on with

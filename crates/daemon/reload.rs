@@ -155,7 +155,7 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
         for agent in agents.iter() {
             // An agent the new config no longer has keeps running as it was until a restart.
             if let Some(model) = models.get(agent.name().as_str()) {
-                agent.set_llm(catalog.chain(*model));
+                agent.set_models(catalog.models_for(*model));
             }
         }
         // What was known of the old models (a refused key, say) no longer holds.

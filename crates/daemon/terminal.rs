@@ -84,7 +84,14 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             true
         }
         Some(Command::Status) => {
-            eprintln!("{}", agent.status(session));
+            eprintln!("{}", agent.status(session).await);
+            true
+        }
+        Some(Command::Model(wanted)) => {
+            eprintln!(
+                "{}",
+                agent.model_command(session.key(), wanted.as_deref()).await
+            );
             true
         }
         Some(Command::Stop) => {

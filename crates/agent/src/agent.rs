@@ -8,12 +8,14 @@ use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreErro
 use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources};
 use tokio_util::sync::CancellationToken;
 
+use crate::choices::{ChoiceStore, Choices, MemoryChoices};
 use crate::command::JOBS_USAGE;
 use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
+use crate::models::Models;
 use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::slots::TurnSlots;
 use crate::turn;
@@ -23,8 +25,11 @@ use crate::turn;
 pub struct Agent {
     /// Its name (`default` for `[agent]`).
     name: AgentName,
-    /// The model (chain); replaced whole when the config is reloaded.
-    llm: std::sync::RwLock<Arc<dyn LlmProvider>>,
+    /// The model chains (its own, and those chats may choose); replaced whole when the
+    /// config is reloaded.
+    models: std::sync::RwLock<Arc<Models>>,
+    /// What each chat chose (`/model`).
+    choices: Arc<dyn ChoiceStore>,
     /// The tools, by source: each replaced on its own (a reload, an MCP server coming and
     /// going); a turn keeps the snapshot it started with. Shared by a daemon's agents.
     tools: Arc<ToolSources>,
@@ -53,7 +58,8 @@ impl Agent {
     ) -> Self {
         Self {
             name: AgentName::default(),
-            llm: std::sync::RwLock::new(llm),
+            models: std::sync::RwLock::new(Arc::new(Models::single(llm))),
+            choices: Arc::new(MemoryChoices::default()),
             tools: tools.into(),
             filter: ToolFilter::default(),
             store,
@@ -145,21 +151,88 @@ impl Agent {
         self
     }
 
-    /// The model (chain) turns call now.
+    /// Keeps what chats choose in `store` (across restarts) instead of memory.
+    pub fn with_choices(mut self, store: Arc<dyn ChoiceStore>) -> Self {
+        self.choices = store;
+        self
+    }
+
+    /// The agent's own model (chain), which turns call unless their chat chose another.
     pub fn llm(&self) -> Arc<dyn LlmProvider> {
-        self.llm
+        self.models().default_chain().clone()
+    }
+
+    /// The agent's model chains: its own and those chats may choose.
+    pub fn models(&self) -> Arc<Models> {
+        self.models
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
-    /// Replaces the model (chain): turns that start from now on use it; a running turn
-    /// finishes its current call with the old one and uses the new one for the next.
-    pub fn set_llm(&self, llm: Arc<dyn LlmProvider>) {
+    /// Replaces the model chains: turns use them from their next call on (a running turn
+    /// finishes its current call with the old ones).
+    pub fn set_models(&self, models: Models) {
         *self
-            .llm
+            .models
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = llm;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(models);
+    }
+
+    /// Replaces the model chain with `llm` alone (no choices).
+    pub fn set_llm(&self, llm: Arc<dyn LlmProvider>) {
+        self.set_models(Models::single(llm));
+    }
+
+    /// The model `session` chose with `/model`, if it is still offered.
+    pub async fn chosen_model(&self, session: &SessionKey) -> Option<String> {
+        let chosen = self.choices.get(session).await.model?;
+        self.models().offers(&chosen).then_some(chosen)
+    }
+
+    /// The answer to `/model` (`None`: the list), `/model NAME` and `/model default` in
+    /// `session`.
+    pub async fn model_command(&self, session: &SessionKey, wanted: Option<&str>) -> String {
+        let models = self.models();
+        let own = models.default_chain().model().to_owned();
+        let list = || {
+            let mut names: Vec<&str> = vec![own.as_str()];
+            names.extend(models.names().filter(|name| *name != own));
+            names.join(", ")
+        };
+        if models.names().next().is_none() {
+            return format!(
+                "This chat uses {own}, the only model here (more with [llm] models = [...])."
+            );
+        }
+        let chosen = self.chosen_model(session).await;
+        let Some(wanted) = wanted else {
+            let using = chosen.as_deref().unwrap_or(&own);
+            return format!(
+                "This chat uses {using}. Models: {} ({own} is the default). /model NAME \
+                 switches; /model default goes back.",
+                list()
+            );
+        };
+        let choice = match wanted {
+            "default" => None,
+            name if name == own => None,
+            name if models.offers(name) => Some(name.to_owned()),
+            name => {
+                return format!(
+                    "There is no model `{name}` here. The models are: {}.",
+                    list()
+                );
+            }
+        };
+        let using = choice.clone().unwrap_or_else(|| own.clone());
+        match self.choices.set(session, Choices { model: choice }).await {
+            Ok(()) => format!("This chat now uses {using}."),
+            Err(err) => {
+                tracing::error!(session = %session, error = %err, "could not keep a chat's model");
+                format!("Could not keep the choice: {err}")
+            }
+        }
     }
 
     /// The agent's config.
@@ -194,7 +267,11 @@ impl Agent {
     }
 
     /// The answer to `/status`: what the session holds and has spent, and the model.
-    pub fn status(&self, session: &Session) -> String {
+    pub async fn status(&self, session: &Session) -> String {
+        let model = match self.chosen_model(session.key()).await {
+            Some(model) => model,
+            None => self.llm().model().to_owned(),
+        };
         let usage = session.usage();
         let count = session.len();
         let plural = if count == 1 { "" } else { "s" };
@@ -210,7 +287,7 @@ impl Agent {
             self.config.history_limit,
             usage.input_tokens,
             usage.output_tokens,
-            self.llm().model(),
+            model,
         )
     }
 

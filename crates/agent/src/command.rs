@@ -17,6 +17,8 @@ pub enum Command {
     Approve,
     /// `/deny`: refuse the tool call the turn waits on.
     Deny,
+    /// `/model` (the models and the chat's), `/model NAME` (switch), `/model default`.
+    Model(Option<String>),
     /// `/jobs`, `/jobs rm ID`, `/jobs pause ID`, `/jobs resume ID`, `/jobs run ID`: this
     /// chat's scheduled jobs. `None`: `/jobs` with words it does not know (answered with how
     /// to use it).
@@ -35,6 +37,10 @@ impl Command {
         let word = word.to_ascii_lowercase();
         if word == "jobs" {
             return Some(Self::Jobs(jobs_action(rest)));
+        }
+        if word == "model" || word == "models" {
+            let name = rest.split_whitespace().next().map(str::to_owned);
+            return (rest.split_whitespace().count() <= 1).then_some(Self::Model(name));
         }
         if !rest.is_empty() {
             return None;
@@ -90,6 +96,7 @@ pub const HELP: &str = "Commands:\n\
 /status — what this session holds\n\
 /approve, /deny — answer a request to run a tool\n\
 /jobs — this chat's scheduled jobs (/jobs rm|pause|resume|run ID)\n\
+/model — the models this chat may use; /model NAME switches, /model default goes back\n\
 /help — this list\n\
 Anything else goes to the agent.";
 
@@ -127,6 +134,16 @@ mod tests {
         );
         assert_eq!(Command::parse("/jobs rm"), Some(Command::Jobs(None)));
         assert_eq!(Command::parse("/jobs dance now"), Some(Command::Jobs(None)));
+    }
+
+    #[test]
+    fn model_takes_a_name_or_nothing() {
+        assert_eq!(Command::parse("/model"), Some(Command::Model(None)));
+        assert_eq!(
+            Command::parse("/model@bot  gpt-4o "),
+            Some(Command::Model(Some("gpt-4o".into())))
+        );
+        assert_eq!(Command::parse("/model a b"), None);
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!
 //! # Layout
 //! - `config`: [`AgentConfig`], the knobs of the loop.
+//! - `models`: [`Models`], an agent's model chains: its own and those a chat may choose.
+//! - `choices`: [`ChoiceStore`], what a chat chose (`/model`), kept across restarts.
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
 //! - `agents`: [`Agents`], a daemon's agents and the [`Binding`]s that route chats to them.
 //! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
@@ -32,6 +34,7 @@ mod agents;
 mod approval;
 mod ask;
 mod batch;
+mod choices;
 mod command;
 mod config;
 mod context;
@@ -39,6 +42,7 @@ mod dispatcher;
 mod events;
 mod hooks;
 mod input;
+mod models;
 pub mod scheduler;
 mod slots;
 mod turn;
@@ -49,6 +53,7 @@ pub use agent::Agent;
 pub use agents::{Agents, Binding, UnknownAgent};
 pub use approval::Approvals;
 pub use ask::AskUserTool;
+pub use choices::{ChoiceStore, ChoiceStoreError, Choices, FileChoices, MemoryChoices};
 pub use command::{Command, HELP};
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
@@ -56,6 +61,7 @@ pub use dispatcher::Dispatcher;
 pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use input::TurnInput;
+pub use models::Models;
 pub use slots::{HeldSlot, TurnSlots};
 pub use turn::MAX_LLM_FAILURES;
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

@@ -56,6 +56,7 @@ pub(crate) async fn run(
         input_bytes = input.text.len(), images = input.images.len());
     async {
         let started = std::time::Instant::now();
+        let model = agent.chosen_model(session.key()).await;
         let mut turn = Turn {
             agent,
             session,
@@ -65,6 +66,7 @@ pub(crate) async fn run(
             unsaved: false,
             inbound: input.inbound.clone(),
             user: input.user.clone(),
+            model,
         };
         let _ = events.send(AgentEvent::Started);
         // The time budget stops the turn the way `/stop` does (open tool calls get their
@@ -163,6 +165,8 @@ struct Turn<'a> {
     inbound: Option<MessageId>,
     /// The person, to ask something of.
     user: Option<User>,
+    /// The model the chat chose (`/model`), if any.
+    model: Option<String>,
 }
 
 impl Turn<'_> {
@@ -379,7 +383,7 @@ impl Turn<'_> {
             agent.hooks.before_llm(info, &mut request).await;
         }
         let request = &*request;
-        let llm = agent.llm();
+        let llm = agent.models().chain(self.model.as_deref()).clone();
         let span = tracing::info_span!(
             "llm",
             model = llm.model(),

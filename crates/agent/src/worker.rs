@@ -273,12 +273,17 @@ impl Worker {
             },
             Some(Command::Help) => HELP.to_owned(),
             Some(Command::Status) => {
-                let mut text = self.agent.status(session);
+                let mut text = self.agent.status(session).await;
                 let jobs = self.agent.jobs_status(&message.channel, &message.chat_id);
                 if let Some(jobs) = jobs.await {
                     text = format!("{text}\n{jobs}");
                 }
                 text
+            }
+            Some(Command::Model(wanted)) => {
+                self.agent
+                    .model_command(session.key(), wanted.as_deref())
+                    .await
             }
             Some(Command::Jobs(action)) => {
                 let (channel, chat) = (&message.channel, &message.chat_id);
