@@ -97,6 +97,40 @@ async fn an_unknown_config_key_fails_with_file_line_and_key() {
 }
 
 #[tokio::test]
+async fn agents_bindings_and_prices_that_do_not_fit_fail_with_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = "[channels.websocket]\nauth = \"none\"\n";
+    for (text, expected) in [
+        (
+            "[[bindings]]\nagent = \"home\"\nchannel = \"telegram\"\n",
+            ":4:9: bindings[0].agent: no agent is called `home`: the agents are default",
+        ),
+        (
+            "[agent]\nworkspace = \"/srv/a\"\n[agents.home]\nworkspace = \"/srv/a\"\n",
+            ":5:1: agents.home.workspace: /srv/a is the workspace of the agent `default`",
+        ),
+        (
+            "[llm]\nmodel = \"gpt-4o\"\n[llm.prices.\"gpt-5\"]\ninput_per_mtok = 1\n\
+             output_per_mtok = 2\n",
+            ":5:1: llm.prices.gpt-5: no model `gpt-5` is configured: the models are gpt-4o",
+        ),
+    ] {
+        let config = dir.path().join("bad.toml");
+        std::fs::write(&config, format!("{ws}{text}")).expect("write");
+        let output = Command::new(BINARY)
+            .args(["run", "--config"])
+            .arg(&config)
+            .output()
+            .await
+            .expect("runs");
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let expected = format!("{}{expected}", config.display());
+        assert!(stderr.contains(&expected), "{stderr}");
+    }
+}
+
+#[tokio::test]
 async fn the_example_config_parses() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
     let config = Config::load(&example).expect("config.example.toml parses");

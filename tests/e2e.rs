@@ -64,5 +64,8 @@ mod telegram;
 mod terminal;
 /// Tool calls: run concurrently, errors and unknown tools reach the model.
 mod tools;
+/// What the models cost: the daily caps (80 % told once, 100 % refused), `/usage`, a
+/// scheduled run skipped, `switchboard usage`, `/metrics`, a kill -9 keeping the total.
+mod usage;
 /// The web chat page in headless Chromium: token prompt, wrong token, history after reload.
 mod web_page;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use switchboard_agent::scheduler::{CronTool, Scheduler};
+use switchboard_agent::usage::Spending;
 use switchboard_agent::{
     Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots,
 };
@@ -44,6 +45,8 @@ pub(crate) struct AgentParts<'a> {
     pub observer: Option<&'a Arc<dyn Observer>>,
     /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
     pub scheduler: Option<Scheduler>,
+    /// What calls cost, and the daily caps (none in the terminal).
+    pub spending: Option<Arc<Spending>>,
 }
 
 /// What building the tools again needs (a reload does when `[tools]` changed).
@@ -105,6 +108,7 @@ pub(crate) fn build_agents(
         hub,
         observer,
         scheduler,
+        spending,
     } = parts;
     let state_dir = config.path(&config.agent.state_dir);
     create_dir(&state_dir, "agent.state_dir")?;
@@ -181,6 +185,9 @@ pub(crate) fn build_agents(
         agent.set_models(catalog.models_for(model));
         if let Some(metrics) = &metrics {
             agent = agent.with_hook(metrics.clone());
+        }
+        if let Some(spending) = &spending {
+            agent = agent.with_spending(spending.clone());
         }
         if let Some(scheduler) = &scheduler {
             agent = agent

@@ -68,6 +68,8 @@ pub struct Running {
     /// The MCP servers (a reload changes them).
     #[cfg(feature = "mcp")]
     mcp: crate::mcp_servers::Mcp,
+    /// What the models cost and the caps (a reload changes them).
+    spending: Arc<switchboard_agent::usage::Spending>,
 }
 
 /// Starts the daemon. `tools` are the tools offered to the model.
@@ -86,11 +88,16 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             config.scheduler.settings(),
         )
     });
+    let spending = crate::usage_config::spending(&config, &config.path(&config.agent.state_dir));
+    if let Some(scheduler) = &scheduler {
+        scheduler.keep_to(spending.clone());
+    }
     let parts = AgentParts {
         extra_tools: tools,
         hub: Some(&hub),
         observer: Some(&observer),
         scheduler: scheduler.clone(),
+        spending: Some(spending.clone()),
     };
     let (agents, tool_parts) = crate::agents::build_agents(&config, parts)?;
     let health = Health::new();
@@ -184,7 +191,10 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         router = router.merge(metrics::router(
             handle,
             health.clone(),
-            metrics_series(&config, &agents, &hub),
+            metrics::Series {
+                spending: Some(spending.clone()),
+                ..metrics_series(&config, &agents, &hub)
+            },
             config.metrics_access()?,
             config.http.allowed_hosts.clone(),
         ));
@@ -273,6 +283,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         llm_health,
         #[cfg(feature = "mcp")]
         mcp,
+        spending,
     })
 }
 
@@ -293,6 +304,11 @@ fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::S
     }
     let all = agents.default_agent().tool_sources().snapshot();
     metrics::Series {
+        agents: agents
+            .iter()
+            .map(|agent| agent.name().to_string())
+            .collect(),
+        spending: None,
         models,
         tools: all.names().map(str::to_owned).collect(),
         channels: hub.channels().iter().map(ToString::to_string).collect(),
@@ -379,6 +395,7 @@ impl Running {
             llm_health: &self.llm_health,
             #[cfg(feature = "mcp")]
             mcp: &mut self.mcp,
+            spending: &self.spending,
         };
         crate::reload::reload(path, &mut self.config_text, live).await
     }

@@ -66,6 +66,16 @@ pub enum Command {
         #[command(subcommand)]
         action: McpAction,
     },
+    /// What the models cost: a line per day, agent and chat (tokens and US dollars by the
+    /// price table), from the usage records in the config's state directory.
+    Usage {
+        /// The config file (same search as `run`).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// How many days, today included.
+        #[arg(long, default_value_t = 7)]
+        days: u32,
+    },
     /// Set up: write a commented config (asking for its few choices when run in a
     /// terminal, else from the flags) and a workspace with starter files (SOUL.md,
     /// AGENTS.md, USER.md, TOOLS.md, MEMORY.md, a sample skill). Existing files are kept

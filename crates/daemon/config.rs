@@ -77,6 +77,9 @@ pub struct Config {
     /// `[heartbeat]`.
     #[serde(default)]
     pub heartbeat: crate::scheduler_config::HeartbeatSection,
+    /// `[limits]`: daily caps on what the models cost.
+    #[serde(default)]
+    pub limits: crate::usage_config::LimitsSection,
     /// `[mcp]`.
     #[cfg(feature = "mcp")]
     #[serde(default)]
@@ -322,6 +325,7 @@ impl Config {
             self.validate_agent(spec.section, &spec.key)?;
         }
         self.validate_agents()?;
+        self.validate_usage()?;
         for (value, key) in [
             (&self.llm.max_response_bytes, "llm.max_response_bytes"),
             (&self.llm.max_reply_bytes, "llm.max_reply_bytes"),

@@ -21,6 +21,8 @@
 //! - `outbox`: where the `message` tool sends, and to whom it may.
 //! - `logging`: tracing setup (text or JSON).
 //! - `scheduler_config`: `[scheduler]`.
+//! - `usage_config`: `[llm.prices]` and `[limits]`, the daemon's spending.
+//! - `usage_cli`: `switchboard usage`, a table per day, agent and chat.
 //! - `harden`: before anything runs: secrets out of the environment, not dumpable.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
@@ -56,6 +58,8 @@ pub mod supervisor;
 pub mod telemetry;
 pub mod terminal;
 pub mod turn_config;
+pub mod usage_cli;
+mod usage_config;
 
 #[cfg(test)]
 mod config_properties;

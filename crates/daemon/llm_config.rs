@@ -94,6 +94,8 @@ pub struct LlmSection {
     pub images: bool,
     /// More models of this provider a chat may switch to with `/model`.
     pub models: Vec<String>,
+    /// `[llm.prices."MODEL"]`: what each model's tokens cost.
+    pub prices: crate::usage_config::PriceTable,
 }
 
 impl Default for LlmSection {
@@ -118,6 +120,7 @@ impl Default for LlmSection {
             max_connections: Spanned::new(0..0, 64),
             images: true,
             models: Vec::new(),
+            prices: Default::default(),
         }
     }
 }

@@ -8,7 +8,9 @@ use switchboard::cli::{Cli, Command};
 use switchboard::config::ConfigError;
 #[cfg(feature = "mcp")]
 use switchboard::mcp_cli;
-use switchboard::{app, cli, cron, doctor, harden, logging, onboard, pairing, status, terminal};
+use switchboard::{
+    app, cli, cron, doctor, harden, logging, onboard, pairing, status, terminal, usage_cli,
+};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -58,6 +60,7 @@ fn main() -> ExitCode {
             | Command::Onboard { .. }
             | Command::Status { .. }
             | Command::Doctor { .. }
+            | Command::Usage { .. }
     );
     logging::init(cli.log_format, quiet);
     if let Some((withdrawal, dumpable)) = hardened {
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
                 }
             }
             Command::Status { config } => status::run(config.as_deref()).await,
+            Command::Usage { config, days } => usage_cli::run(config.as_deref(), days).await,
             Command::Doctor { config } => doctor::run(config.as_deref()).await,
             Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
         }

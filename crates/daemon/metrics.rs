@@ -27,6 +27,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use dashmap::DashMap;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use switchboard_agent::usage::Spending;
 use switchboard_agent::{Hook, ToolOutcome, TurnInfo, TurnSummary};
 use switchboard_core::{SessionKey, ToolCall};
 use switchboard_llm::{ChatRequest, ChatResponse};
@@ -123,6 +124,18 @@ fn describe() {
         "How long calls of an MCP server's tools took, by server"
     );
     describe_gauge!(
+        "switchboard_usage_usd",
+        "US dollars the models cost, by agent and period (today, month; days in limits.timezone), by the price table"
+    );
+    describe_gauge!(
+        "switchboard_usage_tokens",
+        "Tokens spent, by agent, period (today, month) and kind (input, output, cached input)"
+    );
+    describe_gauge!(
+        "switchboard_usage_limit_usd",
+        "The daily caps on what the models cost, by scope (daily, daily_per_chat)"
+    );
+    describe_gauge!(
         "switchboard_channel_up",
         "1 while the channel runs, 0 while it is failing or stopped"
     );
@@ -152,9 +165,40 @@ fn describe() {
     );
 }
 
+/// Today's and this month's spending per agent, and the caps, as gauges (read from the
+/// usage records at each scrape; an agent that spent nothing is at zero).
+async fn publish_spending(spending: &Spending, agents: &[String]) {
+    let spent = spending.by_agent().await;
+    for agent in agents.iter().chain(spent.keys()) {
+        let (today, month) = spent.get(agent).copied().unwrap_or_default();
+        for (period, spent) in [("today", today), ("month", month)] {
+            metrics::gauge!("switchboard_usage_usd", "agent" => agent.clone(), "period" => period)
+                .set(spent.usd);
+            for (kind, tokens) in [
+                ("input", spent.input),
+                ("output", spent.output),
+                ("cached", spent.cached),
+            ] {
+                metrics::gauge!("switchboard_usage_tokens", "agent" => agent.clone(),
+                    "period" => period, "kind" => kind)
+                .set(tokens as f64);
+            }
+        }
+    }
+    let limits = spending.limits();
+    for (scope, cap) in [
+        ("daily", limits.daily_usd),
+        ("daily_per_chat", limits.daily_usd_per_chat),
+    ] {
+        if let Some(cap) = cap {
+            metrics::gauge!("switchboard_usage_limit_usd", "scope" => scope).set(cap);
+        }
+    }
+}
+
 /// What the series published at zero are made of: the models (`provider`, `model`), the
 /// tools and the channels of this daemon.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Series {
     /// Each model of the chain: its provider (`openai`, `anthropic`) and model.
     pub models: Vec<(&'static str, String)>,
@@ -166,6 +210,10 @@ pub struct Series {
     pub scheduler: bool,
     /// The MCP servers the config names.
     pub mcp_servers: Vec<String>,
+    /// The agents' names.
+    pub agents: Vec<String>,
+    /// What the models cost (exported as gauges at each scrape).
+    pub spending: Option<Arc<Spending>>,
 }
 
 /// Publishes every series `series` makes possible, at zero (a counter at zero stays
@@ -221,6 +269,8 @@ struct Exposition {
     handle: PrometheusHandle,
     health: Health,
     zeros: Arc<(Series, std::sync::Once)>,
+    /// What the models cost, read at each scrape.
+    spending: Option<Arc<Spending>>,
 }
 
 /// The `/metrics` route, for those `access` lets in (a bearer token, or — with
@@ -237,6 +287,7 @@ pub fn router(
     let exposition = Exposition {
         handle,
         health,
+        spending: series.spending.clone(),
         zeros: Arc::new((series, std::sync::Once::new())),
     };
     Router::new()
@@ -280,6 +331,7 @@ async fn render(State(exposition): State<Exposition>) -> impl IntoResponse {
         handle,
         health,
         zeros,
+        spending,
     } = exposition;
     zeros.1.call_once(|| {
         describe();
@@ -303,6 +355,9 @@ async fn render(State(exposition): State<Exposition>) -> impl IntoResponse {
             .absolute(value as u64),
             None => metrics::gauge!(format!("switchboard_{name}")).set(value as f64),
         }
+    }
+    if let Some(spending) = spending {
+        publish_spending(&spending, &zeros.0.agents).await;
     }
     handle.run_upkeep();
     (

@@ -44,6 +44,8 @@ pub(crate) struct Live<'a> {
     /// The MCP servers.
     #[cfg(feature = "mcp")]
     pub mcp: &'a mut crate::mcp_servers::Mcp,
+    /// What the models cost and the caps.
+    pub spending: &'a switchboard_agent::usage::Spending,
 }
 
 /// Reads `path` again and applies what can change live (see the module doc); `running` is
@@ -57,6 +59,7 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
         llm_health,
         #[cfg(feature = "mcp")]
         mcp,
+        spending,
     } = live;
     let refuse = |err: String| {
         tracing::error!(error = %err, "config reload refused; the running config is kept");
@@ -125,9 +128,13 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
                 && key.ends_with(".model")
                 && key.matches('.').count() == 2)
     };
+    // The caps and prices are live; the zone that begins a day needs a restart.
+    let spending_live =
+        |key: &str| under(key, "limits.daily_usd") || under(key, "limits.daily_usd_per_chat");
     let live = |key: &String| {
         under(key, "llm")
             || model_live(key)
+            || spending_live(key)
             || tools_live(key)
             || jobs_live(key)
             || (cfg!(feature = "mcp") && under(key, "mcp"))
@@ -160,6 +167,12 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
         }
         // What was known of the old models (a refused key, say) no longer holds.
         llm_health.start_with(&config);
+    }
+    if changed
+        .iter()
+        .any(|key| under(key, "llm.prices") || spending_live(key))
+    {
+        spending.reconfigure(config.prices(), config.limits());
     }
     if let Some(scheduler) = tool_parts.scheduler()
         && changed.iter().any(|key| jobs_live(key))

@@ -87,6 +87,10 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             eprintln!("{}", agent.status(session).await);
             true
         }
+        Some(Command::Usage) => {
+            eprintln!("{}", agent.usage_command(session.key()).await);
+            true
+        }
         Some(Command::Model(wanted)) => {
             eprintln!(
                 "{}",

@@ -19,6 +19,7 @@ use crate::models::Models;
 use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::slots::TurnSlots;
 use crate::turn;
+use crate::usage::Spending;
 
 /// One agent: what all its sessions share. Built by the daemon (one per `[agent]` and
 /// `[agents.NAME]`) or the CLI.
@@ -45,6 +46,9 @@ pub struct Agent {
     jobs: Option<Jobs>,
     /// The slots of turns that may run at once; shared with the daemon's other agents.
     slots: Arc<TurnSlots>,
+    /// What calls cost and the daily caps; shared with the daemon's other agents. `None`
+    /// (the terminal, tests): nothing is recorded or capped.
+    spending: Option<Arc<Spending>>,
 }
 
 impl Agent {
@@ -68,6 +72,26 @@ impl Agent {
             context: ContextCache::default(),
             hooks: Hooks::default(),
             jobs: None,
+            spending: None,
+        }
+    }
+
+    /// Records what its calls cost in `spending` and keeps to its caps.
+    pub fn with_spending(mut self, spending: Arc<Spending>) -> Self {
+        self.spending = Some(spending);
+        self
+    }
+
+    /// What calls cost, when it is recorded.
+    pub fn spending(&self) -> Option<&Arc<Spending>> {
+        self.spending.as_ref()
+    }
+
+    /// The answer to `/usage` in `session`.
+    pub async fn usage_command(&self, session: &SessionKey) -> String {
+        match &self.spending {
+            Some(spending) => spending.report(session).await,
+            None => "Usage is not recorded here.".to_owned(),
         }
     }
 

@@ -17,6 +17,8 @@ pub enum Command {
     Approve,
     /// `/deny`: refuse the tool call the turn waits on.
     Deny,
+    /// `/usage`: what this chat spent today and this month.
+    Usage,
     /// `/model` (the models and the chat's), `/model NAME` (switch), `/model default`.
     Model(Option<String>),
     /// `/jobs`, `/jobs rm ID`, `/jobs pause ID`, `/jobs resume ID`, `/jobs run ID`: this
@@ -50,6 +52,7 @@ impl Command {
             "stop" => Some(Self::Stop),
             "help" | "start" => Some(Self::Help),
             "status" => Some(Self::Status),
+            "usage" | "cost" => Some(Self::Usage),
             "approve" | "yes" => Some(Self::Approve),
             "deny" | "no" => Some(Self::Deny),
             _ => None,
@@ -97,6 +100,7 @@ pub const HELP: &str = "Commands:\n\
 /approve, /deny — answer a request to run a tool\n\
 /jobs — this chat's scheduled jobs (/jobs rm|pause|resume|run ID)\n\
 /model — the models this chat may use; /model NAME switches, /model default goes back\n\
+/usage — what this chat spent today and this month\n\
 /help — this list\n\
 Anything else goes to the agent.";
 

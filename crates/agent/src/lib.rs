@@ -28,6 +28,7 @@
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 //! - `scheduler`: scheduled work — jobs, when they are due, the job store.
+//! - `usage`: what calls cost ([`usage::Spending`]: records, daily caps, `/usage`).
 
 mod agent;
 mod agents;
@@ -46,6 +47,7 @@ mod models;
 pub mod scheduler;
 mod slots;
 mod turn;
+pub mod usage;
 mod verify;
 mod worker;
 

@@ -251,6 +251,16 @@ impl Turn<'_> {
             };
             failures = 0;
             self.usage += response.usage;
+            if let Some(spending) = agent.spending() {
+                let session = self.session.key();
+                let model = &*response.model;
+                if let Some(warning) = spending
+                    .record(agent.name(), session, model, &response.usage)
+                    .await
+                {
+                    let _ = events.send(AgentEvent::Notice(warning));
+                }
+            }
             if response.tool_calls.is_empty() {
                 let reply = verify::strip_thinking(&response.content);
                 let check = verify::Check {

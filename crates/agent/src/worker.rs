@@ -280,6 +280,7 @@ impl Worker {
                 }
                 text
             }
+            Some(Command::Usage) => self.agent.usage_command(session.key()).await,
             Some(Command::Model(wanted)) => {
                 self.agent
                     .model_command(session.key(), wanted.as_deref())
@@ -332,6 +333,19 @@ impl Worker {
         cancel: CancellationToken,
         resume: bool,
     ) {
+        // A daily cost cap reached: refused before anything is saved or the model called.
+        if let Some(spending) = self.agent.spending()
+            && let Some(refusal) = spending.refusal(session.key()).await
+        {
+            tracing::info!(session = %self.key, "a turn was refused: a daily cost cap is reached");
+            reply(&self.hub, &message, OutboundKind::Message(refusal)).await;
+            if !message.origin.is_person() {
+                // A scheduled run or a sub-agent's message: not run, and its sender told so.
+                message.settle(Fate::Dropped);
+            }
+            self.close(session, &message, TurnEnd::CostLimit).await;
+            return;
+        }
         // A turn waiting for a slot can be stopped too (it has not started: nothing to save).
         let slots = self.agent.slots();
         let slot = match slots.try_take() {

@@ -237,16 +237,35 @@ pub struct ToolDefinition {
 /// Tokens spent, summed over calls.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens.
+    /// Prompt tokens, those read from the provider's prompt cache included.
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the provider's prompt cache (priced lower).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+impl Usage {
+    /// `input` tokens in (none cached) and `output` out.
+    pub fn new(input: u64, output: u64) -> Self {
+        Self {
+            input_tokens: input,
+            output_tokens: output,
+            cached_input_tokens: 0,
+        }
+    }
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
     }
 }
 

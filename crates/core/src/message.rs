@@ -148,13 +148,16 @@ pub enum TurnEnd {
     Cancelled,
     /// The turn failed; an error came before.
     Failed,
+    /// The turn was refused before the model was called: a daily cost cap is reached
+    /// (`limits.daily_usd`, `limits.daily_usd_per_chat`); the message said so.
+    CostLimit,
     /// Not a turn: a command's answer, or a message that was not processed.
     NotATurn,
 }
 
 impl TurnEnd {
     /// Every way a turn ends.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 9] = [
         Self::Answered,
         Self::IterationLimit,
         Self::TokenLimit,
@@ -162,6 +165,7 @@ impl TurnEnd {
         Self::Unverified,
         Self::Cancelled,
         Self::Failed,
+        Self::CostLimit,
         Self::NotATurn,
     ];
 
@@ -175,6 +179,7 @@ impl TurnEnd {
             Self::Unverified => "unverified",
             Self::Cancelled => "cancelled",
             Self::Failed => "failed",
+            Self::CostLimit => "cost_limit",
             Self::NotATurn => "not_a_turn",
         }
     }

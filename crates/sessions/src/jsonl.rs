@@ -364,10 +364,7 @@ mod tests {
             .expect("append");
         let batch = Batch {
             messages: &messages[1..],
-            usage: Some(Usage {
-                input_tokens: 5,
-                output_tokens: 2,
-            }),
+            usage: Some(Usage::new(5, 2)),
             inbound: None,
         };
         store.append(&key, &batch).expect("append");
@@ -495,10 +492,7 @@ mod tests {
         let keep = vec![ChatMessage::user("q9")];
         let snapshot = Snapshot {
             messages: &keep,
-            usage: Usage {
-                input_tokens: 1,
-                output_tokens: 1,
-            },
+            usage: Usage::new(1, 1),
             inbound: &[],
         };
         store.compact(&key, &snapshot).expect("compact");

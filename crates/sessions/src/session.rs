@@ -161,10 +161,7 @@ mod tests {
                 ChatMessage::user("q2"),
                 ChatMessage::assistant("a2"),
             ],
-            usage: Usage {
-                input_tokens: 3,
-                output_tokens: 4,
-            },
+            usage: Usage::new(3, 4),
             inbound: Vec::new(),
             records: 5,
         };

@@ -117,7 +117,7 @@ proptest! {
         for message in &history {
             store.append(&key, &Batch::messages(std::slice::from_ref(message))).expect("append");
         }
-        let usage = Batch { usage: Some(Usage { input_tokens: 1, output_tokens: 1 }), ..Batch::default() };
+        let usage = Batch { usage: Some(Usage::new(1, 1)), ..Batch::default() };
         store.append(&key, &usage).expect("usage");
         let path = store.path_of(&key);
         let bytes = std::fs::read(&path).expect("read");

@@ -25,7 +25,7 @@ mod tools;
 pub mod web;
 
 pub use discord::FakeDiscord;
-pub use llm::{Reply, Responder, ScriptedLlm, last_user_text};
+pub use llm::{Reply, Responder, ScriptedLlm, TokenUsage, last_user_text};
 pub use otlp::OtlpReceiver;
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;

@@ -114,6 +114,38 @@ impl Reply {
     }
 }
 
+/// The tokens a scripted answer reports it spent (10 in, 5 out, none cached unless set with
+/// [`ScriptedLlm::set_usage`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenUsage {
+    /// Input tokens, cached ones included.
+    pub input: u64,
+    /// Output tokens.
+    pub output: u64,
+    /// Of the input tokens, those read from the provider's prompt cache.
+    pub cached: u64,
+}
+
+impl Default for TokenUsage {
+    fn default() -> Self {
+        Self {
+            input: 10,
+            output: 5,
+            cached: 0,
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The usage the answer being built reports (set around building it).
+    static USAGE: TokenUsage;
+}
+
+/// The usage the answer being built reports.
+pub(super) fn usage() -> TokenUsage {
+    USAGE.try_with(|usage| *usage).unwrap_or_default()
+}
+
 /// Builds the reply to a request when the script is empty.
 pub type Responder = Box<dyn Fn(&Value) -> Reply + Send + Sync>;
 
@@ -138,6 +170,8 @@ struct Script {
     in_flight: std::sync::atomic::AtomicUsize,
     /// The most requests ever answered at once.
     most_in_flight: std::sync::atomic::AtomicUsize,
+    /// What answers report they spent.
+    usage: Mutex<TokenUsage>,
 }
 
 /// One request being answered: counted in `in_flight` until dropped with its response body.
@@ -191,6 +225,7 @@ impl ScriptedLlm {
             recorded: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             most_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            usage: Mutex::new(TokenUsage::default()),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(complete))
@@ -262,6 +297,12 @@ impl ScriptedLlm {
         self.script
             .most_in_flight
             .store(0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Answers from now on report they spent `usage`.
+    pub fn set_usage(&self, usage: TokenUsage) -> &Self {
+        *lock(&self.script.usage) = usage;
+        self
     }
 
     /// Every request body received so far (while recording).
@@ -356,7 +397,10 @@ async fn answer(script: &Script, body: String, dialect: Dialect) -> Response {
         lock(&script.requests).push(request);
     }
     script.recorded.notify_waiters();
-    respond(reply, number, stream, dialect).await
+    let usage = *lock(&script.usage);
+    USAGE
+        .scope(usage, respond(reply, number, stream, dialect))
+        .await
 }
 
 async fn respond(mut reply: Reply, number: usize, stream: bool, dialect: Dialect) -> Response {

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
     Ack, AgentName, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
-    OutboundKind, OutboundMessage, SenderId, TurnEnd, is_quiet,
+    OutboundKind, OutboundMessage, SenderId, SessionKey, TurnEnd, is_quiet,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -37,6 +37,7 @@ use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
+use crate::usage::Spending;
 
 /// How the scheduler behaves (the daemon fills it from `[scheduler]`).
 #[derive(Clone, Debug)]
@@ -114,6 +115,8 @@ struct Inner {
     /// read again only when the version moved (anyone's change) — the idle loop costs one
     /// `stat`, and keeps a few words per job, not the jobs.
     timings: Mutex<Option<(u64, Arc<[Timing]>)>>,
+    /// The daily cost caps: a run due while one is reached is skipped (set by the daemon).
+    spending: std::sync::OnceLock<Arc<Spending>>,
 }
 
 /// What the loop keeps of a job between its runs: when it is next due.
@@ -158,6 +161,7 @@ impl Scheduler {
                 timings: Mutex::new(None),
                 isolated: std::sync::OnceLock::new(),
                 workspace: std::sync::OnceLock::new(),
+                spending: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -165,6 +169,29 @@ impl Scheduler {
     /// The hook that tells the scheduler how its runs' turns ended (add it to the agent).
     pub fn hook(&self) -> Arc<dyn Hook> {
         Arc::new(Outcomes(self.inner.clone()))
+    }
+
+    /// Skips a run that comes due while a daily cost cap of `spending` is reached (set once;
+    /// later calls are ignored).
+    pub fn keep_to(&self, spending: Arc<Spending>) {
+        let _ = self.inner.spending.set(spending);
+    }
+
+    /// Why a run of `job` may not start now for its cost: a cap its chat (or the daemon)
+    /// reached.
+    async fn over_budget(&self, job: &Job) -> Option<String> {
+        let spending = self.inner.spending.get()?;
+        let session = match job.session {
+            SessionMode::Chat => SessionKey::of(
+                &ChannelName::from(job.channel.as_str()),
+                &ChatId::from(job.chat_id.as_str()),
+            ),
+            SessionMode::Isolated => SessionKey::of(
+                &ChannelName::from(isolated::CHANNEL),
+                &ChatId::from(job.id.as_str()),
+            ),
+        };
+        spending.refusal(&session).await
     }
 
     /// Reads the heartbeat's instructions in `workspace` (set once; later calls are
@@ -399,7 +426,7 @@ impl Scheduler {
         } else if running {
             Some("the run before it was still going".to_owned())
         } else {
-            None
+            self.over_budget(&job).await
         };
         let (skipped, message) = match skipped {
             Some(why) => (Some(why), String::new()),

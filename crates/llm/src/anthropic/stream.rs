@@ -55,10 +55,7 @@ impl Assembler {
     /// Takes one event; returns the text it added, if any.
     pub(crate) fn push(&mut self, event: Event) -> Result<Option<String>, LlmError> {
         match event {
-            Event::MessageStart { message } => {
-                self.usage.input_tokens = message.usage.input_tokens;
-                self.usage.output_tokens = message.usage.output_tokens;
-            }
+            Event::MessageStart { message } => self.usage = message.usage.into(),
             Event::ContentBlockStart {
                 index,
                 content_block,
@@ -118,8 +115,11 @@ impl Assembler {
                 if let Some(usage) = usage {
                     // Cumulative: the last one counts.
                     self.usage.output_tokens = usage.output_tokens;
-                    if usage.input_tokens > 0 {
-                        self.usage.input_tokens = usage.input_tokens;
+                    if usage.all_input() > 0 {
+                        self.usage.input_tokens = usage.all_input();
+                    }
+                    if let Some(cached) = usage.cache_read_input_tokens {
+                        self.usage.cached_input_tokens = cached;
                     }
                 }
             }
@@ -243,13 +243,7 @@ mod tests {
                 arguments: r#"{"path": "a.txt"}"#.into()
             }]
         );
-        assert_eq!(
-            response.usage,
-            Usage {
-                input_tokens: 20,
-                output_tokens: 30
-            }
-        );
+        assert_eq!(response.usage, Usage::new(20, 30));
     }
 
     #[test]

@@ -241,19 +241,35 @@ pub(crate) enum InBlock {
     Other,
 }
 
+/// Anthropic's usage: `input_tokens` are the prompt's tokens *not* read from or written to
+/// the cache; those are counted apart.
 #[derive(Deserialize, Default, Clone, Copy)]
 pub(crate) struct WireUsage {
     #[serde(default)]
     pub input_tokens: u64,
     #[serde(default)]
     pub output_tokens: u64,
+    #[serde(default)]
+    pub cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    pub cache_creation_input_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    /// Every prompt token, cached or not (the internal model counts them together).
+    pub(crate) fn all_input(&self) -> u64 {
+        self.input_tokens
+            + self.cache_read_input_tokens.unwrap_or(0)
+            + self.cache_creation_input_tokens.unwrap_or(0)
+    }
 }
 
 impl From<WireUsage> for Usage {
     fn from(usage: WireUsage) -> Self {
         Self {
-            input_tokens: usage.input_tokens,
+            input_tokens: usage.all_input(),
             output_tokens: usage.output_tokens,
+            cached_input_tokens: usage.cache_read_input_tokens.unwrap_or(0),
         }
     }
 }

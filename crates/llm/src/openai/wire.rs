@@ -284,13 +284,27 @@ pub(crate) struct WireUsage {
     pub prompt_tokens: u64,
     #[serde(default)]
     pub completion_tokens: u64,
+    /// OpenAI's (and compatible servers') prompt cache: `cached_tokens` of the prompt's.
+    #[serde(default)]
+    pub prompt_tokens_details: Option<PromptDetails>,
+}
+
+#[derive(Deserialize, Clone, Copy, Default)]
+pub(crate) struct PromptDetails {
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 impl From<WireUsage> for Usage {
     fn from(usage: WireUsage) -> Self {
+        let cached = usage
+            .prompt_tokens_details
+            .and_then(|details| details.cached_tokens)
+            .unwrap_or(0);
         Self {
             input_tokens: usage.prompt_tokens,
             output_tokens: usage.completion_tokens,
+            cached_input_tokens: cached.min(usage.prompt_tokens),
         }
     }
 }

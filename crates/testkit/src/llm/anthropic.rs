@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use axum::body::Body;
 
-use super::{Reply, paced, sse_body};
+use super::{Reply, paced, sse_body, usage};
 
 /// An error the way Anthropic sends one.
 pub(super) fn error(status: u16, retry_after: Option<u64>, message: &str) -> Response {
@@ -44,7 +44,8 @@ fn whole(content: Vec<Value>, stop_reason: &str) -> Response {
     Json(json!({
         "id": "msg_scripted", "type": "message", "role": "assistant", "model": "scripted",
         "content": content, "stop_reason": stop_reason,
-        "usage": {"input_tokens": 10, "output_tokens": 5}
+        "usage": {"input_tokens": usage().input - usage().cached,
+            "cache_read_input_tokens": usage().cached, "output_tokens": usage().output}
     }))
     .into_response()
 }
@@ -58,7 +59,8 @@ fn start() -> Bytes {
     event(
         json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message",
         "role": "assistant", "content": [], "model": "scripted", "stop_reason": null,
-        "usage": {"input_tokens": 10, "output_tokens": 1}}}),
+        "usage": {"input_tokens": usage().input - usage().cached,
+            "cache_read_input_tokens": usage().cached, "output_tokens": 1}}}),
     )
 }
 
@@ -76,7 +78,7 @@ fn end(stop_reason: &str) -> Vec<Bytes> {
     vec![
         event(
             json!({"type": "message_delta", "delta": {"stop_reason": stop_reason},
-            "usage": {"output_tokens": 5}}),
+            "usage": {"output_tokens": usage().output}}),
         ),
         event(json!({"type": "message_stop"})),
     ]

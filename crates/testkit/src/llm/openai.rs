@@ -12,7 +12,15 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Reply, json_body, paced, sse_body};
+use super::{Reply, json_body, paced, sse_body, usage};
+
+/// The `usage` object of an answer.
+fn usage_json() -> Value {
+    let usage = usage();
+    json!({"prompt_tokens": usage.input, "completion_tokens": usage.output,
+        "total_tokens": usage.input + usage.output,
+        "prompt_tokens_details": {"cached_tokens": usage.cached}})
+}
 
 /// The answer to a request, for a reply that is neither delayed nor raw.
 pub(super) fn respond(reply: Reply, number: usize, stream: bool) -> Response {
@@ -137,7 +145,7 @@ fn whole(message: Value, finish_reason: &str) -> Response {
         "object": "chat.completion",
         "model": "scripted",
         "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        "usage": usage_json()
     }))
     .into_response()
 }
@@ -188,7 +196,7 @@ fn events_of(
     end: Option<()>,
 ) -> impl futures::Stream<Item = Bytes> + Send + 'static {
     let usage = json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "choices": [],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+        "usage": usage_json()});
     let mut events: Vec<Bytes> = chunks
         .into_iter()
         .map(|chunk| Bytes::from(format!("data: {chunk}\n\n")))
