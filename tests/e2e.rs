@@ -53,6 +53,9 @@ mod sandbox;
 mod scheduler;
 /// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
 mod service;
+/// Sub-agents: three at once answered together once, `/status` and `/stop` over them, a
+/// parent waiting at one turn slot.
+mod spawn;
 /// `/stop` ends a turn at once and leaves a valid session.
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use switchboard_agent::scheduler::{CronTool, Scheduler};
+use switchboard_agent::spawn::{SpawnTool, Spawner};
 use switchboard_agent::usage::Spending;
 use switchboard_agent::{
     Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots,
@@ -47,6 +48,8 @@ pub(crate) struct AgentParts<'a> {
     pub scheduler: Option<Scheduler>,
     /// What calls cost, and the daily caps (none in the terminal).
     pub spending: Option<Arc<Spending>>,
+    /// The daemon's sub-agents (none in the terminal).
+    pub spawner: Option<Spawner>,
 }
 
 /// What building the tools again needs (a reload does when `[tools]` changed).
@@ -58,6 +61,8 @@ pub struct ToolParts {
     forbidden: Vec<PathBuf>,
     /// The scheduler the `cron` tool talks to.
     scheduler: Option<Scheduler>,
+    /// How long a `spawn` call may wait for a sub-agent; `None`: there are no sub-agents.
+    spawn_wait: Option<std::time::Duration>,
 }
 
 impl ToolParts {
@@ -75,6 +80,9 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
         .map_err(|err| anyhow::anyhow!("cannot build the tools: {err}"))?;
     if let Some(scheduler) = &parts.scheduler {
         tools.register(Arc::new(CronTool::new(scheduler.jobs().clone())));
+    }
+    if let Some(wait) = parts.spawn_wait {
+        tools.register(Arc::new(SpawnTool::new(wait)));
     }
     turn_config::add_ask_user(config, &mut tools);
     Ok(tools)
@@ -109,6 +117,7 @@ pub(crate) fn build_agents(
         observer,
         scheduler,
         spending,
+        spawner,
     } = parts;
     let state_dir = config.path(&config.agent.state_dir);
     create_dir(&state_dir, "agent.state_dir")?;
@@ -133,10 +142,20 @@ pub(crate) fn build_agents(
         .collect();
     let outbox =
         hub.map(|hub| Arc::new(HubOutbox::new(hub.clone(), stores)) as Arc<dyn builtin::Outbox>);
+    // A `spawn` call waits at most a little longer than the longest sub-agent may run.
+    let spawn_wait = spawner.as_ref().and_then(|_| {
+        specs
+            .iter()
+            .filter(|spec| spec.section.spawn.enabled)
+            .map(|spec| spec.section.spawn.config().timeout)
+            .max()
+            .map(|longest| longest + std::time::Duration::from_secs(30))
+    });
     let tool_parts = ToolParts {
         outbox,
         forbidden: homes[0].workspace.forbidden().to_vec(),
         scheduler: scheduler.clone(),
+        spawn_wait,
     };
     let tools = Arc::new(ToolSources::of([
         (BUILTIN_SOURCE.to_owned(), build_tools(config, &tool_parts)?),
@@ -169,6 +188,7 @@ pub(crate) fn build_agents(
             max_turn_tokens: section.max_turn_tokens,
             turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
             verify: turn_config::verify(config, section, &spec.key)?,
+            spawn: section.spawn.config(),
         };
         let model = section.model.as_ref().map(|m| m.get_ref().as_str());
         let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());
@@ -188,6 +208,9 @@ pub(crate) fn build_agents(
         }
         if let Some(spending) = &spending {
             agent = agent.with_spending(spending.clone());
+        }
+        if let Some(spawner) = &spawner {
+            agent = agent.with_spawner(spawner.clone());
         }
         if let Some(scheduler) = &scheduler {
             agent = agent

@@ -98,6 +98,10 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         observer: Some(&observer),
         scheduler: scheduler.clone(),
         spending: Some(spending.clone()),
+        spawner: Some(switchboard_agent::spawn::Spawner::new(
+            hub.clone(),
+            shutdown.turns().clone(),
+        )),
     };
     let (agents, tool_parts) = crate::agents::build_agents(&config, parts)?;
     let health = Health::new();

@@ -138,6 +138,8 @@ pub struct AgentSection {
     pub verify: VerifySection,
     /// `[agent.approvals]`.
     pub approvals: ApprovalsSection,
+    /// `[agent.spawn]`.
+    pub spawn: crate::turn_config::SpawnSection,
     /// The model its turns use, first; the rest of `[llm]`'s chain after it. `[llm] model`
     /// when absent.
     pub model: Option<Spanned<String>>,
@@ -166,6 +168,7 @@ impl Default for AgentSection {
             ask_timeout_secs: Spanned::new(0..0, 600.0),
             verify: VerifySection::default(),
             approvals: ApprovalsSection::default(),
+            spawn: Default::default(),
             model: None,
             tools: None,
             exclude_tools: Vec::new(),

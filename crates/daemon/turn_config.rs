@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
+use switchboard_agent::spawn::SpawnConfig;
 use switchboard_agent::{Agent, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT, Judge, Verify};
 use switchboard_tools::ToolRegistry;
 use toml::Spanned;
@@ -78,6 +79,56 @@ impl Default for ApprovalsSection {
     }
 }
 
+/// `[agent.spawn]`: sub-agents.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SpawnSection {
+    /// Whether turns are offered the `spawn` tool.
+    pub enabled: bool,
+    /// How deep sub-agents may nest (1: a chat's turn starts children, they start none).
+    pub max_depth: Spanned<usize>,
+    /// Sub-agents of one chat running at once.
+    pub max_children: Spanned<usize>,
+    /// Seconds a sub-agent's turn may take in all.
+    pub timeout_secs: Spanned<f64>,
+    /// A sub-agent's token budget; the agent's `max_turn_tokens` when absent.
+    pub max_turn_tokens: Option<u64>,
+    /// The tools a sub-agent is offered, of its agent's; every one when absent.
+    pub tools: Option<Vec<String>>,
+    /// Tools a sub-agent is not offered.
+    pub exclude_tools: Vec<String>,
+}
+
+impl Default for SpawnSection {
+    fn default() -> Self {
+        let defaults = SpawnConfig::default();
+        Self {
+            enabled: defaults.enabled,
+            max_depth: Spanned::new(0..0, defaults.max_depth),
+            max_children: Spanned::new(0..0, defaults.max_children),
+            timeout_secs: Spanned::new(0..0, defaults.timeout.as_secs_f64()),
+            max_turn_tokens: None,
+            tools: None,
+            exclude_tools: defaults.exclude_tools,
+        }
+    }
+}
+
+impl SpawnSection {
+    /// How the agent's turns may start sub-agents.
+    pub(crate) fn config(&self) -> SpawnConfig {
+        SpawnConfig {
+            enabled: self.enabled,
+            max_depth: *self.max_depth.get_ref(),
+            max_children: *self.max_children.get_ref(),
+            timeout: Config::duration(&self.timeout_secs),
+            max_turn_tokens: self.max_turn_tokens,
+            tools: self.tools.clone(),
+            exclude_tools: self.exclude_tools.clone(),
+        }
+    }
+}
+
 /// Checks what serde cannot in an agent's section (`key`: `agent` or `agents.NAME`).
 pub(crate) fn validate(
     agent: &AgentSection,
@@ -107,11 +158,37 @@ pub(crate) fn validate(
             format!("not a valid regular expression: {err}"),
         ));
     }
-    if agent.max_turn_tokens == Some(0) {
+    if agent.max_turn_tokens == Some(0) || agent.spawn.max_turn_tokens == Some(0) {
         return Err(source.error_at(
             None,
             format!("{key}.max_turn_tokens"),
             "must be at least 1 (leave it out for no budget)".into(),
+        ));
+    }
+    let spawn = &agent.spawn;
+    for (value, name, range) in [
+        (&spawn.max_depth, "max_depth", 1..=4),
+        (&spawn.max_children, "max_children", 1..=32),
+    ] {
+        if !range.contains(value.get_ref()) {
+            return Err(source.error_at(
+                Some(value.span()),
+                format!("{key}.spawn.{name}"),
+                format!(
+                    "must be from {} to {}, got {}",
+                    range.start(),
+                    range.end(),
+                    value.get_ref()
+                ),
+            ));
+        }
+    }
+    let secs = *spawn.timeout_secs.get_ref();
+    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+        return Err(source.error_at(
+            Some(spawn.timeout_secs.span()),
+            format!("{key}.spawn.timeout_secs"),
+            format!("must be a positive number of seconds up to a day, got {secs}"),
         ));
     }
     Ok(())

@@ -2,10 +2,10 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{AgentName, ChannelName, ChatId, MessageId, SessionKey};
+use switchboard_core::{AgentName, ChannelName, ChatId, MessageId, Origin, SessionKey};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
-use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources};
+use switchboard_tools::{SubAgents, ToolFilter, ToolRegistry, ToolSources, TurnSlot};
 use tokio_util::sync::CancellationToken;
 
 use crate::choices::{ChoiceStore, Choices, MemoryChoices};
@@ -18,6 +18,7 @@ use crate::input::TurnInput;
 use crate::models::Models;
 use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::slots::TurnSlots;
+use crate::spawn::{self, Spawner, TurnChildren};
 use crate::turn;
 use crate::usage::Spending;
 
@@ -49,6 +50,19 @@ pub struct Agent {
     /// What calls cost and the daily caps; shared with the daemon's other agents. `None`
     /// (the terminal, tests): nothing is recorded or capped.
     spending: Option<Arc<Spending>>,
+    /// The daemon's sub-agents; `None` (the terminal): turns start none.
+    spawner: Option<Spawner>,
+    /// The tools a sub-agent's turn is offered, of the agent's (`[agent.spawn]`).
+    child_tools: ToolFilter,
+    /// Every tool but `spawn`: for turns that may not start sub-agents.
+    no_spawn: ToolFilter,
+}
+
+/// What one turn may spend: time and tokens.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    pub turn_timeout: Option<std::time::Duration>,
+    pub max_turn_tokens: Option<u64>,
 }
 
 impl Agent {
@@ -60,6 +74,10 @@ impl Agent {
         store: Arc<dyn SessionStore>,
         config: AgentConfig,
     ) -> Self {
+        let child_tools = ToolFilter::new(
+            config.spawn.tools.clone(),
+            config.spawn.exclude_tools.clone(),
+        );
         Self {
             name: AgentName::default(),
             models: std::sync::RwLock::new(Arc::new(Models::single(llm))),
@@ -73,7 +91,102 @@ impl Agent {
             hooks: Hooks::default(),
             jobs: None,
             spending: None,
+            spawner: None,
+            child_tools,
+            no_spawn: ToolFilter::new(None, vec!["spawn".into()]),
         }
+    }
+
+    /// Lets its turns start sub-agents through `spawner` (shared by the daemon's agents).
+    pub fn with_spawner(mut self, spawner: Spawner) -> Self {
+        self.spawner = Some(spawner);
+        self
+    }
+
+    /// Whether turns in `session` may start sub-agents: spawning is on, there is a spawner,
+    /// and the session is less deep than `spawn.max_depth` (a child of a child of a person's
+    /// chat is 2 deep).
+    fn may_spawn(&self, session: &SessionKey) -> bool {
+        let spawn = &self.config.spawn;
+        spawn.enabled && self.spawner.is_some() && depth(session) < spawn.max_depth
+    }
+
+    /// The tools a turn in `session` answering a message of `origin` is offered: a
+    /// sub-agent's those `[agent.spawn]` leaves it, and `spawn` only where it may be used.
+    pub(crate) fn turn_tools(&self, session: &SessionKey, origin: &Origin) -> Arc<ToolRegistry> {
+        let mut tools = self.tools();
+        if matches!(origin, Origin::Delegated { .. }) {
+            tools = self.child_tools.apply(&tools);
+        }
+        if !self.may_spawn(session) {
+            tools = self.no_spawn.apply(&tools);
+        }
+        tools
+    }
+
+    /// What a turn answering a message of `origin` may spend (a sub-agent's: `[agent.spawn]`'s).
+    pub(crate) fn budget(&self, origin: &Origin) -> Budget {
+        match origin {
+            Origin::Delegated { .. } => Budget {
+                turn_timeout: Some(self.config.spawn.timeout),
+                max_turn_tokens: self
+                    .config
+                    .spawn
+                    .max_turn_tokens
+                    .or(self.config.max_turn_tokens),
+            },
+            _ => Budget {
+                turn_timeout: self.config.turn_timeout,
+                max_turn_tokens: self.config.max_turn_tokens,
+            },
+        }
+    }
+
+    /// The sub-agents a turn in `session` may start; `None` where it may not.
+    pub(crate) fn children_of_turn(
+        &self,
+        session: &SessionKey,
+        cancel: &CancellationToken,
+        slot: Option<Arc<dyn TurnSlot>>,
+    ) -> Option<Arc<dyn SubAgents>> {
+        if !self.may_spawn(session) {
+            return None;
+        }
+        let spawner = self.spawner.clone()?;
+        Some(Arc::new(TurnChildren {
+            spawner,
+            agent: self.name.clone(),
+            parent: session.clone(),
+            config: self.config.spawn.clone(),
+            store: self.store.clone(),
+            cancel: cancel.clone(),
+            slot,
+        }))
+    }
+
+    /// `/stop` in `session`: stops the sub-agents it started; how many were running.
+    pub fn stop_children(&self, session: &SessionKey) -> usize {
+        self.spawner
+            .as_ref()
+            .map_or(0, |spawner| spawner.stop(&self.name, session))
+    }
+
+    /// One line for `/status` about the sub-agents `session` started that run now.
+    pub fn children_status(&self, session: &SessionKey) -> Option<String> {
+        let running = self.spawner.as_ref()?.running(&self.name, session);
+        if running.is_empty() {
+            return None;
+        }
+        let list: Vec<String> = running
+            .iter()
+            .map(|(child, label, took)| format!("{child} \"{label}\" ({} s)", took.as_secs()))
+            .collect();
+        let count = running.len();
+        let plural = if count == 1 { "" } else { "s" };
+        Some(format!(
+            "{count} sub-agent{plural} running: {} (/stop stops them).",
+            list.join(", ")
+        ))
     }
 
     /// Records what its calls cost in `spending` and keeps to its caps.
@@ -353,5 +466,15 @@ impl Agent {
             Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
                 error = %err, "could not note an inbound message's progress"),
         }
+    }
+}
+
+/// How deep a session is among sub-agents: 0 for a chat, 1 for a child of a chat's turn, ….
+fn depth(session: &SessionKey) -> usize {
+    match session.split() {
+        Some((channel, chat)) if channel.as_str() == spawn::CHANNEL => {
+            chat.as_str().matches('~').count()
+        }
+        _ => 0,
     }
 }

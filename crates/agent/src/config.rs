@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use switchboard_tools::Workspace;
 
+use crate::spawn::SpawnConfig;
 use crate::verify::Verify;
 
 /// How the agent loop behaves. The daemon fills it from `[agent]` in the config.
@@ -43,6 +44,8 @@ pub struct AgentConfig {
     pub turn_timeout: Option<Duration>,
     /// Checks of the final reply.
     pub verify: Verify,
+    /// How its turns may start sub-agents.
+    pub spawn: SpawnConfig,
 }
 
 impl AgentConfig {
@@ -63,6 +66,7 @@ impl AgentConfig {
             max_turn_tokens: None,
             turn_timeout: None,
             verify: Verify::default(),
+            spawn: SpawnConfig::default(),
         }
     }
 }

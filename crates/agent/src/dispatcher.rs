@@ -256,6 +256,11 @@ impl Dispatcher {
     /// — how many messages it dropped, and its `done` — after the turn's `done`. With
     /// nothing to stop: `Nothing to stop.` at once.
     fn stop(&self, key: &Route, message: InboundMessage, replies: &mpsc::Sender<Reply>) {
+        // The sub-agents the chat started stop with it (their turns carry its family's token).
+        let children = self
+            .agents
+            .get(&key.agent)
+            .map_or(0, |agent| agent.stop_children(&key.session));
         let message = match self.workers.get(key) {
             None => message,
             Some(worker) => {
@@ -290,11 +295,16 @@ impl Dispatcher {
             }
         };
         message.settle(Fate::Handled);
+        let text = match children {
+            0 => "Nothing to stop.".to_owned(),
+            1 => "Stopped 1 sub-agent.".to_owned(),
+            n => format!("Stopped {n} sub-agents."),
+        };
         send_reply(
             replies,
             message,
             vec![
-                OutboundKind::Message("Nothing to stop.".into()),
+                OutboundKind::Message(text),
                 OutboundKind::Done(TurnEnd::NotATurn),
             ],
         );

@@ -25,6 +25,7 @@
 //! - `events`: [`AgentEvent`] and its sink.
 //! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
 //! - `slots`: [`TurnSlots`], how many turns run at once, lent by a turn that waits on others.
+//! - `spawn`: sub-agents — the `spawn` tool, the children of each session, their channel.
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
 //! - `scheduler`: scheduled work — jobs, when they are due, the job store.
@@ -46,6 +47,7 @@ mod input;
 mod models;
 pub mod scheduler;
 mod slots;
+pub mod spawn;
 mod turn;
 pub mod usage;
 mod verify;

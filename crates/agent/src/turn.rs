@@ -71,9 +71,10 @@ pub(crate) async fn run(
         let _ = events.send(AgentEvent::Started);
         // The time budget stops the turn the way `/stop` does (open tool calls get their
         // results), then says why.
+        let limits = agent.budget(&input.origin);
         let budget = cancel.child_token();
-        let drive = turn.drive(input, &budget);
-        let end = match agent.config.turn_timeout {
+        let drive = turn.drive(input, &budget, limits.max_turn_tokens);
+        let end = match limits.turn_timeout {
             None => drive.await,
             Some(limit) => {
                 let mut drive = std::pin::pin!(drive);
@@ -170,11 +171,18 @@ struct Turn<'a> {
 }
 
 impl Turn<'_> {
-    async fn drive(&mut self, input: TurnInput, cancel: &CancellationToken) -> End {
+    async fn drive(
+        &mut self,
+        input: TurnInput,
+        cancel: &CancellationToken,
+        max_turn_tokens: Option<u64>,
+    ) -> End {
         let events = self.events;
         let agent = self.agent;
         let config = &agent.config;
         let question = input.text.clone();
+        // The tools of this turn (a reload may replace the agent's meanwhile).
+        let tools = agent.turn_tools(self.session.key(), &input.origin);
         let mut budget = ImageBudget::default();
         let images = if input.resume {
             Vec::new()
@@ -193,8 +201,6 @@ impl Turn<'_> {
             self.save_with(vec![message], batch_inbound);
         }
 
-        // The tools of this turn (a reload may replace the agent's meanwhile).
-        let tools = agent.tools();
         let context = tracing::info_span!(
             "context",
             system_bytes = tracing::field::Empty,
@@ -223,6 +229,7 @@ impl Turn<'_> {
             cancel: cancel.clone(),
             user: self.user.clone(),
             slot: input.slot.clone(),
+            subagents: agent.children_of_turn(self.session.key(), cancel, input.slot.clone()),
         };
 
         let mut failures = 0;
@@ -301,7 +308,7 @@ impl Turn<'_> {
                 continue;
             }
             let total = self.usage.input_tokens + self.usage.output_tokens;
-            if let Some(max) = config.max_turn_tokens
+            if let Some(max) = max_turn_tokens
                 && total >= max
             {
                 tracing::warn!(total, max, "turn used up its token budget");

@@ -68,7 +68,12 @@ impl Worker {
                 }
                 continue;
             }
-            let token = self.shutdown.turns().child_token();
+            // A sub-agent's task is stopped with its parent's family (and shutdown, which
+            // that token descends from); anything else with the daemon's turns.
+            let token = match &message.cancel {
+                Some(sender) => sender.child_token(),
+                None => self.shutdown.turns().child_token(),
+            };
             if !self.register(stamp, &message, &token) {
                 message.settle(Fate::Dropped);
                 dropped += 1;
@@ -278,6 +283,9 @@ impl Worker {
                 if let Some(jobs) = jobs.await {
                     text = format!("{text}\n{jobs}");
                 }
+                if let Some(children) = self.agent.children_status(session.key()) {
+                    text = format!("{text}\n{children}");
+                }
                 text
             }
             Some(Command::Usage) => self.agent.usage_command(session.key()).await,
@@ -333,6 +341,17 @@ impl Worker {
         cancel: CancellationToken,
         resume: bool,
     ) {
+        // Stopped before it began (a sub-agent whose parent was stopped): nothing to save.
+        if cancel.is_cancelled() {
+            reply(
+                &self.hub,
+                &message,
+                OutboundKind::Message(STOPPED_REPLY.into()),
+            )
+            .await;
+            self.close(session, &message, TurnEnd::Cancelled).await;
+            return;
+        }
         // A daily cost cap reached: refused before anything is saved or the model called.
         if let Some(spending) = self.agent.spending()
             && let Some(refusal) = spending.refusal(session.key()).await

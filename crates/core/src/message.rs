@@ -51,6 +51,9 @@ pub struct InboundMessage {
     /// sub-agent's task or result); `None`: the daemon's bindings choose by channel, chat and
     /// sender.
     pub agent: Option<AgentName>,
+    /// Cancelled when whoever sent it no longer wants it answered (a sub-agent's task whose
+    /// parent was stopped): its turn stops, or never starts.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl InboundMessage {
@@ -73,6 +76,7 @@ impl InboundMessage {
             ack: None,
             origin: Origin::Person,
             agent: None,
+            cancel: None,
         }
     }
 

@@ -32,6 +32,17 @@ pub enum Origin {
     },
     /// The heartbeat: a regular look at whether anything needs saying.
     Heartbeat,
+    /// A task an agent handed one of its sub-agents (the `spawn` tool): what the child
+    /// session is asked to do.
+    Delegated {
+        /// The session that handed it over.
+        parent: String,
+    },
+    /// What the sub-agents a session started found: their results, back in that session.
+    SubAgents {
+        /// The child sessions whose results these are.
+        children: Vec<String>,
+    },
 }
 
 impl Origin {
@@ -55,15 +66,28 @@ impl Origin {
                  instructions below. If nothing needs their attention, answer exactly \
                  {QUIET_TOKEN} and nothing is sent.]"
             )),
+            Self::Delegated { parent } => Some(format!(
+                "[A task from the agent of session {parent}: you are its sub-agent. Do it with \
+                 your tools and answer with what you found — your answer goes back to that \
+                 agent, not to a person, and nobody can be asked anything.]"
+            )),
+            Self::SubAgents { children } => Some(format!(
+                "[The results of the sub-agents you started with `spawn` ({}), not a message \
+                 from the person. Answer the person with what they found.]",
+                children.join(", ")
+            )),
         }
     }
 
-    /// A few words for logs, metrics and lists: `person`, `schedule`, `heartbeat`.
+    /// A few words for logs, metrics and lists: `person`, `schedule`, `heartbeat`,
+    /// `delegated`, `sub_agents`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Person => "person",
             Self::Schedule { .. } => "schedule",
             Self::Heartbeat => "heartbeat",
+            Self::Delegated { .. } => "delegated",
+            Self::SubAgents { .. } => "sub_agents",
         }
     }
 

@@ -292,6 +292,14 @@ impl ScriptedLlm {
             .load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// How many requests this server is answering now (a request whose client went away
+    /// is over once its handler is dropped).
+    pub fn in_flight(&self) -> usize {
+        self.script
+            .in_flight
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Starts counting [`most_in_flight`](Self::most_in_flight) afresh.
     pub fn reset_most_in_flight(&self) {
         self.script

@@ -44,5 +44,5 @@ pub use error::ToolError;
 pub use filter::{ToolFilter, matches_name};
 pub use registry::ToolRegistry;
 pub use sources::{ToolCollision, ToolSources};
-pub use tool::{AskUser, Tool, ToolContext, ToolDefinition, ToolOutput, TurnSlot, User};
+pub use tool::{AskUser, SubAgents, Tool, ToolContext, ToolDefinition, ToolOutput, TurnSlot, User};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

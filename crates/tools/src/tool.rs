@@ -28,6 +28,9 @@ pub struct ToolContext {
     /// The turn's slot among the turns that may run at once (`None` outside a daemon's
     /// turn): a tool that waits for other turns lets go of it meanwhile.
     pub slot: Option<Arc<dyn TurnSlot>>,
+    /// Sub-agents this turn may start (`None`: it may not — the terminal, a sub-agent at
+    /// the depth limit).
+    pub subagents: Option<Arc<dyn SubAgents>>,
 }
 
 impl ToolContext {
@@ -41,6 +44,7 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             user: None,
             slot: None,
+            subagents: None,
         }
     }
 
@@ -118,6 +122,21 @@ pub trait TurnSlot: Send + Sync + std::fmt::Debug + 'static {
     /// Ends a wait begun by [`TurnSlot::release`]: after the last one, waits for a free slot
     /// and holds it again.
     async fn retake(&self);
+}
+
+/// Sub-agents of the turn a call belongs to: each a turn of its own, in a session of its own,
+/// on a task this turn hands over (the `spawn` tool).
+#[async_trait]
+pub trait SubAgents: Send + Sync + std::fmt::Debug + 'static {
+    /// Starts a sub-agent on `task` (`label`: a few words naming it). With `wait`, returns
+    /// its answer once it is done (the turn lets go of its slot meanwhile); else at once a
+    /// line saying it started — its result comes back to the session later, as a message.
+    async fn spawn(
+        &self,
+        task: String,
+        label: Option<String>,
+        wait: bool,
+    ) -> Result<String, crate::ToolError>;
 }
 
 /// A shared [`AskUser`].

@@ -1,0 +1,540 @@
+//! [`Spawner`]: the children running for each parent session, and the internal channel
+//! `spawn` their turns answer through.
+//!
+//! # Why a family's answers enter the parent once, and never after a `/stop`
+//! Children are grouped by parent (agent and session) into a family. Every change — a child
+//! started, a child's answer or end, a `/stop` — happens under one lock over all families.
+//! A child's end removes it from the running ones and, unless someone waits for it, adds its
+//! answer to the family's results; the end that leaves no un-waited child running takes all
+//! the results at once, in the same step, and hands them over as one message. A `/stop`
+//! cancels the family's token (every child's turn carries a child of it), forgets the
+//! results and the running children — so their ends, when they come, find nothing and hand
+//! over nothing — and gives the family a fresh token for children started after it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use switchboard_core::{
+    AgentName, Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage,
+    LaneOptions, Origin, OutboundKind, OutboundMessage, SenderId, SessionKey, TurnEnd,
+};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+/// The internal channel children's turns run on.
+pub const CHANNEL: &str = "spawn";
+
+/// The most of one child's answer that goes back to its parent.
+pub const MAX_ANSWER_BYTES: usize = 32 * 1024;
+
+/// The children of every session, and the `spawn` channel. Cloning shares it.
+#[derive(Clone)]
+pub struct Spawner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hub: ChatHub,
+    /// The daemon's turns' token: every family's token is a child of it, so shutdown stops
+    /// children like any turn.
+    turns: CancellationToken,
+    /// Set once the `spawn` channel is registered on the hub (at the first child: a daemon
+    /// whose agents never spawn has none).
+    registered: OnceLock<()>,
+    state: Mutex<State>,
+}
+
+/// A session that started children: its agent and its key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Parent {
+    agent: AgentName,
+    session: SessionKey,
+}
+
+#[derive(Default)]
+struct State {
+    families: HashMap<Parent, Family>,
+    /// Running children by their chat id.
+    children: HashMap<ChatId, Child>,
+}
+
+struct Family {
+    /// Cancelled by the parent's `/stop`; every child's turn carries a child of it.
+    token: CancellationToken,
+    /// The number the next child is given (from 1).
+    next: u64,
+    /// Answers of children nobody waits for, not yet handed to the parent.
+    results: Vec<Found>,
+}
+
+struct Child {
+    parent: Parent,
+    label: String,
+    started: Instant,
+    /// The waiting tool call, when the parent waits for this child.
+    waiter: Option<oneshot::Sender<String>>,
+    /// Its answer (or error) once its turn gave one.
+    answer: Option<String>,
+}
+
+/// A child's answer, for its parent.
+struct Found {
+    child: ChatId,
+    label: String,
+    text: String,
+}
+
+/// What a parent asks for.
+pub(crate) struct Request {
+    pub agent: AgentName,
+    pub parent: SessionKey,
+    pub task: String,
+    pub label: String,
+    pub wait: bool,
+    pub max_children: usize,
+}
+
+/// A child that was started.
+pub(crate) struct Started {
+    /// Its chat id (`<parent session>~<n>`).
+    pub child: ChatId,
+    /// Its answer, when the parent waits for it.
+    pub answer: Option<oneshot::Receiver<String>>,
+    /// Cancels its turn.
+    pub token: CancellationToken,
+}
+
+impl Spawner {
+    /// The children of the daemon whose hub is `hub` and whose turns `turns` cancels.
+    pub fn new(hub: ChatHub, turns: CancellationToken) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                hub,
+                turns,
+                registered: OnceLock::new(),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a child on `request.task`: its message goes on the hub; `taken` says whether a
+    /// session already holds history (a child number used before a restart is skipped).
+    pub(crate) async fn start(
+        &self,
+        request: Request,
+        taken: impl Fn(&SessionKey) -> bool,
+    ) -> Result<Started, String> {
+        self.register();
+        let parent = Parent {
+            agent: request.agent.clone(),
+            session: request.parent.clone(),
+        };
+        // The child's chat: the parent's key, or for a child's child its parent's chat id.
+        let base = match request.parent.split() {
+            Some((channel, chat)) if channel.as_str() == CHANNEL => chat.to_string(),
+            _ => request.parent.to_string(),
+        };
+        let (waiter, answer) = if request.wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        // Counted, numbered and entered in one step, so two calls at once cannot both take
+        // the last place.
+        let (child, token) = {
+            let mut state = self.state();
+            let running = state
+                .children
+                .values()
+                .filter(|child| child.parent == parent)
+                .count();
+            if running >= request.max_children {
+                return Err(format!(
+                    "{running} sub-agents of this chat are running, the most it may have at once \
+                     (agent.spawn.max_children): wait for their results"
+                ));
+            }
+            let turns = &self.inner.turns;
+            let family = state
+                .families
+                .entry(parent.clone())
+                .or_insert_with(|| Family {
+                    token: turns.child_token(),
+                    next: 1,
+                    results: Vec::new(),
+                });
+            let mut child = ChatId::from(format!("{base}~{}", family.next));
+            family.next += 1;
+            // A number used before a restart has its history still: skip it.
+            for _ in 0..10_000 {
+                if !taken(&SessionKey::of(&ChannelName::from(CHANNEL), &child)) {
+                    break;
+                }
+                child = ChatId::from(format!("{base}~{}", family.next));
+                family.next += 1;
+            }
+            let token = family.token.child_token();
+            state.children.insert(
+                child.clone(),
+                Child {
+                    parent: parent.clone(),
+                    label: request.label,
+                    started: Instant::now(),
+                    waiter,
+                    answer: None,
+                },
+            );
+            (child, token)
+        };
+        let mut message = InboundMessage::text(
+            ChannelName::from(CHANNEL),
+            child.clone(),
+            SenderId::from(format!("agent:{}", request.parent).as_str()),
+            request.task,
+        );
+        message.origin = Origin::Delegated {
+            parent: request.parent.to_string(),
+        };
+        message.agent = Some(request.agent);
+        message.cancel = Some(token.clone());
+        if let Err(err) = self.inner.hub.publish_inbound(message).await {
+            self.state().children.remove(&child);
+            return Err(format!("the sub-agent could not be started: {err}"));
+        }
+        tracing::info!(parent = %parent.session, agent = %parent.agent, child = %child,
+            wait = answer.is_some(), "a sub-agent started");
+        Ok(Started {
+            child,
+            answer,
+            token,
+        })
+    }
+
+    /// `/stop` in `session` of `agent`: cancels its children and forgets their answers;
+    /// returns how many were running.
+    pub fn stop(&self, agent: &AgentName, session: &SessionKey) -> usize {
+        let parent = Parent {
+            agent: agent.clone(),
+            session: session.clone(),
+        };
+        let mut state = self.state();
+        let Some(family) = state.families.get_mut(&parent) else {
+            return 0;
+        };
+        family.token.cancel();
+        family.token = self.inner.turns.child_token();
+        family.results.clear();
+        let before = state.children.len();
+        state.children.retain(|_, child| child.parent != parent);
+        before - state.children.len()
+    }
+
+    /// The children of `session` of `agent` running now: chat id, label, how long.
+    pub fn running(
+        &self,
+        agent: &AgentName,
+        session: &SessionKey,
+    ) -> Vec<(ChatId, String, Duration)> {
+        let state = self.state();
+        let mut running: Vec<_> = state
+            .children
+            .iter()
+            .filter(|(_, child)| child.parent.agent == *agent && child.parent.session == *session)
+            .map(|(id, child)| (id.clone(), child.label.clone(), child.started.elapsed()))
+            .collect();
+        running.sort_by_key(|child| std::cmp::Reverse(child.2));
+        running
+    }
+
+    /// Registers the `spawn` channel on the hub, once.
+    fn register(&self) {
+        self.inner.registered.get_or_init(|| {
+            let channel = Children(Arc::downgrade(&self.inner));
+            self.inner
+                .hub
+                .register_channel(Arc::new(channel), LaneOptions::default());
+        });
+    }
+
+    /// A child's turn said `kind`: its answer is kept, and its end hands it over.
+    async fn take(&self, child: &ChatId, kind: OutboundKind) {
+        let handed = {
+            let mut state = self.state();
+            let Some(running) = state.children.get_mut(child) else {
+                return;
+            };
+            match kind {
+                OutboundKind::Message(text) => {
+                    running.answer = Some(text);
+                    return;
+                }
+                OutboundKind::Error(text) => {
+                    running.answer = Some(format!("(the sub-agent failed) {text}"));
+                    return;
+                }
+                OutboundKind::Done(end) => end,
+                _ => return,
+            }
+        };
+        let Some(delivery) = self.end(child, handed) else {
+            return;
+        };
+        if let Err(err) = self.inner.hub.publish_inbound(delivery).await {
+            tracing::warn!(error = %err, "sub-agents' results could not be handed to their parent");
+        }
+    }
+
+    /// Ends a child; returns the message that hands its family's results to the parent when
+    /// it was the last of them running.
+    fn end(&self, child: &ChatId, end: TurnEnd) -> Option<InboundMessage> {
+        let mut state = self.state();
+        let ended = state.children.remove(child)?;
+        let text = match (ended.answer, end) {
+            (_, TurnEnd::Cancelled) => "(the sub-agent was stopped)".to_owned(),
+            (Some(answer), _) => answer,
+            (None, end) => format!("(the sub-agent ended without an answer: {})", end.as_str()),
+        };
+        let text = cut(text);
+        tracing::info!(child = %child, parent = %ended.parent.session, end = end.as_str(),
+            took_ms = ended.started.elapsed().as_millis() as u64, "a sub-agent ended");
+        if let Some(waiter) = ended.waiter {
+            let _ = waiter.send(text);
+            return None;
+        }
+        let parent = ended.parent;
+        let others = state
+            .children
+            .values()
+            .any(|other| other.parent == parent && other.waiter.is_none());
+        let family = state.families.get_mut(&parent)?;
+        family.results.push(Found {
+            child: child.clone(),
+            label: ended.label,
+            text,
+        });
+        if others {
+            return None;
+        }
+        let results = std::mem::take(&mut family.results);
+        drop(state);
+        hand_over(&parent, results)
+    }
+}
+
+/// A child's answer cut to what goes back to its parent.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_ANSWER_BYTES {
+        let mut at = MAX_ANSWER_BYTES;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+        text.push_str("\n[… cut: the sub-agent's answer was longer]");
+    }
+    text
+}
+
+/// The message that gives `results` to the parent session.
+fn hand_over(parent: &Parent, results: Vec<Found>) -> Option<InboundMessage> {
+    let (channel, chat) = parent.session.split()?;
+    let children: Vec<String> = results
+        .iter()
+        .map(|found| found.child.to_string())
+        .collect();
+    let text = results
+        .iter()
+        .map(|found| {
+            format!(
+                "Sub-agent {} (\"{}\"):\n{}",
+                found.child, found.label, found.text
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n");
+    let mut message = InboundMessage::text(channel, chat, SenderId::from("agent:spawn"), text);
+    message.origin = Origin::SubAgents { children };
+    message.agent = Some(parent.agent.clone());
+    Some(message)
+}
+
+/// The `spawn` channel: children's turns answer through it, and it hands their answers to
+/// their parents.
+struct Children(std::sync::Weak<Inner>);
+
+#[async_trait]
+impl Channel for Children {
+    fn name(&self) -> ChannelName {
+        ChannelName::from(CHANNEL)
+    }
+
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
+        // Nothing comes in from outside: parents publish their children's tasks.
+        ctx.shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        if let Some(inner) = self.0.upgrade() {
+            Spawner { inner }.take(&message.chat_id, message.kind).await;
+        }
+        Ok(())
+    }
+
+    fn has_person(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(parent: &str, wait: bool) -> Request {
+        Request {
+            agent: AgentName::default(),
+            parent: SessionKey::from(parent),
+            task: "look it up".into(),
+            label: "lookup".into(),
+            wait,
+            max_children: 2,
+        }
+    }
+
+    fn setup() -> (
+        Spawner,
+        tokio::sync::mpsc::Receiver<InboundMessage>,
+        CancellationToken,
+    ) {
+        let hub = ChatHub::new(16, CancellationToken::new());
+        let inbound = hub.take_inbound().expect("inbound");
+        let turns = CancellationToken::new();
+        (Spawner::new(hub, turns.clone()), inbound, turns)
+    }
+
+    #[tokio::test]
+    async fn children_run_as_messages_and_their_answers_come_back_together_once() {
+        let (spawner, mut inbound, _turns) = setup();
+        let taken = |key: &SessionKey| key.as_str() == "spawn_telegram_1~1";
+        let a = spawner
+            .start(request("telegram_1", false), taken)
+            .await
+            .expect("first");
+        let b = spawner
+            .start(request("telegram_1", false), |_| false)
+            .await
+            .expect("second");
+        assert_eq!(
+            a.child.as_str(),
+            "telegram_1~2",
+            "a number with history is skipped"
+        );
+        assert_eq!(b.child.as_str(), "telegram_1~3");
+        let err = spawner
+            .start(request("telegram_1", false), |_| false)
+            .await
+            .err()
+            .expect("at most two");
+        assert!(err.contains("agent.spawn.max_children"), "{err}");
+        let task = inbound.recv().await.expect("a's task");
+        assert_eq!(task.channel.as_str(), CHANNEL);
+        assert_eq!(task.session_key().as_str(), "spawn_telegram_1~2");
+        assert!(matches!(task.origin, Origin::Delegated { .. }));
+        inbound.recv().await.expect("b's task");
+
+        spawner
+            .take(&a.child, OutboundKind::Message("found A".into()))
+            .await;
+        spawner
+            .take(&a.child, OutboundKind::Done(TurnEnd::Answered))
+            .await;
+        assert!(
+            inbound.try_recv().is_err(),
+            "b still runs: nothing handed over yet"
+        );
+        spawner
+            .take(&b.child, OutboundKind::Error("model down".into()))
+            .await;
+        spawner
+            .take(&b.child, OutboundKind::Done(TurnEnd::Failed))
+            .await;
+        let results = inbound.recv().await.expect("the results, once");
+        assert_eq!(results.session_key().as_str(), "telegram_1");
+        assert!(
+            results
+                .content
+                .contains("Sub-agent telegram_1~2 (\"lookup\"):\nfound A")
+        );
+        assert!(
+            results
+                .content
+                .contains("(the sub-agent failed) model down")
+        );
+        assert!(matches!(&results.origin, Origin::SubAgents { children } if children.len() == 2));
+        assert!(inbound.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_waited_child_answers_its_waiter_and_a_stop_drops_the_rest() {
+        let (spawner, mut inbound, _turns) = setup();
+        let waited = spawner
+            .start(request("websocket_c", true), |_| false)
+            .await
+            .expect("start");
+        spawner
+            .take(&waited.child, OutboundKind::Message("42".into()))
+            .await;
+        spawner
+            .take(&waited.child, OutboundKind::Done(TurnEnd::Answered))
+            .await;
+        assert_eq!(waited.answer.expect("waits").await.expect("answer"), "42");
+        inbound.recv().await.expect("its task");
+        assert!(
+            inbound.try_recv().is_err(),
+            "a waited answer is not handed over again"
+        );
+
+        let a = spawner
+            .start(request("websocket_c", false), |_| false)
+            .await
+            .expect("a");
+        let b = spawner
+            .start(request("websocket_c", false), |_| false)
+            .await
+            .expect("b");
+        let agent = AgentName::default();
+        let parent = SessionKey::from("websocket_c");
+        assert_eq!(spawner.running(&agent, &parent).len(), 2);
+        spawner
+            .take(&a.child, OutboundKind::Message("A".into()))
+            .await;
+        spawner
+            .take(&a.child, OutboundKind::Done(TurnEnd::Answered))
+            .await;
+        assert_eq!(spawner.stop(&agent, &parent), 1);
+        assert!(a.token.is_cancelled() && b.token.is_cancelled());
+        spawner
+            .take(&b.child, OutboundKind::Done(TurnEnd::Cancelled))
+            .await;
+        inbound.recv().await.expect("a's task");
+        inbound.recv().await.expect("b's task");
+        assert!(
+            inbound.try_recv().is_err(),
+            "nothing handed over after a /stop"
+        );
+        let c = spawner
+            .start(request("websocket_c", false), |_| false)
+            .await
+            .expect("after");
+        assert!(!c.token.is_cancelled(), "a fresh family token");
+    }
+}
