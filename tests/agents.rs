@@ -4,6 +4,8 @@
 use serde_json::{Value, json};
 use switchboard_testkit::{Reply, ScriptedLlm};
 
+use switchboard::app::Running;
+
 use crate::util::{self, Extra, WsClient};
 
 /// A daemon whose chat `h` (and only it) is bound to the agent `home`, beside the default.
@@ -18,21 +20,23 @@ channel = "websocket"
 chat = "h"
 "#;
 
+/// A daemon in `dir` with `tables` after the test config, and a client connected to it.
+async fn start(llm: &ScriptedLlm, dir: &std::path::Path, tables: &str) -> (Running, WsClient) {
+    let extra = Extra {
+        tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(llm, dir, extra, Vec::new()).await;
+    let client = WsClient::connect(daemon.addr()).await;
+    (daemon, client)
+}
+
 /// The system prompt of a request.
 fn system(request: &Value) -> String {
     request["messages"][0]["content"]
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// The tool results a request carries, in order.
-fn tool_results(request: &Value) -> Vec<String> {
-    util::conversation(request)
-        .into_iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 #[tokio::test]
@@ -49,12 +53,7 @@ async fn two_agents_have_their_own_persona_workspace_memory_and_sessions() {
     }
     let llm = ScriptedLlm::start().await.expect("llm");
     let tables = HOME.replace("{home}", &home.display().to_string());
-    let extra = Extra {
-        tables: &tables,
-        ..Extra::default()
-    };
-    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let (daemon, mut client) = start(&llm, dir.path(), &tables).await;
 
     // The home agent writes a note into its workspace.
     llm.push(Reply::tools([(
@@ -97,7 +96,7 @@ async fn two_agents_have_their_own_persona_workspace_memory_and_sessions() {
         "the spare key is under the mat"
     );
     assert!(!main.join("note.txt").exists());
-    let results = tool_results(&requests[3]);
+    let results = util::tool_results(&requests[3]);
     assert_eq!(results.len(), 3, "{results:?}");
     for result in &results {
         assert!(result.starts_with("error"), "{result}");
@@ -140,12 +139,7 @@ async fn an_agent_offers_only_the_tools_it_is_given() {
                 "tools = [\"read_*\", \"echo\"]\nexclude_tools = [\"read_file\"]"
             )
     );
-    let extra = Extra {
-        tables: &tables,
-        ..Extra::default()
-    };
-    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let (daemon, mut client) = start(&llm, dir.path(), &tables).await;
     llm.push(Reply::text("hi"));
     llm.push(Reply::text("hi"));
     client.say("h", "hello").await;
@@ -173,12 +167,7 @@ async fn a_job_an_agent_schedules_runs_as_that_agents_turn_even_in_a_session_of_
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     let tables = HOME.replace("{home}", &dir.path().join("home").display().to_string());
-    let extra = Extra {
-        tables: &tables,
-        ..Extra::default()
-    };
-    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
-    let mut client = WsClient::connect(daemon.addr()).await;
+    let (daemon, mut client) = start(&llm, dir.path(), &tables).await;
     llm.push(Reply::tools([(
         "cron",
         json!({"action": "add", "in": "1s", "name": "bins", "session": "isolated",

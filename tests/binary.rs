@@ -76,19 +76,26 @@ async fn sigterm_lets_a_running_turn_finish_within_the_grace_period() {
     assert!(exit_code(&mut child).await.success());
 }
 
-#[tokio::test]
-async fn an_unknown_config_key_fails_with_file_line_and_key() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("bad.toml");
-    std::fs::write(&config, "[agent]\nhistory_limit = 50\nmax_iteratons = 3\n").expect("write");
+/// Runs the binary on a config of `text` that must be refused; returns its stderr and
+/// the config's path.
+async fn refused_config(dir: &Path, text: &str) -> (String, std::path::PathBuf) {
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, text).expect("write");
     let output = Command::new(BINARY)
         .args(["run", "--config"])
         .arg(&config)
         .output()
         .await
         .expect("runs");
-    assert_eq!(output.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    (String::from_utf8_lossy(&output.stderr).into_owned(), config)
+}
+
+#[tokio::test]
+async fn an_unknown_config_key_fails_with_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = "[agent]\nhistory_limit = 50\nmax_iteratons = 3\n";
+    let (stderr, config) = refused_config(dir.path(), text).await;
     let expected = format!(
         "{}:3:1: agent.max_iteratons: unknown field",
         config.display()
@@ -115,16 +122,7 @@ async fn agents_bindings_and_prices_that_do_not_fit_fail_with_file_line_and_key(
             ":5:1: llm.prices.gpt-5: no model `gpt-5` is configured: the models are gpt-4o",
         ),
     ] {
-        let config = dir.path().join("bad.toml");
-        std::fs::write(&config, format!("{ws}{text}")).expect("write");
-        let output = Command::new(BINARY)
-            .args(["run", "--config"])
-            .arg(&config)
-            .output()
-            .await
-            .expect("runs");
-        assert_eq!(output.status.code(), Some(2), "{text}");
-        let stderr = String::from_utf8_lossy(&output.stderr);
+        let (stderr, config) = refused_config(dir.path(), &format!("{ws}{text}")).await;
         let expected = format!("{}{expected}", config.display());
         assert!(stderr.contains(&expected), "{stderr}");
     }

@@ -5,21 +5,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 use switchboard_testkit::process::{processes_mentioning, wait_for_line, wait_gone};
 use switchboard_testkit::{Reply, ScriptedLlm};
 use switchboard_tools::sandbox::Confinement;
 
 use crate::util::{self, Extra, Harness, WsClient};
-
-/// The tool results the model was sent in `request`, in order.
-fn tool_results(request: &Value) -> Vec<String> {
-    util::conversation(request)
-        .into_iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 #[tokio::test]
 async fn the_model_reads_a_skill_and_writes_a_file_seen_on_disk() {
@@ -58,7 +49,7 @@ async fn the_model_reads_a_skill_and_writes_a_file_seen_on_disk() {
         !system.contains("5, 7, 5"),
         "the body is read on demand only"
     );
-    assert!(tool_results(&requests[1])[0].contains("Three lines: 5, 7, 5 syllables."));
+    assert!(util::tool_results(&requests[1])[0].contains("Three lines: 5, 7, 5 syllables."));
     assert_eq!(
         std::fs::read_to_string(dir.path().join("workspace/poems/tea.md")).expect("on disk"),
         "green tea steams\nquiet morning kettle song\nthe cup warms my hands\n"
@@ -77,7 +68,7 @@ async fn an_escape_reaches_the_model_as_a_refusal_and_the_turn_goes_on() {
     h.llm.push(Reply::text("I may not look there."));
     let turn = h.client.say("c", "show me /etc/passwd").await;
     assert_eq!(turn.reply(), "I may not look there.");
-    let results = tool_results(&h.llm.requests()[1]);
+    let results = util::tool_results(&h.llm.requests()[1]);
     assert_eq!(results.len(), 3);
     for result in &results {
         assert!(result.starts_with("error: refused: "), "{result}");
@@ -117,7 +108,7 @@ async fn exec_runs_confined_with_none_of_the_daemons_secrets() {
     let mut client = WsClient::connect(addr).await;
     let turn = client.say("c", "run it").await;
     assert_eq!(turn.reply(), "ran it");
-    let result = tool_results(&llm.requests()[1]).remove(0);
+    let result = util::tool_results(&llm.requests()[1]).remove(0);
     assert!(result.contains("key=[]"), "{result}");
     assert!(!result.contains("4711"), "{result}");
     assert!(result.contains("inside=ok"), "{result}");

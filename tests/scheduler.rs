@@ -127,15 +127,6 @@ async fn the_person_lists_pauses_and_removes_their_chats_jobs_with_slash_jobs() 
     h.daemon.shutdown().await;
 }
 
-/// What the model read back from its tool calls, as a request shows them, in order.
-fn tool_results(request: &serde_json::Value) -> Vec<String> {
-    util::conversation(request)
-        .into_iter()
-        .filter(|m| m["role"] == "tool")
-        .filter_map(|m| m["content"].as_str().map(str::to_owned))
-        .collect()
-}
-
 #[tokio::test]
 async fn through_the_tool_a_chat_neither_sees_nor_removes_another_chats_jobs_and_reads_the_limits()
 {
@@ -163,7 +154,7 @@ async fn through_the_tool_a_chat_neither_sees_nor_removes_another_chats_jobs_and
         h.client.say("d", "drop their jobs").await.reply(),
         "I cannot."
     );
-    let results = tool_results(h.llm.requests().last().expect("request"));
+    let results = util::tool_results(h.llm.requests().last().expect("request"));
     assert_eq!(results.len(), 3, "{results:?}");
     assert_eq!(results[0], "This chat has no scheduled jobs.");
     assert!(

@@ -311,6 +311,15 @@ pub fn conversation(request: &Value) -> Vec<Value> {
         .collect()
 }
 
+/// The tool results an OpenAI-style request carries, in order.
+pub fn tool_results(request: &Value) -> Vec<String> {
+    conversation(request)
+        .into_iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// Asserts a conversation as sent to the LLM is valid: it starts with a user message and
 /// every tool result directly answers a call of the assistant message before it.
 pub fn assert_no_orphans(messages: &[Value]) {

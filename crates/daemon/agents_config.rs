@@ -279,12 +279,7 @@ fn lexical(path: &Path) -> PathBuf {
 mod tests {
     use std::path::Path;
 
-    use crate::config::{Config, ConfigError};
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        let text = format!("[channels.websocket]\nauth = \"none\"\n{text}");
-        Config::parse(&text, Path::new("/etc/switchboard/config.toml"))
-    }
+    use crate::config::parse_minimal_for_test as parse;
 
     #[test]
     fn an_agent_takes_what_it_does_not_set_from_agent_but_not_its_workspace() {

@@ -608,15 +608,26 @@ fn short_numbers(message: &str) -> String {
 
 pub use switchboard_core::expand_env;
 
+/// Config text as if read from `/etc/switchboard/config.toml` (the tests of the sections).
+#[cfg(test)]
+pub(crate) fn parse_for_test(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/etc/switchboard/config.toml"))
+}
+
+/// [`parse_for_test`] after the two lines every test config needs (a WebSocket channel
+/// without a token), so the section a test is about starts on line 3.
+#[cfg(test)]
+pub(crate) fn parse_minimal_for_test(text: &str) -> Result<Config, ConfigError> {
+    parse_for_test(&format!("{}{text}", tests::MINIMAL))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, Path::new("/etc/switchboard/config.toml"))
-    }
+    use super::parse_for_test as parse;
 
-    const MINIMAL: &str = "[channels.websocket]\nauth = \"none\"\n";
+    pub(super) const MINIMAL: &str = "[channels.websocket]\nauth = \"none\"\n";
 
     #[test]
     fn a_huge_number_is_reported_in_scientific_notation() {

@@ -155,14 +155,9 @@ fn expand_value(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::config::{Config, ConfigError};
 
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, Path::new("/etc/switchboard/config.toml"))
-    }
+    use crate::config::parse_for_test as parse;
 
     #[test]
     fn a_bind_host_name_is_resolved_and_one_without_a_port_says_to_write_an_ip() {

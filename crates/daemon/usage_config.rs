@@ -178,14 +178,7 @@ pub type PriceTable = BTreeMap<String, Spanned<PriceSection>>;
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
-    use crate::config::{Config, ConfigError};
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        let text = format!("[channels.websocket]\nauth = \"none\"\n{text}");
-        Config::parse(&text, Path::new("/etc/switchboard/config.toml"))
-    }
+    use crate::config::parse_minimal_for_test as parse;
 
     #[test]
     fn a_price_for_a_model_the_config_does_not_name_is_refused_at_its_line() {

@@ -31,6 +31,7 @@ use crate::command::{Command, HELP, command_of};
 use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
+use crate::slots::HeldSlot;
 use crate::turn::STOPPED_REPLY;
 
 /// One chat's worker.
@@ -334,6 +335,8 @@ impl Worker {
         message.settle(Fate::Handled);
     }
 
+    /// Runs a turn answering `message`, once it may start (see [`Worker::admit`]), and
+    /// forwards what it does to the chat.
     async fn turn(
         &self,
         session: &mut Session,
@@ -341,89 +344,10 @@ impl Worker {
         cancel: CancellationToken,
         resume: bool,
     ) {
-        // Stopped before it began (a sub-agent whose parent was stopped): nothing to save.
-        if cancel.is_cancelled() {
-            reply(
-                &self.hub,
-                &message,
-                OutboundKind::Message(STOPPED_REPLY.into()),
-            )
-            .await;
-            self.close(session, &message, TurnEnd::Cancelled).await;
-            return;
-        }
-        // A daily cost cap reached: refused before anything is saved or the model called.
-        if let Some(spending) = self.agent.spending()
-            && let Some(refusal) = spending.refusal(session.key()).await
-        {
-            tracing::info!(session = %self.key, "a turn was refused: a daily cost cap is reached");
-            reply(&self.hub, &message, OutboundKind::Message(refusal)).await;
-            if !message.origin.is_person() {
-                // A scheduled run or a sub-agent's message: not run, and its sender told so.
-                message.settle(Fate::Dropped);
-            }
-            self.close(session, &message, TurnEnd::CostLimit).await;
-            return;
-        }
-        // A turn waiting for a slot can be stopped too (it has not started: nothing to save).
-        let slots = self.agent.slots();
-        let slot = match slots.try_take() {
-            Some(slot) => Some(slot),
-            None => {
-                let max = slots.max();
-                let text = format!(
-                    "Waiting for a free slot: {max} answers are being written at once \
-                     (agent.max_concurrent_turns)."
-                );
-                reply(&self.hub, &message, OutboundKind::Status(text)).await;
-                tokio::select! {
-                    biased;
-                    () = cancel.cancelled() => None,
-                    slot = slots.take() => Some(slot),
-                }
-            }
-        };
-        let Some(slot) = slot else {
-            let stopped = OutboundKind::Message(STOPPED_REPLY.into());
-            reply(&self.hub, &message, stopped).await;
-            self.close(session, &message, TurnEnd::Cancelled).await;
+        let Some(slot) = self.admit(session, &message, &cancel).await else {
             return;
         };
-
-        let (events, mut rx) = mpsc::unbounded_channel();
-        // How the turn ended, from its last event; its `done` is sent by `close`.
-        let mut end = TurnEnd::Failed;
-        let forward = async {
-            let mut next = rx.recv().await;
-            while let Some(event) = next.take() {
-                let event = match event {
-                    // Text that arrived while the last frame was being delivered goes out
-                    // as one delta: fewer frames when the model is faster than the socket.
-                    AgentEvent::TextDelta(mut text) => {
-                        while let Ok(more) = rx.try_recv() {
-                            match more {
-                                AgentEvent::TextDelta(piece) => text.push_str(&piece),
-                                other => {
-                                    next = Some(other);
-                                    break;
-                                }
-                            }
-                        }
-                        AgentEvent::TextDelta(text)
-                    }
-                    other => other,
-                };
-                for kind in outbound_of(event) {
-                    match kind {
-                        OutboundKind::Done(ended) => end = ended,
-                        kind => reply(&self.hub, &message, kind).await,
-                    }
-                }
-                if next.is_none() {
-                    next = rx.recv().await;
-                }
-            }
-        };
+        let (events, rx) = mpsc::unbounded_channel();
         let user = ChatUser {
             hub: self.hub.clone(),
             to: OutboundMessage::reply_to(&message, OutboundKind::TurnStarted),
@@ -443,8 +367,101 @@ impl Worker {
             self.agent.run_turn(session, input, &cancel, &events).await;
             drop(events);
         };
-        tokio::join!(run, forward);
+        let ((), end) = tokio::join!(run, self.forward(&message, rx));
         self.close(session, &message, end).await;
+    }
+
+    /// Whether a turn for `message` may start, and its turn slot if so; else the message
+    /// is answered here (closed with its `done`): stopped before it began (a sub-agent
+    /// whose parent was stopped, or a `/stop` while it waited for a slot), or over a daily
+    /// cost cap (refused before anything is saved or the model called).
+    async fn admit(
+        &self,
+        session: &mut Session,
+        message: &InboundMessage,
+        cancel: &CancellationToken,
+    ) -> Option<Arc<HeldSlot>> {
+        let refused = if cancel.is_cancelled() {
+            Some((STOPPED_REPLY.to_owned(), TurnEnd::Cancelled))
+        } else if let Some(spending) = self.agent.spending()
+            && let Some(refusal) = spending.refusal(session.key()).await
+        {
+            tracing::info!(session = %self.key, "a turn was refused: a daily cost cap is reached");
+            if !message.origin.is_person() {
+                // A scheduled run or a sub-agent's task: not run, and its sender told so.
+                message.settle(Fate::Dropped);
+            }
+            Some((refusal, TurnEnd::CostLimit))
+        } else {
+            None
+        };
+        let slots = self.agent.slots();
+        let slot = match refused {
+            Some(_) => None,
+            None => match slots.try_take() {
+                Some(slot) => Some(slot),
+                None => {
+                    let max = slots.max();
+                    let text = format!(
+                        "Waiting for a free slot: {max} answers are being written at once \
+                         (agent.max_concurrent_turns)."
+                    );
+                    reply(&self.hub, message, OutboundKind::Status(text)).await;
+                    tokio::select! {
+                        biased;
+                        () = cancel.cancelled() => None,
+                        slot = slots.take() => Some(slot),
+                    }
+                }
+            },
+        };
+        if slot.is_some() {
+            return slot;
+        }
+        let (text, end) = refused.unwrap_or((STOPPED_REPLY.to_owned(), TurnEnd::Cancelled));
+        reply(&self.hub, message, OutboundKind::Message(text)).await;
+        self.close(session, message, end).await;
+        None
+    }
+
+    /// Sends a turn's events to the chat as outbound messages, until the turn drops its
+    /// sender; returns how the turn ended (its `done` is sent by `close`).
+    async fn forward(
+        &self,
+        message: &InboundMessage,
+        mut rx: mpsc::UnboundedReceiver<AgentEvent>,
+    ) -> TurnEnd {
+        let mut end = TurnEnd::Failed;
+        let mut next = rx.recv().await;
+        while let Some(event) = next.take() {
+            let event = match event {
+                // Text that arrived while the last frame was being delivered goes out as one
+                // delta: fewer frames when the model is faster than the socket.
+                AgentEvent::TextDelta(mut text) => {
+                    while let Ok(more) = rx.try_recv() {
+                        match more {
+                            AgentEvent::TextDelta(piece) => text.push_str(&piece),
+                            other => {
+                                next = Some(other);
+                                break;
+                            }
+                        }
+                    }
+                    AgentEvent::TextDelta(text)
+                }
+                other => other,
+            };
+            for kind in outbound_of(event) {
+                match kind {
+                    OutboundKind::Done(ended) => end = ended,
+                    kind => reply(&self.hub, message, kind).await,
+                }
+            }
+            if next.is_none() {
+                next = rx.recv().await;
+            }
+        }
+        end
     }
 }
 

@@ -111,6 +111,17 @@ impl Month {
         }
     }
 
+    /// What it holds from `from` to `to` (days, both included), a record per key.
+    fn spent(&self, from: Date, to: Date) -> impl Iterator<Item = UsageRecord> + '_ {
+        self.totals
+            .iter()
+            .filter(move |(key, _)| (from..=to).contains(&key.day))
+            .map(|(key, spent)| UsageRecord {
+                key: key.clone(),
+                spent: *spent,
+            })
+    }
+
     /// The month as the fewest lines: a sum per key, and the warnings.
     fn lines(&self) -> impl Iterator<Item = Line> + '_ {
         let spent = self.totals.iter().map(|(key, spent)| {
@@ -260,16 +271,7 @@ impl UsageStore for FileUsageStore {
                 read = self.read(which)?;
                 &read
             };
-            out.extend(
-                month
-                    .totals
-                    .iter()
-                    .filter(|(key, _)| (from..=to).contains(&key.day))
-                    .map(|(key, spent)| UsageRecord {
-                        key: key.clone(),
-                        spent: *spent,
-                    }),
-            );
+            out.extend(month.spent(from, to));
             which = if which.1 == 12 {
                 (which.0 + 1, 1)
             } else {
@@ -310,15 +312,7 @@ impl UsageStore for MemoryUsageStore {
 
     async fn spent(&self, from: Date, to: Date) -> Result<Vec<UsageRecord>, UsageStoreError> {
         let month = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(month
-            .totals
-            .iter()
-            .filter(|(key, _)| (from..=to).contains(&key.day))
-            .map(|(key, spent)| UsageRecord {
-                key: key.clone(),
-                spent: *spent,
-            })
-            .collect())
+        Ok(month.spent(from, to).collect())
     }
 
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {
