@@ -227,11 +227,17 @@ fn unit_settings() -> Vec<String> {
 /// marked `?`, not asked.
 pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
     let mut lines = Vec::new();
-    for (key, raw) in [
-        ("agent.workspace", &config.agent.workspace),
-        ("agent.state_dir", &config.agent.state_dir),
-    ] {
-        let dir = config.path(raw);
+    let mut dirs = vec![(
+        "agent.state_dir".to_owned(),
+        config.path(&config.agent.state_dir),
+    )];
+    for spec in config.agent_specs() {
+        dirs.insert(
+            dirs.len() - 1,
+            (format!("{}.workspace", spec.key), spec.workspace),
+        );
+    }
+    for (key, dir) in dirs {
         lines.push(match writable(&dir) {
             Ok(()) => Line::ok(format!("{key} {} is writable", dir.display())),
             Err(err) => Line::failed(format!("{key} {}: {err}", dir.display())),
@@ -245,6 +251,29 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             Vec::new()
         }
     };
+    // The models a chat may switch to or an agent uses, beyond the chain: [llm]'s server.
+    let chain: Vec<String> = models
+        .iter()
+        .map(|(_, model)| model.model().to_owned())
+        .collect();
+    for name in config.model_names() {
+        if chain.contains(&name) {
+            continue;
+        }
+        let llm = &config.llm;
+        let entry = llm_config::ModelEntry {
+            kind: *llm.provider.get_ref(),
+            base_url: llm.base_url.as_ref(),
+            api_key: llm.api_key.as_ref(),
+            model: &name,
+            images: llm.images,
+            key_name: "llm.api_key",
+        };
+        match llm_config::model(llm, entry, None) {
+            Ok(model) => models.push(("llm".to_owned(), model)),
+            Err(err) => lines.push(Line::failed(format!("model {name}: {err:#}"))),
+        }
+    }
     match turn_config::verify(config, &config.agent, "agent") {
         Ok(verify) => {
             if let Some(judge) = verify.judge {
