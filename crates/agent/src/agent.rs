@@ -157,7 +157,7 @@ impl Agent {
             spawner,
             agent: self.name.clone(),
             parent: session.clone(),
-            config: self.config.spawn.clone(),
+            max_children: self.config.spawn.max_children,
             store: self.store.clone(),
             cancel: cancel.clone(),
             slot,

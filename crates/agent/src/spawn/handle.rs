@@ -9,7 +9,6 @@ use switchboard_sessions::SessionStore;
 use switchboard_tools::{SubAgents, ToolError, TurnSlot};
 use tokio_util::sync::CancellationToken;
 
-use super::config::SpawnConfig;
 use super::spawner::{Request, Spawner};
 
 /// The longest task a child may be given.
@@ -24,7 +23,8 @@ pub(crate) struct TurnChildren {
     pub agent: AgentName,
     /// The turn's session: the children's parent.
     pub parent: SessionKey,
-    pub config: SpawnConfig,
+    /// `spawn.max_children`.
+    pub max_children: usize,
     /// The agent's sessions, to skip a child number that holds history.
     pub store: Arc<dyn SessionStore>,
     /// The turn's: a child it waits for is stopped with it.
@@ -72,7 +72,7 @@ impl SubAgents for TurnChildren {
             task,
             label: label.clone(),
             wait,
-            max_children: self.config.max_children,
+            max_children: self.max_children,
         };
         let store = self.store.clone();
         let started = self

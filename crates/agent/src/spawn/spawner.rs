@@ -236,7 +236,9 @@ impl Spawner {
         family.results.clear();
         let before = state.children.len();
         state.children.retain(|_, child| child.parent != parent);
-        before - state.children.len()
+        let stopped = before - state.children.len();
+        state.forget_if_idle(&parent);
+        stopped
     }
 
     /// The children of `session` of `agent` running now: chat id, label, how long.
@@ -307,11 +309,12 @@ impl Spawner {
         let text = cut(text);
         tracing::info!(child = %child, parent = %ended.parent.session, end = end.as_str(),
             took_ms = ended.started.elapsed().as_millis() as u64, "a sub-agent ended");
+        let parent = ended.parent;
         if let Some(waiter) = ended.waiter {
             let _ = waiter.send(text);
+            state.forget_if_idle(&parent);
             return None;
         }
-        let parent = ended.parent;
         let others = state
             .children
             .values()
@@ -326,8 +329,25 @@ impl Spawner {
             return None;
         }
         let results = std::mem::take(&mut family.results);
+        state.forget_if_idle(&parent);
         drop(state);
         hand_over(&parent, results)
+    }
+}
+
+impl State {
+    /// Forgets a family with nothing running and nothing to hand over, so the families kept
+    /// are those of chats whose sub-agents run (a later child numbers on past the sessions
+    /// that hold history).
+    fn forget_if_idle(&mut self, parent: &Parent) {
+        let idle = !self.children.values().any(|child| child.parent == *parent)
+            && self
+                .families
+                .get(parent)
+                .is_some_and(|family| family.results.is_empty());
+        if idle {
+            self.families.remove(parent);
+        }
     }
 }
 

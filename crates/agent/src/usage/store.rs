@@ -99,6 +99,8 @@ enum Line {
 struct Month {
     totals: BTreeMap<UsageKey, Spent>,
     warned: BTreeSet<(Date, String)>,
+    /// Its file, open for appending once written to (a call's record is one `write`).
+    file: Option<std::fs::File>,
 }
 
 impl Month {
@@ -228,17 +230,33 @@ impl FileUsageStore {
         Ok(month)
     }
 
-    fn append(&self, which: (i16, i8), line: &Line) -> Result<(), UsageStoreError> {
+    /// Appends `line` to the month's file (opened, and its directory made, the first
+    /// time); after a failure the file is opened again at the next record.
+    fn append(
+        &self,
+        which: (i16, i8),
+        month: &mut Month,
+        line: &Line,
+    ) -> Result<(), UsageStoreError> {
         let path = self.path(which);
         let mut bytes = serde_json::to_vec(line).map_err(|err| self.error(&path, err))?;
         bytes.push(b'\n');
-        durable::create_private_dir(&self.dir).map_err(|err| self.error(&self.dir, err))?;
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|err| self.error(&path, err))?;
-        file.write_all(&bytes).map_err(|err| self.error(&path, err))
+        let file = match &mut month.file {
+            Some(file) => file,
+            None => {
+                durable::create_private_dir(&self.dir).map_err(|err| self.error(&self.dir, err))?;
+                let file = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|err| self.error(&path, err))?;
+                month.file.insert(file)
+            }
+        };
+        file.write_all(&bytes).map_err(|err| {
+            month.file = None;
+            self.error(&path, err)
+        })
     }
 }
 
@@ -252,7 +270,7 @@ impl UsageStore for FileUsageStore {
         let which = month_of(record.key.day);
         let mut months = self.months.lock().unwrap_or_else(PoisonError::into_inner);
         let month = self.month(&mut months, which)?;
-        self.append(which, &Line::Spent(record.clone()))?;
+        self.append(which, month, &Line::Spent(record.clone()))?;
         month.take(Line::Spent(record.clone()));
         Ok(())
     }
@@ -292,7 +310,7 @@ impl UsageStore for FileUsageStore {
             day,
             session: session.to_owned(),
         };
-        self.append(which, &line)?;
+        self.append(which, month, &line)?;
         month.take(line);
         Ok(true)
     }
