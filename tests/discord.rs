@@ -126,7 +126,12 @@ async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_no
         .iter()
         .filter_map(|c| c["name"].as_str().map(str::to_owned))
         .collect();
-    assert_eq!(names, ["new", "stop", "help", "status", "approve", "deny"]);
+    assert_eq!(
+        names,
+        [
+            "new", "stop", "help", "status", "approve", "deny", "usage", "model"
+        ]
+    );
     t.daemon.shutdown().await;
     // The bot logged off: a normal close, not a dropped connection.
     t.fake
@@ -337,6 +342,20 @@ async fn a_slash_command_is_answered_and_runs_as_the_typed_command() {
     let status = &t.fake.messages_to(dm(ADA))[1].content;
     assert!(status.contains("message"), "{status}");
     assert_eq!(t.llm.requests().len(), 1, "/status is not a turn");
+    // `/model` with its option runs as `/model NAME` typed.
+    let model = t
+        .fake
+        .slash_command_with(dm(ADA), None, ADA, "model", vec![("name", "nonesuch")]);
+    t.fake
+        .wait_until(PATIENCE, "the model's answer", |f| {
+            f.messages_to(dm(ADA)).len() >= 3
+        })
+        .await;
+    let callback = t.fake.callbacks().into_iter().find(|(id, _)| *id == model);
+    let echoed = callback.map(|(_, body)| body["data"]["content"].clone());
+    assert_eq!(echoed, Some(serde_json::json!("/model nonesuch")));
+    let answer = &t.fake.messages_to(dm(ADA))[2].content;
+    assert!(answer.contains("the only model here"), "{answer}");
     t.daemon.shutdown().await;
 }
 

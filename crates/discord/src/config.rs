@@ -42,7 +42,7 @@ pub struct DiscordSection {
     pub stream: bool,
     /// Seconds between two edits of a streamed reply.
     pub edit_interval_secs: Spanned<f64>,
-    /// Register `/new`, `/stop`, `/help` and `/status` as slash commands at start.
+    /// Register the chat commands (`/new`, `/stop`, `/status`, `/model`, …) as slash commands at start.
     pub slash_commands: bool,
     /// Attachments larger than this are not downloaded (the agent is told so).
     pub max_attachment_bytes: u64,

@@ -18,14 +18,22 @@ use crate::gateway::{Event, snowflake};
 use crate::rest::{Authors, CHANNEL_NAME, Rest};
 
 /// The slash commands registered, with what they do.
-pub(crate) const SLASH_COMMANDS: [(&str, &str); 6] = [
+pub(crate) const SLASH_COMMANDS: [(&str, &str); 8] = [
     ("new", "Start a new conversation"),
     ("stop", "Stop the running turn"),
     ("help", "What the agent understands"),
     ("status", "The session's state"),
     ("approve", "Let the agent run the tool it asked about"),
     ("deny", "Refuse the tool the agent asked about"),
+    ("usage", "What this chat cost today and this month"),
+    ("model", "List the models, or switch this chat's"),
 ];
+
+/// The one command that takes a word: `/model NAME` (`default` goes back).
+const MODEL_OPTION: &str = "name";
+
+/// The most characters of a model's name taken from a slash command.
+const MAX_MODEL_NAME: usize = 100;
 
 /// Hosts attachments are fetched from (besides the API's own, for tests and proxies).
 const ATTACHMENT_HOSTS: [&str; 2] = ["cdn.discordapp.com", "media.discordapp.net"];
@@ -214,8 +222,25 @@ impl Admit {
             name: user["global_name"].as_str().unwrap_or(username),
             private,
         });
+        // `/model` may carry a model's name: one word, as typed after it.
+        let word = interaction["data"]["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|option| option["name"] == MODEL_OPTION)
+            .and_then(|option| option["value"].as_str())
+            .map(str::trim)
+            .filter(|word| {
+                !word.is_empty()
+                    && word.chars().count() <= MAX_MODEL_NAME
+                    && !word.contains(char::is_whitespace)
+            });
+        let command = match word {
+            Some(word) if name == "model" => format!("/model {word}"),
+            _ => format!("/{name}"),
+        };
         let answer = match &allowed {
-            Verdict::Allowed => format!("/{name}"),
+            Verdict::Allowed => command.clone(),
             Verdict::Pair(text) => text.clone(),
             Verdict::Ignore => "You may not talk to this agent.".to_owned(),
         };
@@ -241,7 +266,7 @@ impl Admit {
                 CHANNEL_NAME.into(),
                 channel.to_string().into(),
                 sender_id.into(),
-                format!("/{name}"),
+                command,
             );
             if let Err(err) = self.hub.publish_inbound(message).await {
                 tracing::info!(error = %err, "a Discord command was not taken");
@@ -255,7 +280,13 @@ async fn register(rest: Rest, application: u64) {
     let commands: Vec<Value> = SLASH_COMMANDS
         .iter()
         .map(|(name, description)| {
-            json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]})
+            let mut command =
+                json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]});
+            if *name == "model" {
+                command["options"] = json!([{"type": 3, "name": MODEL_OPTION,
+                    "description": "the model to switch to, or default", "required": false}]);
+            }
+            command
         })
         .collect();
     let path = format!("applications/{application}/commands");

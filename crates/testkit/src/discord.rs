@@ -225,11 +225,31 @@ impl FakeDiscord {
 
     /// `user` runs the slash command `/name` in `channel` (a server's when `guild`).
     pub fn slash_command(&self, channel: u64, guild: Option<u64>, user: u64, name: &str) -> String {
+        self.slash_command_with(channel, guild, user, name, Vec::new())
+    }
+
+    /// A slash command with options (`(name, value)` pairs, as Discord sends a string
+    /// option's).
+    pub fn slash_command_with(
+        &self,
+        channel: u64,
+        guild: Option<u64>,
+        user: u64,
+        name: &str,
+        options: Vec<(&str, &str)>,
+    ) -> String {
         let id = self.next_id().to_string();
         let person = person(user, false);
         let mut d = json!({"id": id, "application_id": BOT_ID.to_string(), "type": 2,
             "token": format!("token-{id}"), "version": 1, "channel_id": channel.to_string(),
             "data": {"id": "1", "name": name, "type": 1}});
+        if !options.is_empty() {
+            let options: Vec<Value> = options
+                .into_iter()
+                .map(|(name, value)| json!({"name": name, "type": 3, "value": value}))
+                .collect();
+            d["data"]["options"] = Value::Array(options);
+        }
         match guild {
             Some(guild) => {
                 d["guild_id"] = json!(guild.to_string());
