@@ -9,7 +9,8 @@
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
 //! - `clock`: [`Clock`], what "now" is (the system's, or tokio's paused one in tests).
-//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent and records them.
+//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent.
+//! - `outcome`: what becomes of a run handed over: recorded, tried again, told.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
 
 mod clock;
@@ -17,8 +18,11 @@ mod due;
 mod isolated;
 mod job;
 mod jobs;
+mod outcome;
 mod runner;
 mod store;
+#[cfg(test)]
+mod test_setup;
 mod tool;
 
 pub use clock::{Clock, SystemClock, TokioClock};

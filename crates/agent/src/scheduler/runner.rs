@@ -6,7 +6,7 @@
 //! # Exactly once
 //! A run is recorded `pending` (and the job's next due time moved past it) *before* its
 //! message is published; its message's ack reports what became of it, and the run is
-//! recorded again with its outcome. After a crash, a run still `pending` is published again
+//! recorded again with its outcome (`outcome.rs`). After a crash, a run still `pending` is published again
 //! with the same id, and the chat's session journal decides: not seen → it runs; received →
 //! its turn runs on; answered or delivered → it is not answered twice. A due time that was
 //! never recorded runs when the daemon is back, if it is at most its job's `catch_up` late;
@@ -21,11 +21,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
     Ack, AgentName, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
-    OutboundKind, OutboundMessage, SenderId, SessionKey, TurnEnd, is_quiet,
+    OutboundKind, SenderId, SessionKey,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -35,8 +34,9 @@ use super::clock::Clock;
 use super::isolated;
 use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::jobs::Jobs;
+use super::outcome::{Outcomes, count};
 use super::store::JobStore;
-use crate::hooks::{Hook, TurnInfo, TurnSummary};
+use crate::hooks::Hook;
 use crate::usage::Spending;
 
 /// How the scheduler behaves (the daemon fills it from `[scheduler]`).
@@ -71,35 +71,27 @@ impl Default for SchedulerConfig {
 
 /// A run with the agent.
 #[derive(Clone, Debug)]
-struct InFlight {
-    job: String,
-    due: Timestamp,
-    attempt: u32,
-}
-
-/// How often a failed run is tried in all.
-pub const MAX_ATTEMPTS: u32 = 3;
-
-/// How long after failed try `attempt` the next one starts: 30 s, then 2 min.
-fn backoff(attempt: u32) -> SignedDuration {
-    SignedDuration::from_secs(30 * 4_i64.pow(attempt.saturating_sub(1).min(4)))
+pub(super) struct InFlight {
+    pub(super) job: String,
+    pub(super) due: Timestamp,
+    pub(super) attempt: u32,
 }
 
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]
 pub struct Scheduler {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(super) struct Inner {
     /// The jobs, their store, clock and config; its `changed` wakes the loop.
-    jobs: Jobs,
-    hub: ChatHub,
+    pub(super) jobs: Jobs,
+    pub(super) hub: ChatHub,
     /// Runs handed to the agent and not settled yet, by their message id. Written by the
     /// loop; read by its pile-up check.
-    in_flight: Mutex<HashMap<String, InFlight>>,
+    pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
     /// How the turns of runs ended (from the hook), by message id, until the run's ack.
-    ended: Mutex<HashMap<String, Outcome>>,
+    pub(super) ended: Mutex<HashMap<String, Outcome>>,
     /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
     /// received by the loop, which records the outcome.
     settled: mpsc::UnboundedSender<(String, Fate)>,
@@ -209,7 +201,7 @@ impl Scheduler {
         &self.inner.jobs
     }
 
-    fn store(&self) -> &Arc<dyn JobStore> {
+    pub(super) fn store(&self) -> &Arc<dyn JobStore> {
         self.inner.jobs.store()
     }
 
@@ -562,173 +554,6 @@ impl Scheduler {
                 .register_channel(Arc::new(channel), LaneOptions::default());
         });
     }
-
-    /// Records what became of the run whose message is `id`.
-    async fn settle(&self, id: &str, fate: Fate) {
-        let Some(flight) = self
-            .inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id)
-        else {
-            return;
-        };
-        let ended = self
-            .inner
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-        let outcome = match fate {
-            // Stopping: it stays pending, and the next start takes it up.
-            Fate::Unprocessed => return,
-            Fate::Dropped => Outcome::Skipped {
-                why: "it was dropped (a /stop, or its chat had too many messages waiting)".into(),
-            },
-            Fate::Handled => ended.unwrap_or(Outcome::Answered),
-        };
-        self.record_end(flight, outcome).await;
-    }
-
-    /// Records how a run ended, on its runs and its job; a failed task is tried again
-    /// (see [`backoff`]) while that is within its window — before its next due time and
-    /// within its catch-up of its due time — else the chat of a job in its own session is
-    /// told (one in the chat's session showed each failure there).
-    async fn record_end(&self, flight: InFlight, outcome: Outcome) {
-        let InFlight {
-            job: job_id,
-            due,
-            attempt,
-        } = flight;
-        let now = self.inner.jobs.now();
-        let started = self.store().runs(&job_id, 1).await.ok().and_then(|runs| {
-            runs.into_iter()
-                .find(|run| run.due == due)
-                .and_then(|run| run.started)
-        });
-        let run = Run {
-            job: job_id.clone(),
-            due,
-            started,
-            finished: Some(now),
-            outcome,
-            attempt,
-        };
-        tracing::info!(job = %job_id, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
-        if let Err(err) = self.store().record(&run).await {
-            tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be recorded");
-        }
-        let last = run.clone();
-        let failed = matches!(run.outcome, Outcome::Failed { .. });
-        let noted = self
-            .store()
-            .update(
-                &job_id,
-                Box::new(move |job| {
-                    let ours = job.last.as_ref().is_some_and(|last| last.due == due);
-                    if ours {
-                        job.last = Some(last);
-                        job.retry = retry_of(job, due, attempt, now).filter(|_| failed);
-                    }
-                    ours
-                }),
-            )
-            .await;
-        // A failed try that is tried again has not ended yet.
-        if !matches!(&noted, Ok(Some(job)) if job.retry.is_some()) {
-            count(&run);
-        }
-        match noted {
-            Ok(Some(job)) => {
-                if let Some(retry) = &job.retry {
-                    tracing::info!(job = %job.id, %due, at = %retry.at, "a failed scheduled run will be tried again");
-                } else if let Outcome::Failed { why } = &run.outcome
-                    && job.kind == JobKind::Task
-                    && job.session == SessionMode::Isolated
-                {
-                    let tries = if attempt > 1 {
-                        format!(" ({attempt} tries)")
-                    } else {
-                        String::new()
-                    };
-                    let text = format!(
-                        "The scheduled task \"{}\" (job {}) failed{tries}: {why}",
-                        job.name, job.id
-                    );
-                    self.tell(&job, OutboundKind::Notice(text)).await;
-                }
-                self.forget_if_done(&job).await;
-            }
-            Ok(None) => {}
-            Err(err) => {
-                tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be noted on its job");
-            }
-        }
-    }
-
-    /// Removes a job that will never run again (a reminder that ran) once its last run is
-    /// settled, so it no longer counts against its chat's jobs; its runs stay readable.
-    async fn forget_if_done(&self, job: &Job) {
-        let settled = job
-            .last
-            .as_ref()
-            .is_none_or(|run| run.outcome != Outcome::Pending);
-        // One the config declares stays until the config drops it (else it would be
-        // declared again at the next start, and run again).
-        if job.next_due.is_some() || !settled || job.declared.is_some() || job.retry.is_some() {
-            return;
-        }
-        if let Err(err) = self.store().remove(&job.id).await {
-            tracing::warn!(job = %job.id, error = %err, "a finished job could not be removed");
-        }
-    }
-
-    /// Sends `kind` to the job's chat, outside any turn.
-    async fn tell(&self, job: &Job, kind: OutboundKind) {
-        let message = OutboundMessage {
-            channel: ChannelName::from(job.channel.as_str()),
-            chat_id: ChatId::from(job.chat_id.as_str()),
-            reply_to: None,
-            kind,
-        };
-        if let Err(err) = self.inner.hub.publish_outbound(message).await {
-            tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
-        }
-    }
-}
-
-/// Counts a run in `/metrics`: how it ended, and — when it starts — how late.
-fn count(run: &Run) {
-    match (&run.outcome, run.started) {
-        (Outcome::Pending, Some(started)) if run.attempt <= 1 => {
-            let late = started.duration_since(run.due).as_secs_f64().max(0.0);
-            metrics::histogram!("switchboard_scheduled_run_lateness_seconds").record(late);
-        }
-        (Outcome::Pending, _) => {}
-        (outcome, _) => {
-            metrics::counter!("switchboard_scheduled_runs_total", "outcome" => outcome.as_str())
-                .increment(1);
-        }
-    }
-}
-
-/// The retry of `job`'s run due at `due` after try `attempt` failed at `now`: `None` when
-/// it had its tries, is not a task, or the next would fall outside its window (see
-/// [`Scheduler::record_end`]).
-fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<Retry> {
-    if job.kind != JobKind::Task || attempt >= MAX_ATTEMPTS {
-        return None;
-    }
-    let at = now.checked_add(backoff(attempt)).ok()?;
-    let catch_up = SignedDuration::from_secs(i64::try_from(job.catch_up_secs).unwrap_or(i64::MAX));
-    let window = due.checked_add(catch_up).unwrap_or(Timestamp::MAX);
-    let window = job.next_due.map_or(window, |next| next.min(window));
-    (at < window).then_some(Retry {
-        due,
-        attempt: attempt + 1,
-        at,
-    })
 }
 
 /// The most of the heartbeat's instructions (HEARTBEAT.md) a beat reads.
@@ -766,39 +591,6 @@ fn earliest(a: Option<Timestamp>, b: Option<Timestamp>) -> Option<Timestamp> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    }
-}
-
-/// The hook that notes how a scheduled run's turn ended, for its ack to record.
-struct Outcomes(Arc<Inner>);
-
-#[async_trait]
-impl Hook for Outcomes {
-    async fn on_turn_end(&self, turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
-        let Some(id) = summary
-            .inbound
-            .map(MessageId::as_str)
-            .filter(|id| id.starts_with("sched:"))
-        else {
-            return;
-        };
-        let alone = turn
-            .session
-            .as_str()
-            .starts_with(&format!("{}_", isolated::CHANNEL));
-        let outcome = match summary.end {
-            Some(TurnEnd::Answered) if alone && is_quiet(summary.text) => Outcome::Quiet,
-            None => Outcome::Failed {
-                why: summary.text.lines().next().unwrap_or_default().to_owned(),
-            },
-            Some(TurnEnd::Cancelled) => Outcome::Stopped,
-            Some(_) => Outcome::Answered,
-        };
-        self.0
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.to_owned(), outcome);
     }
 }
 

@@ -1,0 +1,188 @@
+//! What becomes of runs, on paused time: one pending at a crash is handed over again and
+//! one too late is skipped and told; a failed one is tried again with backoff, then told.
+use std::str::FromStr;
+use std::time::Duration;
+
+use switchboard_core::InboundMessage;
+
+use super::*;
+use crate::scheduler::due::Schedule;
+use crate::scheduler::jobs::NewJob;
+use crate::scheduler::store::{FileJobStore, JobStore};
+use crate::scheduler::test_setup::*;
+
+#[tokio::test(start_paused = true)]
+async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped_and_told() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let base = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+    // The daemon before: one job started a run (pending) and crashed; another was due
+    // two hours ago, past its catch-up of one.
+    let store = FileJobStore::new(dir.path());
+    let pending_due = base.checked_sub(SignedDuration::from_secs(30)).expect("ts");
+    let mut pending = Job {
+        id: "j1".into(),
+        name: "pending".into(),
+        message: "first".into(),
+        schedule: Schedule::At { at: pending_due },
+        channel: "websocket".into(),
+        chat_id: "c".into(),
+        session: SessionMode::Chat,
+        enabled: true,
+        created_by: "operator".into(),
+        catch_up_secs: 3600,
+        created_at: base,
+        next_due: None,
+        last: None,
+        declared: None,
+        kind: JobKind::Task,
+        active_hours: None,
+        retry: None,
+        agent: None,
+    };
+    pending.last = Some(Run {
+        job: "j1".into(),
+        due: pending_due,
+        started: Some(pending_due),
+        finished: None,
+        outcome: Outcome::Pending,
+        attempt: 1,
+    });
+    store.put(&pending).await.expect("put");
+    let late_due = base.checked_sub(SignedDuration::from_hours(2)).expect("ts");
+    let late = Job {
+        id: "j2".into(),
+        name: "late".into(),
+        message: "second".into(),
+        schedule: Schedule::At { at: late_due },
+        next_due: Some(late_due),
+        last: None,
+        ..pending.clone()
+    };
+    store.put(&late).await.expect("put");
+
+    let mut s = start_at("2026-11-25T10:00:00Z", Some(dir));
+    let again = next(&mut s, Duration::from_secs(1))
+        .await
+        .expect("taken up");
+    assert_eq!(again.content, "first");
+    assert_eq!(
+        again.id.as_ref().map(MessageId::as_str),
+        Some(format!("sched:j1:{}", pending_due.as_millisecond()).as_str()),
+        "the same id: the session journal answers it once"
+    );
+    again.settle(Fate::Handled);
+    assert!(
+        next(&mut s, Duration::from_secs(10)).await.is_none(),
+        "the late one does not run"
+    );
+    let runs = s.store.runs("j2", 5).await.expect("runs");
+    assert!(
+        matches!(&runs[0].outcome, Outcome::Skipped { why } if why.contains("catch-up")),
+        "{runs:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let told = s.told();
+    assert!(
+        matches!(told.as_slice(), [OutboundKind::Notice(text)] if text.contains("\"late\" (job j2) did not run")),
+        "{told:?}"
+    );
+    s.stop.cancel();
+}
+
+/// Ends the turn of `message` as the agent would for a model that is down: the hook
+/// hears it failed, then the message is settled handled.
+async fn fail(s: &Setup, message: InboundMessage) {
+    let session = message.session_key();
+    let summary = TurnSummary {
+        end: None,
+        text: "the model is unreachable",
+        usage: Default::default(),
+        duration: Duration::ZERO,
+        inbound: message.id.as_ref(),
+    };
+    let turn = TurnInfo {
+        session: &session,
+        iteration: 1,
+        user: None,
+    };
+    s.scheduler.hook().on_turn_end(turn, summary).await;
+    message.settle(Fate::Handled);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_is_tried_again_with_backoff_then_the_chat_is_told_once() {
+    let mut s = start_at("2026-11-25T10:00:00Z", None);
+    let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+    let job = s
+        .scheduler
+        .jobs()
+        .add(NewJob {
+            session: SessionMode::Isolated,
+            ..new_job(Schedule::after("1s", now).expect("in 1 s"))
+        })
+        .await
+        .expect("added");
+    let first = next(&mut s, Duration::from_secs(2)).await.expect("the run");
+    let due = now.as_millisecond() + 1000;
+    assert_eq!(
+        first.id.as_ref().map(MessageId::as_str),
+        Some(format!("sched:{}:{due}", job.id).as_str())
+    );
+    fail(&s, first).await;
+    // Tried again 30 s later, as a message of its own, then 2 min after that.
+    assert!(next(&mut s, Duration::from_secs(29)).await.is_none());
+    let second = next(&mut s, Duration::from_secs(2)).await.expect("try 2");
+    assert_eq!(
+        second.id.as_ref().map(MessageId::as_str),
+        Some(format!("sched:{}:{due}:2", job.id).as_str())
+    );
+    assert_eq!(second.content, "Remind me to drink tea.");
+    fail(&s, second).await;
+    assert!(next(&mut s, Duration::from_secs(119)).await.is_none());
+    let third = next(&mut s, Duration::from_secs(2)).await.expect("try 3");
+    fail(&s, third).await;
+    // Three tries: no more; recorded failed, the chat told once, the job gone.
+    assert!(next(&mut s, Duration::from_secs(3600)).await.is_none());
+    let runs = s.store.runs(&job.id, 5).await.expect("runs");
+    assert_eq!(runs.len(), 1, "one run, tried three times: {runs:?}");
+    assert_eq!(runs[0].attempt, 3);
+    assert!(
+        matches!(&runs[0].outcome, Outcome::Failed { why } if why == "the model is unreachable"),
+        "{runs:?}"
+    );
+    let told = s.told();
+    assert!(
+        matches!(told.as_slice(), [OutboundKind::Notice(text)]
+            if text == "The scheduled task \"tea\" (job j1) failed (3 tries): the model is unreachable"),
+        "{told:?}"
+    );
+    let left = s.left().await;
+    assert!(left.is_empty(), "{left:?}");
+    s.stop.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_run_is_not_tried_again_past_its_next_due_time() {
+    let mut s = start_at("2026-11-25T10:00:00Z", None);
+    let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+    s.scheduler
+        .jobs()
+        .add(new_job(Schedule::every("20s", now).expect("every")))
+        .await
+        .expect("added");
+    let first = next(&mut s, Duration::from_secs(21)).await.expect("a run");
+    fail(&s, first).await;
+    // The next try would be 30 s on, past the next run (20 s on): the next run it is.
+    let again = next(&mut s, Duration::from_secs(21))
+        .await
+        .expect("next run");
+    assert!(
+        again
+            .id
+            .as_ref()
+            .is_some_and(|id| id.as_str().matches(':').count() == 2),
+        "a first try of the next due time: {:?}",
+        again.id
+    );
+    s.stop.cancel();
+}

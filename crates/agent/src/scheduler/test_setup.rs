@@ -1,0 +1,147 @@
+//! What the scheduler's tests share: a scheduler on paused time over a job store in a
+//! temporary directory, with a hub whose messages the test reads, and a channel that keeps
+//! what the chat is told.
+
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use jiff::Timestamp;
+use switchboard_core::{
+    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage, LaneOptions,
+    OutboundKind, OutboundMessage,
+};
+use tokio::sync::mpsc::Receiver;
+use tokio_util::sync::CancellationToken;
+
+use super::clock::{Clock, TokioClock};
+use super::due::Schedule;
+use super::job::{Job, SessionMode};
+use super::jobs::{Asker, NewJob};
+use super::runner::{Scheduler, SchedulerConfig};
+use super::store::FileJobStore;
+
+/// A channel that keeps what it is sent.
+pub(super) struct Collect(Mutex<Vec<OutboundKind>>);
+
+#[async_trait]
+impl Channel for Collect {
+    fn name(&self) -> ChannelName {
+        ChannelName::from("websocket")
+    }
+    async fn run(&self, _ctx: ChannelContext) -> Result<(), CoreError> {
+        Ok(())
+    }
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(message.kind);
+        Ok(())
+    }
+}
+
+pub(super) struct Setup {
+    pub(super) _dir: tempfile::TempDir,
+    pub(super) scheduler: Scheduler,
+    pub(super) inbound: Receiver<InboundMessage>,
+    sent: Arc<Collect>,
+    pub(super) stop: CancellationToken,
+    pub(super) store: FileJobStore,
+}
+
+impl Setup {
+    /// Adds `new_job(schedule)` (a job of chat "c").
+    pub(super) async fn add(&self, schedule: Schedule) -> Result<Job, String> {
+        self.scheduler.jobs().add(new_job(schedule)).await
+    }
+
+    /// Every job left.
+    pub(super) async fn left(&self) -> Vec<Job> {
+        self.scheduler
+            .jobs()
+            .list(&Asker::Operator)
+            .await
+            .expect("jobs")
+    }
+
+    /// What the chat was sent so far.
+    pub(super) fn told(&self) -> Vec<OutboundKind> {
+        self.sent
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+pub(super) fn start_at(now: &str, state: Option<tempfile::TempDir>) -> Setup {
+    start_with(now, state, Duration::from_secs(1))
+}
+
+pub(super) fn start_with(
+    now: &str,
+    state: Option<tempfile::TempDir>,
+    min_interval: Duration,
+) -> Setup {
+    let clock = Arc::new(TokioClock::starting_at(
+        Timestamp::from_str(now).expect("ts"),
+    ));
+    let config = SchedulerConfig {
+        min_interval,
+        ..SchedulerConfig::default()
+    };
+    start_on(clock, state, config)
+}
+
+pub(super) fn start_on(
+    clock: Arc<dyn Clock>,
+    state: Option<tempfile::TempDir>,
+    config: SchedulerConfig,
+) -> Setup {
+    let dir = state.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
+    let store = FileJobStore::new(dir.path());
+    let hub = ChatHub::new(64, CancellationToken::new());
+    let sent = Arc::new(Collect(Mutex::new(Vec::new())));
+    hub.register_channel(sent.clone(), LaneOptions::default());
+    let inbound = hub.take_inbound().expect("inbound");
+    let scheduler = Scheduler::new(Arc::new(store.clone()), hub, clock, config);
+    let stop = CancellationToken::new();
+    let running = scheduler.clone();
+    let until = stop.clone();
+    tokio::spawn(async move { running.run(until).await });
+    Setup {
+        _dir: dir,
+        scheduler,
+        inbound,
+        sent,
+        stop,
+        store,
+    }
+}
+
+pub(super) fn chat() -> (ChannelName, ChatId) {
+    (ChannelName::from("websocket"), ChatId::from("c"))
+}
+
+pub(super) fn new_job(schedule: Schedule) -> NewJob {
+    NewJob {
+        name: Some("tea".into()),
+        message: "Remind me to drink tea.".into(),
+        schedule,
+        chat: chat(),
+        session: SessionMode::Chat,
+        catch_up: None,
+        created_by: None,
+        agent: None,
+    }
+}
+
+/// The next scheduled message, within `within` of (paused) time.
+pub(super) async fn next(setup: &mut Setup, within: Duration) -> Option<InboundMessage> {
+    tokio::time::timeout(within, setup.inbound.recv())
+        .await
+        .ok()
+        .flatten()
+}
