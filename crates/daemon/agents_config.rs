@@ -1,4 +1,5 @@
-//! `[agents.NAME]` and `[[bindings]]`: several agents on one daemon.
+//! An agent's section — `[agent]`, the default agent's, and `[agents.NAME]` — and
+//! `[[bindings]]`: several agents on one daemon.
 //!
 //! `[agent]` is the default agent. An `[agents.NAME]` table describes another with the keys
 //! of `[agent]`, and takes from `[agent]` every key it does not set itself (a sub-table such
@@ -19,7 +20,7 @@ use switchboard_core::{AgentName, ChannelName, ChatId, SenderId};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::config::{AgentSection, Config, ConfigError};
+use crate::config::{ApprovalsSection, Config, ConfigError, VerifySection, seconds};
 use crate::config_values::ValueProblem;
 
 /// Keys of `[agent]` that belong to the daemon, not to one agent: an `[agents.NAME]` may not
@@ -41,6 +42,80 @@ pub(crate) const DAEMON_KEYS: &[(&str, &str)] = &[
 
 /// The most characters of an agent's name.
 const MAX_NAME: usize = 32;
+
+/// `[agent]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSection {
+    /// Files the agent may touch; context files are read from it.
+    pub workspace: String,
+    /// Sessions, cursors, pairing; never reachable by tools.
+    pub state_dir: String,
+    /// Rounds of LLM → tools per turn.
+    pub max_iterations: Spanned<usize>,
+    /// Messages of history kept per session.
+    pub history_limit: Spanned<usize>,
+    /// Turns running at once across all sessions.
+    pub max_concurrent_turns: Spanned<usize>,
+    /// Seconds one tool call may run.
+    pub tool_timeout_secs: Spanned<f64>,
+    /// Bytes of each context file (SOUL.md …) put in the prompt.
+    pub context_file_max_bytes: usize,
+    /// Seconds before an idle session leaves memory.
+    pub idle_timeout_secs: Spanned<f64>,
+    /// Stream replies as they are generated.
+    pub stream: bool,
+    /// Replaces the opening of the system prompt.
+    pub system_prompt: Option<String>,
+    /// Messages one chat may have waiting behind its running turn.
+    pub max_queued_messages: Spanned<usize>,
+    /// Tokens a turn may spend (in + out over its LLM calls) before it stops calling tools.
+    pub max_turn_tokens: Option<u64>,
+    /// Seconds a turn may take in all.
+    pub turn_timeout_secs: Option<Spanned<f64>>,
+    /// Seconds the `ask_user` tool waits for the person's answer.
+    pub ask_timeout_secs: Spanned<f64>,
+    /// `[agent.verify]`.
+    pub verify: VerifySection,
+    /// `[agent.approvals]`.
+    pub approvals: ApprovalsSection,
+    /// `[agent.spawn]`.
+    pub spawn: crate::turn_config::SpawnSection,
+    /// The model its turns use, first; the rest of `[llm]`'s chain after it. `[llm] model`
+    /// when absent.
+    pub model: Option<Spanned<String>>,
+    /// The tools it offers (names, `*` for any run of characters); every tool when absent.
+    pub tools: Option<Vec<String>>,
+    /// Tools it does not offer, of those.
+    pub exclude_tools: Vec<String>,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        Self {
+            workspace: "~/.switchboard/workspace".into(),
+            state_dir: "~/.switchboard/state".into(),
+            max_iterations: Spanned::new(0..0, 40),
+            history_limit: Spanned::new(0..0, 50),
+            max_concurrent_turns: Spanned::new(0..0, 64),
+            tool_timeout_secs: Spanned::new(0..0, 60.0),
+            context_file_max_bytes: 16 * 1024,
+            idle_timeout_secs: Spanned::new(0..0, 300.0),
+            stream: true,
+            system_prompt: None,
+            max_queued_messages: Spanned::new(0..0, 32),
+            max_turn_tokens: None,
+            turn_timeout_secs: None,
+            ask_timeout_secs: Spanned::new(0..0, 600.0),
+            verify: VerifySection::default(),
+            approvals: ApprovalsSection::default(),
+            spawn: Default::default(),
+            model: None,
+            tools: None,
+            exclude_tools: Vec::new(),
+        }
+    }
+}
 
 /// One `[[bindings]]` entry.
 #[derive(Debug, Deserialize)]
@@ -142,6 +217,44 @@ pub(crate) struct AgentSpec<'a> {
 }
 
 impl Config {
+    /// Checks one agent's section (`key`: `agent` or `agents.NAME`).
+    pub(crate) fn validate_agent(
+        &self,
+        agent: &AgentSection,
+        key: &str,
+    ) -> Result<(), ConfigError> {
+        let at_least = |value: &Spanned<usize>, min: usize, name: &str| {
+            if *value.get_ref() < min {
+                Err(self.source.error_at(
+                    Some(value.span()),
+                    format!("{key}.{name}"),
+                    format!("must be at least {min}, got {}", value.get_ref()),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        at_least(&agent.max_iterations, 1, "max_iterations")?;
+        at_least(&agent.history_limit, 4, "history_limit")?;
+        at_least(&agent.max_concurrent_turns, 1, "max_concurrent_turns")?;
+        at_least(&agent.max_queued_messages, 1, "max_queued_messages")?;
+        let mut timeouts = vec![
+            (&agent.tool_timeout_secs, "tool_timeout_secs"),
+            (&agent.idle_timeout_secs, "idle_timeout_secs"),
+            (&agent.approvals.timeout_secs, "approvals.timeout_secs"),
+        ];
+        if let Some(value) = &agent.turn_timeout_secs {
+            timeouts.push((value, "turn_timeout_secs"));
+        }
+        for (value, name) in timeouts {
+            seconds(value).map_err(|message| {
+                self.source
+                    .error_at(Some(value.span()), format!("{key}.{name}"), message)
+            })?;
+        }
+        crate::turn_config::validate(agent, key, &self.source)
+    }
+
     /// Every agent, the default first.
     pub(crate) fn agent_specs(&self) -> Vec<AgentSpec<'_>> {
         let state_dir = self.path(&self.agent.state_dir);

@@ -8,37 +8,15 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_core::ConfigProblem;
 
+pub use crate::agents_config::AgentSection;
+use crate::config_error::key_of;
+pub use crate::config_error::{ConfigError, Source};
 pub use crate::config_values::BindAddress;
 use crate::config_values::expand_strings;
 pub use crate::llm_config::{Fallback, LlmSection, ProviderKind};
 pub use crate::turn_config::{ApprovalsSection, JudgeSection, VerifySection};
 use toml::Spanned;
-
-/// A config problem, located.
-#[derive(Debug, thiserror::Error)]
-#[error("{file}{}: {key}{}{message}", location(*.line, *.column), if .key.is_empty() { "" } else { ": " })]
-pub struct ConfigError {
-    /// The config file.
-    pub file: String,
-    /// 1-based line, when known.
-    pub line: Option<usize>,
-    /// 1-based column, when known.
-    pub column: Option<usize>,
-    /// The dotted key, e.g. `agent.history_limit`; empty when the whole file is at fault.
-    pub key: String,
-    /// What is wrong and, where possible, what to write instead.
-    pub message: String,
-}
-
-fn location(line: Option<usize>, column: Option<usize>) -> String {
-    match (line, column) {
-        (Some(line), Some(column)) => format!(":{line}:{column}"),
-        (Some(line), None) => format!(":{line}"),
-        _ => String::new(),
-    }
-}
 
 /// The whole config.
 #[derive(Debug, Deserialize)]
@@ -91,89 +69,6 @@ pub struct Config {
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
-}
-
-/// Where a config came from, kept to locate errors found after parsing.
-#[derive(Debug, Default, Clone)]
-pub struct Source {
-    /// The file's path.
-    pub path: PathBuf,
-    /// Its text.
-    pub text: String,
-}
-
-/// `[agent]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct AgentSection {
-    /// Files the agent may touch; context files are read from it.
-    pub workspace: String,
-    /// Sessions, cursors, pairing; never reachable by tools.
-    pub state_dir: String,
-    /// Rounds of LLM → tools per turn.
-    pub max_iterations: Spanned<usize>,
-    /// Messages of history kept per session.
-    pub history_limit: Spanned<usize>,
-    /// Turns running at once across all sessions.
-    pub max_concurrent_turns: Spanned<usize>,
-    /// Seconds one tool call may run.
-    pub tool_timeout_secs: Spanned<f64>,
-    /// Bytes of each context file (SOUL.md …) put in the prompt.
-    pub context_file_max_bytes: usize,
-    /// Seconds before an idle session leaves memory.
-    pub idle_timeout_secs: Spanned<f64>,
-    /// Stream replies as they are generated.
-    pub stream: bool,
-    /// Replaces the opening of the system prompt.
-    pub system_prompt: Option<String>,
-    /// Messages one chat may have waiting behind its running turn.
-    pub max_queued_messages: Spanned<usize>,
-    /// Tokens a turn may spend (in + out over its LLM calls) before it stops calling tools.
-    pub max_turn_tokens: Option<u64>,
-    /// Seconds a turn may take in all.
-    pub turn_timeout_secs: Option<Spanned<f64>>,
-    /// Seconds the `ask_user` tool waits for the person's answer.
-    pub ask_timeout_secs: Spanned<f64>,
-    /// `[agent.verify]`.
-    pub verify: VerifySection,
-    /// `[agent.approvals]`.
-    pub approvals: ApprovalsSection,
-    /// `[agent.spawn]`.
-    pub spawn: crate::turn_config::SpawnSection,
-    /// The model its turns use, first; the rest of `[llm]`'s chain after it. `[llm] model`
-    /// when absent.
-    pub model: Option<Spanned<String>>,
-    /// The tools it offers (names, `*` for any run of characters); every tool when absent.
-    pub tools: Option<Vec<String>>,
-    /// Tools it does not offer, of those.
-    pub exclude_tools: Vec<String>,
-}
-
-impl Default for AgentSection {
-    fn default() -> Self {
-        Self {
-            workspace: "~/.switchboard/workspace".into(),
-            state_dir: "~/.switchboard/state".into(),
-            max_iterations: Spanned::new(0..0, 40),
-            history_limit: Spanned::new(0..0, 50),
-            max_concurrent_turns: Spanned::new(0..0, 64),
-            tool_timeout_secs: Spanned::new(0..0, 60.0),
-            context_file_max_bytes: 16 * 1024,
-            idle_timeout_secs: Spanned::new(0..0, 300.0),
-            stream: true,
-            system_prompt: None,
-            max_queued_messages: Spanned::new(0..0, 32),
-            max_turn_tokens: None,
-            turn_timeout_secs: None,
-            ask_timeout_secs: Spanned::new(0..0, 600.0),
-            verify: VerifySection::default(),
-            approvals: ApprovalsSection::default(),
-            spawn: Default::default(),
-            model: None,
-            tools: None,
-            exclude_tools: Vec::new(),
-        }
-    }
 }
 
 /// `[http]`.
@@ -412,40 +307,6 @@ impl Config {
         Ok(())
     }
 
-    /// Checks one agent's section (`key`: `agent` or `agents.NAME`).
-    fn validate_agent(&self, agent: &AgentSection, key: &str) -> Result<(), ConfigError> {
-        let at_least = |value: &Spanned<usize>, min: usize, name: &str| {
-            if *value.get_ref() < min {
-                Err(self.source.error_at(
-                    Some(value.span()),
-                    format!("{key}.{name}"),
-                    format!("must be at least {min}, got {}", value.get_ref()),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        at_least(&agent.max_iterations, 1, "max_iterations")?;
-        at_least(&agent.history_limit, 4, "history_limit")?;
-        at_least(&agent.max_concurrent_turns, 1, "max_concurrent_turns")?;
-        at_least(&agent.max_queued_messages, 1, "max_queued_messages")?;
-        let mut timeouts = vec![
-            (&agent.tool_timeout_secs, "tool_timeout_secs"),
-            (&agent.idle_timeout_secs, "idle_timeout_secs"),
-            (&agent.approvals.timeout_secs, "approvals.timeout_secs"),
-        ];
-        if let Some(value) = &agent.turn_timeout_secs {
-            timeouts.push((value, "turn_timeout_secs"));
-        }
-        for (value, name) in timeouts {
-            seconds(value).map_err(|message| {
-                self.source
-                    .error_at(Some(value.span()), format!("{key}.{name}"), message)
-            })?;
-        }
-        crate::turn_config::validate(agent, key, &self.source)
-    }
-
     /// The MCP servers to run, resolved (their `${…}` filled in, paths made whole).
     #[cfg(feature = "mcp")]
     pub fn mcp_servers(&self) -> Result<Vec<switchboard_mcp::ServerSpec>, ConfigError> {
@@ -530,80 +391,13 @@ impl Config {
     }
 }
 
-/// The dotted key of a serde path, without the internal segments of `Spanned`.
-fn key_of(path: &serde_path_to_error::Path) -> String {
-    path.to_string()
-        .split('.')
-        .filter(|segment| !segment.is_empty() && !segment.starts_with("$__"))
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
-fn seconds(value: &Spanned<f64>) -> Result<(), String> {
+pub(crate) fn seconds(value: &Spanned<f64>) -> Result<(), String> {
     let secs = *value.get_ref();
     if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 * 365.0 {
         Ok(())
     } else {
         Err(format!("must be a positive number of seconds, got {secs}"))
     }
-}
-
-impl Source {
-    /// The error for a problem an adapter found in its section `section`.
-    pub fn problem(&self, section: &str, problem: ConfigProblem) -> ConfigError {
-        self.error_at(
-            problem.span,
-            format!("{section}.{}", problem.key),
-            problem.message,
-        )
-    }
-
-    /// An error at a byte span of the text.
-    pub fn error_at(
-        &self,
-        span: Option<std::ops::Range<usize>>,
-        key: String,
-        message: String,
-    ) -> ConfigError {
-        let (line, column) = match span {
-            Some(span) if span.end > 0 || span.start > 0 => {
-                let before = &self.text[..span.start.min(self.text.len())];
-                let line = before.matches('\n').count() + 1;
-                let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-                (Some(line), Some(column))
-            }
-            _ => (None, None),
-        };
-        ConfigError {
-            file: self.path.display().to_string(),
-            line,
-            column,
-            key,
-            message: short_numbers(message.trim()),
-        }
-    }
-}
-
-/// `message` with every number longer than 20 characters written in scientific notation:
-/// `1e300` in a config comes back from serde (and from `{}` of an `f64`) as 301 digits.
-fn short_numbers(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(start) = rest.find(|c: char| c.is_ascii_digit()) {
-        out.push_str(&rest[..start]);
-        let run = &rest[start..];
-        let end = run
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(run.len());
-        let number = &run[..end];
-        match number.parse::<f64>() {
-            Ok(value) if number.len() > 20 => out.push_str(&format!("{value:e}")),
-            _ => out.push_str(number),
-        }
-        rest = &run[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 pub use switchboard_core::expand_env;
@@ -645,7 +439,6 @@ mod tests {
             assert!(shown.contains("e300"), "{shown}");
             assert!(shown.len() < 200, "{shown}");
         }
-        assert_eq!(short_numbers("got 12.5 and 8080"), "got 12.5 and 8080");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!
 //! # Layout
 //! - `app`: builds everything from a [`config::Config`] and runs it; graceful shutdown.
-//! - `config`: the TOML config, `${ENV}` secrets, located errors.
+//! - `config`: the TOML config, `${ENV}` secrets.
+//! - `config_error`: where a config problem is (`ConfigError`, `Source`).
 //! - `agents_config`: `[agents.NAME]` (taking `[agent]`'s keys) and `[[bindings]]`.
 //! - `agents`: building the daemon's agents from them.
 //! - `cli`: the command line (clap).
@@ -31,6 +32,7 @@ mod agents_config;
 pub mod app;
 pub mod cli;
 pub mod config;
+mod config_error;
 mod config_values;
 pub mod cron;
 pub mod doctor;
