@@ -1,0 +1,343 @@
+//! The JSONL store on a real directory: appends, loads, torn and corrupt lines, compaction,
+//! archive, failing writes, file names.
+
+use switchboard_core::{MessageId, ToolCall, Usage};
+
+use crate::store::{Batch, InboundState, Snapshot};
+
+use super::*;
+use crate::file_name::MAX_STEM;
+
+fn store() -> (tempfile::TempDir, JsonlStore) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = JsonlStore::open(dir.path()).expect("open");
+    (dir, store)
+}
+
+#[test]
+fn appended_messages_load_back_in_order() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("websocket_c1");
+    let call = ToolCall {
+        id: "1".into(),
+        name: "t".into(),
+        arguments: "{}".into(),
+    };
+    let messages = vec![
+        ChatMessage::user("q"),
+        ChatMessage::Assistant {
+            content: String::new(),
+            tool_calls: vec![call.clone()],
+        },
+        ChatMessage::tool_result(&call, "r", false),
+        ChatMessage::assistant("a"),
+    ];
+    store
+        .append(&key, &Batch::messages(&messages[..1]))
+        .expect("append");
+    let batch = Batch {
+        messages: &messages[1..],
+        usage: Some(Usage::new(5, 2)),
+        inbound: None,
+    };
+    store.append(&key, &batch).expect("append");
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(loaded.messages, messages);
+    assert_eq!(loaded.usage.input_tokens, 5);
+    assert_eq!(loaded.records, 5);
+}
+
+#[test]
+fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("telegram_1");
+    let (first, second) = (MessageId::from("41"), MessageId::from("42"));
+    let answered = InboundState::Answered {
+        end: switchboard_core::TurnEnd::Failed,
+        error: Some("the model is down".into()),
+    };
+    let writes = [
+        (ChatMessage::user("q1"), &first, InboundState::Received),
+        (
+            ChatMessage::assistant("a1"),
+            &first,
+            InboundState::Delivered,
+        ),
+        (ChatMessage::user("q2"), &second, InboundState::Received),
+        (ChatMessage::assistant("a2"), &second, answered.clone()),
+    ];
+    for (message, id, state) in &writes {
+        let batch = Batch {
+            messages: std::slice::from_ref(message),
+            usage: None,
+            inbound: Some((id, state)),
+        };
+        store.append(&key, &batch).expect("append");
+    }
+    let loaded = store.load(&key).expect("load");
+    let expected = vec![
+        (first.clone(), InboundState::Delivered),
+        (second.clone(), answered.clone()),
+    ];
+    assert_eq!(loaded.inbound, expected);
+    assert_eq!(loaded.messages.len(), 4);
+
+    let snapshot = Snapshot {
+        messages: &loaded.messages[2..],
+        usage: loaded.usage,
+        inbound: &loaded.inbound,
+    };
+    store.compact(&key, &snapshot).expect("compact");
+    let again = store.load(&key).expect("load");
+    assert_eq!(again.inbound, expected);
+    assert_eq!(again.messages, loaded.messages[2..]);
+}
+
+#[test]
+fn a_session_never_written_loads_empty() {
+    let (_dir, store) = store();
+    assert_eq!(store.load(&"x_y".into()).expect("load"), Loaded::default());
+}
+
+#[test]
+fn a_torn_last_line_is_skipped_and_the_file_repaired() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("s");
+    store
+        .append(
+            &key,
+            &Batch::messages(&[ChatMessage::user("q"), ChatMessage::assistant("a")]),
+        )
+        .expect("append");
+    let path = store.path_of(&key);
+    let mut file = OpenOptions::new().append(true).open(&path).expect("open");
+    file.write_all(br#"{"role":"user","cont"#).expect("tear");
+    drop(file);
+
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(
+        loaded.messages,
+        vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
+    );
+
+    // The next append must not be glued onto the torn line.
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .expect("append");
+    let again = store.load(&key).expect("load");
+    assert_eq!(again.messages.len(), 3);
+    assert_eq!(again.messages[2], ChatMessage::user("next"));
+}
+
+#[test]
+fn a_corrupt_middle_line_is_skipped() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("s");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .expect("append");
+    let path = store.path_of(&key);
+    let mut file = OpenOptions::new().append(true).open(&path).expect("open");
+    file.write_all(b"not json\n").expect("write");
+    drop(file);
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::assistant("a")]))
+        .expect("append");
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(
+        loaded.messages,
+        vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
+    );
+}
+
+#[test]
+fn compaction_replaces_the_file_atomically() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("s");
+    for i in 0..10 {
+        store
+            .append(
+                &key,
+                &Batch::messages(&[ChatMessage::user(format!("q{i}"))]),
+            )
+            .expect("append");
+    }
+    let keep = vec![ChatMessage::user("q9")];
+    let snapshot = Snapshot {
+        messages: &keep,
+        usage: Usage::new(1, 1),
+        inbound: &[],
+    };
+    store.compact(&key, &snapshot).expect("compact");
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(loaded.messages, keep);
+    assert_eq!(loaded.usage.input_tokens, 1);
+    assert!(!store.path_of(&key).with_extension("jsonl.tmp").exists());
+}
+
+#[test]
+fn appends_after_compaction_and_archive_reach_the_new_file() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("s");
+    // The first append keeps the file open; compaction and archive replace the file,
+    // so a later append must not go to the old, unlinked one.
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("1")]))
+        .expect("append");
+    let snapshot = Snapshot {
+        messages: &[ChatMessage::user("1")],
+        usage: Usage::default(),
+        inbound: &[],
+    };
+    store.compact(&key, &snapshot).expect("compact");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("2")]))
+        .expect("append");
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(
+        loaded.messages,
+        vec![ChatMessage::user("1"), ChatMessage::user("2")]
+    );
+
+    store.archive(&key).expect("archive");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("3")]))
+        .expect("append");
+    assert_eq!(
+        store.load(&key).expect("load").messages,
+        vec![ChatMessage::user("3")]
+    );
+}
+
+#[test]
+fn archive_starts_the_session_afresh() {
+    let (dir, store) = store();
+    let key = SessionKey::from("s");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .expect("append");
+    store.archive(&key).expect("archive");
+    assert!(store.load(&key).expect("load").messages.is_empty());
+    let archived = fs::read_dir(dir.path().join("sessions/archive"))
+        .expect("dir")
+        .count();
+    assert_eq!(archived, 1);
+}
+
+#[test]
+fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("s");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .expect("append");
+    // A partial record that a failed append could not remove.
+    let mut file = OpenOptions::new()
+        .append(true)
+        .open(store.path_of(&key))
+        .expect("open");
+    file.write_all(br#"{"role":"assistant","conte"#)
+        .expect("tear");
+    drop(file);
+    store.forget(&key);
+    lock(&store.damaged).insert(key.clone());
+
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .expect("append");
+    let loaded = store.load(&key).expect("load");
+    assert_eq!(
+        loaded.messages,
+        vec![ChatMessage::user("q"), ChatMessage::user("next")]
+    );
+    assert_eq!(loaded.records, 2, "no line was lost or skipped");
+}
+
+#[test]
+fn a_write_that_fails_degrades_health_until_one_succeeds() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("full");
+    // /dev/full fails every write with ENOSPC, as a full disk does.
+    std::os::unix::fs::symlink("/dev/full", store.path_of(&key)).expect("symlink");
+    let err = store
+        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .expect_err("the disk is full");
+    assert!(err.to_string().contains("No space left"), "{err}");
+    assert!(
+        !err.to_string().contains(&*store.dir.to_string_lossy()),
+        "errors reach chats and must not name server paths: {err}"
+    );
+    assert!(matches!(
+        store.health(),
+        StoreHealth::Degraded {
+            failed_writes: 1,
+            ..
+        }
+    ));
+
+    fs::remove_file(store.path_of(&key)).expect("remove symlink");
+    store
+        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .expect("the disk has room again");
+    assert_eq!(store.health(), StoreHealth::Ok);
+    assert_eq!(
+        store.load(&key).expect("load").messages,
+        vec![ChatMessage::user("q")]
+    );
+}
+
+#[test]
+fn a_state_dir_that_refuses_writes_is_refused_at_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Where the test write would go there is a directory: the write fails, as it would
+    // on a read-only or full file system (permissions do not stop root, this does).
+    fs::create_dir_all(dir.path().join("sessions/.write-check")).expect("mkdir");
+    let err = JsonlStore::open(dir.path()).expect_err("not writable");
+    assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+    assert!(err.to_string().contains("is not writable"), "{err}");
+
+    let file = dir.path().join("a-file");
+    fs::write(&file, "").expect("write");
+    let err = JsonlStore::open(&file).expect_err("a file is no directory");
+    assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
+}
+
+#[test]
+fn long_keys_get_fixed_length_names_that_do_not_collide() {
+    let (_dir, store) = store();
+    let euro = SessionKey::from(format!("websocket_{}", "€".repeat(42)));
+    let euro_too = SessionKey::from(format!("websocket_{}x", "€".repeat(42)));
+    let short = SessionKey::from("websocket_c");
+    let names: Vec<String> = [&euro, &euro_too, &short]
+        .iter()
+        .map(|key| {
+            store
+                .path_of(key)
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(names[0].len(), MAX_STEM + ".jsonl".len(), "{}", names[0]);
+    assert_eq!(names[0].len(), names[1].len());
+    assert_ne!(names[0], names[1]);
+    assert_eq!(names[2], "websocket_c.jsonl");
+    for key in [&euro, &euro_too] {
+        store
+            .append(key, &Batch::messages(&[ChatMessage::user(key.as_str())]))
+            .expect("a long key works");
+        store.archive(key).expect("and archives");
+    }
+}
+
+#[test]
+fn keys_cannot_escape_the_directory() {
+    let (_dir, store) = store();
+    let path = store.path_of(&SessionKey::from("websocket_../../etc/passwd"));
+    assert_eq!(path.parent(), Some(store.dir.as_path()));
+    assert!(
+        path.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("%2F"))
+    );
+}
