@@ -1,0 +1,193 @@
+//! The fake's REST API: messages (Discord's 400 over 2000 characters), edits, typing, who the
+//! bot is, slash commands, interaction answers and attachments — each recorded, a channel's
+//! calls answered 429 while it is told to be rate limited.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use super::*;
+
+fn authorized(headers: &HeaderMap) -> bool {
+    headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bot {TEST_TOKEN}"))
+}
+
+fn error(status: StatusCode, body: Value) -> Response {
+    (status, axum::Json(body)).into_response()
+}
+
+/// A 429 for `channel` if it is limited.
+fn limited(inner: &mut Inner, channel: u64) -> Option<Response> {
+    let (retry_after, left) = inner.limited.get_mut(&channel)?;
+    if *left == 0 {
+        return None;
+    }
+    *left -= 1;
+    let retry_after = *retry_after;
+    inner.limited_at.push((channel, Instant::now()));
+    let body = json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": false});
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, body);
+    if let Ok(value) = format!("{retry_after}").parse() {
+        response.headers_mut().insert("retry-after", value);
+    }
+    Some(response)
+}
+
+pub(super) async fn create(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<u64>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    write(&shared, channel, None, &headers, &body)
+}
+
+pub(super) async fn edit(
+    State(shared): State<Arc<Shared>>,
+    Path((channel, message)): Path<(u64, u64)>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    write(&shared, channel, Some(message), &headers, &body)
+}
+
+/// A new message (`message` is `None`) or an edit, as Discord takes it.
+fn write(
+    shared: &Shared,
+    channel: u64,
+    message: Option<u64>,
+    headers: &HeaderMap,
+    body: &Value,
+) -> Response {
+    if !authorized(headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401: Unauthorized", "code": 0}),
+        );
+    }
+    let mut inner = shared.lock();
+    if let Some(response) = limited(&mut inner, channel) {
+        drop(inner);
+        shared.changed.notify_waiters();
+        return response;
+    }
+    let content = body["content"].as_str().unwrap_or_default().to_owned();
+    if content.chars().count() > 2000 || (content.is_empty() && message.is_none()) {
+        let why = if content.is_empty() {
+            "Cannot send an empty message"
+        } else {
+            "Invalid Form Body: content: Must be 2000 or fewer in length."
+        };
+        inner.refused.push((channel, why.to_owned()));
+        drop(inner);
+        shared.changed.notify_waiters();
+        return error(
+            StatusCode::BAD_REQUEST,
+            json!({"message": why, "code": 50035}),
+        );
+    }
+    if let Some(id) = message
+        && !inner.texts.contains_key(&(channel, id))
+    {
+        return error(
+            StatusCode::NOT_FOUND,
+            json!({"message": "Unknown Message", "code": 10008}),
+        );
+    }
+    let reply_to = body["message_reference"]["message_id"]
+        .as_str()
+        .and_then(|id| id.parse().ok());
+    let replied_author = reply_to.and_then(|id| inner.authors.get(&id).copied());
+    let pinged = pings(&content, body.get("allowed_mentions"), replied_author);
+    let id = match message {
+        Some(id) => id,
+        None => {
+            inner.next_id += 1;
+            inner.next_id
+        }
+    };
+    inner.texts.insert((channel, id), content.clone());
+    inner.sent.push(Sent {
+        channel,
+        message_id: id,
+        content: content.clone(),
+        reply_to,
+        edit: message.is_some(),
+        pinged,
+        at: Instant::now(),
+    });
+    drop(inner);
+    shared.changed.notify_waiters();
+    axum::Json(json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}))
+        .into_response()
+}
+
+/// `GET /users/@me`: the bot, for the right token.
+pub(super) async fn whoami(headers: HeaderMap) -> Response {
+    if !authorized(&headers) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            json!({"message": "401: Unauthorized", "code": 0}),
+        );
+    }
+    axum::Json(json!({"id": BOT_ID.to_string(), "username": "switchboard", "bot": true}))
+        .into_response()
+}
+
+pub(super) async fn typing(
+    State(shared): State<Arc<Shared>>,
+    Path(channel): Path<u64>,
+    headers: HeaderMap,
+) -> StatusCode {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED;
+    }
+    shared.lock().typing.push(channel);
+    shared.changed.notify_waiters();
+    StatusCode::NO_CONTENT
+}
+
+pub(super) async fn commands(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
+    if !authorized(&headers) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let list = body.as_array().cloned().unwrap_or_default();
+    shared.lock().commands = list.clone();
+    shared.changed.notify_waiters();
+    axum::Json(Value::Array(list)).into_response()
+}
+
+pub(super) async fn callback(
+    State(shared): State<Arc<Shared>>,
+    Path((id, _token)): Path<(String, String)>,
+    axum::Json(body): axum::Json<Value>,
+) -> StatusCode {
+    shared.lock().callbacks.push((id, body));
+    shared.changed.notify_waiters();
+    StatusCode::NO_CONTENT
+}
+
+pub(super) async fn file(State(shared): State<Arc<Shared>>, Path(name): Path<String>) -> Response {
+    let (bytes, delay) = {
+        let inner = shared.lock();
+        (inner.files.get(&name).cloned(), inner.file_delay)
+    };
+    tokio::time::sleep(delay).await;
+    shared.lock().files_served.push(Instant::now());
+    shared.changed.notify_waiters();
+    match bytes {
+        Some(bytes) => bytes.into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
