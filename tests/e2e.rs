@@ -46,6 +46,8 @@ mod pause;
 mod persistence;
 /// Auth, malformed frames, LLM errors (429, unreachable, missing key).
 mod protocol;
+/// SIGHUP's reload: an allow list, the tools, a key, an agent's model, prices and caps, live.
+mod reload;
 /// What `exec`'s commands cannot do: read the daemon's secrets, keep root's privileges,
 /// outlive their call (through the daemon, and the sandbox helper by hand).
 mod sandbox;

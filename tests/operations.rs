@@ -1,4 +1,5 @@
-//! What an operator reaches for: `/metrics` in Prometheus text, `/readyz`.
+//! What an operator reaches for: `/metrics` in Prometheus text, `/readyz`, `/healthz`'s
+//! checks, `switchboard doctor`.
 
 use std::collections::BTreeMap;
 
@@ -237,155 +238,6 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
     assert!(stdout.contains("✓ channels.telegram"), "{stdout}");
 }
 
-/// Writes the test config with `tables` to `dir/config.toml`, where a reload reads it.
-fn write_config(
-    llm: &switchboard_testkit::ScriptedLlm,
-    dir: &std::path::Path,
-    tables: &str,
-) -> (std::path::PathBuf, String) {
-    let text = crate::util::config_text_with(
-        &llm.base_url(),
-        dir,
-        Extra {
-            tables,
-            ..Extra::default()
-        },
-    );
-    let path = dir.join("config.toml");
-    std::fs::write(&path, &text).expect("config");
-    (path, text)
-}
-
-/// A daemon (with the test tools) from config text.
-async fn start_from(text: &str, dir: &std::path::Path) -> switchboard::app::Running {
-    switchboard::app::start(crate::util::config(text, dir), crate::util::test_tools())
-        .await
-        .expect("daemon")
-}
-
-/// 5. A reload restarts a platform channel whose section changed: someone added to
-/// Telegram's allow list is answered at once, without restarting the daemon (the WebSocket
-/// chat goes on meanwhile), and the reload names nothing as needing a restart.
-#[tokio::test]
-async fn a_reload_applies_a_new_telegram_allow_list_live() {
-    use switchboard::reload::Reloaded;
-    use switchboard_testkit::telegram::TEST_TOKEN;
-    use switchboard_testkit::{FakeTelegram, ScriptedLlm};
-    const ADA: u64 = 42;
-    const BOB: u64 = 43;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let fake = FakeTelegram::start().await.expect("fake Telegram");
-    let table = |allow: &str| {
-        format!(
-            "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\n\
-             allow_from = [{allow}]\npoll_timeout_secs = 1\nstream = false\n",
-            fake.api_url()
-        )
-    };
-    let write = |allow: &str| write_config(&llm, dir.path(), &table(allow));
-    let (path, text) = write(&format!("\"{ADA}\""));
-    let mut daemon = start_from(&text, dir.path()).await;
-    let mut client = crate::util::WsClient::connect(daemon.addr()).await;
-
-    // Bob is not on the list: he gets a pairing code, the model never sees him.
-    fake.private_text(BOB, "hello?");
-    fake.wait_until(crate::util::PATIENCE, "a pairing code for Bob", |f| {
-        !f.messages_to(BOB as i64).is_empty()
-    })
-    .await;
-    assert!(llm.requests().is_empty());
-
-    let (path_again, _) = write(&format!("\"{ADA}\", \"{BOB}\""));
-    assert_eq!(path_again, path);
-    let reloaded = daemon.reload(&path).await;
-    assert_eq!(
-        reloaded,
-        Reloaded::Applied {
-            need_restart: Vec::new()
-        }
-    );
-
-    let id = fake.private_text(BOB, "and now?");
-    fake.wait_until(crate::util::PATIENCE, "an answer to Bob", |f| {
-        f.messages_to(BOB as i64)
-            .iter()
-            .any(|m| m.reply_to == Some(id))
-    })
-    .await;
-    assert!(
-        fake.messages_to(BOB as i64)
-            .iter()
-            .any(|m| m.visible == "echo: and now?"),
-        "{:?}",
-        fake.messages_to(BOB as i64)
-    );
-    assert_eq!(
-        client.say("c", "still here").await.reply(),
-        "echo: still here"
-    );
-    assert_eq!(crate::util::health(daemon.addr()).await["status"], "ok");
-    daemon.shutdown().await;
-}
-
-/// 5. A reload applies `[tools]` to the turns that start next: a tool turned off is no
-/// longer offered to the model, without a restart; a turn running through the reload keeps
-/// the tools it started with to its end.
-#[tokio::test]
-async fn a_reload_applies_tool_settings_to_the_next_turn() {
-    use switchboard::reload::Reloaded;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = switchboard_testkit::ScriptedLlm::start()
-        .await
-        .expect("llm");
-    let write = |tables: &str| write_config(&llm, dir.path(), tables);
-    let offered = |request: &serde_json::Value| -> Vec<String> {
-        request["tools"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-            .collect()
-    };
-    let (path, text) = write("[tools.web_fetch]\nenabled = true\n");
-    let mut daemon = start_from(&text, dir.path()).await;
-    let mut client = crate::util::WsClient::connect(daemon.addr()).await;
-    // The turn asks the person something, and the reload comes while it waits.
-    llm.push(Reply::tool("ask_user", json!({"question": "Which page?"})));
-    client.send("c", "one").await;
-    loop {
-        let frame = client.next_frame().await;
-        if frame["waiting_for"] == "answer" {
-            break;
-        }
-        assert_ne!(frame["type"], "done", "the turn ended without asking");
-    }
-    assert!(offered(&llm.requests()[0]).contains(&"web_fetch".to_owned()));
-
-    write("[tools.web_fetch]\nenabled = false\n");
-    assert_eq!(
-        daemon.reload(&path).await,
-        Reloaded::Applied {
-            need_restart: Vec::new()
-        }
-    );
-    llm.push(Reply::text("That one, then."));
-    client.send("c", "the first").await;
-    assert_eq!(client.turn("c").await.reply(), "That one, then.");
-    assert!(
-        offered(&llm.requests()[1]).contains(&"web_fetch".to_owned()),
-        "the running turn keeps the tools it started with"
-    );
-    client.say("c", "two").await;
-    let tools = offered(&llm.requests()[2]);
-    assert!(!tools.contains(&"web_fetch".to_owned()), "{tools:?}");
-    assert!(
-        tools.contains(&"echo".to_owned()),
-        "the other tools stay: {tools:?}"
-    );
-    daemon.shutdown().await;
-}
-
 /// `/metrics` names chats and models: with a token on the socket it asks for that token —
 /// or for `http.metrics_token`, when set —, and without one it answers only a loopback Host
 /// (a re-pointed web site's name is refused, as for the page).
@@ -587,51 +439,6 @@ async fn every_metric_is_described_and_published_at_zero_from_the_start() {
     assert!(child.wait().await.expect("wait").success());
 }
 
-/// 6. A key that cannot be resolved makes the daemon degraded from its start, before anyone
-/// writes — naming the variable; a reload that gives the model a key it can resolve makes
-/// it healthy again (what was known of the old models is forgotten).
-#[tokio::test]
-async fn a_missing_key_is_degraded_from_the_start_until_a_reload_fixes_it() {
-    use switchboard::reload::Reloaded;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = switchboard_testkit::ScriptedLlm::start()
-        .await
-        .expect("llm");
-    let with_key = |key: &str| {
-        let text = crate::util::config_text_with(
-            &llm.base_url(),
-            dir.path(),
-            Extra {
-                llm: key,
-                ..Extra::default()
-            },
-        );
-        let path = dir.path().join("config.toml");
-        std::fs::write(&path, &text).expect("config");
-        (path, text)
-    };
-    let (path, text) = with_key("api_key = \"${SURELY_UNSET_KEY_4711}\"");
-    let mut daemon = start_from(&text, dir.path()).await;
-    let health = crate::util::health(daemon.addr()).await;
-    assert_eq!(health["status"], "degraded", "{health}");
-    let problem = health["checks"]["llm"]["error"]
-        .as_str()
-        .unwrap_or_default();
-    assert!(
-        problem.starts_with("openai scripted:") && problem.contains("SURELY_UNSET_KEY_4711"),
-        "{health}"
-    );
-
-    with_key("api_key = \"${HOME}\"");
-    assert!(matches!(
-        daemon.reload(&path).await,
-        Reloaded::Applied { .. }
-    ));
-    let health = crate::util::health(daemon.addr()).await;
-    assert_eq!(health["status"], "ok", "{health}");
-    daemon.shutdown().await;
-}
-
 /// A tool an embedder adds with the name of a built-in one is refused at start, naming both —
 /// never silently shadowing it.
 #[tokio::test]
@@ -660,7 +467,7 @@ async fn a_tool_with_a_built_in_tools_name_is_refused_at_start() {
     let llm = switchboard_testkit::ScriptedLlm::start()
         .await
         .expect("llm");
-    let (_, text) = write_config(&llm, dir.path(), "");
+    let text = crate::util::config_text_with(&llm.base_url(), dir.path(), Extra::default());
     let tools = switchboard_tools::ToolRegistry::new().with(std::sync::Arc::new(Grep));
     let err = match switchboard::app::start(crate::util::config(&text, dir.path()), tools).await {
         Ok(_) => panic!("started with two tools named grep"),
