@@ -98,10 +98,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         observer: Some(&observer),
         scheduler: scheduler.clone(),
         spending: Some(spending.clone()),
-        spawner: Some(switchboard_agent::spawn::Spawner::new(
-            hub.clone(),
-            shutdown.turns().clone(),
-        )),
+        // Sub-agents only where an agent may start them.
+        spawner: config
+            .agent_specs()
+            .iter()
+            .any(|spec| spec.section.spawn.enabled)
+            .then(|| switchboard_agent::spawn::Spawner::new(hub.clone(), shutdown.turns().clone())),
     };
     let (agents, tool_parts) = crate::agents::build_agents(&config, parts)?;
     let health = Health::new();
@@ -299,11 +301,10 @@ fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::S
     for fallback in &llm.fallbacks {
         models.push((fallback.provider.get_ref().as_str(), fallback.model.clone()));
     }
-    for spec in config.agent_specs() {
-        if let Some(model) = &spec.section.model
-            && !models.iter().any(|(_, have)| have == model.get_ref())
-        {
-            models.push((llm.provider.get_ref().as_str(), model.get_ref().clone()));
+    // The models beyond the chain (`[llm] models`, the agents'), on `[llm]`'s server.
+    for name in config.model_names() {
+        if !models.iter().any(|(_, have)| *have == name) {
+            models.push((llm.provider.get_ref().as_str(), name));
         }
     }
     let all = agents.default_agent().tool_sources().snapshot();

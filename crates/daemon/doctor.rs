@@ -261,15 +261,7 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             continue;
         }
         let llm = &config.llm;
-        let entry = llm_config::ModelEntry {
-            kind: *llm.provider.get_ref(),
-            base_url: llm.base_url.as_ref(),
-            api_key: llm.api_key.as_ref(),
-            model: &name,
-            images: llm.images,
-            key_name: "llm.api_key",
-        };
-        match llm_config::model(llm, entry, None) {
+        match llm_config::model(llm, llm.server_of(&name), None) {
             Ok(model) => models.push(("llm".to_owned(), model)),
             Err(err) => lines.push(Line::failed(format!("model {name}: {err:#}"))),
         }

@@ -164,6 +164,19 @@ pub(crate) struct ModelEntry<'a> {
 }
 
 impl LlmSection {
+    /// `model` reached on this section's server (provider, URL, key): how a model that is
+    /// not in the chain (`models`, an agent's) is called.
+    pub(crate) fn server_of<'a>(&'a self, model: &'a str) -> ModelEntry<'a> {
+        ModelEntry {
+            kind: *self.provider.get_ref(),
+            base_url: self.base_url.as_ref(),
+            api_key: self.api_key.as_ref(),
+            model,
+            images: self.images,
+            key_name: "llm.api_key",
+        }
+    }
+
     /// The primary's API root.
     pub fn base_url(&self) -> String {
         base_url(*self.provider.get_ref(), self.base_url.as_ref())
@@ -290,23 +303,11 @@ impl Catalog {
             .collect();
         let chain = models.len();
         let llm = &config.llm;
-        let specs = config.agent_specs();
-        let agents = specs
-            .iter()
-            .filter_map(|spec| spec.section.model.as_ref().map(|m| m.get_ref()));
-        for name in llm.models.iter().chain(agents) {
-            if models.iter().any(|(have, _)| have == name) {
-                continue;
+        for name in config.model_names() {
+            if !models.iter().any(|(have, _)| *have == name) {
+                let extra = model(llm, llm.server_of(&name), observer)?;
+                models.push((name, extra));
             }
-            let entry = ModelEntry {
-                kind: *llm.provider.get_ref(),
-                base_url: llm.base_url.as_ref(),
-                api_key: llm.api_key.as_ref(),
-                model: name,
-                images: llm.images,
-                key_name: "llm.api_key",
-            };
-            models.push((name.clone(), model(llm, entry, observer)?));
         }
         Ok(Self {
             models,

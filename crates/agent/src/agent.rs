@@ -478,3 +478,21 @@ fn depth(session: &SessionKey) -> usize {
         _ => 0,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sessions_depth_counts_the_sub_agents_between_it_and_a_chat() {
+        for (key, deep) in [
+            ("telegram_123", 0),
+            ("telegram_12~3", 0),
+            ("spawn_telegram_123~1", 1),
+            ("spawn_websocket_p~1~4", 2),
+            ("cron_j1", 0),
+        ] {
+            assert_eq!(depth(&SessionKey::from(key)), deep, "{key}");
+        }
+    }
+}

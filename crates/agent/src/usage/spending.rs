@@ -184,19 +184,13 @@ impl Spending {
         if limits == Limits::default() {
             return None;
         }
-        let spent = match self.store.spent(day, day).await {
-            Ok(spent) => spent,
+        let (all, chat) = match self.store.day_cost(day, session.as_str()).await {
+            Ok(cost) => cost,
             Err(err) => {
                 tracing::warn!(error = %err, "today's spending could not be read; no cap applies");
                 return None;
             }
         };
-        let all: f64 = spent.iter().map(|record| record.spent.usd).sum();
-        let chat: f64 = spent
-            .iter()
-            .filter(|record| record.key.session == session.as_str())
-            .map(|record| record.spent.usd)
-            .sum();
         let mut best: Option<Standing> = None;
         if let Some(cap) = limits.daily_usd_per_chat {
             let share = share(chat, cap);

@@ -79,6 +79,9 @@ pub trait UsageStore: Send + Sync {
     async fn record(&self, record: &UsageRecord) -> Result<(), UsageStoreError>;
     /// What was spent from `from` to `to` (days, both included), summed per key.
     async fn spent(&self, from: Date, to: Date) -> Result<Vec<UsageRecord>, UsageStoreError>;
+    /// What `day` cost in US dollars: all chats together, and `session` alone (what the
+    /// caps are checked against, after every call: no record is copied).
+    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError>;
     /// Notes that `session` was warned on `day` that it passed the warning mark; `true`
     /// when this call noted it (it had not been warned that day), so it is warned once.
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError>;
@@ -113,14 +116,38 @@ impl Month {
         }
     }
 
+    /// Its sums from `from` to `to` (days, both included): keys order by day first, so
+    /// this visits those days' keys only.
+    fn range(&self, from: Date, to: Date) -> impl Iterator<Item = (&UsageKey, &Spent)> + '_ {
+        let start = UsageKey {
+            day: from,
+            agent: String::new(),
+            session: String::new(),
+            model: String::new(),
+        };
+        self.totals
+            .range(start..)
+            .take_while(move |(key, _)| key.day <= to)
+    }
+
     /// What it holds from `from` to `to` (days, both included), a record per key.
     fn spent(&self, from: Date, to: Date) -> impl Iterator<Item = UsageRecord> + '_ {
-        self.totals
-            .iter()
-            .filter(move |(key, _)| (from..=to).contains(&key.day))
-            .map(|(key, spent)| UsageRecord {
-                key: key.clone(),
-                spent: *spent,
+        self.range(from, to).map(|(key, spent)| UsageRecord {
+            key: key.clone(),
+            spent: *spent,
+        })
+    }
+
+    /// What `day` cost: all of it, and `session`'s.
+    fn day_cost(&self, day: Date, session: &str) -> (f64, f64) {
+        self.range(day, day)
+            .fold((0.0, 0.0), |(all, chat), (key, spent)| {
+                let mine = if key.session == session {
+                    spent.usd
+                } else {
+                    0.0
+                };
+                (all + spent.usd, chat + mine)
             })
     }
 
@@ -299,6 +326,13 @@ impl UsageStore for FileUsageStore {
         Ok(out)
     }
 
+    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError> {
+        let mut months = self.months.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(self
+            .month(&mut months, month_of(day))?
+            .day_cost(day, session))
+    }
+
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {
         let which = month_of(day);
         let mut months = self.months.lock().unwrap_or_else(PoisonError::into_inner);
@@ -331,6 +365,11 @@ impl UsageStore for MemoryUsageStore {
     async fn spent(&self, from: Date, to: Date) -> Result<Vec<UsageRecord>, UsageStoreError> {
         let month = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(month.spent(from, to).collect())
+    }
+
+    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError> {
+        let month = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(month.day_cost(day, session))
     }
 
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {
@@ -391,6 +430,15 @@ mod tests {
         let both = again.spent(nov30, dec1).await.expect("spent");
         assert_eq!(both.len(), 2);
         assert!(!again.warn_once(dec1, "a").await.expect("kept"));
+        again
+            .record(&record(nov30, "b", 1, 2.0))
+            .await
+            .expect("record");
+        let (all, a) = again.day_cost(nov30, "a").await.expect("cost");
+        assert!(
+            (all - 2.75).abs() < 1e-9 && (a - 0.75).abs() < 1e-9,
+            "{all} {a}"
+        );
         assert!(dir.path().join("usage/2026-12.jsonl").exists());
     }
 
