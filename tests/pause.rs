@@ -104,6 +104,65 @@ async fn approve_runs_the_tool_and_resumes_the_turn() {
     h.daemon.shutdown().await;
 }
 
+/// A page shown again while a turn waits for approval (a reload) learns of the question
+/// from its `history` frame and can answer it; the tool is announced only once approved,
+/// with its arguments, and its end with the start of its result and how long it ran.
+#[tokio::test]
+async fn a_page_shown_again_mid_approval_gets_the_question_and_the_tool_starts_after_it() {
+    let (mut h, launches) = with_approvals(60).await;
+    h.llm.push(Reply::tool("launch", json!({"target": "moon"})));
+    h.client.send("c", "launch it").await;
+    let mut before = Vec::new();
+    loop {
+        let frame = h.client.next_frame().await;
+        if frame["waiting_for"] == "approval" {
+            break;
+        }
+        before.push(frame);
+    }
+    assert!(
+        before.iter().all(|frame| frame["type"] != "tool"),
+        "no tool frame before the approval: {before:?}"
+    );
+
+    // The page reloads: a new socket asks for the chat's history.
+    let mut page = WsClient::connect(h.daemon.addr()).await;
+    page.send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+    page.send_json(json!({"type": "history", "chat_id": "c"}))
+        .await;
+    let history = page.wait_for("history").await;
+    assert_eq!(history["running"], true, "{history}");
+    assert_eq!(history["waiting"]["waiting_for"], "approval", "{history}");
+    assert!(
+        history["waiting"]["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("Run `launch`")),
+        "{history}"
+    );
+
+    // It answers from there.
+    h.llm.push(Reply::text("Launched."));
+    page.send("c", "/approve").await;
+    let turn = page.turn("c").await;
+    assert_eq!(turn.reply(), "Launched.");
+    assert_eq!(launches.load(Ordering::SeqCst), 1);
+    let tools = turn.of_type("tool");
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert_eq!(tools[0]["status"], "started");
+    assert_eq!(tools[0]["detail"], r#"{"target":"moon"}"#);
+    assert_eq!(tools[1]["status"], "finished");
+    assert_eq!(tools[1]["detail"], "launched");
+    assert!(tools[1]["elapsed_ms"].is_u64(), "{:?}", tools[1]);
+
+    page.send_json(json!({"type": "history", "chat_id": "c"}))
+        .await;
+    let history = page.wait_for("history").await;
+    assert_eq!(history["running"], false, "{history}");
+    assert!(history.get("waiting").is_none(), "{history}");
+    h.daemon.shutdown().await;
+}
+
 /// 5. `/deny` gives a denied result the model reads; so does anything else the person
 /// writes instead.
 #[tokio::test]

@@ -101,9 +101,9 @@ async fn a_plain_get_of_ws_tells_a_wrong_token_from_a_right_one() {
     daemon.shutdown().await;
 }
 
-/// `history` answers with the chat's conversation as its people saw it — what was said and
-/// the replies, no tool calls — so a page shows it again after a reload; another chat's is
-/// its own.
+/// `history` answers with the chat's conversation as its people saw it — what was said, the
+/// tool calls with the start of their results, and the replies — so a page shows it again
+/// after a reload; another chat's is its own.
 #[tokio::test]
 async fn history_shows_a_chat_again_after_a_reconnect() {
     let mut h = Harness::start("").await;
@@ -121,6 +121,9 @@ async fn history_shows_a_chat_again_after_a_reconnect() {
         history["messages"],
         json!([
             {"role": "user", "content": "first"},
+            {"role": "tool", "content": "", "tool": {
+                "id": history["messages"][1]["tool"]["id"], "name": "echo",
+                "arguments": r#"{"text":"x"}"#, "result": "x", "ok": true}},
             {"role": "assistant", "content": "used the tool"},
             {"role": "user", "content": "second"},
             {"role": "assistant", "content": "echo: second"},
@@ -131,6 +134,192 @@ async fn history_shows_a_chat_again_after_a_reconnect() {
         .await;
     assert_eq!(again.wait_for("history").await["messages"], json!([]));
     h.daemon.shutdown().await;
+}
+
+/// The page's list of conversations is kept by the server: what one socket adds, renames or
+/// deletes reaches every socket watching the list and is still there after a restart; a
+/// deleted conversation's session starts anew.
+#[tokio::test]
+async fn conversations_are_listed_renamed_and_deleted_for_every_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut phone = WsClient::connect(daemon.addr()).await;
+    let mut laptop = WsClient::connect(daemon.addr()).await;
+    for client in [&mut phone, &mut laptop] {
+        client.send_json(json!({"type": "conversations"})).await;
+        assert_eq!(
+            client.wait_for("conversations").await["conversations"],
+            json!([])
+        );
+    }
+
+    phone
+        .send_json(json!({"type": "conversation", "chat_id": "web-1", "title": "Taxes"}))
+        .await;
+    phone.say("web-1", "hello").await;
+    phone
+        .send_json(json!({"type": "conversation", "chat_id": "web-2"}))
+        .await;
+    let titles = |frame: &Value| -> Vec<(String, String)> {
+        frame["conversations"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .map(|c| {
+                (
+                    c["chat_id"].as_str().unwrap_or_default().to_owned(),
+                    c["title"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let mut seen = laptop.wait_for("conversations").await;
+    while titles(&seen).len() < 2 {
+        seen = laptop.wait_for("conversations").await;
+    }
+    assert_eq!(
+        titles(&seen),
+        [
+            ("web-2".to_owned(), "New chat".to_owned()),
+            ("web-1".to_owned(), "Taxes".to_owned())
+        ]
+    );
+
+    laptop
+        .send_json(json!({"type": "conversation", "chat_id": "web-2", "title": "Trip"}))
+        .await;
+    laptop
+        .send_json(json!({"type": "delete_conversation", "chat_id": "web-1"}))
+        .await;
+    loop {
+        let frame = phone.wait_for("conversations").await;
+        if titles(&frame) == [("web-2".to_owned(), "Trip".to_owned())] {
+            break;
+        }
+    }
+    // The deleted conversation's history is gone.
+    let mut check = WsClient::connect(daemon.addr()).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        check
+            .send_json(json!({"type": "history", "chat_id": "web-1"}))
+            .await;
+        if check.wait_for("history").await["messages"] == json!([]) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session was not started anew"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.shutdown().await;
+
+    let daemon = util::start(&llm, dir.path(), "").await;
+    let mut again = WsClient::connect(daemon.addr()).await;
+    again.send_json(json!({"type": "conversations"})).await;
+    assert_eq!(
+        titles(&again.wait_for("conversations").await),
+        [("web-2".to_owned(), "Trip".to_owned())]
+    );
+    daemon.shutdown().await;
+}
+
+/// A file uploaded (`POST /upload`) and named in a message reaches the agent as an
+/// attachment in the workspace; one over the cap is refused with the cap named; a message
+/// naming a file that is not this chat's upload gets an error and is not answered.
+#[tokio::test]
+async fn uploads_are_capped_and_reach_the_agent_as_attachments() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let text = util::config_text(&llm.base_url(), dir.path(), "").replace(
+        "[channels.websocket]",
+        "[channels.websocket]
+max_attachment_bytes = 1000",
+    );
+    let daemon = app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let addr = daemon.addr();
+    let mut client = WsClient::connect(addr).await;
+    let ready = client.ready.clone();
+    assert_eq!(ready["max_attachment_bytes"], 1000);
+    assert_eq!(ready["max_frame_bytes"], 65536);
+
+    let post = |body: &str, name: &str| {
+        format!(
+            "POST /upload?chat_id=c&name={name} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: text/plain\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let big = util::raw_http(
+        addr,
+        &post(&"x".repeat(1001), "big.txt"),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(big.starts_with("HTTP/1.1 413"), "{big}");
+    assert!(
+        big.contains("channels.websocket.max_attachment_bytes"),
+        "{big}"
+    );
+
+    let answer = util::raw_http(
+        addr,
+        &post("shopping: milk", "list.txt"),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let body: Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("body")).expect("json");
+    let file = body["file"].as_str().expect("file").to_owned();
+    assert_eq!(body["bytes"], 14);
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("workspace/media/websocket").join(&file))
+            .expect("saved in the workspace"),
+        "shopping: milk"
+    );
+
+    client
+        .send_json(
+            json!({"type": "message", "chat_id": "c", "content": "read this",
+            "attachments": [{"file": file, "name": "list.txt"}]}),
+        )
+        .await;
+    client.turn("c").await;
+    let request = llm.requests().pop().expect("request");
+    let said = util::conversation(&request)
+        .into_iter()
+        .rev()
+        .find(|m| m["role"] == "user")
+        .expect("the message");
+    let said = said["content"].to_string();
+    assert!(
+        said.contains("list.txt") && said.contains("media/websocket/"),
+        "{said}"
+    );
+
+    for bad in [
+        "../../etc/passwd",
+        "other-1-list.txt",
+        &file.replacen('c', "d", 1),
+    ] {
+        client
+            .send_json(json!({"type": "message", "chat_id": "c", "content": "x",
+                "attachments": [{"file": bad}]}))
+            .await;
+        let error = client.wait_for("error").await;
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("attach the file again")),
+            "{bad}: {error}"
+        );
+    }
+    daemon.shutdown().await;
 }
 
 #[tokio::test]

@@ -125,6 +125,8 @@ pub struct WsClient {
     socket: WebSocketStream<MaybeTlsStream<TcpStream>>,
     /// Frames read while waiting for another chat's turn, kept for later readers.
     pending: std::collections::VecDeque<Value>,
+    /// The connection's `ready` frame.
+    pub ready: Value,
 }
 
 /// The frames of one turn, up to and including its `done`.
@@ -190,9 +192,11 @@ impl WsClient {
         let mut client = Self {
             socket,
             pending: Default::default(),
+            ready: Value::Null,
         };
         let ready = client.next_frame().await;
         assert_eq!(ready["type"], "ready", "first frame must be ready: {ready}");
+        client.ready = ready;
         Ok(client)
     }
 

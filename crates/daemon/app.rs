@@ -5,6 +5,7 @@
 //! turns (after a grace period), then outbound delivery, then every socket (each sends what
 //! is queued for it and a close frame, and is waited for), then the listener.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
@@ -23,7 +24,7 @@ use switchboard_core::{
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
-use switchboard_websocket::{HistorySource, Said, WebSocketChannel};
+use switchboard_websocket::{HistorySource, Said, SaidTool, WebSocketChannel};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -152,9 +153,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let mut websocket = None;
     let ws_section = &config.channels.websocket;
     if ws_section.enabled {
-        let settings = ws_section
+        let mut settings = ws_section
             .build(config.http.allowed_hosts.clone())
             .map_err(|problem| config.source.problem("channels.websocket", problem))?;
+        settings.workspace = Some(config.path(&config.agent.workspace));
+        settings.state_dir = Some(config.path(&config.agent.state_dir));
         let history = Arc::new(SessionHistory(agents.clone()));
         let channel = WebSocketChannel::new(settings, hub.clone()).with_history(history);
         router = router.merge(channel.router());
@@ -350,26 +353,72 @@ impl HistorySource for SessionHistory {
                 return Vec::new();
             }
         };
-        let mut said: Vec<Said> = Vec::new();
-        let mut bytes = 0;
-        for message in messages.into_iter().rev() {
-            let (role, content) = match message {
-                ChatMessage::User { content, .. } => ("user", content),
-                ChatMessage::Assistant {
-                    content,
-                    tool_calls,
-                } if tool_calls.is_empty() && !content.is_empty() => ("assistant", content),
-                _ => continue,
-            };
-            bytes += content.len();
-            if bytes > MAX_HISTORY_BYTES {
-                break;
-            }
-            said.push(Said { role, content });
-        }
-        said.reverse();
-        said
+        said_of(messages)
     }
+}
+
+/// What a page shows of a conversation: what was said, each tool call with the start of
+/// its result, and the replies (text written beside tool calls left out: the reply that
+/// followed replaced it) — the newest [`MAX_HISTORY_BYTES`] of it.
+fn said_of(messages: Vec<ChatMessage>) -> Vec<Said> {
+    let mut said: Vec<Said> = Vec::new();
+    let mut calls: HashMap<String, usize> = HashMap::new();
+    for message in messages {
+        match message {
+            ChatMessage::User { content, .. } => said.push(Said::text("user", content)),
+            ChatMessage::Assistant {
+                content,
+                tool_calls,
+            } if tool_calls.is_empty() => {
+                if !content.is_empty() {
+                    said.push(Said::text("assistant", content));
+                }
+            }
+            ChatMessage::Assistant { tool_calls, .. } => {
+                for call in tool_calls {
+                    calls.insert(call.id.clone(), said.len());
+                    said.push(Said {
+                        role: "tool",
+                        content: String::new(),
+                        tool: Some(SaidTool {
+                            id: call.id,
+                            name: call.name,
+                            arguments: switchboard_core::preview(&call.arguments),
+                            result: None,
+                            ok: true,
+                        }),
+                    });
+                }
+            }
+            ChatMessage::Tool {
+                tool_call_id,
+                content,
+                is_error,
+                ..
+            } => {
+                if let Some(tool) = calls
+                    .get(&tool_call_id)
+                    .and_then(|&index| said[index].tool.as_mut())
+                {
+                    tool.result = Some(switchboard_core::preview(&content));
+                    tool.ok = !is_error;
+                }
+            }
+        }
+    }
+    let mut bytes = 0;
+    let keep = said
+        .iter()
+        .rev()
+        .take_while(|message| {
+            bytes += message.content.len()
+                + message.tool.as_ref().map_or(0, |tool| {
+                    tool.arguments.len() + tool.result.as_ref().map_or(0, String::len)
+                });
+            bytes <= MAX_HISTORY_BYTES
+        })
+        .count();
+    said.split_off(said.len() - keep)
 }
 
 /// Routes a channel's outbound messages through per-chat lanes, its sends retried when the

@@ -113,8 +113,9 @@ pub fn not_saved(content: &mut String, channel: &str, name: &str, why: &str) {
     content.push_str(&format!("[attachment {name} was not saved: {why}]"));
 }
 
-/// A name safe to use as (part of) a file name.
-fn safe(name: &str) -> String {
+/// A name safe to use as (part of) a file name: ASCII letters, digits, `.`, `-`, `_` (others
+/// become `_`), at most 80, not starting with a dot.
+pub fn safe(name: &str) -> String {
     let cleaned: String = name
         .chars()
         .map(|c| {

@@ -175,7 +175,7 @@ impl<S: Surface> Replies<S> {
                 let mut own = ChatOut::new();
                 return self.deliver_reply(&mut own, place, None, text).await;
             }
-            OutboundKind::Status(_) | OutboundKind::Tool { .. } => return Ok(()),
+            OutboundKind::Status(_) | OutboundKind::Tool(_) => return Ok(()),
             OutboundKind::Delta(_) if !self.stream => return Ok(()),
             _ => {}
         }
@@ -215,7 +215,7 @@ impl<S: Surface> Replies<S> {
             | OutboundKind::Question { .. }
             | OutboundKind::Post(_)
             | OutboundKind::Status(_)
-            | OutboundKind::Tool { .. }
+            | OutboundKind::Tool(_)
             | OutboundKind::Done(_) => Ok(()),
         }
     }

@@ -3,10 +3,11 @@
 
 use std::ops::Range;
 use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use switchboard_core::{ChatMessage, ImagePart, ToolCall};
+use switchboard_core::{ChatMessage, ImagePart, ToolCall, preview};
 use switchboard_tools::{ToolContext, ToolError, ToolOutput, ToolRegistry, cap_result};
 use tracing::Instrument;
 
@@ -73,6 +74,8 @@ pub(crate) async fn run(
                         id: call.id.clone(),
                         name: call.name.clone(),
                         ok: false,
+                        result: CANCELLED_RESULT.to_owned(),
+                        elapsed: Duration::ZERO,
                     });
                 }
                 ChatMessage::tool_result(call, CANCELLED_RESULT, true)
@@ -111,10 +114,6 @@ async fn call_one(
     events: &EventSink,
     iteration: usize,
 ) -> ChatMessage {
-    let _ = events.send(AgentEvent::ToolStarted {
-        id: call.id.clone(),
-        name: call.name.clone(),
-    });
     let span = tracing::info_span!("tool", tool = %call.name, call_id = %call.id, iteration,
         input_bytes = call.arguments.len(), output_bytes = tracing::field::Empty);
     let turn = TurnInfo {
@@ -122,7 +121,8 @@ async fn call_one(
         iteration,
         user: ctx.user.as_ref(),
     };
-    let outcome = invoke(agent, tools, call, ctx, turn)
+    let mut started = None;
+    let outcome = invoke(agent, tools, call, ctx, turn, events, &mut started)
         .instrument(span.clone())
         .await;
     let mut outcome = match outcome {
@@ -157,6 +157,8 @@ async fn call_one(
         id: call.id.clone(),
         name: call.name.clone(),
         ok: !is_error,
+        result: preview(&content),
+        elapsed: started.map_or(Duration::ZERO, |at: Instant| at.elapsed()),
     });
     ChatMessage::Tool {
         tool_call_id: call.id.clone(),
@@ -199,12 +201,17 @@ impl From<ToolError> for Refused {
     }
 }
 
+/// Runs one call: its arguments parsed, the approval and hooks asked, then the tool —
+/// announced (`ToolStarted`, `started` set) only once it is allowed to run, so a call
+/// waiting for approval does not look as if it were running.
 async fn invoke(
     agent: &Agent,
     tools: &ToolRegistry,
     call: &ToolCall,
     ctx: &ToolContext,
     turn: TurnInfo<'_>,
+    events: &EventSink,
+    started: &mut Option<Instant>,
 ) -> Result<ToolOutput, Refused> {
     let Some(tool) = tools.get(&call.name) else {
         let available: Vec<&str> = tools.names().collect();
@@ -226,6 +233,12 @@ async fn invoke(
             .map_err(Refused::Hook)?;
     }
     let timeout = tool.timeout().unwrap_or(agent.config.tool_timeout);
+    let _ = events.send(AgentEvent::ToolStarted {
+        id: call.id.clone(),
+        name: call.name.clone(),
+        arguments: preview(&call.arguments),
+    });
+    *started = Some(Instant::now());
     let call = AssertUnwindSafe(tool.call(args, ctx)).catch_unwind();
     match tokio::time::timeout(timeout, call).await {
         Err(_) => Err(ToolError::Timeout(timeout).into()),

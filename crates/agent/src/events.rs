@@ -19,14 +19,16 @@ pub enum AgentEvent {
     /// Something the person should know that is not the reply (the conversation could
     /// not be saved).
     Notice(String),
-    /// A tool call started.
+    /// A tool call started: it was allowed (approved, not skipped by a hook) and runs now.
     ToolStarted {
         /// The call's id.
         id: String,
         /// The tool's name.
         name: String,
+        /// Its arguments as the model wrote them (the start, see `switchboard_core::preview`).
+        arguments: String,
     },
-    /// A tool call ended.
+    /// A tool call ended (or was refused before it ran: then no `ToolStarted` came).
     ToolFinished {
         /// The call's id.
         id: String,
@@ -34,6 +36,10 @@ pub enum AgentEvent {
         name: String,
         /// Whether it returned a result (rather than an error).
         ok: bool,
+        /// The start of its result or error.
+        result: String,
+        /// How long it ran (zero when it never started).
+        elapsed: std::time::Duration,
     },
     /// A final reply was checked (see `verify`): rejected ones go back to the model.
     Verified {

@@ -18,7 +18,7 @@ use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
     AgentName, ChatHub, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage,
-    SessionKey, Shutdown, ToolStatus, TurnEnd,
+    SessionKey, Shutdown, ToolActivity, ToolStatus, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -493,12 +493,24 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
         AgentEvent::TextReset => vec![OutboundKind::DraftReset],
         AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
         AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
-        AgentEvent::ToolStarted { id, name } => vec![OutboundKind::Tool {
+        AgentEvent::ToolStarted {
+            id,
+            name,
+            arguments,
+        } => vec![OutboundKind::Tool(ToolActivity {
             id,
             name,
             status: ToolStatus::Started,
-        }],
-        AgentEvent::ToolFinished { id, name, ok } => vec![OutboundKind::Tool {
+            detail: arguments,
+            elapsed: None,
+        })],
+        AgentEvent::ToolFinished {
+            id,
+            name,
+            ok,
+            result,
+            elapsed,
+        } => vec![OutboundKind::Tool(ToolActivity {
             id,
             name,
             status: if ok {
@@ -506,7 +518,9 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
             } else {
                 ToolStatus::Failed
             },
-        }],
+            detail: result,
+            elapsed: Some(elapsed),
+        })],
         AgentEvent::Verified {
             attempt,
             rejected: Some(reason),

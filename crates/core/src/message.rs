@@ -115,6 +115,39 @@ impl ToolStatus {
     }
 }
 
+/// The most bytes of a tool call's arguments or result shown to the person
+/// ([`ToolActivity::detail`]); the model gets the whole.
+pub const TOOL_DETAIL_BYTES: usize = 512;
+
+/// A tool call starting or ending, as the person is shown it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolActivity {
+    /// The call's id (the same for its start and its end).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// What happened.
+    pub status: ToolStatus,
+    /// At the start, the call's arguments; at the end, the start of its result (or error);
+    /// at most [`TOOL_DETAIL_BYTES`] (see [`preview`]).
+    pub detail: String,
+    /// At the end, how long the call ran.
+    pub elapsed: Option<std::time::Duration>,
+}
+
+/// The first [`TOOL_DETAIL_BYTES`] of `text` (cut at a character boundary, `…` marking a
+/// cut).
+pub fn preview(text: &str) -> String {
+    if text.len() <= TOOL_DETAIL_BYTES {
+        return text.to_owned();
+    }
+    let mut end = TOOL_DETAIL_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// What a paused turn waits for from the person.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Awaiting {
@@ -203,14 +236,7 @@ pub enum OutboundKind {
     /// it streamed).
     Message(String),
     /// A tool started or ended.
-    Tool {
-        /// The call's id (the same for its start and its end).
-        id: String,
-        /// The tool's name.
-        name: String,
-        /// What happened.
-        status: ToolStatus,
-    },
+    Tool(ToolActivity),
     /// What the turn is waiting on (a slow model, a retry after an error). Transient: the
     /// next piece of the turn replaces it.
     Status(String),

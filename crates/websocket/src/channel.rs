@@ -13,7 +13,7 @@ use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use dashmap::DashMap;
 use serde::Deserialize;
 use switchboard_core::{
@@ -27,8 +27,11 @@ use tokio_util::task::TaskTracker;
 use crate::auth::{BEARER_PROTOCOL, WsAuth, check_host};
 use crate::config::WsConfig;
 use crate::connection;
+use crate::conversations::Conversations;
+use crate::live::LiveChats;
 use crate::page;
 use crate::protocol::{Said, ServerFrame};
+use crate::upload;
 
 /// The channel's name, and the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "websocket";
@@ -78,6 +81,10 @@ pub(crate) struct Shared {
     pub closing: CancellationToken,
     /// Every connection task, so closing can wait until each socket has flushed.
     pub connections: TaskTracker,
+    /// Whether each chat has a turn running and what it waits on (for `history`).
+    pub live: LiveChats,
+    /// The web page's list of conversations.
+    pub conversations: Conversations,
 }
 
 /// How long frames are kept for a chat with no socket.
@@ -174,8 +181,14 @@ struct TokenQuery {
 impl WebSocketChannel {
     /// A channel publishing inbound messages on `hub`.
     pub fn new(config: WsConfig, hub: ChatHub) -> Self {
+        let list = config
+            .state_dir
+            .as_ref()
+            .map(|dir| dir.join(CHANNEL_NAME).join("conversations.json"));
         Self {
             shared: Arc::new(Shared {
+                live: LiveChats::default(),
+                conversations: Conversations::new(list),
                 config,
                 hub,
                 history: None,
@@ -202,6 +215,7 @@ impl WebSocketChannel {
     pub fn router(&self) -> Router {
         Router::new()
             .route("/ws", get(upgrade))
+            .route("/upload", post(upload::upload))
             .route("/", get(page::chat_page))
             .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
             .layer(axum::middleware::from_fn_with_state(
@@ -291,6 +305,7 @@ impl Channel for WebSocketChannel {
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let chat = message.chat_id.clone();
+        self.shared.live.note(&chat, &message.kind);
         let frame: Utf8Bytes = ServerFrame::from_outbound(message).to_json().into();
         let subscribers = match self.shared.subscribers.get(&chat) {
             Some(subscribers) => subscribers,

@@ -2,6 +2,7 @@
 //! checked, turned into) [`WsConfig`], the settings the channel runs with.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use switchboard_core::{ConfigProblem, expand_env};
 use toml::Spanned;
@@ -26,7 +27,19 @@ pub struct WsConfig {
     /// Host names (besides loopback ones) a browser may use to reach the page and `/ws`
     /// when auth is off; see [`WsAuth::None`].
     pub allowed_hosts: Vec<String>,
+    /// The largest file `POST /upload` takes; 0 turns uploads off.
+    pub max_attachment_bytes: u64,
+    /// Where uploads are saved (under `media/websocket/`); `None`: uploads are off.
+    pub workspace: Option<PathBuf>,
+    /// Where the web page's list of conversations is kept (`websocket/conversations.json`);
+    /// `None`: in memory only.
+    pub state_dir: Option<PathBuf>,
 }
+
+/// The default `max_attachment_bytes`.
+pub const DEFAULT_ATTACHMENT_BYTES: u64 = 10 * 1024 * 1024;
+/// The most `max_attachment_bytes` may be.
+pub const MAX_ATTACHMENT_BYTES_LIMIT: u64 = 100 * 1024 * 1024;
 
 impl Default for WsConfig {
     fn default() -> Self {
@@ -35,6 +48,9 @@ impl Default for WsConfig {
             max_frame_bytes: 64 * 1024,
             send_queue: 1024,
             allowed_hosts: Vec::new(),
+            max_attachment_bytes: DEFAULT_ATTACHMENT_BYTES,
+            workspace: None,
+            state_dir: None,
         }
     }
 }
@@ -89,6 +105,8 @@ pub struct WsSection {
     pub token: Option<Spanned<String>>,
     /// The largest client frame; a larger one closes the socket (after an error frame).
     pub max_frame_bytes: Spanned<usize>,
+    /// The largest file a web client may attach (`POST /upload`); 0 turns uploads off.
+    pub max_attachment_bytes: Spanned<u64>,
 }
 
 impl Default for WsSection {
@@ -98,6 +116,7 @@ impl Default for WsSection {
             auth: Spanned::new(0..0, AuthMode::Token),
             token: None,
             max_frame_bytes: Spanned::new(0..0, 64 * 1024),
+            max_attachment_bytes: Spanned::new(0..0, DEFAULT_ATTACHMENT_BYTES),
         }
     }
 }
@@ -114,6 +133,17 @@ impl WsSection {
                 format!(
                     "must be from 1 to {MAX_FRAME_BYTES_LIMIT} (1 MiB), got {}",
                     frame.get_ref()
+                ),
+            ));
+        }
+        let attachment = &self.max_attachment_bytes;
+        if *attachment.get_ref() > MAX_ATTACHMENT_BYTES_LIMIT {
+            return Err(ConfigProblem::new(
+                Some(attachment.span()),
+                "max_attachment_bytes",
+                format!(
+                    "must be at most {MAX_ATTACHMENT_BYTES_LIMIT} (100 MiB; 0 turns uploads off), got {}",
+                    attachment.get_ref()
                 ),
             ));
         }
@@ -176,6 +206,7 @@ impl WsSection {
         Ok(WsConfig {
             auth,
             max_frame_bytes: *self.max_frame_bytes.get_ref(),
+            max_attachment_bytes: *self.max_attachment_bytes.get_ref(),
             allowed_hosts,
             ..WsConfig::default()
         })

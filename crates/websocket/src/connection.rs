@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::channel::{CHANNEL_NAME, Frame, Shared, Subscriber};
 use crate::protocol::{ClientFrame, ServerFrame};
+use crate::upload;
 
 pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
@@ -32,6 +33,12 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     let chats = Arc::new(Mutex::new(HashSet::new()));
     let ready = ServerFrame::Ready {
         version: env!("CARGO_PKG_VERSION"),
+        max_frame_bytes: shared.config.max_frame_bytes,
+        max_attachment_bytes: if shared.config.workspace.is_some() {
+            shared.config.max_attachment_bytes
+        } else {
+            0
+        },
     };
     let _ = tx.try_send(Box::new(ready.to_json().into()));
     tracing::debug!(conn, "WebSocket connected");
@@ -56,6 +63,7 @@ pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {
     for chat in &chats {
         shared.unsubscribe(conn, chat);
     }
+    shared.conversations.unwatch(conn);
     shared.open.fetch_sub(1, Ordering::Relaxed);
     tracing::debug!(conn, "WebSocket disconnected");
 }
@@ -219,9 +227,24 @@ async fn handle(
             chat_id,
             content,
             id,
+            attachments,
         } => {
             let chat = ChatId::from(chat_id.as_str());
             shared.subscribe(chats, subscriber, chat.clone());
+            let mut files = Vec::with_capacity(attachments.len());
+            for reference in &attachments {
+                match upload::resolve(shared.config.workspace.as_deref(), &chat_id, reference).await
+                {
+                    Ok(file) => files.push(file),
+                    Err(problem) => {
+                        let frame = ServerFrame::Error {
+                            chat_id: Some(chat_id),
+                            message: problem,
+                        };
+                        return reply(subscriber, frame).await;
+                    }
+                }
+            }
             let mut inbound = InboundMessage::text(
                 CHANNEL_NAME.into(),
                 chat,
@@ -229,6 +252,7 @@ async fn handle(
                 content,
             );
             inbound.id = id.map(MessageId::from);
+            inbound.attachments = files;
             if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
                 let frame = ServerFrame::Error {
                     chat_id: Some(chat_id),
@@ -258,7 +282,37 @@ async fn handle(
                     .unwrap_or_default(),
                 None => Vec::new(),
             };
-            reply(subscriber, ServerFrame::History { chat_id, messages }).await;
+            let (running, waiting) = shared.live.get(&ChatId::from(chat_id.as_str()));
+            let frame = ServerFrame::History {
+                chat_id,
+                messages,
+                running,
+                waiting,
+            };
+            reply(subscriber, frame).await;
+        }
+        ClientFrame::Conversations => {
+            let conversations = shared.conversations.watch(subscriber).await;
+            reply(subscriber, ServerFrame::Conversations { conversations }).await;
+        }
+        ClientFrame::Conversation { chat_id, title } => {
+            if let Err(problem) = shared.conversations.touch(&chat_id, title.as_deref()).await {
+                reply(subscriber, ServerFrame::frame_error(problem)).await;
+            }
+        }
+        ClientFrame::DeleteConversation { chat_id } => {
+            if let Err(problem) = shared.conversations.remove(&chat_id).await {
+                return reply(subscriber, ServerFrame::frame_error(problem)).await;
+            }
+            // The conversation's session starts anew, as `/new` does: what it said is
+            // archived, not shown again.
+            let new = InboundMessage::text(
+                CHANNEL_NAME.into(),
+                ChatId::from(chat_id),
+                SenderId::from(format!("ws:{}", subscriber.conn)),
+                "/new",
+            );
+            let _ = shared.hub.publish_inbound(new).await;
         }
     }
 }

@@ -11,17 +11,27 @@
 //! - `auth`: [`WsAuth`], token checks (header, subprotocol, query) and the Origin check.
 //! - `connection`: one socket, as a send task and a receive task.
 //! - `channel`: [`WebSocketChannel`], the `Channel` impl and its subscriber table.
-//! - `page`: the web chat page.
+//! - `live`: what each chat's running turn is doing (for a page shown again mid-turn).
+//! - `conversations`: the web page's list of conversations, kept by the server.
+//! - `upload`: `POST /upload`, files a web client attaches.
+//! - `page`: the web chat page and its assets.
 //! - `config`: [`WsSection`] (the config file's part) and [`WsConfig`] (the settings).
 
 mod auth;
 mod channel;
 mod config;
 mod connection;
+mod conversations;
+mod live;
 mod page;
 mod protocol;
+mod upload;
 
 pub use auth::{WsAuth, check_host};
 pub use channel::{HistorySource, WebSocketChannel};
-pub use config::{AuthMode, MAX_FRAME_BYTES_LIMIT, WsConfig, WsSection, check_token};
-pub use protocol::{ClientFrame, Said, ServerFrame};
+pub use config::{
+    AuthMode, DEFAULT_ATTACHMENT_BYTES, MAX_ATTACHMENT_BYTES_LIMIT, MAX_FRAME_BYTES_LIMIT,
+    WsConfig, WsSection, check_token,
+};
+pub use conversations::{Conversation, MAX_CONVERSATIONS};
+pub use protocol::{AttachmentRef, ClientFrame, Said, SaidTool, ServerFrame, Waiting};

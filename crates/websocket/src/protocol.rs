@@ -20,6 +20,9 @@ pub enum ClientFrame {
         /// handled is not answered again, so a client may resend after a lost connection.
         #[serde(default)]
         id: Option<String>,
+        /// Files uploaded first (`POST /upload`), sent with the message.
+        #[serde(default)]
+        attachments: Vec<AttachmentRef>,
     },
     /// Receive a chat's frames without sending to it (e.g. a second tab).
     Subscribe {
@@ -39,6 +42,40 @@ pub enum ClientFrame {
         /// The chat.
         chat_id: String,
     },
+    /// Asks for the list of conversations (answered with `conversations`, and sent again to
+    /// every socket that asked whenever it changes).
+    Conversations,
+    /// Adds a conversation to the list, or renames it (with `title`), and marks it as the
+    /// most recent.
+    Conversation {
+        /// The chat.
+        chat_id: String,
+        /// Its title (kept as it is when left out).
+        #[serde(default)]
+        title: Option<String>,
+    },
+    /// Removes a conversation from the list and starts its session anew (`/new`).
+    DeleteConversation {
+        /// The chat.
+        chat_id: String,
+    },
+}
+
+/// The most attachments one message may carry.
+pub const MAX_ATTACHMENTS: usize = 8;
+/// The longest conversation title, in bytes.
+pub const MAX_TITLE_BYTES: usize = 200;
+
+/// A file a client uploaded, as its message names it: `file` is what `POST /upload`
+/// answered.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentRef {
+    /// The saved file's name under `media/websocket/` (from the upload's answer).
+    pub file: String,
+    /// The name the person gave it (shown; the saved name is used if left out).
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 impl ClientFrame {
@@ -57,10 +94,16 @@ impl ClientFrame {
                 chat_id,
                 content,
                 id,
+                attachments,
             } => {
                 check_chat_id(chat_id)?;
-                if content.trim().is_empty() {
+                if content.trim().is_empty() && attachments.is_empty() {
                     return Err("invalid frame: `content` is empty".into());
+                }
+                if attachments.len() > MAX_ATTACHMENTS {
+                    return Err(format!(
+                        "invalid frame: at most {MAX_ATTACHMENTS} attachments per message"
+                    ));
                 }
                 if let Some(id) = id
                     && (id.is_empty()
@@ -74,14 +117,25 @@ impl ClientFrame {
             }
             Self::Subscribe { chat_id }
             | Self::Unsubscribe { chat_id }
-            | Self::History { chat_id } => check_chat_id(chat_id)?,
-            Self::Ping => {}
+            | Self::History { chat_id }
+            | Self::DeleteConversation { chat_id } => check_chat_id(chat_id)?,
+            Self::Conversation { chat_id, title } => {
+                check_chat_id(chat_id)?;
+                if let Some(title) = title
+                    && (title.len() > MAX_TITLE_BYTES || title.chars().any(char::is_control))
+                {
+                    return Err(format!(
+                        "invalid frame: `title` must be at most {MAX_TITLE_BYTES} bytes without control characters"
+                    ));
+                }
+            }
+            Self::Ping | Self::Conversations => {}
         }
         Ok(frame)
     }
 }
 
-fn check_chat_id(chat_id: &str) -> Result<(), String> {
+pub(crate) fn check_chat_id(chat_id: &str) -> Result<(), String> {
     if chat_id.is_empty() || chat_id.len() > MAX_CHAT_ID_BYTES {
         return Err(format!(
             "invalid frame: `chat_id` must be 1 to {MAX_CHAT_ID_BYTES} bytes"
@@ -101,6 +155,11 @@ pub enum ServerFrame {
     Ready {
         /// The server's version.
         version: &'static str,
+        /// The largest frame the server reads (a longer message is refused, and closes the
+        /// socket).
+        max_frame_bytes: usize,
+        /// The largest file `POST /upload` takes (0: uploads are off).
+        max_attachment_bytes: u64,
     },
     /// A turn began (show "typing…" until its `done`).
     Started {
@@ -163,6 +222,12 @@ pub enum ServerFrame {
         name: String,
         /// `started`, `finished` or `failed`.
         status: &'static str,
+        /// At `started`, the arguments; at the end, the start of the result or error (at
+        /// most 512 bytes, `…` marking a cut).
+        detail: String,
+        /// At the end, how long the call ran.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        elapsed_ms: Option<u64>,
     },
     /// The turn (or the answer to a command) is over.
     Done {
@@ -188,16 +253,64 @@ pub enum ServerFrame {
         chat_id: String,
         /// The messages.
         messages: Vec<Said>,
+        /// Whether a turn runs in the chat now (its frames follow).
+        running: bool,
+        /// The question the running turn waits on, if it does (as its `status` frame said).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        waiting: Option<Waiting>,
     },
+    /// The list of conversations, most recent first.
+    Conversations {
+        /// The conversations.
+        conversations: Vec<crate::conversations::Conversation>,
+    },
+}
+
+/// What a paused turn asked the person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Waiting {
+    /// The question.
+    pub text: String,
+    /// `approval` or `answer`.
+    pub waiting_for: &'static str,
 }
 
 /// One message of a chat's history as the client shows it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Said {
-    /// `user` or `assistant`.
+    /// `user`, `assistant` or `tool` (a tool call and its result).
     pub role: &'static str,
-    /// The text.
+    /// The text (empty for a tool call).
     pub content: String,
+    /// The call, for `tool`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<SaidTool>,
+}
+
+/// A tool call in a chat's history: what the model asked and the start of what it got.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SaidTool {
+    /// The call's id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// Its arguments (the start, as in `tool` frames).
+    pub arguments: String,
+    /// The start of its result; `None` when none was saved.
+    pub result: Option<String>,
+    /// Whether it returned a result rather than an error.
+    pub ok: bool,
+}
+
+impl Said {
+    /// A message a person or the agent wrote.
+    pub fn text(role: &'static str, content: String) -> Self {
+        Self {
+            role,
+            content,
+            tool: None,
+        }
+    }
 }
 
 impl ServerFrame {
@@ -216,11 +329,15 @@ impl ServerFrame {
             OutboundKind::TurnStarted => Self::Started { chat_id },
             OutboundKind::Delta(text) => Self::Delta { chat_id, text },
             OutboundKind::Message(content) => Self::Message { chat_id, content },
-            OutboundKind::Tool { id, name, status } => Self::Tool {
+            OutboundKind::Tool(tool) => Self::Tool {
                 chat_id,
-                id,
-                name,
-                status: status.as_str(),
+                id: tool.id,
+                name: tool.name,
+                status: tool.status.as_str(),
+                detail: tool.detail,
+                elapsed_ms: tool
+                    .elapsed
+                    .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)),
             },
             OutboundKind::DraftReset => Self::Reset { chat_id },
             OutboundKind::Status(text) => Self::Status {
@@ -266,6 +383,7 @@ mod tests {
                 chat_id: "c1".into(),
                 content: "hi".into(),
                 id: None,
+                attachments: Vec::new(),
             })
         );
     }
@@ -314,8 +432,12 @@ mod tests {
     fn server_frames_serialize_as_documented() {
         let frames = [
             (
-                ServerFrame::Ready { version: "1" },
-                r#"{"type":"ready","version":"1"}"#,
+                ServerFrame::Ready {
+                    version: "1",
+                    max_frame_bytes: 65536,
+                    max_attachment_bytes: 0,
+                },
+                r#"{"type":"ready","version":"1","max_frame_bytes":65536,"max_attachment_bytes":0}"#,
             ),
             (
                 ServerFrame::Delta {
@@ -337,8 +459,21 @@ mod tests {
                     id: "call_1".into(),
                     name: "n".into(),
                     status: "started",
+                    detail: "{}".into(),
+                    elapsed_ms: None,
                 },
-                r#"{"type":"tool","chat_id":"c","id":"call_1","name":"n","status":"started"}"#,
+                r#"{"type":"tool","chat_id":"c","id":"call_1","name":"n","status":"started","detail":"{}"}"#,
+            ),
+            (
+                ServerFrame::Tool {
+                    chat_id: "c".into(),
+                    id: "call_1".into(),
+                    name: "n".into(),
+                    status: "finished",
+                    detail: "ok".into(),
+                    elapsed_ms: Some(12),
+                },
+                r#"{"type":"tool","chat_id":"c","id":"call_1","name":"n","status":"finished","detail":"ok","elapsed_ms":12}"#,
             ),
             (
                 ServerFrame::Done {

@@ -36,7 +36,7 @@ proptest! {
         let valid = valid_chat_id(&chat_id) && !content.trim().is_empty();
         prop_assert_eq!(parsed.is_ok(), valid, "{:?}", parsed);
         if let Ok(frame) = parsed {
-            prop_assert_eq!(frame, ClientFrame::Message { chat_id, content, id: None });
+            prop_assert_eq!(frame, ClientFrame::Message { chat_id, content, id: None, attachments: Vec::new() });
         }
     }
 

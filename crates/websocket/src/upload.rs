@@ -1,0 +1,179 @@
+//! `POST /upload`: a file a web client attaches to its next message, saved under the
+//! workspace's `media/websocket/` by the same code that saves Telegram's and Discord's
+//! files, within `max_attachment_bytes` and a time limit. The answer names the saved file;
+//! the message frame names it back (`attachments`), and the server checks it is one of its
+//! uploads before the agent sees it. Nothing is kept in memory between the two.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::TryStreamExt;
+use serde::Deserialize;
+use switchboard_adapter::media::{self, Incoming};
+use switchboard_core::Attachment;
+
+use crate::channel::{CHANNEL_NAME, Shared};
+use crate::protocol::AttachmentRef;
+
+/// How long one upload may take.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// The config key of the size cap (named when it is hit).
+const CAP_KEY: &str = "channels.websocket.max_attachment_bytes";
+
+#[derive(Deserialize)]
+pub(crate) struct UploadQuery {
+    chat_id: String,
+    name: String,
+    token: Option<String>,
+}
+
+/// Distinguishes uploads of the same name in the same millisecond.
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) async fn upload(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    Query(query): Query<UploadQuery>,
+    body: Body,
+) -> Response {
+    if let Err(reason) = shared.config.auth.check(&headers, query.token.as_deref()) {
+        return (StatusCode::UNAUTHORIZED, reason).into_response();
+    }
+    let max_bytes = shared.config.max_attachment_bytes;
+    let Some(workspace) = shared.config.workspace.as_deref().filter(|_| max_bytes > 0) else {
+        return (
+            StatusCode::FORBIDDEN,
+            format!("uploads are off ({CAP_KEY} = 0)"),
+        )
+            .into_response();
+    };
+    if let Err(problem) = crate::protocol::check_chat_id(&query.chat_id) {
+        return (StatusCode::BAD_REQUEST, problem).into_response();
+    }
+    if query.name.is_empty() || query.name.len() > 255 {
+        return (StatusCode::BAD_REQUEST, "`name` must be 1 to 255 bytes").into_response();
+    }
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mime = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && *v != "application/octet-stream")
+        .map(str::to_owned)
+        .or_else(|| {
+            mime_guess::from_path(&query.name)
+                .first()
+                .map(|m| m.to_string())
+        });
+    let stamp = format!(
+        "{}{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis()),
+        NEXT.fetch_add(1, Ordering::Relaxed) % 1000
+    );
+    let incoming = Incoming {
+        channel: CHANNEL_NAME,
+        chat: &query.chat_id,
+        message: &stamp,
+        name: &query.name,
+        mime: mime.as_deref(),
+        max_bytes,
+        cap_key: CAP_KEY,
+    };
+    if announced.is_some_and(|bytes| bytes > max_bytes) {
+        return too_large(&incoming);
+    }
+    let chunks = body.into_data_stream().map_err(|err| err.to_string());
+    let saved = tokio::time::timeout(UPLOAD_TIMEOUT, media::save(workspace, incoming, chunks))
+        .await
+        .unwrap_or_else(|_| Err(format!("the upload took longer than {UPLOAD_TIMEOUT:?}")));
+    match saved {
+        Ok(attachment) => {
+            let file = Path::new(&attachment.path)
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Json(serde_json::json!({
+                "file": file,
+                "name": query.name,
+                "mime": attachment.mime,
+                "bytes": attachment.bytes,
+            }))
+            .into_response()
+        }
+        Err(why) if why == incoming.too_large() => too_large(&incoming),
+        Err(why) => {
+            tracing::warn!(error = %why, "an upload failed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the file was not saved: {why}"),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn too_large(incoming: &Incoming<'_>) -> Response {
+    (
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the file was not saved: {}", incoming.too_large()),
+    )
+        .into_response()
+}
+
+/// The attachment a message frame names: a file `POST /upload` saved for this chat.
+pub(crate) async fn resolve(
+    workspace: Option<&Path>,
+    chat_id: &str,
+    reference: &AttachmentRef,
+) -> Result<Attachment, String> {
+    let unknown = || {
+        format!(
+            "the attachment `{}` is not an upload of this chat; attach the file again",
+            reference.file
+        )
+    };
+    let Some(workspace) = workspace else {
+        return Err("uploads are off on this server".into());
+    };
+    let file = reference.file.as_str();
+    let expected = format!("{}-", media::safe(chat_id));
+    if file.is_empty()
+        || file.starts_with('.')
+        || file.contains(['/', '\\'])
+        || !file.starts_with(&expected)
+    {
+        return Err(unknown());
+    }
+    let relative = PathBuf::from("media").join(CHANNEL_NAME).join(file);
+    let meta = tokio::fs::symlink_metadata(workspace.join(&relative))
+        .await
+        .map_err(|_| unknown())?;
+    if !meta.is_file() {
+        return Err(unknown());
+    }
+    let name = reference
+        .name
+        .clone()
+        .filter(|name| !name.is_empty() && name.len() <= 255)
+        .unwrap_or_else(|| file.to_owned());
+    Ok(Attachment {
+        mime: mime_guess::from_path(&name)
+            .first()
+            .or_else(|| mime_guess::from_path(file).first())
+            .map(|m| m.to_string()),
+        name,
+        path: relative.to_string_lossy().into_owned(),
+        bytes: meta.len(),
+    })
+}
