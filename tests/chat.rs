@@ -115,8 +115,31 @@ async fn the_web_chat_page_and_health_are_served() {
     let page = http_get(daemon.addr(), "/").await;
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
     assert!(
-        page.contains("new WebSocket"),
+        page.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "no inline script may run: {page}"
+    );
+    let script = http_get(daemon.addr(), "/assets/app.js").await;
+    assert!(script.starts_with("HTTP/1.1 200"), "{script}");
+    assert!(
+        script.contains("new WebSocket"),
         "the page speaks the protocol"
+    );
+    for asset in [
+        "/assets/app.css",
+        "/assets/vendor/marked.umd.js",
+        "/assets/vendor/purify.min.js",
+    ] {
+        assert!(
+            http_get(daemon.addr(), asset)
+                .await
+                .starts_with("HTTP/1.1 200"),
+            "{asset}"
+        );
+    }
+    assert!(
+        http_get(daemon.addr(), "/assets/../Cargo.toml")
+            .await
+            .starts_with("HTTP/1.1 404")
     );
     let health = http_get(daemon.addr(), "/healthz").await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");

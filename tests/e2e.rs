@@ -3,6 +3,8 @@
 //! WebSocket clients the way a user's client would, over real sockets. Nothing here
 //! reaches the internet.
 
+/// Headless Chromium over the DevTools protocol, for the web page tests.
+mod browser;
 /// Helpers: the test daemon, the WebSocket client, history invariants.
 mod util;
 

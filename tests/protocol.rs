@@ -136,6 +136,36 @@ async fn history_shows_a_chat_again_after_a_reconnect() {
     h.daemon.shutdown().await;
 }
 
+/// A message with an id is confirmed with a `handled` frame once it is answered; sent again
+/// (a page that lost its socket before it saw the confirmation), it is confirmed again and
+/// not answered twice.
+#[tokio::test]
+async fn a_message_with_an_id_is_confirmed_and_a_resend_is_not_answered_again() {
+    let mut h = Harness::start("").await;
+    let frame = json!({"type": "message", "chat_id": "c", "id": "m-1", "content": "once"});
+    h.client.send_json(frame.clone()).await;
+    assert_eq!(h.client.turn("c").await.reply(), "echo: once");
+    let handled = h.client.wait_for("handled").await;
+    assert_eq!(
+        handled,
+        json!({"type": "handled", "chat_id": "c", "id": "m-1", "fate": "handled"})
+    );
+
+    let mut again = WsClient::connect(h.daemon.addr()).await;
+    again.send_json(frame).await;
+    let handled = again.wait_for("handled").await;
+    assert_eq!(handled["fate"], "handled");
+    again.send("c", "next").await;
+    let turn = again.turn("c").await;
+    assert_eq!(
+        turn.reply(),
+        "echo: next",
+        "the resend was not answered again"
+    );
+    assert_eq!(h.llm.requests().len(), 2);
+    h.daemon.shutdown().await;
+}
+
 /// The page's list of conversations is kept by the server: what one socket adds, renames or
 /// deletes reaches every socket watching the list and is still there after a restart; a
 /// deleted conversation's session starts anew.

@@ -217,6 +217,7 @@ impl WebSocketChannel {
             .route("/ws", get(upgrade))
             .route("/upload", post(upload::upload))
             .route("/", get(page::chat_page))
+            .route("/assets/{*path}", get(page::asset))
             .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
             .layer(axum::middleware::from_fn_with_state(
                 self.shared.clone(),
@@ -306,7 +307,7 @@ impl Channel for WebSocketChannel {
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let chat = message.chat_id.clone();
         self.shared.live.note(&chat, &message.kind);
-        let frame: Utf8Bytes = ServerFrame::from_outbound(message).to_json().into();
+        let frame: Utf8Bytes = ServerFrame::outbound_json(message).into();
         let subscribers = match self.shared.subscribers.get(&chat) {
             Some(subscribers) => subscribers,
             None => {

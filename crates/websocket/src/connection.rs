@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures::SinkExt;
 use futures::stream::{SplitSink, SplitStream, StreamExt};
-use switchboard_core::{ChatId, CoreError, InboundMessage, MessageId, SenderId};
+use switchboard_core::{Ack, ChatId, CoreError, Fate, InboundMessage, MessageId, SenderId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -251,8 +251,11 @@ async fn handle(
                 SenderId::from(format!("ws:{}", subscriber.conn)),
                 content,
             );
-            inbound.id = id.map(MessageId::from);
             inbound.attachments = files;
+            if let Some(id) = id {
+                inbound.ack = Some(handled_frame(subscriber, &chat_id, &id));
+                inbound.id = Some(MessageId::from(id));
+            }
             if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
                 let frame = ServerFrame::Error {
                     chat_id: Some(chat_id),
@@ -315,6 +318,22 @@ async fn handle(
             let _ = shared.hub.publish_inbound(new).await;
         }
     }
+}
+
+/// Tells this socket what became of its message `id` (a `handled` frame), so a page keeps
+/// what it typed until it was taken — and sends it again after a reconnect when it was not.
+fn handled_frame(subscriber: &Subscriber, chat_id: &str, id: &str) -> Ack {
+    let tx = subscriber.tx.clone();
+    let (chat_id, id) = (chat_id.to_owned(), id.to_owned());
+    Ack::new(move |fate| {
+        let fate = match fate {
+            Fate::Handled => "handled",
+            Fate::Dropped => "dropped",
+            Fate::Unprocessed => "unprocessed",
+        };
+        let frame = ServerFrame::Handled { chat_id, id, fate };
+        let _ = tx.try_send(Box::new(frame.to_json().into()));
+    })
 }
 
 /// Queues a frame for this socket only.

@@ -1,21 +1,85 @@
-//! The web chat page served at `GET /`, embedded in the binary.
+//! The web chat page, served at `GET /` with its assets under `GET /assets/…`, all embedded
+//! in the binary (nothing is fetched at run time; see `assets/vendor/README.md` for the
+//! vendored renderer and sanitiser). The page's Content-Security-Policy allows scripts and
+//! styles from this server only — no inline script, no inline event handler, no remote
+//! image (a reply cannot leak the conversation through an image address) — so HTML that got
+//! past the sanitiser still could not run.
 
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::extract::Path;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 
-const CHAT_HTML: &str = include_str!("chat.html");
-
-pub(crate) async fn chat_page() -> impl IntoResponse {
+/// The page and its assets: path under `/assets/`, content type, bytes.
+const ASSETS: [(&str, &str, &str); 4] = [
     (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                 connect-src 'self' ws: wss:",
-            ),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        CHAT_HTML,
-    )
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/app.js"),
+    ),
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_str!("../assets/app.css"),
+    ),
+    (
+        "vendor/marked.umd.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/vendor/marked.umd.js"),
+    ),
+    (
+        "vendor/purify.min.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../assets/vendor/purify.min.js"),
+    ),
+];
+
+const INDEX: &str = include_str!("../assets/index.html");
+
+/// The policy of every page and asset.
+pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+     frame-ancestors 'none'";
+
+/// The assets change only with the binary: the version tags them.
+const ETAG: &str = concat!("\"", env!("CARGO_PKG_VERSION"), "\"");
+
+pub(crate) async fn chat_page() -> Response {
+    serve(INDEX, "text/html; charset=utf-8", None)
+}
+
+pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
+    match ASSETS.iter().find(|(name, _, _)| *name == path) {
+        Some((_, content_type, body)) => serve(body, content_type, Some(&headers)),
+        None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
+    }
+}
+
+/// The bytes of the page and its assets, for the page weight in docs/benchmarks.md.
+pub fn page_weight() -> usize {
+    INDEX.len() + ASSETS.iter().map(|(_, _, body)| body.len()).sum::<usize>()
+}
+
+fn serve(body: &'static str, content_type: &str, request: Option<&HeaderMap>) -> Response {
+    let fresh = request
+        .and_then(|headers| headers.get(header::IF_NONE_MATCH))
+        .is_some_and(|tag| tag.as_bytes() == ETAG.as_bytes());
+    let mut response = if fresh {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        body.into_response()
+    };
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, content_type),
+        (header::CONTENT_SECURITY_POLICY, CSP),
+        (header::CACHE_CONTROL, "no-cache"),
+        (header::ETAG, ETAG),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }

@@ -259,6 +259,18 @@ pub enum ServerFrame {
         #[serde(skip_serializing_if = "Option::is_none")]
         waiting: Option<Waiting>,
     },
+    /// What became of a message the client gave an `id`: `handled` (answered, or a repeat of
+    /// one that was), `dropped` (refused or dropped by `/stop`: sending it again will not
+    /// help) or `unprocessed` (the daemon stopped first: send it again, with the same id,
+    /// after reconnecting).
+    Handled {
+        /// The chat.
+        chat_id: String,
+        /// The message's id.
+        id: String,
+        /// `handled`, `dropped` or `unprocessed`.
+        fate: &'static str,
+    },
     /// The list of conversations, most recent first.
     Conversations {
         /// The conversations.
@@ -361,6 +373,26 @@ impl ServerFrame {
                 message,
             },
         }
+    }
+
+    /// The frame an outbound message becomes, as JSON text: with `reply_to`, the id of the
+    /// client message it answers, when it answers one that had an id (so a client with
+    /// several messages in flight in a chat knows which turn a frame belongs to).
+    pub fn outbound_json(message: OutboundMessage) -> String {
+        #[derive(Serialize)]
+        struct Sent<'a> {
+            #[serde(flatten)]
+            frame: &'a ServerFrame,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            reply_to: Option<&'a str>,
+        }
+        let reply_to = message.reply_to.clone();
+        let frame = Self::from_outbound(message);
+        let sent = Sent {
+            frame: &frame,
+            reply_to: reply_to.as_ref().map(|id| id.as_str()),
+        };
+        serde_json::to_string(&sent).unwrap_or_else(|_| frame.to_json())
     }
 
     /// The frame as JSON text.
@@ -525,5 +557,23 @@ mod tests {
         for (frame, json) in frames {
             assert_eq!(frame.to_json(), json);
         }
+    }
+
+    #[test]
+    fn a_frame_answering_a_message_with_an_id_names_it() {
+        let message = |reply_to: Option<&str>| OutboundMessage {
+            channel: "websocket".into(),
+            chat_id: "c".into(),
+            reply_to: reply_to.map(Into::into),
+            kind: OutboundKind::Delta("t".into()),
+        };
+        assert_eq!(
+            ServerFrame::outbound_json(message(Some("m-1"))),
+            r#"{"type":"delta","chat_id":"c","text":"t","reply_to":"m-1"}"#
+        );
+        assert_eq!(
+            ServerFrame::outbound_json(message(None)),
+            r#"{"type":"delta","chat_id":"c","text":"t"}"#
+        );
     }
 }

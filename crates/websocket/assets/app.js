@@ -1,0 +1,810 @@
+// switchboard's web chat. One WebSocket speaking docs/protocol.md; the list of conversations
+// is the server's (the same on every device with the token); Markdown is rendered by marked
+// and sanitised by DOMPurify (both vendored, see assets/vendor/README.md) — no HTML from the
+// model or a person ever runs, and the page's CSP allows no inline script besides. What is
+// typed is kept in an outbox (local storage) until the server says it was handled, and sent
+// again, with the same id, after a reconnect: nothing typed is lost.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const log = $("log"), input = $("input"), conn = $("conn"), hint = $("hint");
+const params = new URLSearchParams(location.search);
+const store = {
+  get: (key) => localStorage.getItem("switchboard." + key),
+  set: (key, value) => localStorage.setItem("switchboard." + key, value),
+};
+
+function randomId() {
+  const bytes = new Uint8Array(12);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+let token = params.get("token") || store.get("token");
+if (params.get("token")) {
+  // Kept, and taken out of the address bar (and so out of bookmarks and shared links).
+  store.set("token", params.get("token"));
+  params.delete("token");
+  history.replaceState(null, "", location.pathname + (params.size ? "?" + params : ""));
+}
+let chatId = params.get("chat") || store.get("chat_id") || "web-" + randomId();
+store.set("chat_id", chatId);
+
+let socket = null;
+let ready = false;
+let retryMs = 500;
+let limits = { max_frame_bytes: 65536, max_attachment_bytes: 0 };
+let conversations = [];
+/** Frames of the open chat before its history arrives are part of that history. */
+let awaitingHistory = true;
+/** The open chat's turns on screen, by the id of the message they answer ("" for none). */
+const turns = new Map();
+/** A turn the history said runs, until its first frame names it. */
+let placeholder = null;
+/** Messages typed and not yet handled by the server: {id, chat_id, content, attachments}. */
+let outbox = loadOutbox();
+/** Files attached to the message being written. */
+let attachments = [];
+const MAX_OUTBOX = 50;
+const MAX_ATTACHMENTS = 8;
+
+// ---- Markdown, safely -------------------------------------------------------------------
+
+const PURIFY = {
+  RETURN_DOM_FRAGMENT: true,
+  // No forms or embedded documents; no styles, classes or ids (a reply must not dress
+  // itself as one of this page's own controls, e.g. an approval).
+  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed", "svg", "math"],
+  FORBID_ATTR: ["style", "class", "id"],
+};
+if (window.DOMPurify) {
+  DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+    if (node.tagName === "A") {
+      node.setAttribute("target", "_blank");
+      node.setAttribute("rel", "noopener noreferrer");
+    }
+  });
+}
+
+/** The reply's Markdown as sanitised DOM (plain text if the renderer did not load). */
+function markdown(text) {
+  if (!window.marked || !window.DOMPurify) {
+    const plain = document.createElement("p");
+    plain.textContent = text;
+    return plain;
+  }
+  const html = marked.parse(text, { gfm: true, breaks: true, async: false });
+  const fragment = DOMPurify.sanitize(html, PURIFY);
+  for (const pre of fragment.querySelectorAll("pre")) {
+    const box = element("div", "code");
+    pre.replaceWith(box);
+    const copy = element("button", "copy", "Copy");
+    copy.type = "button";
+    copy.setAttribute("aria-label", "Copy the code");
+    copy.addEventListener("click", () => copyText(pre.textContent, copy));
+    box.append(pre, copy);
+  }
+  return fragment;
+}
+
+async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (_) {
+    // No clipboard API outside secure contexts: the old way.
+    const area = element("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  button.textContent = "Copied";
+  setTimeout(() => (button.textContent = "Copy"), 1500);
+}
+
+// ---- Small helpers ----------------------------------------------------------------------
+
+function element(tag, className, text) {
+  const el = document.createElement(tag);
+  if (className) el.className = className;
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+/** Runs `change`, then keeps the log scrolled to the bottom if it was there. */
+function stick(change) {
+  const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+  const result = change();
+  if (atBottom) log.scrollTop = log.scrollHeight;
+  return result;
+}
+
+function add(el) {
+  return stick(() => log.appendChild(el));
+}
+
+function size(bytes) {
+  if (bytes < 1024) return bytes + " bytes";
+  if (bytes < 1024 * 1024) return Math.round(bytes / 1024) + " KB";
+  return (bytes / 1024 / 1024).toFixed(1) + " MB";
+}
+
+function showHint(text) {
+  hint.textContent = text;
+}
+
+function setConn(state, text) {
+  conn.dataset.state = state;
+  conn.textContent = text;
+}
+
+function send(frame) {
+  if (socket && ready && socket.readyState === WebSocket.OPEN) {
+    socket.send(JSON.stringify(frame));
+    return true;
+  }
+  return false;
+}
+
+// ---- A turn on screen: its tool calls, its question, its answer --------------------------
+
+class Turn {
+  constructor(key, running) {
+    this.key = key;
+    this.text = "";
+    this.running = running;
+    this.calls = new Map();
+    this.el = element("div", "turn");
+    this.tools = element("div", "tools");
+    this.answer = element("div", "msg agent");
+    this.el.append(this.tools, this.answer);
+    this.status = null;
+    this.question = null;
+    this.typing = null;
+    this.drawing = 0;
+    if (running) this.showTyping();
+    add(this.el);
+  }
+
+  showTyping() {
+    if (!this.typing) {
+      this.typing = element("div", "typing", "Working");
+      this.typing.setAttribute("aria-label", "The agent is working");
+      this.el.append(this.typing);
+    }
+  }
+
+  hideTyping() {
+    if (this.typing) this.typing.remove();
+    this.typing = null;
+  }
+
+  /** The turn went on: a transient status goes, an open question was answered. */
+  moveOn() {
+    if (this.status) this.status.remove();
+    this.status = null;
+    if (this.question) {
+      this.question.classList.add("answered");
+      for (const button of this.question.querySelectorAll("button")) button.disabled = true;
+      this.question = null;
+    }
+  }
+
+  /** Draws the answer: at once when final, else at the next frame (many deltas, one draw). */
+  draw(final) {
+    if (final) {
+      cancelAnimationFrame(this.drawing);
+      this.drawing = 0;
+      stick(() => this.answer.replaceChildren(markdown(this.text)));
+      return;
+    }
+    if (!this.drawing) {
+      this.drawing = requestAnimationFrame(() => {
+        this.drawing = 0;
+        stick(() => this.answer.replaceChildren(markdown(this.text)));
+      });
+    }
+  }
+
+  tool(id, name, state, detail, elapsedMs) {
+    let call = this.calls.get(id);
+    if (!call) {
+      call = toolLine(name);
+      this.calls.set(id, call);
+      stick(() => this.tools.append(call.el));
+    }
+    call.el.dataset.state = state;
+    call.state.textContent = state;
+    if (state === "started") {
+      call.args.textContent = detail;
+      call.argsFull.textContent = pretty(detail);
+      call.time.textContent = "running";
+    } else {
+      call.result.textContent = detail;
+      call.resultBox.hidden = false;
+      const took = elapsedMs === undefined ? "" : seconds(elapsedMs);
+      call.time.textContent = state === "failed" ? "failed" + (took ? " · " + took : "") : took;
+    }
+    return call;
+  }
+
+  setStatus(text) {
+    if (!this.status) {
+      this.status = element("div", "status");
+      this.el.insertBefore(this.status, this.answer);
+    }
+    this.status.textContent = text;
+  }
+
+  ask(text, kind) {
+    this.moveOn();
+    const card = element("div", "ask");
+    card.setAttribute("role", "group");
+    const label = kind === "approval" ? "Approval needed" : "The agent asks";
+    card.setAttribute("aria-label", label);
+    const question = element("div", "q");
+    question.append(markdown(text));
+    card.append(element("strong", "kind", label), question);
+    const buttons = element("div", "buttons");
+    if (kind === "approval") {
+      const approve = element("button", "primary", "Approve");
+      const deny = element("button", "danger", "Deny");
+      approve.type = deny.type = "button";
+      approve.addEventListener("click", () => answer("/approve", card));
+      deny.addEventListener("click", () => answer("/deny", card));
+      buttons.append(approve, deny);
+    } else {
+      buttons.append(element("span", "", "Type your answer below."));
+      input.focus();
+    }
+    card.append(buttons);
+    this.question = card;
+    stick(() => this.el.insertBefore(card, this.answer));
+  }
+
+  fail(message) {
+    stick(() => this.el.insertBefore(element("div", "error", message), this.answer));
+  }
+
+  end() {
+    this.running = false;
+    this.hideTyping();
+    this.moveOn();
+    this.draw(true);
+  }
+}
+
+function toolLine(name) {
+  const el = element("details", "tool");
+  const summary = element("summary");
+  const dot = element("span", "dot");
+  const state = element("span", "sr-only");
+  state.hidden = true;
+  const args = element("span", "args");
+  const time = element("span", "time");
+  summary.append(dot, element("span", "name", name), args, time, state);
+  const argsFull = element("pre");
+  const result = element("pre");
+  const resultBox = element("div");
+  resultBox.append(element("div", "", "Result"), result);
+  resultBox.hidden = true;
+  const argsBox = element("div");
+  argsBox.append(element("div", "", "Arguments"), argsFull);
+  el.append(summary, argsBox, resultBox);
+  return { el, args, argsFull, result, resultBox, time, state };
+}
+
+function pretty(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch (_) {
+    return text;
+  }
+}
+
+function seconds(ms) {
+  return ms < 1000 ? ms + " ms" : (ms / 1000).toFixed(1) + " s";
+}
+
+/** Approve / Deny: sent at once (never kept for later: it answers this question only). */
+function answer(command, card) {
+  if (!send({ type: "message", chat_id: chatId, id: "m-" + randomId(), content: command })) {
+    showHint("Not connected: the answer was not sent. Try again once connected.");
+    return;
+  }
+  for (const button of card.querySelectorAll("button")) button.disabled = true;
+  card.classList.add("answered");
+  card.append(element("div", "status", command === "/approve" ? "Approved." : "Denied."));
+}
+
+// ---- Frames -----------------------------------------------------------------------------
+
+function onFrame(frame) {
+  switch (frame.type) {
+    case "ready":
+      ready = true;
+      limits = frame;
+      setConn("connected", "connected");
+      send({ type: "conversations" });
+      openChat(chatId, true);
+      for (const entry of outbox) deliver(entry);
+      return;
+    case "conversations":
+      conversations = frame.conversations;
+      renderList();
+      return;
+    case "handled":
+      return settle(frame);
+    case "history":
+      if (frame.chat_id === chatId) showHistory(frame);
+      return;
+    case "pong":
+      return;
+    case "error":
+      if (!frame.chat_id) return showHint(frame.message);
+      break;
+  }
+  if (frame.chat_id !== chatId || awaitingHistory) return;
+  const key = frame.reply_to || "";
+  if (frame.type === "post") return add(replyBubble(frame.content));
+  if (frame.type === "notice") return add(element("div", "notice", frame.text));
+  let turn = turns.get(key);
+  if (!turn) {
+    turn = placeholder || new Turn(key, frame.type === "started");
+    placeholder = null;
+    turn.key = key;
+    turns.set(key, turn);
+  }
+  switch (frame.type) {
+    case "started":
+      turn.running = true;
+      turn.showTyping();
+      break;
+    case "delta":
+      turn.moveOn();
+      turn.text += frame.text;
+      turn.draw(false);
+      break;
+    case "reset":
+      turn.text = "";
+      turn.draw(false);
+      break;
+    case "message":
+      turn.moveOn();
+      turn.text = frame.content;
+      turn.draw(true);
+      break;
+    case "tool":
+      turn.moveOn();
+      turn.tool(frame.id, frame.name, frame.status, frame.detail, frame.elapsed_ms);
+      break;
+    case "status":
+      if (frame.waiting_for) turn.ask(frame.text, frame.waiting_for);
+      else turn.setStatus(frame.text);
+      break;
+    case "error":
+      turn.moveOn();
+      turn.fail(frame.message);
+      break;
+    case "done":
+      turn.end(frame.end);
+      turns.delete(key);
+      break;
+  }
+  updateStop();
+}
+
+function replyBubble(text) {
+  const bubble = element("div", "msg agent");
+  bubble.append(markdown(text));
+  return bubble;
+}
+
+/** The open chat as the server has it: what was said, tool calls, the running turn. */
+function showHistory(frame) {
+  awaitingHistory = false;
+  turns.clear();
+  placeholder = null;
+  log.replaceChildren();
+  let turn = null;
+  for (const said of frame.messages) {
+    if (said.role === "user") {
+      turn = null;
+      log.append(userBubble({ content: said.content }));
+    } else if (said.role === "tool" && said.tool) {
+      turn = turn || new Turn(null, false);
+      const t = said.tool;
+      turn.tool(t.id, t.name, "started", t.arguments);
+      if (t.result !== null && t.result !== undefined) turn.tool(t.id, t.name, t.ok ? "finished" : "failed", t.result);
+    } else {
+      turn = turn || new Turn(null, false);
+      turn.text = said.content;
+      turn.draw(true);
+      turn = null;
+    }
+  }
+  if (frame.running) {
+    placeholder = new Turn(null, true);
+    if (frame.waiting) placeholder.ask(frame.waiting.text, frame.waiting.waiting_for);
+  }
+  // Typed here and not yet handled: shown as pending, unless the history holds it already.
+  const said = new Set(frame.messages.filter((m) => m.role === "user").slice(-20).map((m) => m.content));
+  for (const entry of outbox) {
+    if (entry.chat_id === chatId && !said.has(entry.content)) entry.el = log.appendChild(userBubble(entry));
+  }
+  log.scrollTop = log.scrollHeight;
+  updateStop();
+}
+
+function updateStop() {
+  const running = placeholder !== null || [...turns.values()].some((t) => t.running);
+  $("stop").hidden = !running;
+}
+
+// ---- Sending: the outbox ----------------------------------------------------------------
+
+function loadOutbox() {
+  try {
+    const kept = JSON.parse(store.get("outbox") || "[]");
+    return Array.isArray(kept) ? kept : [];
+  } catch (_) {
+    return [];
+  }
+}
+
+function saveOutbox() {
+  store.set("outbox", JSON.stringify(outbox.map(({ el, ...entry }) => entry)));
+}
+
+function frameOf(entry) {
+  const frame = { type: "message", chat_id: entry.chat_id, id: entry.id, content: entry.content };
+  if (entry.attachments && entry.attachments.length) frame.attachments = entry.attachments;
+  return frame;
+}
+
+function userBubble(entry) {
+  const bubble = element("div", "msg user", entry.content);
+  if (entry.attachments && entry.attachments.length) {
+    bubble.prepend(element("span", "files", "Attached: " + entry.attachments.map((a) => a.name).join(", ")));
+  }
+  return bubble;
+}
+
+/** Sends an outbox entry if connected; else it shows as waiting. */
+function deliver(entry) {
+  const sent = send(frameOf(entry));
+  if (entry.el) {
+    entry.el.classList.toggle("pending", !sent);
+    let state = entry.el.querySelector(".state");
+    if (!sent && !state) {
+      state = element("span", "state", "Not sent yet: it goes out when the connection is back.");
+      entry.el.append(state);
+    }
+    if (sent && state) state.remove();
+  }
+  return sent;
+}
+
+function settle(frame) {
+  const index = outbox.findIndex((entry) => entry.id === frame.id);
+  if (index < 0) return;
+  if (frame.fate === "unprocessed") {
+    // The daemon stopped first: sent again after the reconnect.
+    return;
+  }
+  outbox.splice(index, 1);
+  saveOutbox();
+}
+
+function submit() {
+  const text = input.value;
+  const files = attachments.filter((a) => a.state === "ready").map((a) => ({ file: a.file, name: a.name }));
+  if (!text.trim() && !files.length) return;
+  if (attachments.some((a) => a.state === "uploading")) {
+    showHint("Wait until the attachments are uploaded.");
+    return;
+  }
+  const entry = { id: "m-" + randomId(), chat_id: chatId, content: text, attachments: files };
+  const bytes = new TextEncoder().encode(JSON.stringify(frameOf(entry))).length;
+  if (bytes > limits.max_frame_bytes) {
+    showHint(
+      `This message is ${size(bytes)}; the server takes at most ${size(limits.max_frame_bytes)} ` +
+        "per message (channels.websocket.max_frame_bytes). Shorten it, or attach it as a file.",
+    );
+    return;
+  }
+  if (outbox.length >= MAX_OUTBOX) {
+    showHint(`${MAX_OUTBOX} messages are waiting to be sent already; wait for the connection.`);
+    return;
+  }
+  showHint("");
+  listConversation(text);
+  outbox.push(entry);
+  saveOutbox();
+  entry.el = add(userBubble(entry));
+  input.value = "";
+  autosize();
+  attachments = [];
+  renderChips();
+  deliver(entry);
+}
+
+function stopTurn() {
+  send({ type: "message", chat_id: chatId, id: "m-" + randomId(), content: "/stop" });
+}
+
+// ---- Conversations ----------------------------------------------------------------------
+
+function listConversation(text) {
+  const known = conversations.some((c) => c.chat_id === chatId);
+  const title = known ? undefined : text.trim().split("\n")[0].slice(0, 60) || "New chat";
+  send({ type: "conversation", chat_id: chatId, title });
+}
+
+function titleOf(id) {
+  const found = conversations.find((c) => c.chat_id === id);
+  return found ? found.title : "New chat";
+}
+
+function renderList() {
+  const list = $("list");
+  list.replaceChildren();
+  for (const conversation of conversations) {
+    const item = element("li");
+    item.setAttribute("aria-current", String(conversation.chat_id === chatId));
+    const open = element("button", "open", conversation.title);
+    open.type = "button";
+    open.title = conversation.title;
+    open.addEventListener("click", () => openChat(conversation.chat_id, false));
+    const rename = iconButton("i-edit", "Rename " + conversation.title, "act");
+    rename.addEventListener("click", () => startRename(item, conversation));
+    const remove = iconButton("i-trash", "Delete " + conversation.title, "act");
+    remove.addEventListener("click", () => {
+      if (!remove.classList.contains("confirm")) {
+        remove.classList.add("confirm");
+        remove.replaceChildren("Delete?");
+        return;
+      }
+      send({ type: "delete_conversation", chat_id: conversation.chat_id });
+      if (conversation.chat_id === chatId) newChat();
+    });
+    item.append(open, rename, remove);
+    list.append(item);
+  }
+  $("title").textContent = titleOf(chatId);
+}
+
+function iconButton(icon, label, className) {
+  const button = element("button", "icon-button " + (className || ""));
+  button.type = "button";
+  button.setAttribute("aria-label", label);
+  button.title = label;
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("class", "icon");
+  const use = document.createElementNS("http://www.w3.org/2000/svg", "use");
+  use.setAttribute("href", "#" + icon);
+  svg.append(use);
+  button.append(svg);
+  return button;
+}
+
+function startRename(item, conversation) {
+  const field = element("input");
+  field.value = conversation.title;
+  field.setAttribute("aria-label", "New title");
+  field.maxLength = 200;
+  item.replaceChildren(field);
+  field.focus();
+  field.select();
+  let done = false;
+  const finish = (save) => {
+    if (done) return;
+    done = true;
+    const title = field.value.trim();
+    if (save && title && title !== conversation.title) {
+      send({ type: "conversation", chat_id: conversation.chat_id, title });
+    }
+    renderList();
+  };
+  field.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") finish(true);
+    if (event.key === "Escape") finish(false);
+  });
+  field.addEventListener("blur", () => finish(true));
+}
+
+function openChat(id, reconnected) {
+  if (id !== chatId) {
+    send({ type: "unsubscribe", chat_id: chatId });
+    if (placeholder || [...turns.values()].some((t) => t.running)) {
+      showHint(`The answer in “${titleOf(chatId)}” goes on; it is there when you open it again.`);
+    }
+    attachments = [];
+    renderChips();
+  }
+  chatId = id;
+  store.set("chat_id", id);
+  turns.clear();
+  placeholder = null;
+  awaitingHistory = true;
+  if (!reconnected) log.replaceChildren();
+  renderList();
+  closeSidebar();
+  updateStop();
+  if (send({ type: "subscribe", chat_id: id })) {
+    send({ type: "history", chat_id: id });
+  } else {
+    for (const entry of outbox) if (entry.chat_id === id) entry.el = add(userBubble(entry));
+  }
+}
+
+function newChat() {
+  openChat("web-" + randomId(), false);
+  input.focus();
+}
+
+function closeSidebar() {
+  $("app").classList.remove("side-open");
+  $("backdrop").hidden = true;
+  $("menu").setAttribute("aria-expanded", "false");
+}
+
+// ---- Attachments ------------------------------------------------------------------------
+
+async function attach(files) {
+  if (!limits.max_attachment_bytes) {
+    showHint("This server takes no attachments (channels.websocket.max_attachment_bytes = 0).");
+    return;
+  }
+  for (const file of files) {
+    if (attachments.length >= MAX_ATTACHMENTS) {
+      showHint(`At most ${MAX_ATTACHMENTS} attachments per message.`);
+      break;
+    }
+    const name = file.name || "pasted." + (file.type.split("/")[1] || "bin");
+    if (file.size > limits.max_attachment_bytes) {
+      showHint(`${name} is ${size(file.size)}; the limit is ${size(limits.max_attachment_bytes)}.`);
+      continue;
+    }
+    const item = { name, bytes: file.size, state: "uploading" };
+    attachments.push(item);
+    renderChips();
+    try {
+      const url = `upload?chat_id=${encodeURIComponent(chatId)}&name=${encodeURIComponent(name)}`;
+      const headers = { "Content-Type": file.type || "application/octet-stream" };
+      if (token) headers.Authorization = "Bearer " + token;
+      const response = await fetch(url, { method: "POST", body: file, headers });
+      if (!response.ok) throw new Error(await response.text());
+      item.file = (await response.json()).file;
+      item.state = "ready";
+    } catch (err) {
+      item.state = "failed";
+      showHint(`${name} was not attached: ${err.message || err}`);
+    }
+    renderChips();
+  }
+}
+
+function renderChips() {
+  const box = $("files");
+  box.replaceChildren();
+  for (const item of attachments) {
+    const chip = element("span", "chip " + item.state);
+    const label = item.state === "uploading" ? " (uploading…)" : item.state === "failed" ? " (failed)" : "";
+    chip.append(element("span", "", `${item.name} · ${size(item.bytes)}${label}`));
+    const remove = iconButton("i-x", "Remove " + item.name);
+    remove.addEventListener("click", () => {
+      attachments = attachments.filter((a) => a !== item);
+      renderChips();
+    });
+    chip.append(remove);
+    box.append(chip);
+  }
+}
+
+// ---- The connection ---------------------------------------------------------------------
+
+function connect() {
+  const url = new URL("ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  url.search = "";
+  ready = false;
+  setConn("connecting", "connecting…");
+  socket = token ? new WebSocket(url, ["bearer", token]) : new WebSocket(url);
+  socket.onopen = () => {
+    retryMs = 500;
+    $("auth").hidden = true;
+  };
+  socket.onmessage = (event) => {
+    let frame;
+    try {
+      frame = JSON.parse(event.data);
+    } catch (_) {
+      return;
+    }
+    onFrame(frame);
+  };
+  socket.onclose = async () => {
+    ready = false;
+    // A socket cannot tell why it was refused; a plain GET of /ws can: 401 means the token
+    // is missing or wrong, and retrying will not help.
+    try {
+      const answer = await fetch("ws", { headers: token ? { Authorization: "Bearer " + token } : {} });
+      if (answer.status === 401) {
+        askForToken(token ? "The token was refused; enter the right one:" : "This switchboard needs a token:");
+        return;
+      }
+    } catch (_) {
+      /* the server is down: retry below */
+    }
+    setConn("offline", "offline — retrying");
+    setTimeout(connect, retryMs);
+    retryMs = Math.min(retryMs * 2, 10000);
+  };
+}
+
+function askForToken(why) {
+  setConn("refused", "not connected");
+  $("auth-label").textContent = why;
+  $("auth").hidden = false;
+  $("token").focus();
+}
+
+setInterval(() => send({ type: "ping" }), 25000);
+
+// ---- Controls ---------------------------------------------------------------------------
+
+function autosize() {
+  input.style.height = "auto";
+  input.style.height = Math.min(input.scrollHeight, 192) + "px";
+}
+
+$("auth").addEventListener("submit", (event) => {
+  event.preventDefault();
+  token = $("token").value.trim();
+  store.set("token", token);
+  $("auth").hidden = true;
+  connect();
+});
+$("form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  submit();
+});
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    submit();
+  }
+});
+input.addEventListener("input", autosize);
+input.addEventListener("paste", (event) => {
+  const files = [...(event.clipboardData ? event.clipboardData.files : [])];
+  if (files.length) {
+    event.preventDefault();
+    attach(files);
+  }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape") return;
+  if ($("app").classList.contains("side-open")) return closeSidebar();
+  if (!$("stop").hidden) stopTurn();
+});
+$("stop").addEventListener("click", stopTurn);
+$("new").addEventListener("click", newChat);
+$("new-top").addEventListener("click", newChat);
+$("attach").addEventListener("click", () => $("file").click());
+$("file").addEventListener("change", () => {
+  attach([...$("file").files]);
+  $("file").value = "";
+});
+$("menu").addEventListener("click", () => {
+  $("app").classList.add("side-open");
+  $("backdrop").hidden = false;
+  $("menu").setAttribute("aria-expanded", "true");
+});
+$("backdrop").addEventListener("click", closeSidebar);
+
+renderList();
+connect();
+input.focus();
