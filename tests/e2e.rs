@@ -10,6 +10,8 @@ mod util;
 
 /// The agent loop: both providers, a provider switch, failover, the token budget,
 /// verification, cut / malformed / empty responses.
+/// The control panel: its own token, masked secrets, sessions, reload, pairing in Chromium.
+mod admin;
 mod agent_loop;
 /// Several agents: bindings, each agent's persona, workspace, sessions and tools.
 mod agents;

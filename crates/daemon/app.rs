@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -25,6 +25,7 @@ use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
 use switchboard_websocket::{HistorySource, Said, SaidTool, WebSocketChannel};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -71,6 +72,10 @@ pub struct Running {
     mcp: crate::mcp_servers::Mcp,
     /// What the models cost and the caps (a reload changes them).
     spending: Arc<switchboard_agent::usage::Spending>,
+    /// Reloads the control panel asks for (taken by `switchboard run`'s loop).
+    reloads: Option<mpsc::Receiver<crate::admin::ReloadRequest>>,
+    /// The config text the control panel shows, kept equal to `config_text`.
+    shown_config: Arc<Mutex<String>>,
 }
 
 /// Starts the daemon. `tools` are the tools offered to the model.
@@ -178,10 +183,11 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
 
     let state_dir = config.path(&config.agent.state_dir);
     let workspace = config.path(&config.agent.workspace);
+    let pairing = Arc::new(Pairing::open(&state_dir));
     let mut platforms = Platforms::new(platforms::Parts {
         hub: hub.clone(),
         health: health.clone(),
-        pairing: Arc::new(Pairing::open(&state_dir)),
+        pairing: pairing.clone(),
         state_dir,
         workspace,
         intake: shutdown.intake().clone(),
@@ -239,6 +245,23 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         mcp.apply(&config).await?;
         mcp
     };
+    // The control panel, when it has a token.
+    let (reload_requests, reloads) = mpsc::channel(4);
+    let shown_config = Arc::new(Mutex::new(config.source.text.clone()));
+    if let Some(token) = config.admin_access()? {
+        let admin = crate::admin::Admin {
+            auth: switchboard_websocket::WsAuth::Token(token),
+            health: health.clone(),
+            agents: agents.clone(),
+            hub: hub.clone(),
+            pairing,
+            jobs: scheduler.as_ref().map(|scheduler| scheduler.jobs().clone()),
+            path: config.source.path.clone(),
+            config_text: shown_config.clone(),
+            reloads: reload_requests,
+        };
+        router = router.merge(admin.router());
+    }
     // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
     // for the next start.
     if let Some(scheduler) = scheduler {
@@ -293,6 +316,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         #[cfg(feature = "mcp")]
         mcp,
         spending,
+        reloads: Some(reloads),
+        shown_config,
     })
 }
 
@@ -360,7 +385,7 @@ impl HistorySource for SessionHistory {
 /// What a page shows of a conversation: what was said, each tool call with the start of
 /// its result, and the replies (text written beside tool calls left out: the reply that
 /// followed replaced it) — the newest [`MAX_HISTORY_BYTES`] of it.
-fn said_of(messages: Vec<ChatMessage>) -> Vec<Said> {
+pub(crate) fn said_of(messages: Vec<ChatMessage>) -> Vec<Said> {
     let mut said: Vec<Said> = Vec::new();
     let mut calls: HashMap<String, usize> = HashMap::new();
     for message in messages {
@@ -451,7 +476,20 @@ impl Running {
             mcp: &mut self.mcp,
             spending: &self.spending,
         };
-        crate::reload::reload(path, &mut self.config_text, live).await
+        let reloaded = crate::reload::reload(path, &mut self.config_text, live).await;
+        self.config_text.clone_into(
+            &mut self
+                .shown_config
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        reloaded
+    }
+
+    /// The reloads the control panel asks for, to be served by whoever owns this daemon's
+    /// loop (once: later calls get `None`).
+    pub fn reload_requests(&mut self) -> Option<mpsc::Receiver<crate::admin::ReloadRequest>> {
+        self.reloads.take()
     }
 
     /// The `/healthz` state (tests look at it without HTTP).
@@ -510,10 +548,22 @@ pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode>
     let watchdog = CancellationToken::new();
     notify::spawn_watchdog(watchdog.clone());
 
-    while signals.next().await == Signal::Reload {
+    // SIGHUP, or the control panel's "reload" (answered with what it did).
+    let mut panel = running.reload_requests();
+    loop {
+        let answer = tokio::select! {
+            signal = signals.next() => match signal {
+                Signal::Reload => None,
+                Signal::Stop => break,
+            },
+            Some(answer) = async { panel.as_mut()?.recv().await } => Some(answer),
+        };
         notify::reloading();
-        running.reload(&path).await;
+        let reloaded = running.reload(&path).await;
         notify::ready();
+        if let Some(answer) = answer {
+            let _ = answer.send(reloaded);
+        }
     }
     notify::stopping();
     let turns = running.shutdown.clone();

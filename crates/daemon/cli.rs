@@ -179,6 +179,12 @@ pub enum PairingAction {
         /// The code the sender was given, e.g. K7QX-9M2P.
         code: String,
     },
+    /// Turn a code down: it is forgotten; the sender is not approved (a later message of
+    /// theirs gets a new code).
+    Deny {
+        /// The code the sender was given.
+        code: String,
+    },
     /// Revoke an approved sender: `12345`, or `telegram:12345` for one channel.
     Revoke {
         /// The sender's id, as `pairing list` shows it.

@@ -95,6 +95,9 @@ pub struct HttpSection {
     /// The bearer token `/metrics` asks for; without one it asks for the WebSocket's token
     /// (`auth = "token"`), or only a loopback Host (`auth = "none"`).
     pub metrics_token: Option<Spanned<String>>,
+    /// The bearer token of the control panel (`/admin`); no panel without one. Never the
+    /// chat's token.
+    pub admin_token: Option<Spanned<String>>,
 }
 
 impl Default for HttpSection {
@@ -109,6 +112,7 @@ impl Default for HttpSection {
             allowed_hosts: Vec::new(),
             metrics: true,
             metrics_token: None,
+            admin_token: None,
         }
     }
 }
@@ -344,6 +348,34 @@ impl Config {
             return Ok(WsAuth::Token(token));
         }
         Ok(WsAuth::None)
+    }
+
+    /// The control panel's token (`http.admin_token`), resolved and checked; `None`: no
+    /// panel. The chat's token is refused: whoever may chat may not thereby run the daemon.
+    pub fn admin_access(&self) -> Result<Option<String>, ConfigError> {
+        let Some(token) = &self.http.admin_token else {
+            return Ok(None);
+        };
+        let at = |why: String| {
+            self.source
+                .error_at(Some(token.span()), "http.admin_token".into(), why)
+        };
+        let value = switchboard_core::expand_env(token.get_ref())
+            .map_err(|unresolved| unresolved.to_string())
+            .and_then(|value| switchboard_websocket::check_token(&value).map(|()| value))
+            .map_err(at)?;
+        let websocket = &self.channels.websocket;
+        if websocket.enabled
+            && *websocket.auth.get_ref() == switchboard_websocket::AuthMode::Token
+            && websocket.token().is_ok_and(|chat| chat == value)
+        {
+            return Err(at(
+                "the control panel's token must not be the chat's (channels.websocket.token): \
+                 whoever may chat could then run the daemon; make another"
+                    .into(),
+            ));
+        }
+        Ok(Some(value))
     }
 
     /// Whether the value at dotted `key` is used: not under a disabled channel's section,

@@ -47,7 +47,74 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
 /// Keys whose values are secrets: their `${…}` references are resolved where they are used
 /// (an unresolvable LLM key is reported per message, not as a config error), so they are
 /// left as written here.
-const SECRET_KEYS: &[&str] = &["api_key", "token", "webhook_secret", "metrics_token"];
+const SECRET_KEYS: &[&str] = &[
+    "api_key",
+    "token",
+    "webhook_secret",
+    "metrics_token",
+    "admin_token",
+];
+
+/// Config `text` with every secret written in it replaced by `"********"`: the values of the
+/// secret keys, of keys that look like one (`…token`, `…secret`, `…password`, `…key`), and
+/// of `env` and `headers` tables (an MCP server's). A `${NAME}` reference only names where
+/// the secret is, and is kept. Comments and layout are kept. Text that does not parse is
+/// not shown at all.
+pub(crate) fn masked(text: &str) -> String {
+    use toml::de::DeValue;
+    fn secret_name(key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        SECRET_KEYS.contains(&key.as_str())
+            || ["token", "secret", "password", "key"]
+                .iter()
+                .any(|word| key.ends_with(word))
+    }
+    fn walk(
+        value: &toml::Spanned<DeValue<'_>>,
+        secret: bool,
+        out: &mut Vec<std::ops::Range<usize>>,
+    ) {
+        match value.get_ref() {
+            DeValue::String(text) if secret => {
+                let reference_only = text.starts_with("${")
+                    && text.ends_with('}')
+                    && text.matches("${").count() == 1;
+                if !reference_only {
+                    out.push(value.span());
+                }
+            }
+            DeValue::Table(table) => {
+                for (key, item) in table.iter() {
+                    let name = key.get_ref();
+                    let hidden =
+                        secret || secret_name(name) || *name == "env" || *name == "headers";
+                    walk(item, hidden, out);
+                }
+            }
+            DeValue::Array(items) => {
+                for item in items {
+                    walk(item, secret, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let Ok(table) = toml::de::DeTable::parse(text) else {
+        return "(the config does not parse; `switchboard doctor` names the problem)".into();
+    };
+    let mut spans = Vec::new();
+    for (key, value) in table.get_ref().iter() {
+        walk(value, secret_name(key.get_ref()), &mut spans);
+    }
+    spans.sort_by_key(|span| std::cmp::Reverse(span.start));
+    let mut masked = text.to_owned();
+    for span in spans {
+        if masked.is_char_boundary(span.start) && masked.is_char_boundary(span.end) {
+            masked.replace_range(span, "\"********\"");
+        }
+    }
+    masked
+}
 
 /// The environment variables the secret keys of config `text` refer to (`${NAME}`, not
 /// credentials), wherever they are; none if the text does not parse (its errors are
@@ -176,6 +243,27 @@ mod tests {
             err.message.contains("write an IP address and port"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn secrets_written_in_the_config_are_masked_and_references_kept() {
+        let text = "# keep this comment\n[llm]\nbase_url = \"http://x\"\napi_key = \"sk-live-123\"\n\
+                    [channels.telegram]\ntoken = \"${TELEGRAM_TOKEN}\"\n\
+                    [mcp.servers.gh]\ncommand = \"gh\"\nenv = { GITHUB_PAT = \"ghp_secret\" }\n\
+                    [http]\nadmin_token = 'admin-token-0123456789'\n";
+        let masked = masked(text);
+        for secret in ["sk-live-123", "ghp_secret", "admin-token-0123456789"] {
+            assert!(!masked.contains(secret), "{masked}");
+        }
+        for kept in [
+            "# keep this comment",
+            "${TELEGRAM_TOKEN}",
+            "http://x",
+            "command = \"gh\"",
+        ] {
+            assert!(masked.contains(kept), "{kept}: {masked}");
+        }
+        assert!(masked.contains("api_key = \"********\""), "{masked}");
     }
 
     #[test]

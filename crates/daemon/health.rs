@@ -226,67 +226,77 @@ async fn readyz(State(health): State<Health>) -> impl IntoResponse {
 }
 
 async fn healthz(State(health): State<Health>) -> impl IntoResponse {
-    let channels = health
-        .inner
-        .channels
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    let stopping = health
-        .inner
-        .stopping
-        .load(std::sync::atomic::Ordering::Relaxed);
-    let mut checks = serde_json::Map::new();
-    let mut checks_ok = true;
-    for (name, check) in health
-        .inner
-        .checks
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-    {
-        let value = match check() {
-            Ok(()) => json!({"state": "ok"}),
-            Err(mut problem) => {
-                checks_ok = false;
-                problem["state"] = json!("degraded");
-                problem
-            }
-        };
-        checks.insert((*name).to_owned(), value);
-    }
-    let healthy = !stopping
-        && checks_ok
-        && channels
-            .values()
-            .all(|state| matches!(state, ChannelState::Running { .. }));
-    let status = if stopping {
-        "stopping"
-    } else if healthy {
-        "ok"
-    } else {
-        "degraded"
-    };
+    let (healthy, body) = health.report();
     let code = if healthy {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    let mut body = json!({
-        "status": status,
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_secs": health.inner.started.elapsed().as_secs(),
-        "channels": channels,
-        "checks": checks,
-    });
-    for (name, read) in health
-        .inner
-        .gauges
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-    {
-        body[name.as_str()] = json!(read());
-    }
     (code, Json(body))
+}
+
+impl Health {
+    /// Whether the daemon is healthy, and the `/healthz` body saying why (also the control
+    /// panel's overview).
+    pub fn report(&self) -> (bool, serde_json::Value) {
+        let health = self;
+        let channels = health
+            .inner
+            .channels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let stopping = health
+            .inner
+            .stopping
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let mut checks = serde_json::Map::new();
+        let mut checks_ok = true;
+        for (name, check) in health
+            .inner
+            .checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let value = match check() {
+                Ok(()) => json!({"state": "ok"}),
+                Err(mut problem) => {
+                    checks_ok = false;
+                    problem["state"] = json!("degraded");
+                    problem
+                }
+            };
+            checks.insert((*name).to_owned(), value);
+        }
+        let healthy = !stopping
+            && checks_ok
+            && channels
+                .values()
+                .all(|state| matches!(state, ChannelState::Running { .. }));
+        let status = if stopping {
+            "stopping"
+        } else if healthy {
+            "ok"
+        } else {
+            "degraded"
+        };
+        let mut body = json!({
+            "status": status,
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_secs": health.inner.started.elapsed().as_secs(),
+            "channels": channels,
+            "checks": checks,
+        });
+        for (name, read) in health
+            .inner
+            .gauges
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            body[name.as_str()] = json!(read());
+        }
+        (healthy, body)
+    }
 }

@@ -27,6 +27,7 @@
 //! - `harden`: before anything runs: secrets out of the environment, not dumpable.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
+mod admin;
 pub mod agents;
 mod agents_config;
 pub mod app;

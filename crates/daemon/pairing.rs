@@ -59,6 +59,17 @@ pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<Exit
                 approved.name.as_deref().unwrap_or("")
             )?;
         }
+        PairingAction::Deny { code } => {
+            let denied = pairing.deny(code)?;
+            writeln!(
+                out,
+                "Denied {} ({}:{} {})",
+                denied.code,
+                denied.channel,
+                denied.sender,
+                denied.name.as_deref().unwrap_or("")
+            )?;
+        }
         PairingAction::Revoke { sender } => {
             for revoked in pairing.revoke(sender)? {
                 writeln!(out, "Revoked {}:{}", revoked.channel, revoked.sender)?;

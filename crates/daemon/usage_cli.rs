@@ -10,30 +10,102 @@ use switchboard_agent::usage::{FileUsageStore, Spent, UsageStore};
 use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};
 
+/// One line of the report: a day, an agent and a chat, its models summed.
+#[derive(Debug, serde::Serialize)]
+pub struct Line {
+    /// The day, in the caps' time zone.
+    pub day: jiff::civil::Date,
+    /// The agent.
+    pub agent: String,
+    /// The chat's session.
+    pub session: String,
+    /// What it spent.
+    pub spent: Spent,
+}
+
+/// The spending of the last days (today included), as `switchboard usage` prints it and the
+/// control panel shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct Report {
+    /// The first day.
+    pub from: jiff::civil::Date,
+    /// Today.
+    pub to: jiff::civil::Date,
+    /// The lines, newest day first, then by agent and chat.
+    pub lines: Vec<Line>,
+}
+
+impl Report {
+    /// The last `days` days' records of `config`'s state directory.
+    pub async fn read(config: &Config, days: u32) -> anyhow::Result<Self> {
+        let state_dir = config.path(&config.agent.state_dir);
+        let zone = config
+            .limits_zone()
+            .map(|name| switchboard_agent::scheduler::zone(&name))
+            .transpose()
+            .map_err(anyhow::Error::msg)?
+            .unwrap_or_else(|| jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC));
+        let today = jiff::Timestamp::now().to_zoned(zone).date();
+        let back = i64::from(days.clamp(1, 3660)) - 1;
+        let from = today
+            .checked_sub(jiff::Span::new().days(back))
+            .unwrap_or(today);
+        let mut records = FileUsageStore::new(&state_dir).spent(from, today).await?;
+        records.sort_by(|a, b| {
+            (b.key.day, &a.key.agent, &a.key.session).cmp(&(
+                a.key.day,
+                &b.key.agent,
+                &b.key.session,
+            ))
+        });
+        let mut lines: Vec<Line> = Vec::new();
+        for record in records {
+            match lines.last_mut() {
+                // A chat's models summed.
+                Some(line)
+                    if line.day == record.key.day
+                        && line.agent == record.key.agent
+                        && line.session == record.key.session =>
+                {
+                    line.spent += record.spent;
+                }
+                _ => lines.push(Line {
+                    day: record.key.day,
+                    agent: record.key.agent.clone(),
+                    session: record.key.session.clone(),
+                    spent: record.spent,
+                }),
+            }
+        }
+        Ok(Self {
+            from,
+            to: today,
+            lines,
+        })
+    }
+
+    /// Each day's total, newest first.
+    pub fn days(&self) -> Vec<(jiff::civil::Date, Spent)> {
+        let mut days: Vec<(jiff::civil::Date, Spent)> = Vec::new();
+        for line in &self.lines {
+            match days.last_mut() {
+                Some((day, total)) if *day == line.day => *total += line.spent,
+                _ => days.push((line.day, line.spent)),
+            }
+        }
+        days
+    }
+}
+
 /// Prints the last `days` days' spending (today included), a line per day, agent and chat,
 /// the day's total after each day, and the whole period's at the end.
 pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
     let config = Config::load_with(&path, Secrets::Skip)?;
-    let state_dir = config.path(&config.agent.state_dir);
-    let zone = config
-        .limits_zone()
-        .map(|name| switchboard_agent::scheduler::zone(&name))
-        .transpose()
-        .map_err(anyhow::Error::msg)?
-        .unwrap_or_else(|| jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC));
-    let today = jiff::Timestamp::now().to_zoned(zone).date();
-    let back = i64::from(days.clamp(1, 3660)) - 1;
-    let from = today
-        .checked_sub(jiff::Span::new().days(back))
-        .unwrap_or(today);
-    let store = FileUsageStore::new(&state_dir);
-    let mut records = store.spent(from, today).await?;
-    records.sort_by(|a, b| {
-        (b.key.day, &a.key.agent, &a.key.session).cmp(&(a.key.day, &b.key.agent, &b.key.session))
-    });
+    let report = Report::read(&config, days).await?;
+    let (from, today) = (report.from, report.to);
     let mut out = std::io::stdout().lock();
-    if records.is_empty() {
+    if report.lines.is_empty() {
         writeln!(out, "Nothing was spent from {from} to {today}.")?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -43,28 +115,14 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
         "day", "agent", "chat", "tokens in", "cached", "out", "usd"
     )?;
     let mut total = Spent::default();
-    let mut index = 0;
-    while index < records.len() {
-        let day = records[index].key.day;
-        let mut day_total = Spent::default();
-        while index < records.len() && records[index].key.day == day {
-            // One line per agent and chat: a chat's models summed.
-            let (agent, session) = (&records[index].key.agent, &records[index].key.session);
-            let mut line = Spent::default();
-            while index < records.len()
-                && records[index].key.day == day
-                && &records[index].key.agent == agent
-                && &records[index].key.session == session
-            {
-                line += records[index].spent;
-                index += 1;
-            }
+    for (day, day_total) in report.days() {
+        for line in report.lines.iter().filter(|line| line.day == day) {
+            let (agent, session, spent) = (&line.agent, &line.session, line.spent);
             writeln!(
                 out,
                 "{day:<10}  {agent:<12}  {session:<28}  {:>12}  {:>12}  {:>10}  {:>10.4}",
-                line.input, line.cached, line.output, line.usd
+                spent.input, spent.cached, spent.output, spent.usd
             )?;
-            day_total += line;
         }
         writeln!(
             out,

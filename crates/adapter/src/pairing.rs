@@ -280,6 +280,20 @@ impl Pairing {
         })
     }
 
+    /// Turns a waiting code down: it is forgotten (the sender is not approved; a later
+    /// message of theirs gets a new code, as a stranger's would).
+    pub fn deny(&self, code: &str) -> Result<PendingCode, PairingError> {
+        let wanted = normalize_code(code);
+        self.change(|file| {
+            let at = file
+                .pending
+                .iter()
+                .position(|p| normalize_code(&p.code) == wanted)
+                .ok_or_else(|| PairingError::UnknownCode(code.to_owned()))?;
+            Ok(file.pending.remove(at))
+        })
+    }
+
     /// Revokes an approved sender (`12345`, or `telegram:12345` for one channel only).
     pub fn revoke(&self, sender: &str) -> Result<Vec<Approved>, PairingError> {
         let (channel, id) = match sender.split_once(':') {
@@ -418,6 +432,27 @@ mod tests {
         assert!(allow.allows("999", Some("@ALICE")));
         assert!(!allow.allows("999", Some("bob")));
         assert!(!allow.allows("1234", None));
+    }
+
+    #[test]
+    fn a_denied_code_is_forgotten_and_its_sender_not_let_in() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pairing = Pairing::open(dir.path());
+        let allow = AllowList::default();
+        let now = SystemTime::now();
+        let code = code_of(&pairing.check("telegram", "7", None, &allow, now));
+        let denied = pairing.deny(&code).expect("denied");
+        assert_eq!(denied.sender, "7");
+        assert!(pairing.list().expect("list").pending.is_empty());
+        assert!(matches!(
+            pairing.approve(&code),
+            Err(PairingError::UnknownCode(_))
+        ));
+        assert!(!pairing.approved("telegram", "7"));
+        assert!(matches!(
+            pairing.deny("NOPE-NOPE"),
+            Err(PairingError::UnknownCode(_))
+        ));
     }
 
     #[test]

@@ -15,6 +15,27 @@ const LONG_PREFIX: usize = MAX_STEM - 1 - 64;
 /// than [`MAX_STEM`] becomes its first bytes, `~` and the SHA-256 of the whole key: a fixed
 /// length whatever the chat id. `~` never appears in an encoding, so a long key's name
 /// cannot be a short key's, and two long keys share a name only if SHA-256 collides.
+/// The key a file stem encodes; `None` for a long key's hashed stem (or one this code did
+/// not write).
+pub(crate) fn key_of(stem: &str) -> Option<SessionKey> {
+    if stem.contains('~') {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(stem.len());
+    let mut rest = stem.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok().map(SessionKey::from)
+}
+
 pub(crate) fn file_stem(key: &SessionKey) -> String {
     let mut stem = String::with_capacity(key.as_str().len());
     for byte in key.as_str().bytes() {

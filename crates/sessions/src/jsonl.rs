@@ -21,9 +21,9 @@ use switchboard_core::{ChatMessage, SessionKey};
 
 use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
-use crate::file_name::file_stem;
+use crate::file_name::{file_stem, key_of};
 use crate::record::{self, InboundRecord, Record};
-use crate::store::{Batch, Loaded, SessionStore, Snapshot, StoreHealth};
+use crate::store::{Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
 
 /// At most this many session files are kept open between appends (one per active session);
 /// past it, appends open and close the file each time.
@@ -228,6 +228,36 @@ impl SessionStore for JsonlStore {
 
     fn release(&self, key: &SessionKey) {
         self.forget(key);
+    }
+
+    fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    path: self.dir.clone(),
+                    source,
+                });
+            }
+        };
+        let mut sessions: Vec<SessionInfo> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                // Archives (`.jsonl.<millis>`) and temporary files are not sessions.
+                let stem = name.strip_suffix(".jsonl")?.to_owned();
+                let meta = entry.metadata().ok().filter(std::fs::Metadata::is_file)?;
+                Some(SessionInfo {
+                    key: key_of(&stem),
+                    name: stem,
+                    modified: meta.modified().unwrap_or(UNIX_EPOCH),
+                    bytes: meta.len(),
+                })
+            })
+            .collect();
+        sessions.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.name.cmp(&b.name)));
+        Ok(sessions)
     }
 
     fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {

@@ -341,3 +341,40 @@ fn keys_cannot_escape_the_directory() {
             .is_some_and(|n| n.to_string_lossy().contains("%2F"))
     );
 }
+
+#[test]
+fn sessions_are_listed_by_key_newest_first_without_archives() {
+    let (_dir, store) = store();
+    assert!(store.list().expect("empty").is_empty());
+    let odd = SessionKey::from("telegram_-100 42/é");
+    let long = SessionKey::from(format!("websocket_{}", "x".repeat(300)));
+    for key in [&SessionKey::from("websocket_a"), &odd, &long] {
+        store
+            .append(key, &Batch::messages(&[ChatMessage::user("hi")]))
+            .expect("append");
+    }
+    store
+        .archive(&SessionKey::from("websocket_a"))
+        .expect("archive");
+    store
+        .append(
+            &SessionKey::from("websocket_a"),
+            &Batch::messages(&[ChatMessage::user("again")]),
+        )
+        .expect("append");
+    let listed = store.list().expect("list");
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    assert!(listed.windows(2).all(|w| w[0].modified >= w[1].modified));
+    assert!(
+        listed
+            .iter()
+            .any(|s| s.key == Some(SessionKey::from("websocket_a")))
+    );
+    assert!(listed.iter().any(|s| s.key.as_ref() == Some(&odd)));
+    let hashed = listed
+        .iter()
+        .find(|s| s.key.is_none())
+        .expect("the long one");
+    assert!(hashed.name.contains('~'));
+    assert!(listed.iter().all(|s| s.bytes > 0));
+}

@@ -29,5 +29,5 @@ pub use error::StoreError;
 pub use jsonl::JsonlStore;
 pub use record::INBOUND_MEMORY;
 pub use session::Session;
-pub use store::{Batch, InboundState, Loaded, SessionStore, Snapshot, StoreHealth};
+pub use store::{Batch, InboundState, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
 pub use trim::{MISSING_RESULT, repair, trim};

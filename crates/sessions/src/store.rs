@@ -85,6 +85,20 @@ pub enum StoreHealth {
     },
 }
 
+/// A session on record, as [`SessionStore::list`] names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// Its key; `None` when the store keeps it under a name the key cannot be read back
+    /// from (a very long chat id, kept by a hash).
+    pub key: Option<SessionKey>,
+    /// The name it is kept under.
+    pub name: String,
+    /// When it was last written.
+    pub modified: std::time::SystemTime,
+    /// Its size on record, in bytes.
+    pub bytes: u64,
+}
+
 /// Durable storage of sessions. Calls are short blocking writes (an append is one
 /// `write` to the page cache), made from the session's own worker.
 pub trait SessionStore: Send + Sync + 'static {
@@ -113,6 +127,12 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Moves the session aside (for `/new`); the next load starts empty.
     fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
+
+    /// The sessions on record, most recently written first (for the operator's panel). A
+    /// store that cannot list says none.
+    fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        Ok(Vec::new())
+    }
 
     /// Whether writes are succeeding.
     fn health(&self) -> StoreHealth {

@@ -1,0 +1,117 @@
+//! The operator's control panel: `GET /admin` (a page, embedded like the chat's) and
+//! `/admin/api/…` (JSON), behind `[http] admin_token` — never the chat's token; no panel
+//! without one. Every API request carries the token as `Authorization: Bearer` (a header,
+//! not a cookie: another site cannot make the browser send it) and, from a browser, an
+//! Origin equal to its Host, the check the chat's socket makes.
+//!
+//! The panel shows and changes nothing of its own: each action is the code the CLI runs —
+//! [`Pairing`] for `switchboard pairing`, [`Jobs`] (as the operator) for `switchboard cron`,
+//! [`Report`] for `switchboard usage`, the store's transcript for history, `/new` through the
+//! chat's worker for a reset, and the daemon's reload (what SIGHUP runs) for "reload".
+
+mod api;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use switchboard_adapter::Pairing;
+use switchboard_agent::Agents;
+use switchboard_agent::scheduler::Jobs;
+use switchboard_core::ChatHub;
+use switchboard_websocket::WsAuth;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::health::Health;
+use crate::reload::Reloaded;
+
+/// A reload the panel asks the daemon's main loop for; the answer is what it did.
+pub type ReloadRequest = oneshot::Sender<Reloaded>;
+
+/// What the panel reads and acts on.
+pub(crate) struct Admin {
+    pub auth: WsAuth,
+    pub health: Health,
+    pub agents: Agents,
+    pub hub: ChatHub,
+    pub pairing: Arc<Pairing>,
+    /// `None` when the scheduler is off.
+    pub jobs: Option<Jobs>,
+    /// The config file.
+    pub path: PathBuf,
+    /// The text of the config in use (replaced when a reload is applied).
+    pub config_text: Arc<Mutex<String>>,
+    /// Where reloads are asked for; served by `switchboard run`'s loop.
+    pub reloads: mpsc::Sender<ReloadRequest>,
+}
+
+/// The page and its script and style.
+const PAGE: &str = include_str!("admin.html");
+const SCRIPT: &str = include_str!("admin.js");
+const STYLE: &str = include_str!("admin.css");
+
+impl Admin {
+    /// The panel's routes.
+    pub(crate) fn router(self) -> Router {
+        let admin = Arc::new(self);
+        let api = api::routes().layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
+        Router::new()
+            .route(
+                "/admin",
+                axum::routing::get(|| async { page(PAGE, "text/html") }),
+            )
+            .route(
+                "/admin/admin.js",
+                axum::routing::get(|| async { page(SCRIPT, "text/javascript") }),
+            )
+            .route(
+                "/admin/admin.css",
+                axum::routing::get(|| async { page(STYLE, "text/css") }),
+            )
+            .nest("/admin/api", api)
+            .with_state(admin)
+    }
+}
+
+/// Refuses an API request without the panel's token (or from another site's page).
+async fn require_token(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
+    // Only the header: a token in a query string ends up in logs and history.
+    if let Err(reason) = admin.auth.check(request.headers(), None) {
+        tracing::info!(reason, path = %request.uri().path(), "refused a control panel request");
+        return (StatusCode::UNAUTHORIZED, reason).into_response();
+    }
+    next.run(request).await
+}
+
+fn page(body: &'static str, content_type: &str) -> Response {
+    use axum::http::header;
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_TYPE,
+            format!("{content_type}; charset=utf-8"),
+        ),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+                .to_owned(),
+        ),
+        (header::CACHE_CONTROL, "no-cache".to_owned()),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+        (header::REFERRER_POLICY, "no-referrer".to_owned()),
+    ] {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    response
+}

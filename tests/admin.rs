@@ -1,0 +1,336 @@
+//! The control panel (`/admin`): refused without its own token (the chat's does not open
+//! it), the config shown with its secrets masked, sessions listed, read and reset, a reload
+//! asked from the panel, and — in Chromium — a Telegram stranger approved with the button and
+//! then answered.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use switchboard::app;
+use switchboard_testkit::{FakeTelegram, ScriptedLlm};
+
+use crate::browser::Browser;
+use crate::telegram::{chat, table};
+use crate::util::{self, Extra, PATIENCE, WsClient};
+
+const ADMIN: &str = "admin-token-0123456789abcdef";
+const CHAT: &str = "chat-token-0123456789abcdef";
+
+/// A request to the daemon with `token` as bearer; the status code and the JSON body.
+async fn call(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> (u16, Value) {
+    let auth = token.map_or(String::new(), |token| {
+        format!("Authorization: Bearer {token}\r\n")
+    });
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = util::raw_http(addr, &request, PATIENCE).await;
+    let status = answer
+        .get(9..12)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status: {answer}"));
+    let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_owned())),
+    )
+}
+
+#[tokio::test]
+async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            llm: "api_key = \"sk-written-in-the-file\"",
+            http: &format!("admin_token = \"{ADMIN}\""),
+            ..Extra::default()
+        },
+    )
+    .replace(
+        "auth = \"none\"",
+        &format!("auth = \"token\"\ntoken = \"{CHAT}\""),
+    );
+    let daemon = app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let addr = daemon.addr();
+
+    for path in [
+        "/admin/api/overview",
+        "/admin/api/sessions",
+        "/admin/api/pairing",
+        "/admin/api/config",
+    ] {
+        assert_eq!(
+            call(addr, "GET", path, None, "").await.0,
+            401,
+            "{path} without a token"
+        );
+        assert_eq!(
+            call(addr, "GET", path, Some(CHAT), "").await.0,
+            401,
+            "{path} with the chat's token"
+        );
+        assert_eq!(
+            call(addr, "GET", path, Some(ADMIN), "").await.0,
+            200,
+            "{path} with the panel's"
+        );
+    }
+    assert_eq!(
+        call(
+            addr,
+            "POST",
+            "/admin/api/pairing/NOPE-NOPE/approve",
+            Some(CHAT),
+            ""
+        )
+        .await
+        .0,
+        401
+    );
+    // The page itself holds nothing and asks for the token.
+    let page = util::raw_http(
+        addr,
+        &format!("GET /admin HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+        PATIENCE,
+    )
+    .await;
+    assert!(
+        page.starts_with("HTTP/1.1 200") && page.contains("admin_token"),
+        "{page}"
+    );
+
+    let (_, config) = call(addr, "GET", "/admin/api/config", Some(ADMIN), "").await;
+    let shown = config["text"].as_str().expect("text");
+    for secret in ["sk-written-in-the-file", ADMIN, CHAT] {
+        assert!(!shown.contains(secret), "a secret shows: {shown}");
+    }
+    assert!(shown.contains("model = \"scripted\""), "{shown}");
+    let (_, overview) = call(addr, "GET", "/admin/api/overview", Some(ADMIN), "").await;
+    assert_eq!(
+        overview["health"]["channels"]["websocket"]["state"], "running",
+        "{overview}"
+    );
+    assert!(
+        overview["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.contains(&json!("echo")))
+    );
+    assert_eq!(overview["agents"][0]["model"], "scripted", "{overview}");
+    daemon.shutdown().await;
+
+    // The panel's token may not be the chat's.
+    let same = text.replace(ADMIN, CHAT);
+    let err = switchboard::config::Config::parse(&same, &dir.path().join("config.toml"))
+        .expect("parses")
+        .admin_access()
+        .expect_err("refused");
+    assert_eq!(err.key, "http.admin_token");
+    assert!(err.to_string().contains("must not be the chat's"), "{err}");
+}
+
+#[tokio::test]
+async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            http: &format!("admin_token = \"{ADMIN}\""),
+            ..Extra::default()
+        },
+    );
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, &text).expect("config file");
+    let mut daemon = app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let addr = daemon.addr();
+    let mut client = WsClient::connect(addr).await;
+    client.say("c", "remember me").await;
+
+    let (status, listed) = call(addr, "GET", "/admin/api/sessions", Some(ADMIN), "").await;
+    assert_eq!(status, 200, "{listed}");
+    let session = listed["sessions"]
+        .as_array()
+        .expect("sessions")
+        .iter()
+        .find(|s| s["key"] == "websocket_c")
+        .unwrap_or_else(|| panic!("the chat's session: {listed}"))
+        .clone();
+    assert_eq!(session["messages"], 2);
+    assert_eq!(session["agent"], "default");
+    let (_, transcript) = call(
+        addr,
+        "GET",
+        "/admin/api/transcript?agent=default&key=websocket_c",
+        Some(ADMIN),
+        "",
+    )
+    .await;
+    assert_eq!(
+        transcript["messages"][0]["content"], "remember me",
+        "{transcript}"
+    );
+
+    let (status, _) = call(
+        addr,
+        "POST",
+        "/admin/api/reset",
+        Some(ADMIN),
+        r#"{"agent":"default","key":"websocket_c"}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, transcript) = call(
+            addr,
+            "GET",
+            "/admin/api/transcript?agent=default&key=websocket_c",
+            Some(ADMIN),
+            "",
+        )
+        .await;
+        if transcript["messages"] == json!([]) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not reset: {transcript}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // "Reload config": the daemon's loop serves it; a broken file is refused, named.
+    std::fs::write(&path, format!("{text}\n[nonsense]\n")).expect("broken config");
+    let mut requests = daemon.reload_requests().expect("the panel's reloads");
+    let (answer, ()) = tokio::join!(
+        call(addr, "POST", "/admin/api/reload", Some(ADMIN), ""),
+        async {
+            let reply = requests.recv().await.expect("a reload asked");
+            let reloaded = daemon.reload(&path).await;
+            let _ = reply.send(reloaded);
+        }
+    );
+    assert_eq!(answer.0, 200, "{:?}", answer.1);
+    assert_eq!(answer.1["applied"], false, "{:?}", answer.1);
+    assert!(
+        answer.1["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("nonsense")),
+        "{:?}",
+        answer.1
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
+    let Some(browser) = Browser::launch("admin::pairing").await else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = FakeTelegram::start().await.expect("fake Telegram");
+    let tables = table(&fake, "stream = false");
+    let http = format!("admin_token = \"{ADMIN}\"");
+    let daemon = util::start_configured(
+        &llm,
+        dir.path(),
+        Extra {
+            tables: &tables,
+            http: &http,
+            ..Extra::default()
+        },
+        Vec::new(),
+    )
+    .await;
+    let stranger = 77;
+    let first = fake.private_text(stranger, "hello?");
+    fake.wait_until(PATIENCE, "the pairing code", |f| {
+        f.messages_to(chat(stranger))
+            .iter()
+            .any(|m| m.reply_to == Some(first))
+    })
+    .await;
+
+    let page = browser
+        .open(&format!("http://{}/admin", daemon.addr()))
+        .await;
+    page.wait_until("!document.getElementById('auth').hidden", "the token form")
+        .await;
+    let field = page.0.find_element("#token").await.expect("token field");
+    field.click().await.expect("focus");
+    field
+        .type_str("not-the-admin-token-at-all")
+        .await
+        .expect("type");
+    field.press_key("Enter").await.expect("enter");
+    page.wait_until(
+        "document.getElementById('auth-label').textContent.includes('refused')",
+        "a wrong token refused",
+    )
+    .await;
+    let _: bool = page
+        .eval("(document.getElementById('token').value = '', true)")
+        .await;
+    let field = page.0.find_element("#token").await.expect("token field");
+    field.type_str(ADMIN).await.expect("type");
+    field.press_key("Enter").await.expect("enter");
+    page.wait_until(
+        "document.getElementById('auth').hidden && document.querySelector('#overview .card')",
+        "the overview",
+    )
+    .await;
+    page.screenshot("admin-overview").await;
+
+    page.click("#tabs [data-tab=pairing]").await;
+    page.wait_until(
+        "document.querySelector('#pairing button.primary')",
+        "the stranger's request",
+    )
+    .await;
+    assert!(
+        page.eval::<String>("document.getElementById('pairing').innerText")
+            .await
+            .contains("77")
+    );
+    page.screenshot("admin-pairing").await;
+    page.click("#pairing button.primary").await;
+    page.wait_until(
+        "document.getElementById('pairing').innerText.includes('Approved telegram:77')",
+        "approved",
+    )
+    .await;
+
+    let second = fake.private_text(stranger, "may I talk now?");
+    fake.wait_until(PATIENCE, "the answer", |f| {
+        f.messages_to(chat(stranger))
+            .iter()
+            .any(|m| m.reply_to == Some(second))
+    })
+    .await;
+    let answer: Vec<String> = fake
+        .messages_to(chat(stranger))
+        .into_iter()
+        .filter(|m| m.reply_to == Some(second))
+        .map(|m| m.visible)
+        .collect();
+    assert_eq!(answer, ["echo: may I talk now?"]);
+    browser.close().await;
+    daemon.shutdown().await;
+}
