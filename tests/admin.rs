@@ -334,3 +334,107 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
     browser.close().await;
     daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let http = format!("admin_token = \"{ADMIN}\"");
+    let tables = "[[scheduler.jobs]]\nname = \"build\"\nchat = \"websocket:c\"\n\
+                  message = \"Check the build.\"\nevery = \"1h\"\n\n\
+                  [llm.prices.\"scripted\"]\ninput_per_mtok = 1000000\noutput_per_mtok = 0\n";
+    let daemon = util::start_configured(
+        &llm,
+        dir.path(),
+        Extra {
+            http: &http,
+            tables,
+            ..Extra::default()
+        },
+        Vec::new(),
+    )
+    .await;
+    let addr = daemon.addr();
+    let mut client = WsClient::connect(addr).await;
+    client
+        .send_json(json!({"type": "subscribe", "chat_id": "c"}))
+        .await;
+
+    let (status, listed) = call(addr, "GET", "/admin/api/jobs", Some(ADMIN), "").await;
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["enabled"], true);
+    let job = &listed["jobs"][0]["job"];
+    assert_eq!(job["name"], "build", "{listed}");
+    let id = job["id"].as_str().expect("id").to_owned();
+
+    let (_, paused) = call(
+        addr,
+        "POST",
+        &format!("/admin/api/jobs/{id}/pause"),
+        Some(ADMIN),
+        "",
+    )
+    .await;
+    assert_eq!(paused["job"]["enabled"], false, "{paused}");
+    let (_, resumed) = call(
+        addr,
+        "POST",
+        &format!("/admin/api/jobs/{id}/resume"),
+        Some(ADMIN),
+        "",
+    )
+    .await;
+    assert_eq!(resumed["job"]["enabled"], true, "{resumed}");
+    let (status, _) = call(
+        addr,
+        "POST",
+        &format!("/admin/api/jobs/{id}/run"),
+        Some(ADMIN),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // The run is a turn in its chat, seen where the chat's person would see it.
+    let turn = client.turn("c").await;
+    assert!(
+        turn.reply().ends_with("Check the build."),
+        "{}",
+        turn.reply()
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (_, runs) = call(
+            addr,
+            "GET",
+            &format!("/admin/api/jobs/{id}/runs"),
+            Some(ADMIN),
+            "",
+        )
+        .await;
+        if runs["runs"][0]["outcome"]["kind"] == "answered" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no answered run: {runs}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, _) = call(addr, "POST", "/admin/api/jobs/nope/run", Some(ADMIN), "").await;
+    assert_eq!(status, 404);
+
+    // What it cost: the day's total and the chat's line, as `switchboard usage` has them.
+    let (status, usage) = call(addr, "GET", "/admin/api/usage?days=3", Some(ADMIN), "").await;
+    assert_eq!(status, 200, "{usage}");
+    assert!(
+        usage["days"][0]["spent"]["usd"]
+            .as_f64()
+            .is_some_and(|usd| usd > 0.0),
+        "{usage}"
+    );
+    assert_eq!(
+        usage["report"]["lines"][0]["session"], "websocket_c",
+        "{usage}"
+    );
+    daemon.shutdown().await;
+}

@@ -292,7 +292,7 @@ async function showRuns(job) {
   list.replaceChildren(
     table(
       ["due", "started", "outcome"],
-      body.runs.map((r) => [r.due, r.started, typeof r.outcome === "object" ? JSON.stringify(r.outcome) : r.outcome]),
+      body.runs.map((r) => [r.due, r.started, r.outcome.kind + (r.outcome.why ? ": " + r.outcome.why : "")]),
     ),
   );
   $("viewer").showModal();
