@@ -163,6 +163,38 @@ async fn a_page_shown_again_mid_approval_gets_the_question_and_the_tool_starts_a
     h.daemon.shutdown().await;
 }
 
+/// A page that reconnects sends its unconfirmed messages again, with their ids: the one
+/// whose turn waits for approval must not be taken as the (denying) answer.
+#[tokio::test]
+async fn a_message_sent_again_is_not_taken_as_the_answer_to_its_own_question() {
+    let (mut h, launches) = with_approvals(60).await;
+    h.llm.push(Reply::tool("launch", json!({"target": "moon"})));
+    let message = json!({"type": "message", "chat_id": "c", "id": "m-1", "content": "launch it"});
+    h.client.send_json(message.clone()).await;
+    question(&mut h.client, "c").await;
+
+    let mut again = WsClient::connect(h.daemon.addr()).await;
+    again.send_json(message).await;
+    // Still waiting: the history says so, and nothing was launched or denied.
+    again
+        .send_json(json!({"type": "history", "chat_id": "c"}))
+        .await;
+    let history = again.wait_for("history").await;
+    assert_eq!(history["waiting"]["waiting_for"], "approval", "{history}");
+    assert_eq!(h.llm.requests().len(), 1, "the turn went on");
+
+    h.llm.push(Reply::text("Launched."));
+    again.send("c", "/approve").await;
+    assert_eq!(again.turn("c").await.reply(), "Launched.");
+    assert_eq!(launches.load(Ordering::SeqCst), 1);
+    assert_eq!(result_of(&h.llm), ("launched".to_owned(), false));
+    // The repeat was recognised as handled, and not answered again.
+    let handled = again.wait_for("handled").await;
+    assert_eq!(handled["id"], "m-1");
+    assert_eq!(h.llm.requests().len(), 2);
+    h.daemon.shutdown().await;
+}
+
 /// 5. `/deny` gives a denied result the model reads; so does anything else the person
 /// writes instead.
 #[tokio::test]

@@ -241,6 +241,17 @@ async fn a_tool_call_is_approved_with_the_button_and_a_turn_stopped_with_stop() 
             .await
     );
     page.screenshot("chat-approval").await;
+    // Reloaded while it waits: the question and the stop button come back.
+    page.reload().await;
+    page.wait_until(
+        "document.querySelector('.ask button.primary')",
+        "the question after a reload",
+    )
+    .await;
+    assert!(
+        page.eval::<bool>("!document.getElementById('stop').hidden")
+            .await
+    );
     page.click(".ask button.primary").await;
     page.wait_until(
         &format!("{LOG_TEXT}.includes('Done: the plan is echoed.')"),
@@ -316,24 +327,32 @@ async fn a_phone_screen_shows_every_control_in_light_and_dark() {
 
     let inside = "(id => { const r = document.getElementById(id).getBoundingClientRect(); \
          return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth && r.top >= 0 && r.bottom <= innerHeight; })";
-    for control in [
-        "menu", "title", "conn", "new-top", "attach", "input", "send",
-    ] {
+    // The smallest phones, then the 390×844 most are.
+    for (width, height) in [(360, 740), (390, 844)] {
+        page.phone(width, height).await;
+        page.wait_until(&format!("innerWidth === {width}"), "the screen size")
+            .await;
+        for control in [
+            "menu", "title", "conn", "new-top", "attach", "input", "send",
+        ] {
+            assert!(
+                page.eval::<bool>(&format!("{inside}('{control}')")).await,
+                "#{control} is not fully on a {width}×{height} screen"
+            );
+        }
         assert!(
-            page.eval::<bool>(&format!("{inside}('{control}')")).await,
-            "#{control} is not fully on a 390×844 screen"
+            page.eval::<bool>("document.documentElement.scrollWidth <= innerWidth")
+                .await,
+            "the page scrolls sideways at {width} px"
+        );
+        assert!(
+            page.eval::<bool>(
+                "document.getElementById('title').getBoundingClientRect().height < 40"
+            )
+            .await,
+            "the title wraps at {width} px"
         );
     }
-    assert!(
-        page.eval::<bool>("document.documentElement.scrollWidth <= innerWidth")
-            .await,
-        "the page scrolls sideways"
-    );
-    assert!(
-        page.eval::<bool>("document.getElementById('title').getBoundingClientRect().height < 40")
-            .await,
-        "the title wraps"
-    );
     let labels: Vec<String> = page
         .eval("[...document.querySelectorAll('button')].filter(b => !b.textContent.trim() && !b.getAttribute('aria-label')).map(b => b.outerHTML)")
         .await;

@@ -9,6 +9,9 @@
 //! the message is already in its channel and is read as the answer. So a message is
 //! either the answer or routed as usual; never lost between the two. A slot whose asker
 //! went away (its turn was dropped) refuses the message, which is then routed as usual.
+//! A message delivered again (its id was routed to the worker before: a web page resending
+//! its outbox after a reconnect) is never an answer: it is queued, and the worker finds it
+//! handled already — a repeat must not answer (deny) a question it was never meant for.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -54,6 +57,9 @@ impl Waiting {
 /// the module doc's argument: the slot is taken and the message sent under the lock.
 pub(crate) fn offer(shared: &SharedControl, message: InboundMessage) -> Option<InboundMessage> {
     let mut control = control(shared);
+    if control.routed_before(&message) {
+        return Some(message);
+    }
     match control.waiting.take_if(|waiting| waiting.accepts(&message)) {
         Some(waiting) => waiting.tx.send(message).err(),
         None => Some(message),

@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dashmap::DashMap;
 use switchboard_core::{
-    AgentName, ChatHub, Fate, InboundMessage, OutboundKind, SessionKey, Shutdown, TurnEnd,
+    AgentName, ChatHub, Fate, InboundMessage, MessageId, OutboundKind, SessionKey, Shutdown,
+    TurnEnd,
 };
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -65,6 +66,30 @@ pub(crate) struct Control {
     /// A turn waiting on the person: the chat's next fitting message is its answer
     /// (see `ask.rs`).
     pub(crate) waiting: Option<Waiting>,
+    /// The ids of the last messages routed to this worker (at most [`ROUTED_IDS`]): one
+    /// that comes again (a client resending what it was not sure went out) is never taken
+    /// as an answer — it is queued, and its worker finds it handled already.
+    pub(crate) routed: std::collections::VecDeque<MessageId>,
+}
+
+/// How many ids of routed messages a worker's control remembers: more than its queue holds.
+pub(crate) const ROUTED_IDS: usize = 128;
+
+impl Control {
+    /// Notes the id of a message routed to the worker; whether it was routed before.
+    pub(crate) fn routed_before(&mut self, message: &InboundMessage) -> bool {
+        let Some(id) = &message.id else {
+            return false;
+        };
+        if self.routed.contains(id) {
+            return true;
+        }
+        if self.routed.len() == ROUTED_IDS {
+            self.routed.pop_front();
+        }
+        self.routed.push_back(id.clone());
+        false
+    }
 }
 
 /// Held only for a moment, never across an await.
@@ -228,6 +253,7 @@ impl Dispatcher {
         let (tx, rx) = mpsc::channel(agent.config.max_queued_messages.max(1) + 1);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let control = SharedControl::default();
+        self::control(&control).routed_before(&first.1);
         // A fresh queue has room for one message.
         let _ = tx.try_send(first);
         self.workers.insert(
