@@ -44,6 +44,11 @@ async fn call(
     )
 }
 
+/// A bodyless request with the panel's token.
+async fn panel(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, Value) {
+    call(addr, method, path, Some(ADMIN), "").await
+}
+
 #[tokio::test]
 async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -83,7 +88,7 @@ async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
             "{path} with the chat's token"
         );
         assert_eq!(
-            call(addr, "GET", path, Some(ADMIN), "").await.0,
+            panel(addr, "GET", path).await.0,
             200,
             "{path} with the panel's"
         );
@@ -112,13 +117,13 @@ async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
         "{page}"
     );
 
-    let (_, config) = call(addr, "GET", "/admin/api/config", Some(ADMIN), "").await;
+    let (_, config) = panel(addr, "GET", "/admin/api/config").await;
     let shown = config["text"].as_str().expect("text");
     for secret in ["sk-written-in-the-file", ADMIN, CHAT] {
         assert!(!shown.contains(secret), "a secret shows: {shown}");
     }
     assert!(shown.contains("model = \"scripted\""), "{shown}");
-    let (_, overview) = call(addr, "GET", "/admin/api/overview", Some(ADMIN), "").await;
+    let (_, overview) = panel(addr, "GET", "/admin/api/overview").await;
     assert_eq!(
         overview["health"]["channels"]["websocket"]["state"], "running",
         "{overview}"
@@ -162,7 +167,7 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
     let mut client = WsClient::connect(addr).await;
     client.say("c", "remember me").await;
 
-    let (status, listed) = call(addr, "GET", "/admin/api/sessions", Some(ADMIN), "").await;
+    let (status, listed) = panel(addr, "GET", "/admin/api/sessions").await;
     assert_eq!(status, 200, "{listed}");
     let session = listed["sessions"]
         .as_array()
@@ -173,12 +178,10 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
         .clone();
     assert_eq!(session["messages"], 2);
     assert_eq!(session["agent"], "default");
-    let (_, transcript) = call(
+    let (_, transcript) = panel(
         addr,
         "GET",
         "/admin/api/transcript?agent=default&key=websocket_c",
-        Some(ADMIN),
-        "",
     )
     .await;
     assert_eq!(
@@ -197,12 +200,10 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
     assert_eq!(status, 200);
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
-        let (_, transcript) = call(
+        let (_, transcript) = panel(
             addr,
             "GET",
             "/admin/api/transcript?agent=default&key=websocket_c",
-            Some(ADMIN),
-            "",
         )
         .await;
         if transcript["messages"] == json!([]) {
@@ -218,14 +219,11 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
     // "Reload config": the daemon's loop serves it; a broken file is refused, named.
     std::fs::write(&path, format!("{text}\n[nonsense]\n")).expect("broken config");
     let mut requests = daemon.reload_requests().expect("the panel's reloads");
-    let (answer, ()) = tokio::join!(
-        call(addr, "POST", "/admin/api/reload", Some(ADMIN), ""),
-        async {
-            let reply = requests.recv().await.expect("a reload asked");
-            let reloaded = daemon.reload(&path).await;
-            let _ = reply.send(reloaded);
-        }
-    );
+    let (answer, ()) = tokio::join!(panel(addr, "POST", "/admin/api/reload"), async {
+        let reply = requests.recv().await.expect("a reload asked");
+        let reloaded = daemon.reload(&path).await;
+        let _ = reply.send(reloaded);
+    });
     assert_eq!(answer.0, 200, "{:?}", answer.1);
     assert_eq!(answer.1["applied"], false, "{:?}", answer.1);
     assert!(
@@ -273,24 +271,13 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
         .await;
     page.wait_until("!document.getElementById('auth').hidden", "the token form")
         .await;
-    let field = page.0.find_element("#token").await.expect("token field");
-    field.click().await.expect("focus");
-    field
-        .type_str("not-the-admin-token-at-all")
-        .await
-        .expect("type");
-    field.press_key("Enter").await.expect("enter");
+    page.submit("#token", "not-the-admin-token-at-all").await;
     page.wait_until(
         "document.getElementById('auth-label').textContent.includes('refused')",
         "a wrong token refused",
     )
     .await;
-    let _: bool = page
-        .eval("(document.getElementById('token').value = '', true)")
-        .await;
-    let field = page.0.find_element("#token").await.expect("token field");
-    field.type_str(ADMIN).await.expect("type");
-    field.press_key("Enter").await.expect("enter");
+    page.submit("#token", ADMIN).await;
     page.wait_until(
         "document.getElementById('auth').hidden && document.querySelector('#overview .card')",
         "the overview",
@@ -360,39 +347,18 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
         .send_json(json!({"type": "subscribe", "chat_id": "c"}))
         .await;
 
-    let (status, listed) = call(addr, "GET", "/admin/api/jobs", Some(ADMIN), "").await;
+    let (status, listed) = panel(addr, "GET", "/admin/api/jobs").await;
     assert_eq!(status, 200, "{listed}");
     assert_eq!(listed["enabled"], true);
     let job = &listed["jobs"][0]["job"];
     assert_eq!(job["name"], "build", "{listed}");
     let id = job["id"].as_str().expect("id").to_owned();
 
-    let (_, paused) = call(
-        addr,
-        "POST",
-        &format!("/admin/api/jobs/{id}/pause"),
-        Some(ADMIN),
-        "",
-    )
-    .await;
+    let (_, paused) = panel(addr, "POST", &format!("/admin/api/jobs/{id}/pause")).await;
     assert_eq!(paused["job"]["enabled"], false, "{paused}");
-    let (_, resumed) = call(
-        addr,
-        "POST",
-        &format!("/admin/api/jobs/{id}/resume"),
-        Some(ADMIN),
-        "",
-    )
-    .await;
+    let (_, resumed) = panel(addr, "POST", &format!("/admin/api/jobs/{id}/resume")).await;
     assert_eq!(resumed["job"]["enabled"], true, "{resumed}");
-    let (status, _) = call(
-        addr,
-        "POST",
-        &format!("/admin/api/jobs/{id}/run"),
-        Some(ADMIN),
-        "",
-    )
-    .await;
+    let (status, _) = panel(addr, "POST", &format!("/admin/api/jobs/{id}/run")).await;
     assert_eq!(status, 200);
     // The run is a turn in its chat, seen where the chat's person would see it.
     let turn = client.turn("c").await;
@@ -403,14 +369,7 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
     );
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
-        let (_, runs) = call(
-            addr,
-            "GET",
-            &format!("/admin/api/jobs/{id}/runs"),
-            Some(ADMIN),
-            "",
-        )
-        .await;
+        let (_, runs) = panel(addr, "GET", &format!("/admin/api/jobs/{id}/runs")).await;
         if runs["runs"][0]["outcome"]["kind"] == "answered" {
             break;
         }
@@ -420,11 +379,11 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let (status, _) = call(addr, "POST", "/admin/api/jobs/nope/run", Some(ADMIN), "").await;
+    let (status, _) = panel(addr, "POST", "/admin/api/jobs/nope/run").await;
     assert_eq!(status, 404);
 
     // What it cost: the day's total and the chat's line, as `switchboard usage` has them.
-    let (status, usage) = call(addr, "GET", "/admin/api/usage?days=3", Some(ADMIN), "").await;
+    let (status, usage) = panel(addr, "GET", "/admin/api/usage?days=3").await;
     assert_eq!(status, 200, "{usage}");
     assert!(
         usage["days"][0]["spent"]["usd"]

@@ -147,6 +147,15 @@ impl Page {
         }
     }
 
+    /// Waits until the chat page says it is connected.
+    pub async fn wait_connected(&self) {
+        self.wait_until(
+            "document.getElementById('conn').dataset.state === 'connected'",
+            "the page to connect",
+        )
+        .await;
+    }
+
     /// Clicks the element `selector` names.
     pub async fn click(&self, selector: &str) {
         self.0
@@ -168,6 +177,20 @@ impl Page {
         input.click().await.expect("focus the message box");
         input.type_str(text).await.expect("type");
         input.press_key("Enter").await.expect("Enter");
+    }
+
+    /// Replaces the text of the field `selector` with `text` and presses Enter, as a person
+    /// fills in a one-line form.
+    pub async fn submit(&self, selector: &str, text: &str) {
+        let _: bool = self
+            .eval(&format!(
+                "(document.querySelector('{selector}').value = '', true)"
+            ))
+            .await;
+        let field = self.0.find_element(selector).await.expect("the field");
+        field.click().await.expect("focus");
+        field.type_str(text).await.expect("type");
+        field.press_key("Enter").await.expect("Enter");
     }
 
     /// Presses a key in the focused element (e.g. `Escape`).

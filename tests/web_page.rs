@@ -11,7 +11,7 @@ use serde_json::json;
 use switchboard::app;
 use switchboard_testkit::{Reply, ScriptedLlm};
 
-use crate::browser::Browser;
+use crate::browser::{Browser, Page};
 use crate::util::{self, Extra};
 
 const TOKEN: &str = "web-page-token-0123456789";
@@ -35,20 +35,45 @@ async fn daemon(dir: &std::path::Path, llm: &ScriptedLlm, tables: &str) -> app::
     .await
 }
 
+/// A daemon against a scripted model, and a browser tab on its chat page, connected.
+struct Chat {
+    browser: Browser,
+    page: Page,
+    daemon: app::Running,
+    llm: ScriptedLlm,
+    dir: tempfile::TempDir,
+}
+
+impl Chat {
+    /// Starts both (`tables`: extra config); `None` (the test skips) without Chromium.
+    async fn start(test: &str, tables: &str) -> Option<Self> {
+        let browser = Browser::launch(test).await?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let daemon = daemon(dir.path(), &llm, tables).await;
+        let page = browser.open(&format!("http://{}/", daemon.addr())).await;
+        page.wait_connected().await;
+        Some(Self {
+            browser,
+            page,
+            daemon,
+            llm,
+            dir,
+        })
+    }
+
+    async fn end(self) {
+        self.browser.close().await;
+        self.daemon.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn a_streamed_markdown_reply_renders_and_the_history_comes_back_after_a_reload() {
-    let Some(browser) = Browser::launch("web_page::markdown").await else {
+    let Some(t) = Chat::start("web_page::markdown", "").await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(dir.path(), &llm, "").await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    let (page, llm) = (&t.page, &t.llm);
 
     llm.push(Reply::tool("echo", json!({"text": "looked it up"})));
     llm.push(Reply::paced(RICH, Duration::from_millis(5)));
@@ -121,24 +146,15 @@ async fn a_streamed_markdown_reply_renders_and_the_history_comes_back_after_a_re
             .await,
         "make a plan"
     );
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
 async fn conversations_are_listed_switched_and_renamed() {
-    let Some(browser) = Browser::launch("web_page::conversations").await else {
+    let Some(t) = Chat::start("web_page::conversations", "").await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(dir.path(), &llm, "").await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    let page = &t.page;
 
     page.say("first topic").await;
     page.wait_until(
@@ -181,42 +197,27 @@ async fn conversations_are_listed_switched_and_renamed() {
     page.click("#list li:nth-child(2) .act").await;
     page.wait_until("document.querySelector('#list li input')", "the rename box")
         .await;
-    let _: bool = page
-        .eval("(document.querySelector('#list li input').value = '', true)")
+    page.submit("#list li input", "Holidays").await;
+    let other = t
+        .browser
+        .open(&format!("http://{}/", t.daemon.addr()))
         .await;
-    let field = page.0.find_element("#list li input").await.expect("field");
-    field.type_str("Holidays").await.expect("type");
-    field.press_key("Enter").await.expect("enter");
-    let other = browser.open(&format!("http://{}/", daemon.addr())).await;
     other
         .wait_until(
             "[...document.querySelectorAll('#list li .open')].some(b => b.textContent === 'Holidays')",
             "the new name on another page",
         )
         .await;
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
 async fn a_tool_call_is_approved_with_the_button_and_a_turn_stopped_with_stop() {
-    let Some(browser) = Browser::launch("web_page::approve").await else {
+    let approvals = "[agent.approvals]\ntools = [\"echo\"]\ntimeout_secs = 120";
+    let Some(t) = Chat::start("web_page::approve", approvals).await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(
-        dir.path(),
-        &llm,
-        "[agent.approvals]\ntools = [\"echo\"]\ntimeout_secs = 120",
-    )
-    .await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    let (page, llm) = (&t.page, &t.llm);
 
     llm.push(Reply::tool("echo", json!({"text": "secret plan"})));
     llm.push(Reply::text("Done: the plan is echoed."));
@@ -300,25 +301,15 @@ async fn a_tool_call_is_approved_with_the_button_and_a_turn_stopped_with_stop() 
     page.press("#input", "Escape").await;
     page.wait_until("document.getElementById('stop').hidden", "Esc to stop it")
         .await;
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
 async fn a_phone_screen_shows_every_control_in_light_and_dark() {
-    let Some(browser) = Browser::launch("web_page::phone").await else {
+    let Some(t) = Chat::start("web_page::phone", "").await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(dir.path(), &llm, "").await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.phone(390, 844).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    let (page, llm) = (&t.page, &t.llm);
     llm.push(Reply::text(RICH));
     page.say("a long first message that makes a long title for the header")
         .await;
@@ -381,24 +372,15 @@ async fn a_phone_screen_shows_every_control_in_light_and_dark() {
         "dark mode follows the system"
     );
     page.screenshot("chat-phone-dark").await;
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
 async fn html_in_a_reply_or_a_message_never_runs() {
-    let Some(browser) = Browser::launch("web_page::xss").await else {
+    let Some(t) = Chat::start("web_page::xss", "").await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(dir.path(), &llm, "").await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    let (page, llm) = (&t.page, &t.llm);
     let payload = "Hi <img src=x onerror=\"window.__xss=1\"> <script>window.__xss=2</script>\n\n\
          [click](javascript:window.__xss=3) <a href=\"javascript:window.__xss=4\">x</a>\n\n\
          <iframe srcdoc=\"<script>parent.__xss=5</script>\"></iframe>\n\n\
@@ -445,8 +427,7 @@ async fn html_in_a_reply_or_a_message_never_runs() {
             .await
             .starts_with("<img src=x onerror=window.__xss=8>")
     );
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
@@ -459,11 +440,7 @@ async fn a_message_typed_while_the_daemon_is_down_is_sent_once_when_it_is_back()
     let first = daemon(dir.path(), &llm, "").await;
     let addr = first.addr();
     let page = browser.open(&format!("http://{addr}/")).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
+    page.wait_connected().await;
     page.say("hello").await;
     page.wait_until(
         &format!("{LOG_TEXT}.includes('echo: hello')"),
@@ -561,19 +538,11 @@ async fn a_message_typed_while_the_daemon_is_down_is_sent_once_when_it_is_back()
 
 #[tokio::test]
 async fn a_file_picked_in_the_page_reaches_the_agent() {
-    let Some(browser) = Browser::launch("web_page::attach").await else {
+    let Some(t) = Chat::start("web_page::attach", "").await else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let daemon = daemon(dir.path(), &llm, "").await;
-    let page = browser.open(&format!("http://{}/", daemon.addr())).await;
-    page.wait_until(
-        "document.getElementById('conn').dataset.state === 'connected'",
-        "connected",
-    )
-    .await;
-    let file = dir.path().join("notes.txt");
+    let (page, llm) = (&t.page, &t.llm);
+    let file = t.dir.path().join("notes.txt");
     std::fs::write(&file, "buy milk").expect("file");
     page.pick_file("#file", &file).await;
     page.wait_until(
@@ -603,8 +572,7 @@ async fn a_file_picked_in_the_page_reaches_the_agent() {
         said.contains("notes.txt") && said.contains("media/websocket/"),
         "{said}"
     );
-    browser.close().await;
-    daemon.shutdown().await;
+    t.end().await;
 }
 
 #[tokio::test]
@@ -637,25 +605,14 @@ async fn the_page_asks_for_a_token_says_when_it_is_wrong_and_shows_history() {
         "not connected"
     );
 
-    let token = page.0.find_element("#token").await.expect("token field");
-    token.click().await.expect("focus");
-    token
-        .type_str("not-the-right-token-at-all")
-        .await
-        .expect("type");
-    token.press_key("Enter").await.expect("enter");
+    page.submit("#token", "not-the-right-token-at-all").await;
     page.wait_until(
         "document.getElementById('auth-label').textContent.includes('The token was refused')",
         "the wrong token refused",
     )
     .await;
 
-    let _: bool = page
-        .eval("(document.getElementById('token').value = '', true)")
-        .await;
-    let token = page.0.find_element("#token").await.expect("token field");
-    token.type_str(TOKEN).await.expect("type");
-    token.press_key("Enter").await.expect("enter");
+    page.submit("#token", TOKEN).await;
     page.wait_until(
         "document.getElementById('conn').dataset.state === 'connected'",
         "connected with the token",

@@ -259,14 +259,8 @@ impl Pairing {
 
     /// Approves a waiting code: its sender may talk from now on.
     pub fn approve(&self, code: &str) -> Result<Approved, PairingError> {
-        let wanted = normalize_code(code);
         self.change(|file| {
-            let at = file
-                .pending
-                .iter()
-                .position(|p| normalize_code(&p.code) == wanted)
-                .ok_or_else(|| PairingError::UnknownCode(code.to_owned()))?;
-            let pending = file.pending.remove(at);
+            let pending = take_pending(file, code)?;
             let approved = Approved {
                 channel: pending.channel,
                 sender: pending.sender,
@@ -283,15 +277,7 @@ impl Pairing {
     /// Turns a waiting code down: it is forgotten (the sender is not approved; a later
     /// message of theirs gets a new code, as a stranger's would).
     pub fn deny(&self, code: &str) -> Result<PendingCode, PairingError> {
-        let wanted = normalize_code(code);
-        self.change(|file| {
-            let at = file
-                .pending
-                .iter()
-                .position(|p| normalize_code(&p.code) == wanted)
-                .ok_or_else(|| PairingError::UnknownCode(code.to_owned()))?;
-            Ok(file.pending.remove(at))
-        })
+        self.change(|file| take_pending(file, code))
     }
 
     /// Revokes an approved sender (`12345`, or `telegram:12345` for one channel only).
@@ -400,6 +386,17 @@ fn new_code(file: &PairingFile) -> String {
 }
 
 /// A code as typed: case and dashes ignored.
+/// Takes the waiting code `code` (in any case, with or without its dash) out of `file`.
+fn take_pending(file: &mut PairingFile, code: &str) -> Result<PendingCode, PairingError> {
+    let wanted = normalize_code(code);
+    let at = file
+        .pending
+        .iter()
+        .position(|p| normalize_code(&p.code) == wanted)
+        .ok_or_else(|| PairingError::UnknownCode(code.to_owned()))?;
+    Ok(file.pending.remove(at))
+}
+
 fn normalize_code(code: &str) -> String {
     code.chars()
         .filter(|c| c.is_ascii_alphanumeric())
