@@ -74,8 +74,8 @@ pub struct Running {
     spending: Arc<switchboard_agent::usage::Spending>,
     /// Reloads the control panel asks for (taken by `switchboard run`'s loop).
     reloads: Option<mpsc::Receiver<crate::admin::ReloadRequest>>,
-    /// The config text the control panel shows, kept equal to `config_text`.
-    shown_config: Arc<Mutex<String>>,
+    /// The config text the control panel shows, kept equal to `config_text` (no panel: none).
+    shown_config: Option<Arc<Mutex<String>>>,
 }
 
 /// Starts the daemon. `tools` are the tools offered to the model.
@@ -245,10 +245,14 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         mcp.apply(&config).await?;
         mcp
     };
-    // The control panel, when it has a token.
-    let (reload_requests, reloads) = mpsc::channel(4);
-    let shown_config = Arc::new(Mutex::new(config.source.text.clone()));
+    // The control panel, when it has a token (else nothing of it is made).
+    let mut reloads = None;
+    let mut shown_config = None;
     if let Some(token) = config.admin_access()? {
+        let (reload_requests, requests) = mpsc::channel(4);
+        let text = Arc::new(Mutex::new(config.source.text.clone()));
+        reloads = Some(requests);
+        shown_config = Some(text.clone());
         let admin = crate::admin::Admin {
             auth: switchboard_websocket::WsAuth::Token(token),
             health: health.clone(),
@@ -257,7 +261,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             pairing,
             jobs: scheduler.as_ref().map(|scheduler| scheduler.jobs().clone()),
             path: config.source.path.clone(),
-            config_text: shown_config.clone(),
+            config_text: text,
             reloads: reload_requests,
         };
         router = router.merge(admin.router());
@@ -316,7 +320,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         #[cfg(feature = "mcp")]
         mcp,
         spending,
-        reloads: Some(reloads),
+        reloads,
         shown_config,
     })
 }
@@ -477,12 +481,10 @@ impl Running {
             spending: &self.spending,
         };
         let reloaded = crate::reload::reload(path, &mut self.config_text, live).await;
-        self.config_text.clone_into(
-            &mut self
-                .shown_config
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        if let Some(shown) = &self.shown_config {
+            self.config_text
+                .clone_into(&mut shown.lock().unwrap_or_else(PoisonError::into_inner));
+        }
         reloaded
     }
 
