@@ -332,6 +332,38 @@ max_attachment_bytes = 1000",
         "{said}"
     );
 
+    // An image is known by its bytes, whatever its name, and shown to the model.
+    let answer = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let png: &[u8] = b"\x89PNG\r\n\x1a\n0000";
+        let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let head = format!(
+            "POST /upload?chat_id=c&name=not-a-picture.txt HTTP/1.1\r\nHost: {addr}\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            png.len()
+        );
+        stream.write_all(head.as_bytes()).await.expect("write");
+        stream.write_all(png).await.expect("write");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.expect("read");
+        answer
+    };
+    let body: Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("body")).expect("json");
+    client
+        .send_json(
+            json!({"type": "message", "chat_id": "c", "content": "what is this?",
+            "attachments": [{"file": body["file"], "name": "not-a-picture.txt"}]}),
+        )
+        .await;
+    client.turn("c").await;
+    let request = llm.requests().pop().expect("request");
+    let last = util::conversation(&request).pop().expect("the message");
+    assert!(
+        last["content"].to_string().contains("image_url"),
+        "the image is shown as one: {last}"
+    );
+
     for bad in [
         "../../etc/passwd",
         "other-1-list.txt",

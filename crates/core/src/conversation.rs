@@ -168,6 +168,22 @@ impl ImagePart {
         Self::TYPES.contains(&mime)
     }
 
+    /// The type of an image models take, by its first bytes (12 are enough); `None` for
+    /// anything else.
+    pub fn sniff(head: &[u8]) -> Option<&'static str> {
+        if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some("image/png")
+        } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+            Some("image/jpeg")
+        } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+            Some("image/gif")
+        } else if head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
+            Some("image/webp")
+        } else {
+            None
+        }
+    }
+
     /// The file name extension for an image of type `mime` (`bin` for one not shown).
     pub fn extension(mime: &str) -> &'static str {
         match mime {

@@ -90,7 +90,7 @@ fn image(file: &mut std::fs::File, path: &ResolvedPath) -> Result<Option<ToolOut
     let mut head = [0u8; 12];
     let read = file.read(&mut head).map_err(failed)?;
     file.seek(SeekFrom::Start(0)).map_err(failed)?;
-    let Some(mime) = image_type(&head[..read]) else {
+    let Some(mime) = ImagePart::sniff(&head[..read]) else {
         return Ok(None);
     };
     let bytes = file.metadata().map_err(failed)?.len();
@@ -108,21 +108,6 @@ fn image(file: &mut std::fs::File, path: &ResolvedPath) -> Result<Option<ToolOut
             mime: mime.to_owned(),
         }],
     }))
-}
-
-/// The type of an image models take, by its first bytes.
-fn image_type(head: &[u8]) -> Option<&'static str> {
-    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
-        Some("image/png")
-    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
-        Some("image/jpeg")
-    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
-        Some("image/gif")
-    } else if head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
-        Some("image/webp")
-    } else {
-        None
-    }
 }
 
 /// Lines `offset..offset + limit` of a file, with a note when there is more.
