@@ -49,10 +49,10 @@ pub(crate) struct Admin {
     pub reloads: mpsc::Sender<ReloadRequest>,
 }
 
-/// The page and its script and style.
-const PAGE: &str = include_str!("admin.html");
-const SCRIPT: &str = include_str!("admin.js");
-const STYLE: &str = include_str!("admin.css");
+// The page and its script and style, embedded away from the data that runs at start.
+switchboard_websocket::embedded!(PAGE, "admin.html");
+switchboard_websocket::embedded!(SCRIPT, "admin.js");
+switchboard_websocket::embedded!(STYLE, "admin.css");
 
 impl Admin {
     /// The panel's routes.
@@ -65,15 +65,15 @@ impl Admin {
         Router::new()
             .route(
                 "/admin",
-                axum::routing::get(|| async { page(PAGE, "text/html") }),
+                axum::routing::get(|| async { page(&PAGE, "text/html") }),
             )
             .route(
                 "/admin/admin.js",
-                axum::routing::get(|| async { page(SCRIPT, "text/javascript") }),
+                axum::routing::get(|| async { page(&SCRIPT, "text/javascript") }),
             )
             .route(
                 "/admin/admin.css",
-                axum::routing::get(|| async { page(STYLE, "text/css") }),
+                axum::routing::get(|| async { page(&STYLE, "text/css") }),
             )
             .nest("/admin/api", api)
             .with_state(admin)
@@ -90,7 +90,7 @@ async fn require_token(State(admin): State<Arc<Admin>>, request: Request, next: 
     next.run(request).await
 }
 
-fn page(body: &'static str, content_type: &str) -> Response {
+fn page(body: &'static [u8], content_type: &str) -> Response {
     use axum::http::header;
     let mut response = body.into_response();
     let headers = response.headers_mut();

@@ -9,31 +9,33 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-/// The page and its assets: path under `/assets/`, content type, bytes.
-const ASSETS: [(&str, &str, &str); 4] = [
-    (
-        "app.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../assets/app.js"),
-    ),
-    (
-        "app.css",
-        "text/css; charset=utf-8",
-        include_str!("../assets/app.css"),
-    ),
-    (
-        "vendor/marked.umd.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../assets/vendor/marked.umd.js"),
-    ),
-    (
-        "vendor/purify.min.js",
-        "text/javascript; charset=utf-8",
-        include_str!("../assets/vendor/purify.min.js"),
-    ),
-];
+/// An embedded file, kept in a section of its own (`switchboard_assets`, placed by the
+/// linker after the read-only data the daemon uses): were its bytes among that data, the
+/// pages around what the daemon reads at start would map them too (the kernel maps a fault's
+/// neighbours), and an idle daemon would hold ~140 KiB of page it never serves. The
+/// attribute only names the section; nothing reads the bytes but whoever serves them (here
+/// [`asset`], and the control panel's page).
+#[macro_export]
+macro_rules! embedded {
+    ($name:ident, $path:literal) => {
+        #[allow(unsafe_code)]
+        #[unsafe(link_section = "switchboard_assets")]
+        static $name: [u8; include_bytes!($path).len()] = *include_bytes!($path);
+    };
+}
+embedded!(INDEX, "../assets/index.html");
+embedded!(APP_JS, "../assets/app.js");
+embedded!(APP_CSS, "../assets/app.css");
+embedded!(MARKED, "../assets/vendor/marked.umd.js");
+embedded!(PURIFY, "../assets/vendor/purify.min.js");
 
-const INDEX: &str = include_str!("../assets/index.html");
+/// The page's assets: path under `/assets/`, content type, bytes.
+static ASSETS: [(&str, &str, &[u8]); 4] = [
+    ("app.js", "text/javascript; charset=utf-8", &APP_JS),
+    ("app.css", "text/css; charset=utf-8", &APP_CSS),
+    ("vendor/marked.umd.js", "text/javascript; charset=utf-8", &MARKED),
+    ("vendor/purify.min.js", "text/javascript; charset=utf-8", &PURIFY),
+];
 
 /// The policy of every page and asset.
 pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
@@ -44,7 +46,7 @@ pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src '
 const ETAG: &str = concat!("\"", env!("CARGO_PKG_VERSION"), "\"");
 
 pub(crate) async fn chat_page() -> Response {
-    serve(INDEX, "text/html; charset=utf-8", None)
+    serve(&INDEX, "text/html; charset=utf-8", None)
 }
 
 pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
@@ -59,7 +61,7 @@ pub fn page_weight() -> usize {
     INDEX.len() + ASSETS.iter().map(|(_, _, body)| body.len()).sum::<usize>()
 }
 
-fn serve(body: &'static str, content_type: &str, request: Option<&HeaderMap>) -> Response {
+fn serve(body: &'static [u8], content_type: &str, request: Option<&HeaderMap>) -> Response {
     let fresh = request
         .and_then(|headers| headers.get(header::IF_NONE_MATCH))
         .is_some_and(|tag| tag.as_bytes() == ETAG.as_bytes());
