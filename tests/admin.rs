@@ -105,6 +105,13 @@ async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
         .0,
         401
     );
+    let (status, error) = panel(addr, "GET", "/admin/api/nothing-here").await;
+    assert_eq!(status, 404);
+    assert!(
+        error["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/admin/api/nothing-here"))
+    );
     // The page itself holds nothing and asks for the token.
     let page = util::raw_http(
         addr,

@@ -1,14 +1,16 @@
-//! The panel's JSON API, under `/admin/api/`. Each handler is a thin reading of what the
-//! CLI or the chats already use (see the module doc of `admin`).
+//! The panel's JSON API, under `/admin/api/`: one HTTP handler that dispatches on the method
+//! and the path (one handler's worth of code, not a dozen: the panel costs a daemon without
+//! it nothing but its size, docs/benchmarks.md), each answer a thin reading of what the CLI or
+//! the chats already use (see the module doc of `admin`).
 
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_agent::scheduler::{Asker, describe};
@@ -24,31 +26,58 @@ const MAX_SESSIONS: usize = 200;
 /// How long a reload may take before the panel stops waiting for it.
 const RELOAD_WAIT: Duration = Duration::from_secs(60);
 
-type Shared = State<Arc<Admin>>;
+/// Why a request got no answer: the status and what to tell the operator.
+pub(super) struct Failure(StatusCode, String);
 
-pub(super) fn routes() -> Router<Arc<Admin>> {
-    Router::new()
-        .route("/overview", get(overview))
-        .route("/sessions", get(sessions))
-        .route("/transcript", get(transcript))
-        .route("/reset", post(reset))
-        .route("/pairing", get(pairing))
-        .route("/pairing/{code}/{verdict}", post(decide))
-        .route("/usage", get(usage))
-        .route("/jobs", get(jobs))
-        .route("/jobs/{id}/runs", get(runs))
-        .route("/jobs/{id}/{action}", post(act))
-        .route("/config", get(config))
-        .route("/reload", post(reload))
+type Answer = Result<Value, Failure>;
+
+fn failed(status: StatusCode, error: impl std::fmt::Display) -> Failure {
+    Failure(status, error.to_string())
 }
 
-fn failed(status: StatusCode, error: impl std::fmt::Display) -> Response {
-    (status, Json(json!({"error": error.to_string()}))).into_response()
+/// Every `/admin/api/…` request (the token was checked before).
+pub(super) async fn handle(
+    State(admin): State<Arc<Admin>>,
+    method: Method,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let path = uri.path().strip_prefix("/admin/api/").unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').collect();
+    let answer = match (method.as_str(), segments.as_slice()) {
+        ("GET", ["overview"]) => Ok(overview(&admin)),
+        ("GET", ["sessions"]) => sessions(&admin).await,
+        ("GET", ["transcript"]) => transcript(&admin, &uri).await,
+        ("POST", ["reset"]) => reset(&admin, &body).await,
+        ("GET", ["pairing"]) => pairing(&admin).await,
+        ("POST", ["pairing", code, verdict]) => decide(&admin, code, verdict).await,
+        ("GET", ["usage"]) => usage(&admin, &uri).await,
+        ("GET", ["jobs"]) => jobs(&admin).await,
+        ("GET", ["jobs", id, "runs"]) => runs(&admin, id).await,
+        ("POST", ["jobs", id, action]) => act(&admin, id, action).await,
+        ("GET", ["config"]) => Ok(config(&admin)),
+        ("POST", ["reload"]) => reload(&admin).await,
+        _ => Err(failed(
+            StatusCode::NOT_FOUND,
+            format!("no {method} /admin/api/{path}"),
+        )),
+    };
+    match answer {
+        Ok(body) => Json(body).into_response(),
+        Err(Failure(status, error)) => (status, Json(json!({"error": error}))).into_response(),
+    }
+}
+
+/// The query of `uri` as `T`.
+fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, Failure> {
+    Query::<T>::try_from_uri(uri)
+        .map(|Query(query)| query)
+        .map_err(|err| failed(StatusCode::BAD_REQUEST, err.body_text()))
 }
 
 /// Channels and checks (`/healthz`'s report), the agents, and the tools each source offers
 /// (the built-in ones, each MCP server's).
-async fn overview(State(admin): Shared) -> Response {
+fn overview(admin: &Admin) -> Value {
     let (healthy, health) = admin.health.report();
     let tools = admin.agents.default_agent().tool_sources().snapshot();
     let mut servers: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
@@ -72,18 +101,17 @@ async fn overview(State(admin): Shared) -> Response {
             })
         })
         .collect();
-    Json(json!({
+    json!({
         "healthy": healthy,
         "health": health,
         "agents": agents,
         "tools": builtin,
         "mcp": servers,
-    }))
-    .into_response()
+    })
 }
 
 /// The sessions of every agent, most recently written first, with their message counts.
-async fn sessions(State(admin): Shared) -> Response {
+async fn sessions(admin: &Admin) -> Answer {
     let agents = admin.agents.clone();
     let listed = tokio::task::spawn_blocking(move || {
         let mut all = Vec::new();
@@ -122,9 +150,9 @@ async fn sessions(State(admin): Shared) -> Response {
     })
     .await;
     match listed {
-        Ok(Ok(sessions)) => Json(json!({"sessions": sessions})).into_response(),
-        Ok(Err(err)) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
+        Ok(Ok(sessions)) => Ok(json!({"sessions": sessions})),
+        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
@@ -135,57 +163,68 @@ struct SessionRef {
 }
 
 /// A session's conversation, read-only, as the chat page shows it.
-async fn transcript(State(admin): Shared, Query(session): Query<SessionRef>) -> Response {
+async fn transcript(admin: &Admin, uri: &Uri) -> Answer {
+    let session: SessionRef = query(uri)?;
     let Some(agent) = admin.agents.get(&AgentName::from(session.agent.as_str())) else {
-        return failed(
+        return Err(failed(
             StatusCode::NOT_FOUND,
             format!("no agent `{}`", session.agent),
-        );
+        ));
     };
     let store = agent.store();
     let key = SessionKey::from(session.key);
     let read = tokio::task::spawn_blocking(move || store.transcript(&key)).await;
     match read {
-        Ok(Ok(messages)) => {
-            Json(json!({"messages": crate::app::said_of(messages)})).into_response()
-        }
-        Ok(Err(err)) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
+        Ok(Ok(messages)) => Ok(json!({"messages": crate::app::said_of(messages)})),
+        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// Starts a session anew: `/new` sent to its chat, through its worker, as if its person sent
 /// it (the chat is told "Started a new session.").
-async fn reset(State(admin): Shared, Json(session): Json<SessionRef>) -> Response {
+async fn reset(admin: &Admin, body: &[u8]) -> Answer {
+    let session: SessionRef = serde_json::from_slice(body).map_err(|err| {
+        failed(
+            StatusCode::BAD_REQUEST,
+            format!("expected {{\"agent\", \"key\"}}: {err}"),
+        )
+    })?;
     let key = SessionKey::from(session.key);
     let Some((channel, chat)) = key.split() else {
-        return failed(StatusCode::BAD_REQUEST, format!("`{key}` names no chat"));
+        return Err(failed(
+            StatusCode::BAD_REQUEST,
+            format!("`{key}` names no chat"),
+        ));
     };
     let agent = AgentName::from(session.agent.as_str());
     if admin.agents.get(&agent).is_none() {
-        return failed(StatusCode::NOT_FOUND, format!("no agent `{agent}`"));
+        return Err(failed(StatusCode::NOT_FOUND, format!("no agent `{agent}`")));
     }
     let mut new = InboundMessage::text(channel, chat, SenderId::from("operator"), "/new");
     new.agent = Some(agent);
     match admin.hub.publish_inbound(new).await {
-        Ok(()) => Json(json!({"reset": key.to_string()})).into_response(),
-        Err(err) => failed(StatusCode::SERVICE_UNAVAILABLE, err),
+        Ok(()) => Ok(json!({"reset": key.to_string()})),
+        Err(err) => Err(failed(StatusCode::SERVICE_UNAVAILABLE, err)),
     }
 }
 
 /// The codes waiting and the senders approved (`switchboard pairing list`).
-async fn pairing(State(admin): Shared) -> Response {
+async fn pairing(admin: &Admin) -> Answer {
     let pairing = admin.pairing.clone();
     match tokio::task::spawn_blocking(move || pairing.list()).await {
-        Ok(Ok(file)) => Json(file).into_response(),
-        Ok(Err(err)) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
+        Ok(Ok(file)) => {
+            serde_json::to_value(file).map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))
+        }
+        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// Approves or denies a code (`switchboard pairing approve|deny CODE`).
-async fn decide(State(admin): Shared, Path((code, verdict)): Path<(String, String)>) -> Response {
+async fn decide(admin: &Admin, code: &str, verdict: &str) -> Answer {
     let pairing = admin.pairing.clone();
+    let (code, verdict) = (code.to_owned(), verdict.to_owned());
     let decided = tokio::task::spawn_blocking(move || match verdict.as_str() {
         "approve" => pairing
             .approve(&code)
@@ -199,9 +238,9 @@ async fn decide(State(admin): Shared, Path((code, verdict)): Path<(String, Strin
     })
     .await;
     match decided {
-        Ok(Ok(body)) => Json(body).into_response(),
-        Ok(Err((status, err))) => failed(status, err),
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err((status, err))) => Err(failed(status, err)),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
@@ -211,16 +250,15 @@ struct Days {
 }
 
 /// What the models cost, per day, agent and chat (`switchboard usage`).
-async fn usage(State(admin): Shared, Query(days): Query<Days>) -> Response {
+async fn usage(admin: &Admin, uri: &Uri) -> Answer {
+    let days: Days = query(uri)?;
     let text = admin
         .config_text
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let config = match Config::parse_with(&text, &admin.path, Secrets::Skip) {
-        Ok(config) => config,
-        Err(err) => return failed(StatusCode::INTERNAL_SERVER_ERROR, err),
-    };
+    let config = Config::parse_with(&text, &admin.path, Secrets::Skip)
+        .map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))?;
     match Report::read(&config, days.days.unwrap_or(7).clamp(1, 366)).await {
         Ok(report) => {
             let days: Vec<Value> = report
@@ -228,16 +266,19 @@ async fn usage(State(admin): Shared, Query(days): Query<Days>) -> Response {
                 .into_iter()
                 .map(|(day, spent)| json!({"day": day, "spent": spent}))
                 .collect();
-            Json(json!({"report": report, "days": days})).into_response()
+            Ok(json!({"report": report, "days": days}))
         }
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, format!("{err:#}")),
+        Err(err) => Err(failed(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{err:#}"),
+        )),
     }
 }
 
 /// Every scheduled job, as `switchboard cron list` describes it.
-async fn jobs(State(admin): Shared) -> Response {
+async fn jobs(admin: &Admin) -> Answer {
     let Some(jobs) = &admin.jobs else {
-        return Json(json!({"enabled": false, "jobs": []})).into_response();
+        return Ok(json!({"enabled": false, "jobs": []}));
     };
     match jobs.list(&Asker::Operator).await {
         Ok(all) => {
@@ -246,83 +287,80 @@ async fn jobs(State(admin): Shared) -> Response {
                 .iter()
                 .map(|job| json!({"job": job, "summary": describe(job, now)}))
                 .collect();
-            Json(json!({"enabled": true, "jobs": listed})).into_response()
+            Ok(json!({"enabled": true, "jobs": listed}))
         }
-        Err(err) => failed(StatusCode::INTERNAL_SERVER_ERROR, err),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// A job's last runs (`switchboard cron runs ID`).
-async fn runs(State(admin): Shared, Path(id): Path<String>) -> Response {
+async fn runs(admin: &Admin, id: &str) -> Answer {
     let Some(jobs) = &admin.jobs else {
-        return failed(StatusCode::NOT_FOUND, "the scheduler is off");
+        return Err(failed(StatusCode::NOT_FOUND, "the scheduler is off"));
     };
-    match jobs.runs(&Asker::Operator, &id, 20).await {
-        Ok(runs) => Json(json!({"runs": runs})).into_response(),
-        Err(err) => failed(StatusCode::NOT_FOUND, err),
+    match jobs.runs(&Asker::Operator, id, 20).await {
+        Ok(runs) => Ok(json!({"runs": runs})),
+        Err(err) => Err(failed(StatusCode::NOT_FOUND, err)),
     }
 }
 
 /// Pauses, resumes or runs a job now (`switchboard cron pause|resume|run ID`).
-async fn act(State(admin): Shared, Path((id, action)): Path<(String, String)>) -> Response {
+async fn act(admin: &Admin, id: &str, action: &str) -> Answer {
     let Some(jobs) = &admin.jobs else {
-        return failed(StatusCode::NOT_FOUND, "the scheduler is off");
+        return Err(failed(StatusCode::NOT_FOUND, "the scheduler is off"));
     };
     let asker = Asker::Operator;
-    let done = match action.as_str() {
-        "pause" => jobs.set_enabled(&asker, &id, false).await,
-        "resume" => jobs.set_enabled(&asker, &id, true).await,
-        "run" => jobs.run_now(&asker, &id).await,
+    let done = match action {
+        "pause" => jobs.set_enabled(&asker, id, false).await,
+        "resume" => jobs.set_enabled(&asker, id, true).await,
+        "run" => jobs.run_now(&asker, id).await,
         other => {
-            return failed(
+            return Err(failed(
                 StatusCode::NOT_FOUND,
                 format!("`{other}`: pause, resume or run"),
-            );
+            ));
         }
     };
     match done {
-        Ok(job) => Json(json!({"job": job})).into_response(),
-        Err(err) => failed(StatusCode::NOT_FOUND, err),
+        Ok(job) => Ok(json!({"job": job})),
+        Err(err) => Err(failed(StatusCode::NOT_FOUND, err)),
     }
 }
 
 /// The config in use, its secrets masked.
-async fn config(State(admin): Shared) -> Response {
+fn config(admin: &Admin) -> Value {
     let text = admin
         .config_text
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    Json(json!({
+    json!({
         "path": admin.path.display().to_string(),
         "text": crate::config_values::masked(&text),
-    }))
-    .into_response()
+    })
 }
 
 /// Reads the config again and applies what can change live — what SIGHUP does.
-async fn reload(State(admin): Shared) -> Response {
+async fn reload(admin: &Admin) -> Answer {
     let (answer, reloaded) = tokio::sync::oneshot::channel();
     if admin.reloads.send(answer).await.is_err() {
-        return failed(
+        return Err(failed(
             StatusCode::SERVICE_UNAVAILABLE,
             "this daemon takes no reloads (it is stopping)",
-        );
+        ));
     }
     match tokio::time::timeout(RELOAD_WAIT, reloaded).await {
         Ok(Ok(Reloaded::Applied { need_restart })) => {
-            Json(json!({"applied": true, "need_restart": need_restart})).into_response()
+            Ok(json!({"applied": true, "need_restart": need_restart}))
         }
-        Ok(Ok(Reloaded::Refused(error))) => {
-            Json(json!({"applied": false, "error": error})).into_response()
-        }
-        Ok(Err(_)) => failed(
+        Ok(Ok(Reloaded::Refused(error))) => Ok(json!({"applied": false, "error": error})),
+        Ok(Err(_)) => Err(failed(
             StatusCode::SERVICE_UNAVAILABLE,
             "the reload was not answered",
-        ),
-        Err(_) => failed(
+        )),
+        Err(_) => Err(failed(
             StatusCode::GATEWAY_TIMEOUT,
             format!("the reload took longer than {RELOAD_WAIT:?}; see the log"),
-        ),
+        )),
     }
 }

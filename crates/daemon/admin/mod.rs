@@ -58,10 +58,12 @@ impl Admin {
     /// The panel's routes.
     pub(crate) fn router(self) -> Router {
         let admin = Arc::new(self);
-        let api = api::routes().layer(axum::middleware::from_fn_with_state(
-            admin.clone(),
-            require_token,
-        ));
+        let api = Router::new()
+            .route("/admin/api/{*path}", axum::routing::any(api::handle))
+            .layer(axum::middleware::from_fn_with_state(
+                admin.clone(),
+                require_token,
+            ));
         Router::new()
             .route(
                 "/admin",
@@ -75,7 +77,7 @@ impl Admin {
                 "/admin/admin.css",
                 axum::routing::get(|| async { page(&STYLE, "text/css") }),
             )
-            .nest("/admin/api", api)
+            .merge(api)
             .with_state(admin)
     }
 }

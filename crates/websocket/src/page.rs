@@ -33,8 +33,16 @@ embedded!(PURIFY, "../assets/vendor/purify.min.js");
 static ASSETS: [(&str, &str, &[u8]); 4] = [
     ("app.js", "text/javascript; charset=utf-8", &APP_JS),
     ("app.css", "text/css; charset=utf-8", &APP_CSS),
-    ("vendor/marked.umd.js", "text/javascript; charset=utf-8", &MARKED),
-    ("vendor/purify.min.js", "text/javascript; charset=utf-8", &PURIFY),
+    (
+        "vendor/marked.umd.js",
+        "text/javascript; charset=utf-8",
+        &MARKED,
+    ),
+    (
+        "vendor/purify.min.js",
+        "text/javascript; charset=utf-8",
+        &PURIFY,
+    ),
 ];
 
 /// The policy of every page and asset.
