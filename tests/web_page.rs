@@ -537,7 +537,7 @@ async fn a_message_typed_while_the_daemon_is_down_is_sent_once_when_it_is_back()
 }
 
 #[tokio::test]
-async fn a_file_picked_in_the_page_reaches_the_agent() {
+async fn a_file_picked_or_pasted_in_the_page_reaches_the_agent() {
     let Some(t) = Chat::start("web_page::attach", "").await else {
         return;
     };
@@ -571,6 +571,36 @@ async fn a_file_picked_in_the_page_reaches_the_agent() {
     assert!(
         said.contains("notes.txt") && said.contains("media/websocket/"),
         "{said}"
+    );
+
+    // A screenshot pasted into the message box is attached the same way, and shown to the
+    // model as an image.
+    let _: bool = page
+        .eval(
+            "(() => { const png = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0]); \
+             const data = new DataTransfer(); data.items.add(new File([png], 'shot.png', {type: 'image/png'})); \
+             document.getElementById('input').dispatchEvent(new ClipboardEvent('paste', {clipboardData: data, bubbles: true, cancelable: true})); \
+             return true; })()",
+        )
+        .await;
+    page.wait_until(
+        "document.querySelector('#files .chip.ready')",
+        "the pasted image uploaded",
+    )
+    .await;
+    page.say("and this?").await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('Attached: shot.png')"),
+        "the message with the pasted image",
+    )
+    .await;
+    let requests = llm.wait_for_requests(2, util::PATIENCE).await;
+    let last = util::conversation(requests.last().expect("a request"))
+        .pop()
+        .expect("the message");
+    assert!(
+        last["content"].to_string().contains("image_url"),
+        "the pasted image is shown as one: {last}"
     );
     t.end().await;
 }
