@@ -339,3 +339,8 @@ $("auth").addEventListener("submit", (event) => {
 });
 if (token) show(current);
 else askForToken(null);
+// The overview follows the daemon by itself (the other tabs change only when asked: a
+// refresh must not undo a half-done action, such as a reset waiting for its confirmation).
+setInterval(() => {
+  if (current === "overview" && token && document.visibilityState === "visible" && $("auth").hidden) show("overview");
+}, 10000);
