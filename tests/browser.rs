@@ -17,6 +17,10 @@ use chromiumoxide::handler::viewport::Viewport;
 use chromiumoxide::page::ScreenshotParams;
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
+use switchboard::app;
+use switchboard_testkit::ScriptedLlm;
+
+use crate::util::{self, Extra};
 
 /// How long a page may take to reach a state, on a loaded machine.
 pub const PATIENCE: Duration = Duration::from_secs(30);
@@ -255,5 +259,54 @@ impl Page {
             .await
             .expect("screenshot");
         std::fs::write(Path::new(&dir).join(format!("{name}.png")), png).expect("saved");
+    }
+}
+
+/// The chat page's text in its log, for messages.
+pub const LOG_TEXT: &str = "document.getElementById('log').innerText";
+
+pub async fn daemon(dir: &std::path::Path, llm: &ScriptedLlm, tables: &str) -> app::Running {
+    util::start_configured(
+        llm,
+        dir,
+        Extra {
+            tables,
+            ..Extra::default()
+        },
+        Vec::new(),
+    )
+    .await
+}
+
+/// A daemon against a scripted model, and a browser tab on its chat page, connected.
+pub struct Chat {
+    pub browser: Browser,
+    pub page: Page,
+    pub daemon: app::Running,
+    pub llm: ScriptedLlm,
+    pub dir: tempfile::TempDir,
+}
+
+impl Chat {
+    /// Starts both (`tables`: extra config); `None` (the test skips) without Chromium.
+    pub async fn start(test: &str, tables: &str) -> Option<Self> {
+        let browser = Browser::launch(test).await?;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let daemon = daemon(dir.path(), &llm, tables).await;
+        let page = browser.open(&format!("http://{}/", daemon.addr())).await;
+        page.wait_connected().await;
+        Some(Self {
+            browser,
+            page,
+            daemon,
+            llm,
+            dir,
+        })
+    }
+
+    pub async fn end(self) {
+        self.browser.close().await;
+        self.daemon.shutdown().await;
     }
 }

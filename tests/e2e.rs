@@ -76,5 +76,9 @@ mod tools;
 /// What the models cost: the daily caps (80 % told once, 100 % refused), `/usage`, a
 /// scheduled run skipped, `switchboard usage`, `/metrics`, a kill -9 keeping the total.
 mod usage;
-/// The web chat page in headless Chromium: token prompt, wrong token, history after reload.
+/// The web chat page in headless Chromium: Markdown streaming, history, conversations,
+/// approvals, stop, a phone's screen, XSS payloads.
 mod web_page;
+/// What a person sends from the page: kept while offline and sent once, over the limit,
+/// files picked or pasted, the token prompt.
+mod web_sending;

@@ -5,7 +5,6 @@
 //! turns (after a grace period), then outbound delivery, then every socket (each sends what
 //! is queued for it and a close frame, and is waited for), then the listener.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
@@ -18,13 +17,12 @@ use switchboard_adapter::Pairing;
 use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
 use switchboard_agent::{Agents, Dispatcher};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChannelRetry, ChatHub, ChatId, ChatMessage, LaneOptions,
-    RetryingChannel, SessionKey, Shutdown,
+    Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
 };
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
-use switchboard_websocket::{HistorySource, Said, SaidTool, WebSocketChannel};
+use switchboard_websocket::WebSocketChannel;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -163,7 +161,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             .map_err(|problem| config.source.problem("channels.websocket", problem))?;
         settings.workspace = Some(config.path(&config.agent.workspace));
         settings.state_dir = Some(config.path(&config.agent.state_dir));
-        let history = Arc::new(SessionHistory(agents.clone()));
+        let history = Arc::new(crate::history::SessionHistory(agents.clone()));
         let channel = WebSocketChannel::new(settings, hub.clone()).with_history(history);
         router = router.merge(channel.router());
         let sockets = channel.clone();
@@ -361,93 +359,6 @@ fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::S
         #[cfg(not(feature = "mcp"))]
         mcp_servers: Vec::new(),
     }
-}
-
-/// The most of a chat's history one `history` frame carries (the newest messages kept).
-const MAX_HISTORY_BYTES: usize = 256 * 1024;
-
-/// A WebSocket chat's conversation so far, read from the session file of the agent bound
-/// to it without touching it (its worker may be appending), for `history` frames.
-struct SessionHistory(Agents);
-
-impl HistorySource for SessionHistory {
-    fn history(&self, chat: &ChatId) -> Vec<Said> {
-        let channel = ChannelName::from("websocket");
-        let key = SessionKey::of(&channel, chat);
-        let agent = self.0.for_chat(&channel, chat, None);
-        let messages = match agent.store().transcript(&key) {
-            Ok(messages) => messages,
-            Err(err) => {
-                tracing::warn!(session = %key, error = %err, "could not read a chat's history");
-                return Vec::new();
-            }
-        };
-        said_of(messages)
-    }
-}
-
-/// What a page shows of a conversation: what was said, each tool call with the start of
-/// its result, and the replies (text written beside tool calls left out: the reply that
-/// followed replaced it) — the newest [`MAX_HISTORY_BYTES`] of it.
-pub(crate) fn said_of(messages: Vec<ChatMessage>) -> Vec<Said> {
-    let mut said: Vec<Said> = Vec::new();
-    let mut calls: HashMap<String, usize> = HashMap::new();
-    for message in messages {
-        match message {
-            ChatMessage::User { content, .. } => said.push(Said::text("user", content)),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } if tool_calls.is_empty() => {
-                if !content.is_empty() {
-                    said.push(Said::text("assistant", content));
-                }
-            }
-            ChatMessage::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    calls.insert(call.id.clone(), said.len());
-                    said.push(Said {
-                        role: "tool",
-                        content: String::new(),
-                        tool: Some(SaidTool {
-                            id: call.id,
-                            name: call.name,
-                            arguments: switchboard_core::preview(&call.arguments),
-                            result: None,
-                            ok: true,
-                        }),
-                    });
-                }
-            }
-            ChatMessage::Tool {
-                tool_call_id,
-                content,
-                is_error,
-                ..
-            } => {
-                if let Some(tool) = calls
-                    .get(&tool_call_id)
-                    .and_then(|&index| said[index].tool.as_mut())
-                {
-                    tool.result = Some(switchboard_core::preview(&content));
-                    tool.ok = !is_error;
-                }
-            }
-        }
-    }
-    let mut bytes = 0;
-    let keep = said
-        .iter()
-        .rev()
-        .take_while(|message| {
-            bytes += message.content.len()
-                + message.tool.as_ref().map_or(0, |tool| {
-                    tool.arguments.len() + tool.result.as_ref().map_or(0, String::len)
-                });
-            bytes <= MAX_HISTORY_BYTES
-        })
-        .count();
-    said.split_off(said.len() - keep)
 }
 
 /// Routes a channel's outbound messages through per-chat lanes, its sends retried when the

@@ -3,7 +3,6 @@
 //! Every error names the file, the line and column, and the key: a typo must never be
 //! silently ignored by a service that runs for months.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use crate::config_error::key_of;
 pub use crate::config_error::{ConfigError, Source};
 pub use crate::config_values::BindAddress;
 use crate::config_values::expand_strings;
+pub use crate::http_config::HttpSection;
 pub use crate::llm_config::{Fallback, LlmSection, ProviderKind};
 pub use crate::turn_config::{ApprovalsSection, JudgeSection, VerifySection};
 use toml::Spanned;
@@ -69,52 +69,6 @@ pub struct Config {
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
-}
-
-/// `[http]`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpSection {
-    /// Where `/ws`, `/` and `/healthz` listen.
-    pub bind: Spanned<BindAddress>,
-    /// Seconds a client has to send a request's headers.
-    pub header_timeout_secs: Spanned<f64>,
-    /// Client connections open at once, WebSockets included.
-    pub max_connections: Spanned<usize>,
-    /// Of those, plain HTTP connections (not, or not yet, an accepted WebSocket).
-    pub max_pending_connections: Spanned<usize>,
-    /// Of those, from one source address.
-    pub max_pending_per_client: Spanned<usize>,
-    /// Plain HTTP connections beyond `max_pending_connections`, for `/healthz`, `/readyz`
-    /// and requests that carry credentials.
-    pub reserved_connections: usize,
-    /// Host names besides loopback ones that may reach the page and `/ws` without a token.
-    pub allowed_hosts: Vec<String>,
-    /// Serve `/metrics` (Prometheus text).
-    pub metrics: bool,
-    /// The bearer token `/metrics` asks for; without one it asks for the WebSocket's token
-    /// (`auth = "token"`), or only a loopback Host (`auth = "none"`).
-    pub metrics_token: Option<Spanned<String>>,
-    /// The bearer token of the control panel (`/admin`); no panel without one. Never the
-    /// chat's token.
-    pub admin_token: Option<Spanned<String>>,
-}
-
-impl Default for HttpSection {
-    fn default() -> Self {
-        Self {
-            bind: Spanned::new(0..0, BindAddress(SocketAddr::from(([127, 0, 0, 1], 8080)))),
-            header_timeout_secs: Spanned::new(0..0, 5.0),
-            max_connections: Spanned::new(0..0, 4096),
-            max_pending_connections: Spanned::new(0..0, 256),
-            max_pending_per_client: Spanned::new(0..0, 32),
-            reserved_connections: 32,
-            allowed_hosts: Vec::new(),
-            metrics: true,
-            metrics_token: None,
-            admin_token: None,
-        }
-    }
 }
 
 /// `[channels]`: each channel's section belongs to its adapter crate, which parses,
@@ -323,59 +277,6 @@ impl Config {
         self.mcp
             .specs(&base, &self.path(&self.agent.workspace))
             .map_err(|problem| self.source.problem("mcp", problem))
-    }
-
-    /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,
-    /// else the WebSocket's token when it has one, else requests with a loopback (or
-    /// allowed) Host, as the page without a token.
-    pub fn metrics_access(&self) -> Result<switchboard_websocket::WsAuth, ConfigError> {
-        use switchboard_websocket::{AuthMode, WsAuth};
-        if let Some(token) = &self.http.metrics_token {
-            let value = switchboard_core::expand_env(token.get_ref())
-                .map_err(|unresolved| unresolved.to_string())
-                .and_then(|value| switchboard_websocket::check_token(&value).map(|()| value))
-                .map_err(|why| {
-                    self.source
-                        .error_at(Some(token.span()), "http.metrics_token".into(), why)
-                })?;
-            return Ok(WsAuth::Token(value));
-        }
-        let websocket = &self.channels.websocket;
-        if websocket.enabled && *websocket.auth.get_ref() == AuthMode::Token {
-            let token = websocket
-                .token()
-                .map_err(|problem| self.source.problem("channels.websocket", problem))?;
-            return Ok(WsAuth::Token(token));
-        }
-        Ok(WsAuth::None)
-    }
-
-    /// The control panel's token (`http.admin_token`), resolved and checked; `None`: no
-    /// panel. The chat's token is refused: whoever may chat may not thereby run the daemon.
-    pub fn admin_access(&self) -> Result<Option<String>, ConfigError> {
-        let Some(token) = &self.http.admin_token else {
-            return Ok(None);
-        };
-        let at = |why: String| {
-            self.source
-                .error_at(Some(token.span()), "http.admin_token".into(), why)
-        };
-        let value = switchboard_core::expand_env(token.get_ref())
-            .map_err(|unresolved| unresolved.to_string())
-            .and_then(|value| switchboard_websocket::check_token(&value).map(|()| value))
-            .map_err(at)?;
-        let websocket = &self.channels.websocket;
-        if websocket.enabled
-            && *websocket.auth.get_ref() == switchboard_websocket::AuthMode::Token
-            && websocket.token().is_ok_and(|chat| chat == value)
-        {
-            return Err(at(
-                "the control panel's token must not be the chat's (channels.websocket.token): \
-                 whoever may chat could then run the daemon; make another"
-                    .into(),
-            ));
-        }
-        Ok(Some(value))
     }
 
     /// Whether the value at dotted `key` is used: not under a disabled channel's section,

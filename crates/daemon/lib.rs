@@ -39,6 +39,8 @@ pub mod cron;
 pub mod doctor;
 pub mod harden;
 pub mod health;
+mod history;
+mod http_config;
 pub mod llm_config;
 pub mod llm_health;
 pub mod logging;
