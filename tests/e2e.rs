@@ -30,6 +30,8 @@ mod crash;
 mod discord;
 /// One chat never holds up another; floods are refused; `/stop` acts at once.
 mod dispatch;
+/// Scheduled work in sessions of its own: what is worth saying posted, the heartbeat.
+mod heartbeat;
 /// The listener under abuse: DNS rebinding, slowloris, oversized frames.
 mod http;
 /// Images tools return (`read_file`'s, an MCP server's) shown to the model in its dialect.
@@ -40,6 +42,9 @@ mod llm;
 /// and a restart, `/stop` mid-call.
 #[cfg(feature = "mcp")]
 mod mcp;
+/// Calls to MCP tools: `/stop` mid-call, approvals, read-only tools side by side, timeouts.
+#[cfg(feature = "mcp")]
+mod mcp_calls;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).
 mod once;
 /// What an operator reaches for: `/metrics`, `/readyz`.

@@ -1,6 +1,7 @@
 //! MCP servers over stdio, as an operator configures them and a person uses them: the
 //! testkit's `mcp-test-server` (built by `cargo test` with the workspace) started by the
-//! daemon, its tools offered to the model as `test__echo` …, called, crashed, stopped.
+//! daemon, its tools offered to the model as `test__echo` …, called, crashed, reloaded,
+//! listed (how calls behave in a turn: `mcp_calls.rs`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ fn server_binary() -> PathBuf {
 /// The tools the test server offers (before `grow`).
 pub(crate) const TOOLS: u64 = 9;
 
-fn server_table(extra: &str) -> String {
+pub(crate) fn server_table(extra: &str) -> String {
     format!(
         "[mcp.servers.test]\ncommand = \"{}\"\n{extra}",
         server_binary().display()
@@ -51,7 +52,7 @@ pub(crate) async fn with_server(extra: &str, tools: u64) -> Harness {
 }
 
 /// Writes a config for a daemon against the LLM at `llm_url` in `dir` with `tables`; returns its path.
-fn write_config(llm_url: &str, dir: &std::path::Path, tables: &str) -> PathBuf {
+pub(crate) fn write_config(llm_url: &str, dir: &std::path::Path, tables: &str) -> PathBuf {
     let text = util::config_text_with(
         llm_url,
         dir,
@@ -66,7 +67,7 @@ fn write_config(llm_url: &str, dir: &std::path::Path, tables: &str) -> PathBuf {
 }
 
 /// Waits until `/healthz` says the MCP servers offer `tools` tools.
-async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
+pub(crate) async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
     let deadline = Instant::now() + PATIENCE;
     loop {
         let health = util::health(addr).await;
@@ -82,7 +83,7 @@ async fn wait_for_tools(addr: std::net::SocketAddr, tools: u64) -> Value {
 }
 
 /// Waits until `path` exists (the test server writes it when a call is cancelled).
-async fn wait_for_file(path: &std::path::Path) {
+pub(crate) async fn wait_for_file(path: &std::path::Path) {
     let deadline = Instant::now() + PATIENCE;
     while !path.exists() {
         assert!(
@@ -268,48 +269,6 @@ async fn a_server_that_dies_mid_call_is_an_error_result_then_it_is_back() {
 }
 
 #[tokio::test]
-async fn stop_during_a_server_call_ends_the_turn_and_the_server_is_told() {
-    let marks = tempfile::tempdir().expect("tempdir");
-    let cancelled = marks.path().join("cancelled");
-    let mut h = with_server(
-        &format!(
-            "env = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
-            cancelled.display()
-        ),
-        TOOLS,
-    )
-    .await;
-    h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
-    h.client.send("c", "take your time").await;
-    loop {
-        let frame = h.client.next_frame().await;
-        if frame["type"] == "tool" && frame["name"] == "test__slow" && frame["status"] == "started"
-        {
-            break;
-        }
-    }
-    let stopped_at = Instant::now();
-    let (turn, _) = h.client.stop("c").await;
-    assert!(
-        stopped_at.elapsed() < Duration::from_secs(1),
-        "took {:?}",
-        stopped_at.elapsed()
-    );
-    assert_eq!(turn.of_type("done")[0]["end"], "cancelled");
-    wait_for_file(&cancelled).await;
-    h.llm
-        .push(Reply::tool("test__echo", json!({"text": "still here"})));
-    h.llm.push(Reply::text("Yes."));
-    assert_eq!(h.client.say("c", "are you there?").await.reply(), "Yes.");
-    let last = h.llm.requests().pop().expect("request");
-    assert_eq!(
-        results(&last).last().expect("a result").1,
-        "mcp echo: still here"
-    );
-    h.daemon.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
     use switchboard::reload::Reloaded;
     let mut h = Harness::start("").await;
@@ -421,49 +380,6 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
 }
 
 #[tokio::test]
-async fn a_server_tool_an_approval_pattern_names_asks_in_the_chat_first() {
-    let tables = format!(
-        "[agent.approvals]\ntools = [\"test__*\"]\n\n{}",
-        server_table("")
-    );
-    let mut h = Harness::with_config(Extra {
-        tables: &tables,
-        ..Extra::default()
-    })
-    .await;
-    wait_for_tools(h.daemon.addr(), TOOLS).await;
-    h.llm
-        .push(Reply::tool("test__echo", json!({"text": "careful"})));
-    h.llm.push(Reply::text("Done, with your consent."));
-    h.client.send("c", "echo carefully").await;
-    let asked = loop {
-        let frame = h.client.next_frame().await;
-        if frame["waiting_for"] == "approval" {
-            break frame;
-        }
-        assert_ne!(frame["type"], "done", "the turn ended without asking");
-        assert!(
-            !(frame["type"] == "tool" && frame["status"] == "finished"),
-            "it ran before consent"
-        );
-    };
-    assert!(
-        asked["text"]
-            .as_str()
-            .is_some_and(|t| t.contains("test__echo")),
-        "{asked}"
-    );
-    h.client.send("c", "/approve").await;
-    let turn = h.client.turn("c").await;
-    assert_eq!(turn.reply(), "Done, with your consent.");
-    assert_eq!(
-        results(h.llm.requests().last().expect("request"))[0].1,
-        "mcp echo: careful"
-    );
-    h.daemon.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
     let mut h = with_server("", TOOLS).await;
     h.llm.push(Reply::tool("test__grow", json!({})));
@@ -489,88 +405,6 @@ async fn a_tool_the_server_adds_is_offered_from_the_next_turn() {
         "late tool"
     );
     h.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() {
-    let mut h = with_server("", TOOLS).await;
-    // `meet` (marked read-only) answers "met" only when the two calls run at once.
-    h.llm.push(Reply::tools([
-        ("test__meet", json!({"wait_ms": 5000})),
-        ("test__meet", json!({"wait_ms": 5000})),
-    ]));
-    h.llm.push(Reply::text("Met."));
-    assert_eq!(h.client.say("c", "meet").await.reply(), "Met.");
-    let got = results(&h.llm.requests()[1]);
-    assert_eq!(
-        got.iter().map(|(_, r)| r.as_str()).collect::<Vec<_>>(),
-        ["met", "met"]
-    );
-    // 20 MB on stderr: logged in part, and the server and daemon go on.
-    h.llm
-        .push(Reply::tool("test__flood", json!({"lines": 5000})));
-    h.llm.push(Reply::text("Flooded."));
-    assert_eq!(h.client.say("c", "flood").await.reply(), "Flooded.");
-    assert_eq!(
-        results(h.llm.requests().last().expect("request"))
-            .last()
-            .expect("a result")
-            .1,
-        "wrote 5000 lines"
-    );
-    h.llm
-        .push(Reply::tool("test__echo", json!({"text": "after"})));
-    h.llm.push(Reply::text("Fine."));
-    assert_eq!(h.client.say("c", "still?").await.reply(), "Fine.");
-    h.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_call_that_hangs_times_out_and_the_server_is_told() {
-    let marks = tempfile::tempdir().expect("tempdir");
-    let cancelled = marks.path().join("cancelled");
-    let mut h = with_server(
-        &format!(
-            "timeout_secs = 0.5\nenv = {{ MCP_TEST_CANCELLED = \"{}\" }}\n",
-            cancelled.display()
-        ),
-        TOOLS,
-    )
-    .await;
-    h.llm.push(Reply::tool("test__slow", json!({"ms": 60_000})));
-    h.llm.push(Reply::text("It hung."));
-    let started = Instant::now();
-    assert_eq!(h.client.say("c", "wait forever").await.reply(), "It hung.");
-    assert!(started.elapsed() < Duration::from_secs(10));
-    let got = results(h.llm.requests().last().expect("request"));
-    assert!(got[0].1.contains("timed out"), "{got:?}");
-    wait_for_file(&cancelled).await;
-    h.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_tool_runs_alone_unless_marked_or_configured_read_only() {
-    for (extra, expected) in [
-        ("", ["alone", "alone"]),
-        ("read_only_tools = [\"gather\"]\n", ["met", "met"]),
-    ] {
-        let mut h = with_server(extra, TOOLS).await;
-        // Run one after another, each waits its 300 ms for the other in vain.
-        let wait = if extra.is_empty() { 300 } else { 5000 };
-        h.llm.push(Reply::tools([
-            ("test__gather", json!({"wait_ms": wait})),
-            ("test__gather", json!({"wait_ms": wait})),
-        ]));
-        h.llm.push(Reply::text("Gathered."));
-        assert_eq!(h.client.say("c", "gather").await.reply(), "Gathered.");
-        let got = results(&h.llm.requests()[1]);
-        assert_eq!(
-            got.iter().map(|(_, r)| r.as_str()).collect::<Vec<_>>(),
-            expected,
-            "{extra}"
-        );
-        h.daemon.shutdown().await;
-    }
 }
 
 #[tokio::test]
