@@ -35,6 +35,8 @@ async fn a_message_typed_while_the_daemon_is_down_is_sent_once_when_it_is_back()
     )
     .await;
 
+    // A new conversation, begun while the daemon is down.
+    page.click("#new").await;
     page.say("are you there?").await;
     page.wait_until(
         "document.querySelector('.msg.user.pending')",
@@ -66,6 +68,11 @@ async fn a_message_typed_while_the_daemon_is_down_is_sent_once_when_it_is_back()
     page.wait_until(
         "localStorage.getItem('switchboard.outbox') === '[]'",
         "the outbox emptied",
+    )
+    .await;
+    page.wait_until(
+        "[...document.querySelectorAll('#list li .open')].map(b => b.textContent).join('|') === 'are you there?|hello'",
+        "the conversation begun offline listed first, named by its message",
     )
     .await;
     assert!(

@@ -32,6 +32,8 @@ store.set("chat_id", chatId);
 
 let socket = null;
 let ready = false;
+/** Set at `ready`: the outbox is sent when the list of conversations arrives. */
+let flushing = false;
 let retryMs = 500;
 let limits = { max_frame_bytes: 65536, max_attachment_bytes: 0 };
 let conversations = [];
@@ -326,13 +328,18 @@ function onFrame(frame) {
       ready = true;
       limits = frame;
       setConn("connected", "connected");
+      // The outbox goes once the list is here (it names new chats, not known ones).
+      flushing = true;
       send({ type: "conversations" });
       openChat(chatId, true);
-      for (const entry of outbox) deliver(entry);
       return;
     case "conversations":
       conversations = frame.conversations;
       renderList();
+      if (flushing) {
+        flushing = false;
+        for (const entry of outbox) deliver(entry);
+      }
       return;
     case "handled":
       return settle(frame);
@@ -471,8 +478,9 @@ function userBubble(entry) {
   return bubble;
 }
 
-/** Sends an outbox entry if connected; else it shows as waiting. */
+/** Sends an outbox entry if connected (its chat listed first); else it shows as waiting. */
 function deliver(entry) {
+  if (ready) listConversation(entry.chat_id, entry.content);
   const sent = send(frameOf(entry));
   if (entry.el) {
     entry.el.classList.toggle("pending", !sent);
@@ -519,7 +527,6 @@ function submit() {
     return;
   }
   showHint("");
-  listConversation(text);
   outbox.push(entry);
   saveOutbox();
   entry.el = add(userBubble(entry));
@@ -536,10 +543,13 @@ function stopTurn() {
 
 // ---- Conversations ----------------------------------------------------------------------
 
-function listConversation(text) {
-  const known = conversations.some((c) => c.chat_id === chatId);
+/** Puts `chat` first in the list (named after its first message when new); nothing to do,
+ *  and nothing written on the server, when it is first already. */
+function listConversation(chat, text) {
+  if (conversations.length && conversations[0].chat_id === chat) return;
+  const known = conversations.some((c) => c.chat_id === chat);
   const title = known ? undefined : text.trim().split("\n")[0].slice(0, 60) || "New chat";
-  send({ type: "conversation", chat_id: chatId, title });
+  send({ type: "conversation", chat_id: chat, title });
 }
 
 function titleOf(id) {
