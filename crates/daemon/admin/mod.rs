@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use switchboard_adapter::Pairing;
@@ -67,15 +67,21 @@ impl Admin {
         Router::new()
             .route(
                 "/admin",
-                axum::routing::get(|| async { page(&PAGE, "text/html") }),
+                axum::routing::get(|headers: HeaderMap| async move {
+                    page(&PAGE, "text/html; charset=utf-8", &headers)
+                }),
             )
             .route(
                 "/admin/admin.js",
-                axum::routing::get(|| async { page(&SCRIPT, "text/javascript") }),
+                axum::routing::get(|headers: HeaderMap| async move {
+                    page(&SCRIPT, "text/javascript; charset=utf-8", &headers)
+                }),
             )
             .route(
                 "/admin/admin.css",
-                axum::routing::get(|| async { page(&STYLE, "text/css") }),
+                axum::routing::get(|headers: HeaderMap| async move {
+                    page(&STYLE, "text/css; charset=utf-8", &headers)
+                }),
             )
             .merge(api)
             .with_state(admin)
@@ -92,28 +98,6 @@ async fn require_token(State(admin): State<Arc<Admin>>, request: Request, next: 
     next.run(request).await
 }
 
-fn page(body: &'static [u8], content_type: &str) -> Response {
-    use axum::http::header;
-    let mut response = body.into_response();
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (
-            header::CONTENT_TYPE,
-            format!("{content_type}; charset=utf-8"),
-        ),
-        (
-            header::CONTENT_SECURITY_POLICY,
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
-             connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-                .to_owned(),
-        ),
-        (header::CACHE_CONTROL, "no-cache".to_owned()),
-        (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
-        (header::REFERRER_POLICY, "no-referrer".to_owned()),
-    ] {
-        if let Ok(value) = axum::http::HeaderValue::from_str(&value) {
-            headers.insert(name, value);
-        }
-    }
-    response
+fn page(body: &'static [u8], content_type: &str, request: &HeaderMap) -> Response {
+    switchboard_websocket::serve_embedded(body, content_type, Some(request))
 }

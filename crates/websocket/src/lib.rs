@@ -34,5 +34,5 @@ pub use config::{
     WsConfig, WsSection, check_token,
 };
 pub use conversations::{Conversation, MAX_CONVERSATIONS};
-pub use page::page_weight;
+pub use page::serve as serve_embedded;
 pub use protocol::{AttachmentRef, ClientFrame, Said, SaidTool, ServerFrame, Waiting};

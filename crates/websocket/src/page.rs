@@ -64,12 +64,9 @@ pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Respo
     }
 }
 
-/// The bytes of the page and its assets, for the page weight in docs/benchmarks.md.
-pub fn page_weight() -> usize {
-    INDEX.len() + ASSETS.iter().map(|(_, _, body)| body.len()).sum::<usize>()
-}
-
-fn serve(body: &'static [u8], content_type: &str, request: Option<&HeaderMap>) -> Response {
+/// An embedded file as a response, with the page's Content-Security-Policy and an ETag of
+/// the version (304 when `request` already has it). The control panel serves its files so.
+pub fn serve(body: &'static [u8], content_type: &str, request: Option<&HeaderMap>) -> Response {
     let fresh = request
         .and_then(|headers| headers.get(header::IF_NONE_MATCH))
         .is_some_and(|tag| tag.as_bytes() == ETAG.as_bytes());
