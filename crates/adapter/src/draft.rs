@@ -5,8 +5,10 @@
 //! reports back. The first text is sent at once; after that the draft is edited at most
 //! once per interval, and only when what it would show changed. A draft shows at most the
 //! platform's limit (the start of the text, then `…`). When the reply is final, the adapter
-//! edits the draft one last time — waiting out the interval, so edits stay apart — with the
-//! first part of the whole reply, and sends the rest as new messages.
+//! edits the draft one last time with the first part of the whole reply, and sends the rest
+//! as new messages. The interval spaces the *edits*: the closing edit goes out as soon as the
+//! reply exists when no edit was made within the interval (a short reply: its first words
+//! sent, then the whole of it at once), else when the interval since the last edit ends.
 
 use std::time::Duration;
 
@@ -45,6 +47,8 @@ pub struct Draft {
     shown: String,
     /// When the draft was last sent or edited.
     last: Option<Duration>,
+    /// When the draft was last edited.
+    last_edit: Option<Duration>,
 }
 
 impl Draft {
@@ -58,6 +62,7 @@ impl Draft {
             message: None,
             shown: String::new(),
             last: None,
+            last_edit: None,
         }
     }
 
@@ -106,13 +111,15 @@ impl Draft {
     pub fn edited(&mut self, text: String, now: Duration) {
         self.shown = text;
         self.last = Some(now);
+        self.last_edit = Some(now);
     }
 
     /// For the final reply: the draft message to edit the reply's first part into (if one
-    /// was sent), and how long to wait before that edit so edits stay an interval apart.
+    /// was sent), and how long to wait before that edit so edits stay an interval apart
+    /// (none when the draft was not edited within the interval).
     pub fn finish(&self, now: Duration) -> (Option<&str>, Duration) {
         let wait = self
-            .last
+            .last_edit
             .map(|last| (last + self.interval).saturating_sub(now))
             .unwrap_or_default();
         (self.message.as_deref(), wait)
@@ -150,7 +157,8 @@ mod tests {
     const INTERVAL: Duration = Duration::from_millis(1000);
 
     /// Plays pieces arriving at the given gaps through a draft, as an adapter would; returns
-    /// the times of every send and edit and what the draft showed last.
+    /// the times of every send and edit (the send first, if any) and what the draft showed
+    /// last.
     fn play(pieces: &[(String, u64, bool)], limit: usize) -> (Vec<Duration>, String) {
         let mut draft = Draft::new(INTERVAL, limit, Measure::Chars);
         let mut now = Duration::ZERO;
@@ -178,7 +186,7 @@ mod tests {
                 }
             }
         }
-        // The final edit waits out the interval.
+        // The final edit waits out the interval since the last edit.
         let (message, wait) = draft.finish(now);
         if message.is_some() {
             now += wait;
@@ -219,14 +227,33 @@ mod tests {
         assert_eq!(draft.preview(), "…");
     }
 
+    #[test]
+    fn a_reply_that_ends_before_any_edit_closes_at_once() {
+        let pieces: Vec<(String, u64, bool)> = vec![
+            ("Hel".into(), 0, false),
+            ("lo".into(), 30, false),
+            (" world".into(), 30, false),
+        ];
+        let (writes, shown) = play(&pieces, 100);
+        assert_eq!(writes, [Duration::ZERO, Duration::from_millis(60)]);
+        assert_eq!(shown, "Hello world");
+    }
+
     proptest! {
         #[test]
-        fn writes_stay_an_interval_apart_and_the_draft_ends_with_the_text(
+        fn edits_stay_an_interval_apart_and_the_draft_ends_with_the_text(
             pieces in prop::collection::vec(("[a-z ]{0,8}", 0u64..1500, prop::bool::weighted(0.05)), 1..40),
         ) {
             let (writes, shown) = play(&pieces, 64);
-            for pair in writes.windows(2) {
+            // Streaming writes an interval apart; the closing edit an interval after the
+            // last edit (it may follow the first send at once).
+            let streamed = writes.len().saturating_sub(1);
+            for pair in writes[..streamed].windows(2) {
                 prop_assert!(pair[1] >= pair[0] + INTERVAL, "{writes:?}");
+            }
+            if writes.len() >= 3 {
+                let n = writes.len();
+                prop_assert!(writes[n - 1] >= writes[n - 2] + INTERVAL, "{writes:?}");
             }
             let last_reset = pieces.iter().rposition(|(_, _, reset)| *reset).unwrap_or(0);
             let text: String = pieces[last_reset..].iter().map(|(p, _, _)| p.as_str()).collect();

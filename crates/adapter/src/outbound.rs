@@ -9,6 +9,12 @@
 //! time, so its state needs no more than an uncontended lock. A final reply that failed
 //! part-way (a 429 on its third part) is delivered again by the retry wrapper; the parts
 //! that went out are counted, so it resumes instead of repeating them.
+//!
+//! A rate limit holds the whole chat: once any call to a chat (a draft edit, a part of the
+//! reply, "typing…") is answered 429, every call to that chat waits out the platform's
+//! `retry_after` (see [`Holds`]) — draft edits and "typing…" are skipped meanwhile, the final
+//! reply and notices wait — while other chats go on. Platforms escalate the waits of bots
+//! that ignore them.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +30,8 @@ use crate::split::{Measure, split};
 
 /// A turn that never ends stops showing "typing…" after this.
 const TYPING_AT_MOST: Duration = Duration::from_secs(600);
-/// How long draft edits pause after a rate limit without a stated wait.
-const DRAFT_COOLDOWN: Duration = Duration::from_secs(5);
+/// How long a chat is held after a rate limit that states no wait.
+const UNSTATED_WAIT: Duration = Duration::from_secs(5);
 
 /// What a text is, for platforms that render them differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,8 +97,6 @@ struct ChatOut {
     started: Instant,
     /// Parts of the final reply already delivered.
     delivered_parts: usize,
-    /// Draft edits wait until then (the platform asked to slow down).
-    cooldown: Option<Instant>,
     /// Cancels the turn's "typing…" keepalive.
     typing: Option<CancellationToken>,
 }
@@ -103,7 +107,6 @@ impl ChatOut {
             draft: None,
             started: Instant::now(),
             delivered_parts: 0,
-            cooldown: None,
             typing: None,
         }
     }
@@ -117,6 +120,67 @@ impl Drop for ChatOut {
     }
 }
 
+/// The chats a platform asked to slow down, each until when. Every call to a held chat
+/// waits (or, if it is best effort, is skipped) until then. An entry lives until the next
+/// call to its chat finds it past, or until a later hold prunes it.
+#[derive(Default)]
+struct Holds(DashMap<ChatId, Instant>);
+
+impl Holds {
+    /// Holds over this many chats make the next hold prune the ones that are past.
+    const PRUNE_AT: usize = 64;
+
+    /// When `chat`'s hold ends, if it is held.
+    fn until(&self, chat: &ChatId) -> Option<Instant> {
+        let until = *self.0.get(chat)?;
+        if until > Instant::now() {
+            return Some(until);
+        }
+        self.0.remove_if(chat, |_, until| *until <= Instant::now());
+        None
+    }
+
+    /// Waits until `chat` is not held.
+    async fn wait(&self, chat: &ChatId) {
+        while let Some(until) = self.until(chat) {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+
+    /// Holds `chat` for what `err` asks, if it is a rate limit.
+    fn note(&self, chat: &ChatId, err: &CoreError) {
+        let CoreError::RateLimited { retry_after } = err else {
+            return;
+        };
+        let wait = retry_after.unwrap_or(UNSTATED_WAIT);
+        tracing::info!(%chat, wait_ms = wait.as_millis() as u64,
+            "the platform is rate limiting this chat; every call to it waits");
+        if self.0.len() >= Self::PRUNE_AT {
+            let now = Instant::now();
+            self.0.retain(|_, until| *until > now);
+        }
+        let until = Instant::now() + wait;
+        self.0
+            .entry(chat.clone())
+            .and_modify(|held| *held = (*held).max(until))
+            .or_insert(until);
+    }
+
+    /// Runs `call` to `chat` once its hold is over, and holds the chat if it is rate limited.
+    async fn call<T>(
+        &self,
+        chat: &ChatId,
+        call: impl Future<Output = Result<T, CoreError>>,
+    ) -> Result<T, CoreError> {
+        self.wait(chat).await;
+        let result = call.await;
+        if let Err(err) = &result {
+            self.note(chat, err);
+        }
+        result
+    }
+}
+
 /// Sends a channel's outbound messages through its [`Surface`].
 pub struct Replies<S: Surface> {
     surface: Arc<S>,
@@ -125,6 +189,8 @@ pub struct Replies<S: Surface> {
     /// Chats with a turn running. An entry is made by the turn's first message and removed
     /// by its `Done`; the lock is uncontended (one lane per chat).
     chats: DashMap<ChatId, Arc<tokio::sync::Mutex<ChatOut>>>,
+    /// Chats the platform asked to slow down.
+    holds: Arc<Holds>,
 }
 
 impl<S: Surface> Replies<S> {
@@ -136,6 +202,7 @@ impl<S: Surface> Replies<S> {
             stream,
             edit_interval,
             chats: DashMap::new(),
+            holds: Arc::default(),
         }
     }
 
@@ -147,7 +214,9 @@ impl<S: Surface> Replies<S> {
     /// Delivers one outbound message.
     pub async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let place = self.surface.place(&message.chat_id)?;
+        let chat = &message.chat_id;
         let answering = message.reply_to.as_ref();
+        let holds = &self.holds;
         match &message.kind {
             OutboundKind::Done(_) => {
                 // The turn is over: drop its state (and stop "typing…").
@@ -157,23 +226,32 @@ impl<S: Surface> Replies<S> {
             OutboundKind::Error(text) => {
                 let text = format!("⚠️ {text}");
                 let said = notice(&text, answering, true);
-                return self.surface.send(place, said).await.map(drop);
+                return holds
+                    .call(chat, self.surface.send(place, said))
+                    .await
+                    .map(drop);
             }
             OutboundKind::Notice(text) => {
                 let text = format!("ℹ️ {text}");
                 let said = notice(&text, None, false);
-                return self.surface.send(place, said).await.map(drop);
+                return holds
+                    .call(chat, self.surface.send(place, said))
+                    .await
+                    .map(drop);
             }
             OutboundKind::Question { text, .. } => {
                 // A message of its own, kept apart from the draft: the turn waits on it.
                 let text = format!("❓ {text}");
                 let said = notice(&text, answering, true);
-                return self.surface.send(place, said).await.map(drop);
+                return holds
+                    .call(chat, self.surface.send(place, said))
+                    .await
+                    .map(drop);
             }
             OutboundKind::Post(text) => {
                 // Outside any turn: its own parts, never the chat's draft.
                 let mut own = ChatOut::new();
-                return self.deliver_reply(&mut own, place, None, text).await;
+                return self.deliver_reply(&mut own, chat, place, None, text).await;
             }
             OutboundKind::Status(_) | OutboundKind::Tool(_) => return Ok(()),
             OutboundKind::Delta(_) if !self.stream => return Ok(()),
@@ -188,7 +266,7 @@ impl<S: Surface> Replies<S> {
         match message.kind {
             OutboundKind::TurnStarted => {
                 *out = ChatOut::new();
-                out.typing = Some(self.typing(place));
+                out.typing = Some(self.typing(chat.clone(), place));
                 Ok(())
             }
             OutboundKind::Delta(piece) => {
@@ -198,7 +276,8 @@ impl<S: Surface> Replies<S> {
                     .draft
                     .get_or_insert_with(|| Draft::new(self.edit_interval, limit, measure));
                 let step = draft.push(&piece, now);
-                self.draft_step(&mut out, step, place, answering).await;
+                self.draft_step(&mut out, step, chat, place, answering)
+                    .await;
                 Ok(())
             }
             OutboundKind::DraftReset => {
@@ -208,7 +287,8 @@ impl<S: Surface> Replies<S> {
                 Ok(())
             }
             OutboundKind::Message(text) => {
-                self.deliver_reply(&mut out, place, answering, &text).await
+                self.deliver_reply(&mut out, chat, place, answering, &text)
+                    .await
             }
             OutboundKind::Error(_)
             | OutboundKind::Notice(_)
@@ -221,15 +301,17 @@ impl<S: Surface> Replies<S> {
     }
 
     /// Carries out what the draft asks for. Best effort: a draft that could not be sent or
-    /// edited is caught up by the next step or by the final reply.
+    /// edited (or was skipped while the chat is held) is caught up by the next step or by
+    /// the final reply.
     async fn draft_step(
         &self,
         out: &mut ChatOut,
         step: Step,
+        chat: &ChatId,
         place: S::Place,
         answering: Option<&MessageId>,
     ) {
-        if out.cooldown.is_some_and(|until| Instant::now() < until) {
+        if self.holds.until(chat).is_some() {
             return;
         }
         // A write counts from when the platform answered it: the next one is sent an
@@ -265,17 +347,9 @@ impl<S: Surface> Replies<S> {
                 })
             }
         };
-        match result {
-            Ok(()) => {}
-            Err(CoreError::RateLimited { retry_after }) => {
-                let wait = retry_after.unwrap_or(DRAFT_COOLDOWN);
-                tracing::info!(
-                    wait_ms = wait.as_millis() as u64,
-                    "the platform is rate limiting the draft; it waits"
-                );
-                out.cooldown = Some(Instant::now() + wait);
-            }
-            Err(err) => tracing::debug!(error = %err, "a draft update failed"),
+        if let Err(err) = result {
+            self.holds.note(chat, &err);
+            tracing::debug!(error = %err, "a draft update failed");
         }
     }
 
@@ -284,10 +358,12 @@ impl<S: Surface> Replies<S> {
     async fn deliver_reply(
         &self,
         out: &mut ChatOut,
+        chat: &ChatId,
         place: S::Place,
         answering: Option<&MessageId>,
         text: &str,
     ) -> Result<(), CoreError> {
+        let holds = &self.holds;
         let (limit, measure) = self.surface.limit();
         let mut parts = split(text, limit, measure);
         if parts.is_empty() {
@@ -315,18 +391,21 @@ impl<S: Surface> Replies<S> {
                         as_reply: false,
                         ..said
                     };
-                    match self.surface.edit(place, &message, edit).await {
+                    match holds
+                        .call(chat, self.surface.edit(place, &message, edit))
+                        .await
+                    {
                         Ok(()) => {}
                         // The draft is gone (deleted by someone): the part goes out anew.
                         Err(CoreError::Channel { message: why, .. }) => {
                             tracing::info!(%why, "the draft could not be edited; the reply is sent anew");
-                            self.surface.send(place, said).await?;
+                            holds.call(chat, self.surface.send(place, said)).await?;
                         }
                         Err(err) => return Err(err),
                     }
                 }
                 _ => {
-                    self.surface.send(place, said).await?;
+                    holds.call(chat, self.surface.send(place, said)).await?;
                 }
             }
             out.delivered_parts = index + 1;
@@ -334,20 +413,25 @@ impl<S: Surface> Replies<S> {
         Ok(())
     }
 
-    /// Shows "typing…" until the token is cancelled (or [`TYPING_AT_MOST`] passed).
-    fn typing(&self, place: S::Place) -> CancellationToken {
+    /// Shows "typing…" until the token is cancelled (or [`TYPING_AT_MOST`] passed); not
+    /// while the chat is held.
+    fn typing(&self, chat: ChatId, place: S::Place) -> CancellationToken {
         let stop = CancellationToken::new();
         let surface = self.surface.clone();
+        let holds = self.holds.clone();
         let token = stop.clone();
         tokio::spawn(async move {
             let until = Instant::now() + TYPING_AT_MOST;
             let every = surface.typing_every();
             while Instant::now() < until {
-                tokio::select! {
-                    () = token.cancelled() => return,
-                    result = surface.typing(place) => {
-                        if let Err(err) = result {
-                            tracing::debug!(error = %err, "\"typing…\" failed");
+                if holds.until(&chat).is_none() {
+                    tokio::select! {
+                        () = token.cancelled() => return,
+                        result = surface.typing(place) => {
+                            if let Err(err) = result {
+                                holds.note(&chat, &err);
+                                tracing::debug!(error = %err, "\"typing…\" failed");
+                            }
                         }
                     }
                 }
@@ -381,6 +465,9 @@ mod tests {
     /// What the recording surface saw: (call, message id, text, as_reply).
     type Call = (&'static str, String, String, bool);
 
+    /// A 429 with Telegram's and Discord's stated wait.
+    const RETRY_AFTER: Duration = Duration::from_secs(3);
+
     #[derive(Default)]
     struct Recorder {
         calls: Mutex<Vec<Call>>,
@@ -389,6 +476,20 @@ mod tests {
         sends: Mutex<usize>,
         /// Edits fail as if the message were gone.
         edits_fail: bool,
+        /// Edits answered 429 (with [`RETRY_AFTER`]), by the number of the edit (0-based).
+        limited_edit: Mutex<Option<usize>>,
+        edits: Mutex<usize>,
+        /// When each call was made, by chat place: (call, when).
+        times: Mutex<Vec<(&'static str, Instant)>>,
+    }
+
+    impl Recorder {
+        fn time(&self, call: &'static str) {
+            self.times
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((call, Instant::now()));
+        }
     }
 
     #[async_trait]
@@ -408,6 +509,7 @@ mod tests {
         }
 
         async fn send(&self, (): (), said: Said<'_>) -> Result<String, CoreError> {
+            self.time("send");
             let number = {
                 let mut sends = self.sends.lock().unwrap_or_else(|e| e.into_inner());
                 *sends += 1;
@@ -427,6 +529,17 @@ mod tests {
         }
 
         async fn edit(&self, (): (), message: &str, said: Said<'_>) -> Result<(), CoreError> {
+            self.time("edit");
+            let number = {
+                let mut edits = self.edits.lock().unwrap_or_else(|e| e.into_inner());
+                *edits += 1;
+                *edits - 1
+            };
+            if *self.limited_edit.lock().unwrap_or_else(|e| e.into_inner()) == Some(number) {
+                return Err(CoreError::RateLimited {
+                    retry_after: Some(RETRY_AFTER),
+                });
+            }
             if self.edits_fail {
                 return Err(CoreError::Channel {
                     channel: "test".into(),
@@ -443,17 +556,115 @@ mod tests {
         }
 
         async fn typing(&self, (): ()) -> Result<(), CoreError> {
+            self.time("typing");
             Ok(())
         }
     }
 
     fn out(kind: OutboundKind) -> OutboundMessage {
+        out_to("c", kind)
+    }
+
+    fn out_to(chat: &str, kind: OutboundKind) -> OutboundMessage {
         OutboundMessage {
             channel: "test".into(),
-            chat_id: "c".into(),
+            chat_id: chat.into(),
             reply_to: Some(MessageId::from("u1")),
             kind,
         }
+    }
+
+    fn times(replies: &Replies<Recorder>) -> Vec<(&'static str, Instant)> {
+        replies
+            .surface()
+            .times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
+        let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+        let started = Instant::now();
+        replies.send(out(OutboundKind::TurnStarted)).await.ok();
+        replies
+            .send(out(OutboundKind::Delta("Hello".into())))
+            .await
+            .ok();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        replies
+            .send(out(OutboundKind::Message("Hello there".into())))
+            .await
+            .ok();
+        let calls = calls(&replies);
+        assert_eq!(calls[1], ("edit", "m0".into(), "Hello there".into(), false));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(50),
+            "no wait for the edit interval after the first send"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rate_limited_draft_holds_every_call_to_its_chat_and_no_other() {
+        let recorder = Recorder::default();
+        *recorder
+            .limited_edit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(0);
+        let replies = Arc::new(Replies::new(
+            Arc::new(recorder),
+            true,
+            Duration::from_millis(100),
+        ));
+        replies.send(out(OutboundKind::TurnStarted)).await.ok();
+        replies
+            .send(out(OutboundKind::Delta("Hello".into())))
+            .await
+            .ok();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        // This edit is answered 429: the chat is held for three seconds.
+        let limited = Instant::now();
+        replies
+            .send(out(OutboundKind::Delta(" there".into())))
+            .await
+            .ok();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        replies
+            .send(out(OutboundKind::Delta(", skipped".into())))
+            .await
+            .ok();
+        // Another chat goes on meanwhile.
+        replies
+            .send(out_to("other", OutboundKind::Post("elsewhere".into())))
+            .await
+            .ok();
+        let elsewhere = Instant::now();
+        replies
+            .send(out(OutboundKind::Message("Hello there, done".into())))
+            .await
+            .ok();
+        let times = times(&replies);
+        let after: Vec<&str> = times
+            .iter()
+            .filter(|(call, at)| *at > limited && *at < limited + RETRY_AFTER && *call != "send")
+            .map(|(call, _)| *call)
+            .collect();
+        assert!(after.is_empty(), "nothing went to the held chat: {after:?}");
+        assert!(elsewhere < limited + Duration::from_millis(500));
+        let last = times.last().expect("the final edit");
+        assert_eq!(last.0, "edit");
+        assert!(
+            last.1 >= limited + RETRY_AFTER,
+            "the final reply waited out retry_after"
+        );
+        let calls = calls(&replies);
+        assert_eq!(
+            calls.iter().filter(|c| c.2 == "Hello there, done").count(),
+            1,
+            "the reply went out once"
+        );
     }
 
     fn words(text: &str) -> Vec<&str> {
