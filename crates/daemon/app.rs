@@ -13,16 +13,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
-use switchboard_adapter::Pairing;
+use switchboard_adapter::{ChannelParts, Pairing};
 use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
 use switchboard_agent::{Agents, Dispatcher};
-use switchboard_core::{
-    Channel, ChannelContext, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
-};
+use switchboard_core::{Channel, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown};
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
-use switchboard_websocket::WebSocketChannel;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -35,7 +32,7 @@ use crate::metrics;
 use crate::platforms::{self, Platforms};
 use crate::server::{self, Server};
 use crate::telemetry::Telemetry;
-use crate::{cli, notify, supervisor};
+use crate::{cli, notify};
 
 /// After the grace period and cancellation, how long cancelled turns get to save.
 const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
@@ -46,7 +43,6 @@ pub struct Running {
     shutdown: Shutdown,
     grace: Duration,
     health: Health,
-    websocket: Option<WebSocketChannel>,
     /// The bus; its outbound lanes are closed once the turns are done.
     hub: ChatHub,
     /// Channel supervisors.
@@ -144,58 +140,29 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     );
     let channels = TaskTracker::new();
     let channels_stop = CancellationToken::new();
-    let ctx = ChannelContext {
-        hub: hub.clone(),
-        intake: shutdown.intake().clone(),
-        shutdown: channels_stop.clone(),
-    };
-
     let mut router = health.router();
     // Installed before anything records (the route is added once the channels are known).
     let recorder = config.http.metrics.then(metrics::recorder).flatten();
-    let mut websocket = None;
-    let ws_section = &config.channels.websocket;
-    if ws_section.enabled {
-        let mut settings = ws_section
-            .build(config.http.allowed_hosts.clone())
-            .map_err(|problem| config.source.problem("channels.websocket", problem))?;
-        settings.workspace = Some(config.path(&config.agent.workspace));
-        settings.state_dir = Some(config.path(&config.agent.state_dir));
-        let history = Arc::new(crate::history::SessionHistory(agents.clone()));
-        let channel = WebSocketChannel::new(settings, hub.clone()).with_history(history);
-        router = router.merge(channel.router());
-        let sockets = channel.clone();
-        health.gauge(
-            "websocket_connections",
-            Box::new(move || sockets.connections()),
-        );
-        register(&hub, &health, Arc::new(channel.clone()));
-        supervisor::spawn_channel(
-            Arc::new(channel.clone()),
-            ctx.clone(),
-            health.clone(),
-            &channels,
-        );
-        websocket = Some(channel);
-    }
-
     let state_dir = config.path(&config.agent.state_dir);
-    let workspace = config.path(&config.agent.workspace);
     let pairing = Arc::new(Pairing::open(&state_dir));
     let mut platforms = Platforms::new(platforms::Parts {
-        hub: hub.clone(),
+        channel: ChannelParts {
+            hub: hub.clone(),
+            pairing: pairing.clone(),
+            state_dir,
+            workspace: config.path(&config.agent.workspace),
+            http: config.http_facts(),
+            transcripts: Some(Arc::new(crate::history::SessionHistory(agents.clone()))),
+        },
         health: health.clone(),
-        pairing: pairing.clone(),
-        state_dir,
-        workspace,
         intake: shutdown.intake().clone(),
         stop: channels_stop.clone(),
         tracker: channels.clone(),
     });
-    for name in platforms::NAMES {
-        if let Some(mut built) = platforms.build(&config, name)? {
-            if let Some(webhook) = built.router.take() {
-                router = router.merge(webhook);
+    for (name, section) in config.channels.all() {
+        if let Some(mut built) = platforms.build(&config, name, section)? {
+            if let Some(routes) = built.take_router() {
+                router = router.merge(routes);
             }
             platforms.start(built);
         }
@@ -212,8 +179,6 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             config.http.allowed_hosts.clone(),
         ));
     }
-    let telegram_section = &config.channels.telegram;
-    let discord_section = &config.channels.discord;
 
     let dispatcher = Arc::new(Dispatcher::new(
         agents.clone(),
@@ -294,8 +259,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     );
     tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url(), provider = %config.llm.provider.get_ref(),
         fallbacks = config.llm.fallbacks.len(),
-        websocket = ws_section.enabled, telegram = telegram_section.enabled,
-        discord = discord_section.enabled,
+        channels = ?config.channels.enabled(),
         max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
     health.set_ready();
@@ -305,7 +269,6 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         shutdown,
         grace: Config::duration(&config.daemon.shutdown_grace_secs),
         health,
-        websocket,
         hub,
         channels,
         channels_stop,
@@ -431,13 +394,6 @@ impl Running {
             .is_err()
         {
             tracing::warn!("channels did not stop in time");
-        }
-        // Every socket sends what was queued for it, then its close frame, and is waited
-        // for: exiting before that would cut the final replies off.
-        if let Some(websocket) = &self.websocket
-            && !websocket.close(CANCEL_DEADLINE).await
-        {
-            tracing::warn!("some WebSocket connections did not close in time");
         }
         if !self.server.shutdown(CANCEL_DEADLINE).await {
             tracing::warn!("HTTP connections did not close in time");

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use switchboard_adapter::{ChannelSection, HttpFacts};
 
 pub use crate::agents_config::AgentSection;
 use crate::config_error::key_of;
@@ -71,20 +72,47 @@ pub struct Config {
     pub source: Source,
 }
 
-/// `[channels]`: each channel's section belongs to its adapter crate, which parses,
-/// checks and builds it; this only composes them.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelsSection {
-    /// `[channels.websocket]`.
-    #[serde(default)]
-    pub websocket: switchboard_websocket::WsSection,
-    /// `[channels.telegram]`.
-    #[serde(default)]
-    pub telegram: switchboard_telegram::TelegramSection,
-    /// `[channels.discord]`.
-    #[serde(default)]
-    pub discord: switchboard_discord::DiscordSection,
+/// The channels a config may enable: each is registered here once, by the name of its
+/// section (`[channels.<name>]`) and the adapter crate's section type, which parses, checks
+/// and builds it (`switchboard_adapter::ChannelSection`). Nothing else in the daemon knows a
+/// channel by name.
+macro_rules! channels {
+    ($($name:ident: $section:ty),* $(,)?) => {
+        /// `[channels]`: each channel's section belongs to its adapter crate; this only
+        /// composes them.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct ChannelsSection {
+            $(
+                #[doc = concat!("`[channels.", stringify!($name), "]`.")]
+                #[serde(default)]
+                pub $name: $section,
+            )*
+        }
+
+        impl ChannelsSection {
+            /// Every channel's section with its name, in the order they are started.
+            pub fn all(&self) -> Vec<(&'static str, &dyn ChannelSection)> {
+                vec![$((stringify!($name), &self.$name as &dyn ChannelSection)),*]
+            }
+        }
+    };
+}
+
+channels! {
+    websocket: switchboard_websocket::WsSection,
+    telegram: switchboard_telegram::TelegramSection,
+    discord: switchboard_discord::DiscordSection,
+}
+
+impl ChannelsSection {
+    /// The names of the channels the config enables.
+    pub fn enabled(&self) -> Vec<&'static str> {
+        self.all()
+            .into_iter()
+            .filter_map(|(name, section)| section.enabled().then_some(name))
+            .collect()
+    }
 }
 
 /// `[daemon]`.
@@ -247,18 +275,12 @@ impl Config {
         #[cfg(feature = "mcp")]
         self.mcp_servers()?;
         self.metrics_access()?;
-        self.channels
-            .websocket
-            .validate(self.http.bind.get_ref().0)
-            .map_err(|problem| self.source.problem("channels.websocket", problem))?;
-        self.channels
-            .telegram
-            .validate()
-            .map_err(|problem| self.source.problem("channels.telegram", problem))?;
-        self.channels
-            .discord
-            .validate()
-            .map_err(|problem| self.source.problem("channels.discord", problem))?;
+        let http = self.http_facts();
+        for (name, section) in self.channels.all() {
+            section
+                .validate(&http)
+                .map_err(|problem| self.source.problem(&format!("channels.{name}"), problem))?;
+        }
         self.tools
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;
@@ -282,20 +304,23 @@ impl Config {
     /// Whether the value at dotted `key` is used: not under a disabled channel's section,
     /// nor under `[tools.web_search]` without a provider.
     pub fn in_use(&self, key: &str) -> bool {
-        let channels = &self.channels;
-        for (name, enabled) in [
-            ("websocket", channels.websocket.enabled),
-            ("telegram", channels.telegram.enabled),
-            ("discord", channels.discord.enabled),
-        ] {
+        for (name, section) in self.channels.all() {
             if key.starts_with(&format!("channels.{name}.")) {
-                return enabled;
+                return section.enabled();
             }
         }
         if key.starts_with("tools.web_search.") {
             return self.tools.web_search.provider.is_some();
         }
         true
+    }
+
+    /// What channels may need to know of the HTTP listener.
+    pub fn http_facts(&self) -> HttpFacts {
+        HttpFacts {
+            bind: self.http.bind.get_ref().0,
+            allowed_hosts: self.http.allowed_hosts.clone(),
+        }
     }
 
     /// A duration from a validated seconds field.

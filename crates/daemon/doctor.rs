@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use switchboard_adapter::Pairing;
+use switchboard_adapter::{ChannelParts, Pairing};
 use switchboard_core::{Channel, ChatHub, ChatMessage};
 use switchboard_llm::{ChatRequest, LlmProvider};
 use tokio_util::sync::CancellationToken;
@@ -21,7 +21,7 @@ use tokio_util::task::TaskTracker;
 use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};
 use crate::health::Health;
-use crate::platforms::{self, Parts, Platforms};
+use crate::platforms::{Parts, Platforms};
 use crate::{llm_config, turn_config};
 
 /// How long one check may take.
@@ -361,24 +361,28 @@ async fn ask(key: &str, model: &dyn LlmProvider) -> Line {
 fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
     let state_dir = config.path(&config.agent.state_dir);
     let platforms = Platforms::new(Parts {
-        hub: ChatHub::new(1, CancellationToken::new()),
+        channel: ChannelParts {
+            hub: ChatHub::new(1, CancellationToken::new()),
+            pairing: Arc::new(Pairing::open(&state_dir)),
+            state_dir,
+            workspace: config.path(&config.agent.workspace),
+            http: config.http_facts(),
+            transcripts: None,
+        },
         health: Health::new(),
-        pairing: Arc::new(Pairing::open(&state_dir)),
-        state_dir,
-        workspace: config.path(&config.agent.workspace),
         intake: CancellationToken::new(),
         stop: CancellationToken::new(),
         tracker: TaskTracker::new(),
     });
     let mut channels = Vec::new();
-    for name in platforms::NAMES {
+    for (name, section) in config.channels.all() {
         let prefix = format!("channels.{name}.");
         let theirs = unchecked.iter().any(|key| key.starts_with(&prefix));
-        match platforms.build(config, name) {
+        match platforms.build(config, name, section) {
             Ok(Some(_)) | Err(_) if theirs => lines.push(Line::unchecked(format!(
                 "channels.{name}: its token was not asked for, it is the service's"
             ))),
-            Ok(Some(built)) => channels.push(built.channel),
+            Ok(Some(built)) => channels.push(built.channel().clone()),
             Ok(None) => {}
             Err(err) => lines.push(Line::failed(format!("channels.{name}: {err:#}"))),
         }

@@ -1,97 +1,21 @@
-//! What a person sees of a conversation: a chat's history for the web page (`history`
-//! frames) and for the control panel's transcripts — what was said, each tool call with the
-//! start of its result, and the replies — read from the session store without touching the
-//! session (its worker may be appending).
-
-use std::collections::HashMap;
+//! A chat's conversation so far, read from the session store of the agent bound to it
+//! without touching the session (its worker may be appending): what channels that show it
+//! again (the web page) read through [`Transcripts`].
 
 use switchboard_agent::Agents;
-use switchboard_core::{ChannelName, ChatId, ChatMessage, SessionKey};
-use switchboard_websocket::{HistorySource, Said, SaidTool};
+use switchboard_core::{ChannelName, ChatId, ChatMessage, SessionKey, Transcripts};
 
-/// The most of a chat's history one `history` frame carries (the newest messages kept).
-const MAX_HISTORY_BYTES: usize = 256 * 1024;
-
-/// A WebSocket chat's conversation so far, read from the session file of the agent bound
-/// to it without touching it (its worker may be appending), for `history` frames.
+/// Transcripts from the agents' session stores.
 pub(crate) struct SessionHistory(pub(crate) Agents);
 
-impl HistorySource for SessionHistory {
-    fn history(&self, chat: &ChatId) -> Vec<Said> {
-        let channel = ChannelName::from("websocket");
-        let key = SessionKey::of(&channel, chat);
-        let agent = self.0.for_chat(&channel, chat, None);
-        let messages = match agent.store().transcript(&key) {
-            Ok(messages) => messages,
-            Err(err) => {
-                tracing::warn!(session = %key, error = %err, "could not read a chat's history");
-                return Vec::new();
-            }
-        };
-        said_of(messages)
+impl Transcripts for SessionHistory {
+    fn transcript(
+        &self,
+        channel: &ChannelName,
+        chat: &ChatId,
+    ) -> Result<Vec<ChatMessage>, Box<dyn std::error::Error + Send + Sync>> {
+        let key = SessionKey::of(channel, chat);
+        let agent = self.0.for_chat(channel, chat, None);
+        Ok(agent.store().transcript(&key)?)
     }
-}
-
-/// What a page shows of a conversation: what was said, each tool call with the start of
-/// its result, and the replies (text written beside tool calls left out: the reply that
-/// followed replaced it) — the newest [`MAX_HISTORY_BYTES`] of it.
-pub(crate) fn said_of(messages: Vec<ChatMessage>) -> Vec<Said> {
-    let mut said: Vec<Said> = Vec::new();
-    let mut calls: HashMap<String, usize> = HashMap::new();
-    for message in messages {
-        match message {
-            ChatMessage::User { content, .. } => said.push(Said::text("user", content)),
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } if tool_calls.is_empty() => {
-                if !content.is_empty() {
-                    said.push(Said::text("assistant", content));
-                }
-            }
-            ChatMessage::Assistant { tool_calls, .. } => {
-                for call in tool_calls {
-                    calls.insert(call.id.clone(), said.len());
-                    said.push(Said {
-                        role: "tool",
-                        content: String::new(),
-                        tool: Some(SaidTool {
-                            id: call.id,
-                            name: call.name,
-                            arguments: switchboard_core::preview(&call.arguments),
-                            result: None,
-                            ok: true,
-                        }),
-                    });
-                }
-            }
-            ChatMessage::Tool {
-                tool_call_id,
-                content,
-                is_error,
-                ..
-            } => {
-                if let Some(tool) = calls
-                    .get(&tool_call_id)
-                    .and_then(|&index| said[index].tool.as_mut())
-                {
-                    tool.result = Some(switchboard_core::preview(&content));
-                    tool.ok = !is_error;
-                }
-            }
-        }
-    }
-    let mut bytes = 0;
-    let keep = said
-        .iter()
-        .rev()
-        .take_while(|message| {
-            bytes += message.content.len()
-                + message.tool.as_ref().map_or(0, |tool| {
-                    tool.arguments.len() + tool.result.as_ref().map_or(0, String::len)
-                });
-            bytes <= MAX_HISTORY_BYTES
-        })
-        .count();
-    said.split_off(said.len() - keep)
 }

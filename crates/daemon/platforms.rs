@@ -1,16 +1,14 @@
-//! The platform channels (Telegram, Discord) the config enables: built from their sections,
-//! run under the supervisor each with its own stop tokens, so a reload can restart one
-//! with new settings (a token, an allow list) while the others go on.
+//! The channels the config enables, built from their sections (each adapter's
+//! `ChannelSection`, registered once in `config.rs`), run under the supervisor each with its
+//! own stop tokens, so a reload can restart one with new settings (a token, an allow list)
+//! while the others go on.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use switchboard_adapter::Pairing;
-use switchboard_core::{Channel, ChannelContext, ChatHub};
-use switchboard_discord::DiscordChannel;
-use switchboard_telegram::TelegramChannel;
+use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection};
+use switchboard_core::{ChannelContext, ChatHub};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,41 +20,55 @@ use crate::supervisor;
 /// How long a stopped channel may take to end before its successor starts anyway.
 const STOP_TIMEOUT: Duration = Duration::from_secs(40);
 
-/// The platforms a config may enable.
-pub const NAMES: [&str; 2] = ["telegram", "discord"];
-
-/// What building a channel needs besides its section.
+/// What running the channels needs besides what builds them.
 #[derive(Clone)]
 pub struct Parts {
-    pub hub: ChatHub,
+    /// What every channel is built with.
+    pub channel: ChannelParts,
     pub health: Health,
-    pub state_dir: PathBuf,
-    pub workspace: PathBuf,
-    pub pairing: Arc<Pairing>,
     /// The daemon's intake token and the channels' stop token: each channel gets children.
     pub intake: CancellationToken,
     pub stop: CancellationToken,
     pub tracker: TaskTracker,
 }
 
-/// A running platform channel.
+/// A running channel.
 struct Running {
     ctx: ChannelContext,
     task: JoinHandle<()>,
+    /// Whether it mounted routes at start (a reload cannot rebuild it).
+    routes: bool,
 }
 
-/// The running platform channels, by name.
+/// The running channels, by name.
 pub struct Platforms {
     parts: Parts,
     running: BTreeMap<&'static str, Running>,
 }
 
-/// A platform channel built from a config, not yet running.
+/// A channel built from a config, not yet running.
 pub struct Built {
     pub name: &'static str,
-    pub channel: Arc<dyn Channel>,
-    /// Its webhook route, if it takes updates that way (mounted once, at start).
-    pub router: Option<axum::Router>,
+    built: BuiltChannel,
+    /// Whether it has routes (still known once they were taken out to be mounted).
+    routes: bool,
+}
+
+impl Built {
+    /// Its routes on the HTTP listener, to be mounted (once, at start).
+    pub fn take_router(&mut self) -> Option<axum::Router> {
+        self.built.router.take()
+    }
+
+    /// Whether it has routes: a reload cannot mount them, so it cannot start it.
+    pub fn has_routes(&self) -> bool {
+        self.routes
+    }
+
+    /// The channel.
+    pub fn channel(&self) -> &Arc<dyn switchboard_core::Channel> {
+        &self.built.channel
+    }
 }
 
 impl Platforms {
@@ -67,58 +79,59 @@ impl Platforms {
         }
     }
 
-    /// Builds `name`'s channel from `config`; `None` when it is not enabled.
-    pub fn build(&self, config: &Config, name: &'static str) -> anyhow::Result<Option<Built>> {
-        let parts = &self.parts;
-        let built =
-            match name {
-                "telegram" if config.channels.telegram.enabled => {
-                    let settings =
-                        config.channels.telegram.settings().map_err(|problem| {
-                            config.source.problem("channels.telegram", problem)
-                        })?;
-                    let channel = TelegramChannel::new(
-                        settings,
-                        parts.hub.clone(),
-                        &parts.state_dir,
-                        &parts.workspace,
-                        parts.pairing.clone(),
-                    )?;
-                    let router = channel.router();
-                    Built {
-                        name,
-                        channel: Arc::new(channel),
-                        router,
-                    }
-                }
-                "discord" if config.channels.discord.enabled => {
-                    let settings =
-                        config.channels.discord.settings().map_err(|problem| {
-                            config.source.problem("channels.discord", problem)
-                        })?;
-                    let channel = DiscordChannel::new(
-                        settings,
-                        parts.hub.clone(),
-                        &parts.workspace,
-                        parts.pairing.clone(),
-                    )?;
-                    Built {
-                        name,
-                        channel: Arc::new(channel),
-                        router: None,
-                    }
-                }
-                _ => return Ok(None),
-            };
-        Ok(Some(built))
+    /// The hub the channels publish on.
+    pub fn hub(&self) -> &ChatHub {
+        &self.parts.channel.hub
     }
 
-    /// Registers a built channel's delivery lanes and runs it under the supervisor.
+    /// Builds `name`'s channel from its `section` of `config`; `None` when it is not
+    /// enabled.
+    pub fn build(
+        &self,
+        config: &Config,
+        name: &'static str,
+        section: &dyn ChannelSection,
+    ) -> anyhow::Result<Option<Built>> {
+        if !section.enabled() {
+            return Ok(None);
+        }
+        let built = section
+            .build(&self.parts.channel)
+            .map_err(|err| match err {
+                BuildError::Config(problem) => config
+                    .source
+                    .problem(&format!("channels.{name}"), problem)
+                    .into(),
+                BuildError::Start(err) => anyhow::Error::new(err),
+            })?;
+        let routes = built.router.is_some();
+        Ok(Some(Built {
+            name,
+            built,
+            routes,
+        }))
+    }
+
+    /// Whether `name` runs with routes mounted at start (a reload cannot rebuild it).
+    pub fn has_routes(&self, name: &str) -> bool {
+        self.running.get(name).is_some_and(|running| running.routes)
+    }
+
+    /// Registers a built channel's delivery lanes and gauges and runs it under the
+    /// supervisor. Its routes, if any, are the caller's to mount (taken out before).
     pub fn start(&mut self, built: Built) {
         let parts = &self.parts;
-        crate::app::register(&parts.hub, &parts.health, built.channel.clone());
+        let Built {
+            name,
+            built,
+            routes,
+        } = built;
+        for (gauge, read) in built.gauges {
+            parts.health.gauge(gauge, read);
+        }
+        crate::app::register(self.hub(), &parts.health, built.channel.clone());
         let ctx = ChannelContext {
-            hub: parts.hub.clone(),
+            hub: self.hub().clone(),
             intake: parts.intake.child_token(),
             shutdown: parts.stop.child_token(),
         };
@@ -128,7 +141,7 @@ impl Platforms {
             parts.health.clone(),
             &parts.tracker,
         );
-        self.running.insert(built.name, Running { ctx, task });
+        self.running.insert(name, Running { ctx, task, routes });
     }
 
     /// Stops `name`'s channel and waits (a while) for it to end.

@@ -15,7 +15,7 @@ use std::path::Path;
 use crate::config::Config;
 use crate::health::Health;
 use crate::llm_config;
-use crate::platforms::{self, Platforms};
+use crate::platforms::Platforms;
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub enum Reloaded {
 pub(crate) struct Live<'a> {
     /// The agents: their model chains and (shared) tools.
     pub agents: &'a switchboard_agent::Agents,
-    /// Telegram and Discord.
+    /// The channels.
     pub platforms: &'a mut Platforms,
     /// What building the tools again needs.
     pub tool_parts: &'a crate::agents::ToolParts,
@@ -76,27 +76,16 @@ pub(crate) async fn reload(path: &Path, running: &mut String, live: Live<'_>) ->
     };
     let changed = changed_keys(running, &config.source.text);
     let under = |key: &str, prefix: &str| key == prefix || key.starts_with(&format!("{prefix}."));
-    // A channel taking updates by webhook has its route mounted at start: it needs a restart.
-    let webhook = |text: &str| {
-        text.parse::<toml::Table>().ok().is_some_and(|table| {
-            table
-                .get("channels")
-                .and_then(|channels| channels.get("telegram"))
-                .and_then(|telegram| telegram.get("mode"))
-                .and_then(toml::Value::as_str)
-                == Some("webhook")
-        })
-    };
+    // A channel with routes (a webhook, the web page) has them mounted at start: a change to
+    // it needs a restart.
     let mut restart = Vec::new();
-    for name in platforms::NAMES {
+    for (name, section) in config.channels.all() {
         let prefix = format!("channels.{name}");
-        if !changed.iter().any(|key| under(key, &prefix)) {
+        if !changed.iter().any(|key| under(key, &prefix)) || platforms.has_routes(name) {
             continue;
         }
-        if name == "telegram" && (webhook(running) || webhook(&config.source.text)) {
-            continue;
-        }
-        match platforms.build(&config, name) {
+        match platforms.build(&config, name, section) {
+            Ok(Some(built)) if built.has_routes() => continue,
             Ok(built) => restart.push((name, prefix, built)),
             Err(err) => return refuse(format!("{err:#}")),
         }

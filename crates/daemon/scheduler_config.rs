@@ -259,14 +259,7 @@ impl SchedulerSection {
 /// The chat `text` names, `channel:chat_id` (`telegram:123456`), checked against the
 /// channels the config enables.
 pub fn chat_target(config: &Config, text: &str) -> Result<(ChannelName, ChatId), String> {
-    let enabled: Vec<&str> = [
-        ("websocket", config.channels.websocket.enabled),
-        ("telegram", config.channels.telegram.enabled),
-        ("discord", config.channels.discord.enabled),
-    ]
-    .into_iter()
-    .filter_map(|(name, on)| on.then_some(name))
-    .collect();
+    let enabled = config.channels.enabled();
     let Some((channel, chat)) = text
         .split_once(':')
         .map(|(channel, chat)| (channel.trim(), chat.trim()))

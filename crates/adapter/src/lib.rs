@@ -16,8 +16,10 @@
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
+//! - `factory`: [`ChannelSection`], a channel built from its config section.
 
 mod draft;
+mod factory;
 mod intake;
 mod markdown;
 pub mod media;
@@ -29,6 +31,7 @@ pub mod settings;
 mod split;
 
 pub use draft::{Draft, Step};
+pub use factory::{BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts};
 pub use intake::{Gate, Sender, say};
 pub use markdown::{telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface};

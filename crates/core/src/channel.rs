@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
+use crate::conversation::ChatMessage;
 use crate::error::CoreError;
 use crate::hub::ChatHub;
 use crate::ids::{ChannelName, ChatId};
@@ -55,4 +56,17 @@ pub trait Channel: Send + Sync + 'static {
     async fn check(&self) -> Result<Option<String>, CoreError> {
         Ok(None)
     }
+}
+
+/// Where a chat's conversation so far is read from (the agent's session store), for a
+/// channel that shows it again (the web page's history after a reload).
+pub trait Transcripts: Send + Sync + 'static {
+    /// The messages on record of `chat` on `channel`, oldest first, read without touching
+    /// its session (its worker may be appending). It reads files: call it off the runtime's
+    /// threads.
+    fn transcript(
+        &self,
+        channel: &ChannelName,
+        chat: &ChatId,
+    ) -> Result<Vec<ChatMessage>, Box<dyn std::error::Error + Send + Sync>>;
 }

@@ -34,7 +34,7 @@ mod retry;
 mod shutdown;
 
 pub use ack::{Ack, Fate};
-pub use channel::{Channel, ChannelContext};
+pub use channel::{Channel, ChannelContext, Transcripts};
 pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,

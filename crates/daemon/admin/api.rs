@@ -175,7 +175,7 @@ async fn transcript(admin: &Admin, uri: &Uri) -> Answer {
     let key = SessionKey::from(session.key);
     let read = tokio::task::spawn_blocking(move || store.transcript(&key)).await;
     match read {
-        Ok(Ok(messages)) => Ok(json!({"messages": crate::history::said_of(messages)})),
+        Ok(Ok(messages)) => Ok(json!({"messages": switchboard_websocket::said_of(messages)})),
         Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }

@@ -7,13 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Replies};
+use switchboard_adapter::{
+    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Pairing,
+    PerChat, Replies,
+};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ChatHub, ChatId, ConfigProblem, CoreError,
+    OutboundMessage,
 };
 use tokio::sync::mpsc;
 
-use crate::config::DiscordSettings;
+use crate::config::{DiscordSection, DiscordSettings};
 use crate::convert::Scope;
 use crate::gateway::{Ended, Gateway};
 use crate::intake::{Admit, Chats, Intake, MAX_KNOWN_CHATS};
@@ -43,6 +47,29 @@ struct Inner {
 /// The intents the channel asks for: server and direct messages, with their text.
 pub fn intents() -> u64 {
     model::GUILD_MESSAGES | model::DIRECT_MESSAGES | model::MESSAGE_CONTENT
+}
+
+impl ChannelSection for DiscordSection {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn validate(&self, _http: &HttpFacts) -> Result<(), ConfigProblem> {
+        if !self.enabled {
+            return Ok(());
+        }
+        self.settings().map(drop)
+    }
+
+    fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
+        let channel = DiscordChannel::new(
+            self.settings()?,
+            parts.hub.clone(),
+            &parts.workspace,
+            parts.pairing.clone(),
+        )?;
+        Ok(BuiltChannel::new(Arc::new(channel)))
+    }
 }
 
 impl DiscordChannel {

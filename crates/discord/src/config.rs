@@ -92,14 +92,6 @@ pub struct DiscordSettings {
 }
 
 impl DiscordSection {
-    /// Checks the section (a disabled one is not checked beyond its types).
-    pub fn validate(&self) -> Result<(), ConfigProblem> {
-        if !self.enabled {
-            return Ok(());
-        }
-        self.settings().map(|_| ())
-    }
-
     /// The channel's settings: the token read from the environment.
     pub fn settings(&self) -> Result<DiscordSettings, ConfigProblem> {
         let token = secret(self.token.as_ref(), "token", "${DISCORD_BOT_TOKEN}")?;
@@ -145,7 +137,16 @@ fn ids(values: &[String], key: &str) -> Result<Vec<u64>, ConfigProblem> {
 
 #[cfg(test)]
 mod tests {
+    use switchboard_adapter::{ChannelSection, HttpFacts};
+
     use super::*;
+
+    fn facts() -> HttpFacts {
+        HttpFacts {
+            bind: ([127, 0, 0, 1], 8080).into(),
+            allowed_hosts: Vec::new(),
+        }
+    }
 
     fn section(text: &str) -> DiscordSection {
         toml::from_str(text).unwrap_or_else(|e| panic!("{e}"))
@@ -153,10 +154,12 @@ mod tests {
 
     #[test]
     fn a_disabled_section_needs_nothing_and_an_enabled_one_a_token() {
-        assert!(section("").validate().is_ok());
-        let problem = section("enabled = true").validate().err();
+        assert!(section("").validate(&facts()).is_ok());
+        let problem = section("enabled = true").validate(&facts()).err();
         assert_eq!(problem.map(|p| p.key), Some("token".into()));
-        let short = section("enabled = true\ntoken = \"abc\"").validate().err();
+        let short = section("enabled = true\ntoken = \"abc\"")
+            .validate(&facts())
+            .err();
         assert!(short.is_some_and(|p| p.span.is_some() && p.message.contains("bot token")));
     }
 
@@ -164,7 +167,7 @@ mod tests {
     fn ids_must_be_numbers() {
         let text =
             "enabled = true\ntoken = \"MTIzNDU2Nzg5MDEyMzQ1Njc4.abc.def\"\nguilds = [\"x1\"]";
-        let problem = section(text).validate().err();
+        let problem = section(text).validate(&facts()).err();
         assert!(problem.is_some_and(|p| p.key == "guilds" && p.message.contains("`x1`")));
         let text =
             "enabled = true\ntoken = \"Bot MTIzNDU2Nzg5MDEyMzQ1Njc4.abc.def\"\nchannels = [\"42\"]";

@@ -20,9 +20,12 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use subtle::ConstantTimeEq;
-use switchboard_adapter::{AllowList, Gate, Pairing, PerChat, Remembered, Replies};
+use switchboard_adapter::{
+    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Pairing,
+    PerChat, Remembered, Replies,
+};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, CoreError, Fate, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ChatHub, ConfigProblem, CoreError, Fate, OutboundMessage,
 };
 use teloxide::Bot;
 use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
@@ -32,7 +35,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::api::{self, CALL_TIMEOUT, CHANNEL_NAME};
-use crate::config::{Mode, TelegramSettings};
+use crate::config::{Mode, TelegramSection, TelegramSettings};
 use crate::convert::Me;
 use crate::cursor::Cursor;
 use crate::intake::Intake;
@@ -68,6 +71,34 @@ struct Inner {
     settled: Notify,
     /// Where the offset is kept.
     cursor_path: PathBuf,
+}
+
+impl ChannelSection for TelegramSection {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn validate(&self, _http: &HttpFacts) -> Result<(), ConfigProblem> {
+        if !self.enabled {
+            return Ok(());
+        }
+        self.settings().map(drop)
+    }
+
+    fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
+        let channel = TelegramChannel::new(
+            self.settings()?,
+            parts.hub.clone(),
+            &parts.state_dir,
+            &parts.workspace,
+            parts.pairing.clone(),
+        )?;
+        let router = channel.router();
+        Ok(BuiltChannel {
+            router,
+            ..BuiltChannel::new(Arc::new(channel))
+        })
+    }
 }
 
 impl TelegramChannel {

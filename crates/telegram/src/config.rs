@@ -114,14 +114,6 @@ pub struct TelegramSettings {
 }
 
 impl TelegramSection {
-    /// Checks the section (a disabled one is not checked beyond its types).
-    pub fn validate(&self) -> Result<(), ConfigProblem> {
-        if !self.enabled {
-            return Ok(());
-        }
-        self.settings().map(|_| ())
-    }
-
     /// The channel's settings: the token and secret read from the environment.
     pub fn settings(&self) -> Result<TelegramSettings, ConfigProblem> {
         let token = secret(self.token.as_ref(), "token", "${TELEGRAM_BOT_TOKEN}")?;

@@ -16,8 +16,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use dashmap::DashMap;
 use serde::Deserialize;
+use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection, HttpFacts};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ChatHub, ChatId, ConfigProblem, CoreError,
+    OutboundMessage, Transcripts,
 };
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -25,12 +27,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{BEARER_PROTOCOL, WsAuth, check_host};
-use crate::config::WsConfig;
+use crate::config::{WsConfig, WsSection};
 use crate::connection;
 use crate::conversations::Conversations;
 use crate::live::LiveChats;
 use crate::page;
-use crate::protocol::{Said, ServerFrame};
+use crate::protocol::ServerFrame;
 use crate::upload;
 
 /// The channel's name, and the prefix of its session keys.
@@ -55,19 +57,12 @@ pub(crate) struct Subscriber {
     pub kill: CancellationToken,
 }
 
-/// Where a chat's conversation so far is read from (the daemon's session store), for
-/// `history` requests.
-pub trait HistorySource: Send + Sync + 'static {
-    /// The chat's messages as its people saw them, oldest first.
-    fn history(&self, chat: &ChatId) -> Vec<Said>;
-}
-
 /// State shared by the channel, the route and every connection.
 pub(crate) struct Shared {
     pub config: WsConfig,
     pub hub: ChatHub,
     /// Answers `history` requests (none: the chat's history is empty).
-    pub history: Option<Arc<dyn HistorySource>>,
+    pub history: Option<Arc<dyn Transcripts>>,
     /// Sockets by chat. Guards are held only for non-blocking sends, never across awaits.
     pub subscribers: DashMap<ChatId, Vec<Subscriber>>,
     /// Frames for chats with no socket, kept a while for a socket that reconnects (a page
@@ -178,6 +173,38 @@ struct TokenQuery {
     token: Option<String>,
 }
 
+/// How long the sockets get, once the channel stops, to send what is queued for them.
+const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+
+impl ChannelSection for WsSection {
+    fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    fn validate(&self, http: &HttpFacts) -> Result<(), ConfigProblem> {
+        self.check(http.bind)
+    }
+
+    fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
+        let mut settings = self.settings(parts.http.allowed_hosts.clone())?;
+        settings.workspace = Some(parts.workspace.clone());
+        settings.state_dir = Some(parts.state_dir.clone());
+        let mut channel = WebSocketChannel::new(settings, parts.hub.clone());
+        if let Some(transcripts) = &parts.transcripts {
+            channel = channel.with_history(transcripts.clone());
+        }
+        let sockets = channel.clone();
+        Ok(BuiltChannel {
+            router: Some(channel.router()),
+            gauges: vec![(
+                "websocket_connections",
+                Box::new(move || sockets.connections()),
+            )],
+            channel: Arc::new(channel),
+        })
+    }
+}
+
 impl WebSocketChannel {
     /// A channel publishing inbound messages on `hub`.
     pub fn new(config: WsConfig, hub: ChatHub) -> Self {
@@ -203,7 +230,7 @@ impl WebSocketChannel {
     }
 
     /// Answers `history` requests from `source`. (Before the channel is shared.)
-    pub fn with_history(mut self, source: Arc<dyn HistorySource>) -> Self {
+    pub fn with_history(mut self, source: Arc<dyn Transcripts>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.history = Some(source);
         }
@@ -299,8 +326,14 @@ impl Channel for WebSocketChannel {
     }
 
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
-        // Connections arrive through the daemon's HTTP listener; nothing to poll here.
+        // Connections arrive through the daemon's HTTP listener; nothing to poll here. The
+        // channel stops last, once the final replies were handed over: every socket sends
+        // what was queued for it, then its close frame, and is waited for — exiting before
+        // that would cut the final replies off.
         ctx.shutdown.cancelled().await;
+        if !self.close(CLOSE_DEADLINE).await {
+            tracing::warn!("some WebSocket connections did not close in time");
+        }
         Ok(())
     }
 

@@ -124,7 +124,7 @@ impl Default for WsSection {
 impl WsSection {
     /// Checks the section; `bind` is the HTTP listener's address (no token is allowed only
     /// on a loopback one).
-    pub fn validate(&self, bind: SocketAddr) -> Result<(), ConfigProblem> {
+    pub fn check(&self, bind: SocketAddr) -> Result<(), ConfigProblem> {
         let frame = &self.max_frame_bytes;
         if !(1..=MAX_FRAME_BYTES_LIMIT).contains(frame.get_ref()) {
             return Err(ConfigProblem::new(
@@ -198,7 +198,7 @@ impl WsSection {
 
     /// The channel's settings; `allowed_hosts` are the Host names (besides loopback ones)
     /// served without a token.
-    pub fn build(&self, allowed_hosts: Vec<String>) -> Result<WsConfig, ConfigProblem> {
+    pub fn settings(&self, allowed_hosts: Vec<String>) -> Result<WsConfig, ConfigProblem> {
         let auth = match self.auth.get_ref() {
             AuthMode::None => WsAuth::None,
             AuthMode::Token => WsAuth::Token(self.token()?),

@@ -11,11 +11,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
 use futures::SinkExt;
 use futures::stream::{SplitSink, SplitStream, StreamExt};
-use switchboard_core::{Ack, ChatId, CoreError, Fate, InboundMessage, MessageId, SenderId};
+use switchboard_core::{
+    Ack, ChannelName, ChatId, CoreError, Fate, InboundMessage, MessageId, SenderId,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use crate::channel::{CHANNEL_NAME, Frame, Shared, Subscriber};
+use crate::history::said_of;
 use crate::protocol::{ClientFrame, ServerFrame};
 use crate::upload;
 
@@ -280,9 +283,18 @@ async fn handle(
             let chat = ChatId::from(chat_id.as_str());
             let messages = match shared.history.clone() {
                 // Reads a file: off the connection's task.
-                Some(source) => tokio::task::spawn_blocking(move || source.history(&chat))
-                    .await
-                    .unwrap_or_default(),
+                Some(source) => tokio::task::spawn_blocking(move || {
+                    let channel = ChannelName::from(CHANNEL_NAME);
+                    match source.transcript(&channel, &chat) {
+                        Ok(messages) => said_of(messages),
+                        Err(err) => {
+                            tracing::warn!(%chat, error = %err, "could not read a chat's history");
+                            Vec::new()
+                        }
+                    }
+                })
+                .await
+                .unwrap_or_default(),
                 None => Vec::new(),
             };
             let (running, waiting) = shared.live.get(&ChatId::from(chat_id.as_str()));

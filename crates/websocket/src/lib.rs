@@ -22,17 +22,19 @@ mod channel;
 mod config;
 mod connection;
 mod conversations;
+mod history;
 mod live;
 mod page;
 mod protocol;
 mod upload;
 
 pub use auth::{WsAuth, check_host};
-pub use channel::{HistorySource, WebSocketChannel};
+pub use channel::WebSocketChannel;
 pub use config::{
     AuthMode, DEFAULT_ATTACHMENT_BYTES, MAX_ATTACHMENT_BYTES_LIMIT, MAX_FRAME_BYTES_LIMIT,
     WsConfig, WsSection, check_token,
 };
 pub use conversations::{Conversation, MAX_CONVERSATIONS};
+pub use history::said_of;
 pub use page::serve as serve_embedded;
 pub use protocol::{AttachmentRef, ClientFrame, Said, SaidTool, ServerFrame, Waiting};

@@ -1,0 +1,93 @@
+//! Channels built from their config sections. Each adapter's section (`[channels.<name>]`)
+//! implements [`ChannelSection`]; the daemon registers each section once (one line of its
+//! `channels!` list) and checks, builds, starts and reloads every channel through this one
+//! interface, so it knows no platform by name.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use switchboard_core::{Channel, ChatHub, ConfigProblem, CoreError, Transcripts};
+
+use crate::pairing::Pairing;
+
+/// What a channel may need to know of the daemon's HTTP listener.
+#[derive(Clone, Debug)]
+pub struct HttpFacts {
+    /// Where it listens (`http.bind`).
+    pub bind: SocketAddr,
+    /// Host names served without a token besides loopback ones (`http.allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+}
+
+/// What building a channel needs besides its section.
+#[derive(Clone)]
+pub struct ChannelParts {
+    /// Where inbound messages go and outbound ones come from.
+    pub hub: ChatHub,
+    /// The daemon's state directory (a cursor, a list of conversations).
+    pub state_dir: PathBuf,
+    /// The agent's workspace (files people send go under `media/<channel>/`).
+    pub workspace: PathBuf,
+    /// Who may talk besides the allow lists.
+    pub pairing: Arc<Pairing>,
+    /// The HTTP listener.
+    pub http: HttpFacts,
+    /// Where a chat's conversation so far is read from, for channels that show it again.
+    pub transcripts: Option<Arc<dyn Transcripts>>,
+}
+
+/// A number read when `/healthz` or `/metrics` is asked.
+pub type Gauge = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// A channel built from its section, not yet running.
+pub struct BuiltChannel {
+    /// The channel.
+    pub channel: Arc<dyn Channel>,
+    /// Its routes on the daemon's HTTP listener (a webhook, a page), if any. They are
+    /// mounted once, at start: a reload does not rebuild a channel that has routes.
+    pub router: Option<axum::Router>,
+    /// Its gauges, by name (`websocket_connections`).
+    pub gauges: Vec<(&'static str, Gauge)>,
+}
+
+impl BuiltChannel {
+    /// A channel without routes or gauges.
+    pub fn new(channel: Arc<dyn Channel>) -> Self {
+        Self {
+            channel,
+            router: None,
+            gauges: Vec::new(),
+        }
+    }
+}
+
+/// Why a channel could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A value of its section is wrong.
+    #[error("{}: {}", .0.key, .0.message)]
+    Config(ConfigProblem),
+    /// It could not be set up (an HTTP client, a file).
+    #[error(transparent)]
+    Start(#[from] CoreError),
+}
+
+impl From<ConfigProblem> for BuildError {
+    fn from(problem: ConfigProblem) -> Self {
+        Self::Config(problem)
+    }
+}
+
+/// A channel's config section: whether it is on, its checks, and the channel it builds.
+pub trait ChannelSection: Send + Sync {
+    /// Whether the config enables the channel.
+    fn enabled(&self) -> bool;
+
+    /// Checks the section, its secrets resolved (a disabled one is not checked beyond its
+    /// types).
+    fn validate(&self, http: &HttpFacts) -> Result<(), ConfigProblem>;
+
+    /// Builds the channel (only called when it is enabled).
+    fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError>;
+}
