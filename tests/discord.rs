@@ -268,62 +268,6 @@ async fn a_sender_not_allowed_gets_a_pairing_code_and_never_reaches_the_model() 
 }
 
 #[tokio::test]
-async fn streaming_edits_respect_the_interval_and_end_with_the_full_text() {
-    let t = Discord::start("stream = true").await;
-    let words: Vec<String> = (0..50).map(|i| format!("word{i}")).collect();
-    let reply = words.join(" ");
-    t.llm
-        .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
-    let id = t.fake.dm(ADA, "stream something");
-    t.fake
-        .wait_until(PATIENCE, "the draft to end with the whole reply", |f| {
-            f.messages_to(dm(ADA))
-                .first()
-                .and_then(|draft| f.current_text(dm(ADA), draft.message_id))
-                .is_some_and(|text| text == reply)
-        })
-        .await;
-    let drafts = t.fake.messages_to(dm(ADA));
-    assert_eq!(drafts.len(), 1, "one message, edited in place");
-    assert_eq!(drafts[0].reply_to, Some(id));
-    let writes: Vec<_> = t
-        .fake
-        .sent()
-        .into_iter()
-        .filter(|s| s.channel == dm(ADA) && s.message_id == drafts[0].message_id)
-        .collect();
-    assert!(writes.len() >= 3, "it streamed: {} writes", writes.len());
-    for pair in writes.windows(2) {
-        let gap = pair[1].at.duration_since(pair[0].at);
-        assert!(gap >= Duration::from_millis(300), "edits {gap:?} apart");
-    }
-    t.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_429_on_one_channel_delays_only_that_channels_reply() {
-    let t = Discord::start("stream = false").await;
-    t.fake.rate_limit(dm(ADA), Duration::from_secs(2), 1);
-    let ada = t.fake.dm(ADA, "first in line");
-    let carol = t.fake.dm(CAROL, "second in line");
-    assert_eq!(
-        t.wait_for_reply(dm(CAROL), carol).await,
-        "echo: second in line"
-    );
-    assert_eq!(t.wait_for_reply(dm(ADA), ada).await, "echo: first in line");
-    let ada_reply = t.fake.messages_to(dm(ADA))[0].at;
-    let carol_reply = t.fake.messages_to(dm(CAROL))[0].at;
-    let limited = t.fake.limited_at(dm(ADA));
-    assert_eq!(limited.len(), 1);
-    assert!(
-        ada_reply.duration_since(limited[0]) >= Duration::from_secs(2),
-        "Discord's retry_after was honoured"
-    );
-    assert!(carol_reply < ada_reply, "the other channel was not held up");
-    t.daemon.shutdown().await;
-}
-
-#[tokio::test]
 async fn a_slash_command_is_answered_and_runs_as_the_typed_command() {
     let t = Discord::start("stream = false").await;
     let first = t.fake.dm(ADA, "remember me");
@@ -356,33 +300,6 @@ async fn a_slash_command_is_answered_and_runs_as_the_typed_command() {
     assert_eq!(echoed, Some(serde_json::json!("/model nonesuch")));
     let answer = &t.fake.messages_to(dm(ADA))[2].content;
     assert!(answer.contains("the only model here"), "{answer}");
-    t.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_file_is_saved_in_the_workspace_and_handed_to_the_agent() {
-    let t = Discord::start("stream = false").await;
-    let bytes = b"the notes of the meeting".to_vec();
-    let id = t
-        .fake
-        .dm_file(ADA, "summarise this", "notes.txt", bytes.clone());
-    t.wait_for_reply(dm(ADA), id).await;
-    let conversation = util::conversation(&t.llm.requests()[0]);
-    let text = conversation.last().expect("message")["content"]
-        .as_str()
-        .expect("text")
-        .to_owned();
-    let path = text
-        .split("saved in the workspace at ")
-        .nth(1)
-        .and_then(|rest| rest.split(']').next())
-        .expect("a path");
-    assert!(
-        path.starts_with(&format!("media/discord/{}-", dm(ADA))),
-        "{path}"
-    );
-    let saved = std::fs::read(t.dir.path().join("workspace").join(path)).expect("saved");
-    assert_eq!(saved, bytes);
     t.daemon.shutdown().await;
 }
 
@@ -483,32 +400,5 @@ async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() 
             "an unasked post pings no one: {post:?}"
         );
     }
-    t.daemon.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order() {
-    let t = Discord::start("stream = false").await;
-    t.fake.set_file_delay(Duration::from_secs(3));
-    let file = t
-        .fake
-        .dm_file(ADA, "read this", "notes.txt", b"notes".to_vec());
-    let after = t.fake.dm(ADA, "and then this");
-    let other = t.fake.dm(CAROL, "meanwhile");
-    assert_eq!(t.wait_for_reply(dm(CAROL), other).await, "echo: meanwhile");
-    t.wait_for_reply(dm(ADA), after).await;
-    let ada = t.fake.messages_to(dm(ADA));
-    let carol = t.fake.messages_to(dm(CAROL));
-    assert_eq!(
-        ada.iter().map(|m| m.reply_to).collect::<Vec<_>>(),
-        [Some(file), Some(after)],
-        "Ada's messages answered in the order she wrote them"
-    );
-    let served = t.fake.files_served();
-    assert_eq!(served.len(), 1);
-    assert!(
-        carol[0].at < served[0],
-        "Carol was answered while Ada's file was still downloading"
-    );
     t.daemon.shutdown().await;
 }

@@ -23,10 +23,14 @@ mod binary;
 mod builtin;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
+/// One suite run for every chat platform against its fake: replies, splits, streaming,
+/// pairing, 429s held per chat, /stop, commands, files, kill -9.
+mod conformance;
 /// kill -9 at random moments (WebSocket tool turns, Telegram updates): nothing acknowledged is lost or doubled.
 mod crash;
-/// Discord against a fake gateway and REST API: DMs, mentions, long replies, pings,
-/// resume, pairing, streaming, 429s, slash commands, files, a wrong token.
+/// What only Discord does, against its fake gateway and REST API: mentions and servers,
+/// fences in long replies, pings, resume, slash commands, a wrong token (the rest is in
+/// `conformance`).
 mod discord;
 /// One chat never holds up another; floods are refused; `/stop` acts at once.
 mod dispatch;
@@ -71,8 +75,9 @@ mod spawn;
 mod stop;
 /// Disk trouble (unwritable, full) and chat ids of any length.
 mod storage;
-/// Telegram against a fake Bot API: replies, long replies, streaming, pairing, 429s,
-/// a broken getMe, groups, refused HTML, photos, the webhook.
+/// What only Telegram does, against its fake Bot API: the offset, HTML in long replies,
+/// revoking, a broken getMe, groups, refused HTML, photos as images, the webhook (the rest
+/// is in `conformance`).
 mod telegram;
 /// The terminal agent in a pseudo-terminal: editing, history, paste, Ctrl-C.
 mod terminal;

@@ -1,0 +1,590 @@
+//! One conformance suite for every chat platform: the same runs, written once, against each
+//! channel and the fake of its platform (`conformance/<platform>.rs` implements
+//! [`Platform`] and invokes [`suite!`]). A person writes where they would on the platform,
+//! and the answer is read where they would see it.
+//!
+//! What every channel must do: answer in the chat, replying to the message; split a long
+//! reply within the platform's limit, losing nothing; stream into one message edited at most
+//! once per interval, closing it as soon as the answer exists; keep strangers out (a pairing
+//! code, then let in once approved); hold a whole chat for a 429's `retry_after` — draft,
+//! final reply and all — while other chats go on; stop a turn on `/stop`; answer commands
+//! without the model; save files people send in the workspace; answer nothing twice across
+//! a kill -9; let a slow download hold up only its own chat, in order.
+
+use std::time::Duration;
+
+use switchboard_testkit::{Reply, ScriptedLlm};
+use tokio::time::Instant;
+
+use crate::util::{self, BINARY, Extra, PATIENCE};
+
+/// Generates the suite's tests for a platform: `suite!(Telegram);` in its module.
+macro_rules! suite {
+    ($platform:ty) => {
+        suite!(@tests $platform;
+            a_message_is_answered_in_its_chat,
+            a_long_reply_arrives_in_parts_within_the_limit_and_loses_nothing,
+            streaming_edits_one_message_an_interval_apart_and_ends_with_the_whole_reply,
+            a_short_streamed_reply_is_closed_without_waiting_out_the_interval,
+            a_stranger_gets_a_pairing_code_and_is_answered_once_approved,
+            a_429_holds_every_call_to_its_chat_and_no_other_chat,
+            stop_ends_the_running_turn,
+            commands_are_answered_without_the_model,
+            a_file_is_saved_in_the_workspace_and_handed_to_the_agent,
+            a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order,
+            nothing_is_answered_twice_across_a_kill_9,
+        );
+    };
+    (@tests $platform:ty; $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                crate::conformance::$test::<$platform>().await;
+            }
+        )*
+    };
+}
+
+mod discord;
+mod telegram;
+
+/// A person on the allow list, another, and a stranger.
+pub(crate) const ADA: u64 = 42;
+pub(crate) const CAROL: u64 = 44;
+pub(crate) const STRANGER: u64 = 77;
+
+/// A message a person wrote: its chat and its id, as the channel names them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub chat: String,
+    pub id: String,
+}
+
+/// A new message the bot posted (edits are not posts).
+#[derive(Clone, Debug)]
+pub(crate) struct Posted {
+    pub id: String,
+    /// Its text as the reader sees it (now, after any edits).
+    pub text: String,
+    /// The person's message it replies to.
+    pub reply_to: Option<String>,
+    pub at: Instant,
+}
+
+/// A platform's channel and its fake, as the suite drives them.
+pub(crate) trait Platform: Sized {
+    /// The channel's name (`[channels.<name>]`, `<name>:<chat>`).
+    const NAME: &'static str;
+    /// The longest message, in characters of plain ASCII text.
+    const LIMIT: usize;
+
+    /// Starts the fake.
+    async fn start() -> Self;
+
+    /// `[channels.<name>]` pointing at the fake: allowing [`ADA`] and [`CAROL`], editing
+    /// drafts at most every `interval` seconds, with `extra` lines.
+    fn table(&self, interval: f64, extra: &str) -> String;
+
+    /// How many sessions the channel opened with the fake so far (polls begun, gateway
+    /// sessions identified): one more means a (re)started daemon is listening.
+    fn sessions(&self) -> u64;
+
+    /// `person` writes `text` to the bot in a private chat.
+    fn dm(&self, person: u64, text: &str) -> Written;
+
+    /// `person` sends the bot a file (`bytes`) with `caption` in a private chat.
+    fn dm_file(&self, person: u64, caption: &str, bytes: Vec<u8>) -> Written;
+
+    /// The private chat of `person`.
+    fn chat_of(&self, person: u64) -> String;
+
+    /// What the bot posted in `chat`, oldest first.
+    fn posted(&self, chat: &str) -> Vec<Posted>;
+
+    /// When the bot wrote to `chat` (sends and edits alike), oldest first; with `message`,
+    /// only the writes of that message.
+    fn writes(&self, chat: &str, message: Option<&str>) -> Vec<Instant>;
+
+    /// How often "typing…" was shown in `chat`.
+    fn typing(&self, chat: &str) -> usize;
+
+    /// The next `times` writes to `chat` are answered 429 with `retry_after`.
+    fn rate_limit(&self, chat: &str, retry_after: Duration, times: u32);
+
+    /// When `chat`'s 429s were answered.
+    fn limited_at(&self, chat: &str) -> Vec<Instant>;
+
+    /// Files are served after `delay`.
+    fn set_file_delay(&self, delay: Duration);
+
+    /// When each file was served.
+    fn files_served(&self) -> Vec<Instant>;
+
+    /// Waits until `check` holds (woken by every change the fake records), or panics.
+    async fn wait(&self, what: &str, check: impl Fn(&Self) -> bool);
+}
+
+/// A daemon with the platform's channel (and the WebSocket channel) against the fakes.
+struct Run<P: Platform> {
+    dir: tempfile::TempDir,
+    llm: ScriptedLlm,
+    fake: P,
+    daemon: switchboard::app::Running,
+}
+
+impl<P: Platform> Run<P> {
+    /// Streaming `stream`, drafts edited at most every 0.3 s.
+    async fn start(stream: bool) -> Self {
+        Self::start_with(0.3, &format!("stream = {stream}")).await
+    }
+
+    async fn start_with(interval: f64, extra: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let fake = P::start().await;
+        let before = fake.sessions();
+        let tables = fake.table(interval, extra);
+        let config = Extra {
+            tables: &tables,
+            ..Extra::default()
+        };
+        let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+        fake.wait("the channel listening", |f| f.sessions() > before)
+            .await;
+        Self {
+            dir,
+            llm,
+            fake,
+            daemon,
+        }
+    }
+
+    /// The bot's posts replying to `written`, once there is one.
+    async fn replies(&self, written: &Written) -> Vec<Posted> {
+        self.fake
+            .wait("a reply", |f| !replies(f, written).is_empty())
+            .await;
+        replies(&self.fake, written)
+    }
+
+    /// The text of the first post replying to `written`, once there is one.
+    async fn reply(&self, written: &Written) -> String {
+        self.replies(written).await.remove(0).text
+    }
+}
+
+/// The bot's posts replying to `written` so far.
+fn replies<P: Platform>(fake: &P, written: &Written) -> Vec<Posted> {
+    fake.posted(&written.chat)
+        .into_iter()
+        .filter(|post| post.reply_to.as_ref() == Some(&written.id))
+        .collect()
+}
+
+/// The words of a text, Markdown fences and whitespace aside.
+fn words(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with("```"))
+        .flat_map(str::split_whitespace)
+        .map(str::to_owned)
+        .collect()
+}
+
+pub(crate) async fn a_message_is_answered_in_its_chat<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    let said = t.fake.dm(ADA, "hello bot");
+    assert_eq!(t.reply(&said).await, "echo: hello bot");
+    let conversation = util::conversation(&t.llm.requests()[0]);
+    assert_eq!(
+        conversation.last().expect("message")["content"],
+        "hello bot"
+    );
+    assert!(t.fake.typing(&said.chat) > 0, "\"typing…\" was shown");
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_long_reply_arrives_in_parts_within_the_limit_and_loses_nothing<
+    P: Platform,
+>() {
+    let t = Run::<P>::start(false).await;
+    let code: String = (0..P::LIMIT / 30)
+        .map(|i| format!("    total = total + values[{i}]  # step {i}\n"))
+        .collect();
+    let reply = format!(
+        "Here is the program, explained after the code.\n\n```python\n{code}```\n\n{}",
+        "It adds the values one by one and prints the total. ".repeat(P::LIMIT / 50)
+    );
+    assert!(reply.len() > 2 * P::LIMIT, "{}", reply.len());
+    t.llm.push(Reply::text(reply.clone()));
+    let said = t.fake.dm(ADA, "write me a program");
+    let expected = words(&reply);
+    t.fake
+        .wait("the whole reply", |f| {
+            let got: Vec<String> = f
+                .posted(&said.chat)
+                .iter()
+                .flat_map(|post| words(&post.text))
+                .collect();
+            got == expected
+        })
+        .await;
+    let parts = t.fake.posted(&said.chat);
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    assert_eq!(
+        parts[0].reply_to.as_ref(),
+        Some(&said.id),
+        "the first part answers"
+    );
+    for part in &parts {
+        assert!(part.text.chars().count() <= P::LIMIT, "{}", part.text.len());
+    }
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn streaming_edits_one_message_an_interval_apart_and_ends_with_the_whole_reply<
+    P: Platform,
+>() {
+    let t = Run::<P>::start(true).await;
+    let reply = (0..50)
+        .map(|i| format!("word{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    t.llm
+        .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
+    let said = t.fake.dm(ADA, "stream something");
+    t.fake
+        .wait("the draft ending with the whole reply", |f| {
+            f.posted(&said.chat)
+                .first()
+                .is_some_and(|draft| draft.text == reply)
+        })
+        .await;
+    let drafts = t.fake.posted(&said.chat);
+    assert_eq!(drafts.len(), 1, "one message, edited in place");
+    assert_eq!(drafts[0].reply_to.as_ref(), Some(&said.id));
+    let writes = t.fake.writes(&said.chat, Some(&drafts[0].id));
+    assert!(writes.len() >= 3, "it streamed: {} writes", writes.len());
+    // The first words are sent at once; the edits after are an interval apart.
+    for pair in writes[1..].windows(2) {
+        let gap = pair[1].duration_since(pair[0]);
+        assert!(gap >= Duration::from_millis(300), "edits {gap:?} apart");
+    }
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_short_streamed_reply_is_closed_without_waiting_out_the_interval<
+    P: Platform,
+>() {
+    // An interval far longer than the answer takes: the closing edit must not wait for it.
+    let t = Run::<P>::start_with(5.0, "stream = true").await;
+    let reply = "a short answer, streamed";
+    t.llm.push(Reply::paced(reply, Duration::from_millis(20)));
+    let said = t.fake.dm(ADA, "say something short");
+    t.fake
+        .wait("the draft ending with the whole reply", |f| {
+            f.posted(&said.chat)
+                .first()
+                .is_some_and(|draft| draft.text == reply)
+        })
+        .await;
+    let draft = t.fake.posted(&said.chat).remove(0);
+    let writes = t.fake.writes(&said.chat, Some(&draft.id));
+    let took = writes[writes.len() - 1].duration_since(writes[0]);
+    assert!(
+        took < Duration::from_secs(4),
+        "the answer closed {took:?} after its first words, waiting out the 5 s interval"
+    );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_stranger_gets_a_pairing_code_and_is_answered_once_approved<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    let first = t.fake.dm(STRANGER, "hello?");
+    let text = t.reply(&first).await;
+    assert!(text.contains("switchboard pairing approve"), "{text}");
+    let code = text.lines().nth(2).expect("the code").trim().to_owned();
+    assert!(
+        t.llm.requests().is_empty(),
+        "a stranger never reaches the model"
+    );
+
+    // The operator approves it with the CLI while the daemon runs.
+    let config = t.dir.path().join("config.toml");
+    let tables = t.fake.table(0.3, "stream = false");
+    let extra = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    std::fs::write(
+        &config,
+        util::config_text_with(&t.llm.base_url(), t.dir.path(), extra),
+    )
+    .expect("write");
+    let output = tokio::process::Command::new(BINARY)
+        .args(["pairing", "approve", &code, "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let second = t.fake.dm(STRANGER, "may I talk now?");
+    assert_eq!(t.reply(&second).await, "echo: may I talk now?");
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Platform>() {
+    const RETRY_AFTER: Duration = Duration::from_secs(3);
+    let t = Run::<P>::start(true).await;
+    let reply = (0..20)
+        .map(|i| format!("word{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    t.llm
+        .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
+    let ada = t.fake.dm(ADA, "first in line");
+    t.fake
+        .wait("the draft", |f| !f.posted(&ada.chat).is_empty())
+        .await;
+    // The draft's next edit is answered 429: nothing more may reach Ada's chat for 3 s.
+    t.fake.rate_limit(&ada.chat, RETRY_AFTER, 1);
+    t.fake
+        .wait("the 429", |f| !f.limited_at(&ada.chat).is_empty())
+        .await;
+    let limited = t.fake.limited_at(&ada.chat)[0];
+    let carol = t.fake.dm(CAROL, "second in line");
+    t.fake
+        .wait("Carol's whole reply", |f| {
+            replies(f, &carol)
+                .iter()
+                .any(|post| post.text == "echo: second in line")
+        })
+        .await;
+    let carol_at = *t.fake.writes(&carol.chat, None).last().expect("writes");
+    t.fake
+        .wait("Ada's whole reply", |f| {
+            f.posted(&ada.chat).iter().any(|post| post.text == reply)
+        })
+        .await;
+    let early: Vec<_> = t
+        .fake
+        .writes(&ada.chat, None)
+        .into_iter()
+        .filter(|at| *at > limited && *at < limited + RETRY_AFTER)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{} writes reached the chat within retry_after",
+        early.len()
+    );
+    let last = *t.fake.writes(&ada.chat, None).last().expect("writes");
+    assert!(
+        last >= limited + RETRY_AFTER,
+        "the reply waited out retry_after"
+    );
+    assert!(
+        carol_at < limited + RETRY_AFTER,
+        "the other chat was not held"
+    );
+    let posts = t.fake.posted(&ada.chat);
+    assert_eq!(
+        posts.iter().filter(|post| post.text == reply).count(),
+        1,
+        "the reply went out once: {posts:?}"
+    );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn stop_ends_the_running_turn<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    let endless = (0..400)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    t.llm.push(Reply::paced(endless, Duration::from_millis(50)));
+    let said = t.fake.dm(ADA, "talk for a long time");
+    t.fake
+        .wait("the turn started", |f| f.typing(&said.chat) > 0)
+        .await;
+    let stop = t.fake.dm(ADA, "/stop");
+    let stopped = |f: &P| {
+        replies(f, &said)
+            .into_iter()
+            .chain(replies(f, &stop))
+            .find(|post| post.text.to_lowercase().contains("stopped"))
+    };
+    t.fake
+        .wait("the turn ended", |f| stopped(f).is_some())
+        .await;
+    let post = stopped(&t.fake).expect("stopped");
+    assert!(
+        !post.text.contains("w399"),
+        "the answer did not run on: {post:?}"
+    );
+    assert!(
+        t.llm.requests().len() <= 1,
+        "/stop is not sent to the model"
+    );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn commands_are_answered_without_the_model<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    let help = t.fake.dm(ADA, "/help");
+    let text = t.reply(&help).await;
+    assert!(text.contains("/stop") && text.contains("/new"), "{text}");
+    let first = t.fake.dm(ADA, "remember me");
+    t.reply(&first).await;
+    let new = t.fake.dm(ADA, "/new");
+    t.reply(&new).await;
+    let after = t.fake.dm(ADA, "who am I?");
+    t.reply(&after).await;
+    let requests = t.llm.requests();
+    assert_eq!(
+        requests.len(),
+        2,
+        "only the two questions reached the model"
+    );
+    let conversation = util::conversation(&requests[1]);
+    assert!(
+        !conversation.iter().any(|m| m["content"] == "remember me"),
+        "/new started over: {conversation:?}"
+    );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_file_is_saved_in_the_workspace_and_handed_to_the_agent<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    let bytes = b"\xff\xd8\xff the notes of the meeting".to_vec();
+    let said = t.fake.dm_file(ADA, "what is this?", bytes.clone());
+    t.reply(&said).await;
+    let conversation = util::conversation(&t.llm.requests()[0]);
+    let content = &conversation.last().expect("message")["content"];
+    let text = content
+        .as_str()
+        .or_else(|| content[0]["text"].as_str())
+        .expect("text")
+        .to_owned();
+    assert!(text.starts_with("what is this?"), "{text}");
+    let path = text
+        .split("saved in the workspace at ")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .unwrap_or_else(|| panic!("a path in {text}"));
+    assert!(path.starts_with(&format!("media/{}/", P::NAME)), "{path}");
+    let saved = std::fs::read(t.dir.path().join("workspace").join(path)).expect("saved");
+    assert_eq!(saved, bytes);
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order<P: Platform>() {
+    let t = Run::<P>::start(false).await;
+    t.fake.set_file_delay(Duration::from_secs(3));
+    let file = t.fake.dm_file(ADA, "what is this?", b"slow bytes".to_vec());
+    let after = t.fake.dm(ADA, "and then this");
+    let other = t.fake.dm(CAROL, "meanwhile");
+    assert_eq!(t.reply(&other).await, "echo: meanwhile");
+    t.reply(&after).await;
+    let order: Vec<Option<String>> = t
+        .fake
+        .posted(&after.chat)
+        .into_iter()
+        .map(|post| post.reply_to)
+        .collect();
+    assert_eq!(
+        order,
+        [Some(file.id), Some(after.id)],
+        "Ada's messages in her order"
+    );
+    let served = t.fake.files_served();
+    assert_eq!(served.len(), 1);
+    assert!(
+        t.fake.posted(&other.chat)[0].at < served[0],
+        "Carol was answered while Ada's file was still downloading"
+    );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn nothing_is_answered_twice_across_a_kill_9<P: Platform>() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = P::start().await;
+    let config = dir.path().join("config.toml");
+    let tables = fake.table(0.3, "stream = false");
+    let extra = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    std::fs::write(
+        &config,
+        util::config_text_with(&llm.base_url(), dir.path(), extra),
+    )
+    .expect("write");
+    let answered = |f: &P, said: &Written| replies(f, said).len();
+
+    let before = fake.sessions();
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait("the channel listening", |f| f.sessions() > before)
+        .await;
+    let first = fake.dm(ADA, "before the kill");
+    fake.wait("the first answer", |f| answered(f, &first) > 0)
+        .await;
+    // Killed the moment the answer is journaled delivered, whatever the platform was told.
+    // (Between the platform taking an answer and the journal recording it, a kill makes the
+    // answer go out again: no platform takes an idempotency key for a message.)
+    journaled_delivered::<P>(dir.path(), &first).await;
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+
+    let before = fake.sessions();
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait("the channel listening again", |f| f.sessions() > before)
+        .await;
+    let second = fake.dm(ADA, "after the restart");
+    fake.wait("the second answer", |f| answered(f, &second) > 0)
+        .await;
+    // The chat's messages are taken in order: had the first come again and been answered,
+    // its answer would be out before the second's.
+    assert_eq!(
+        answered(&fake, &first),
+        1,
+        "the first message answered once"
+    );
+    assert_eq!(answered(&fake, &second), 1);
+    assert_eq!(
+        llm.requests().len(),
+        2,
+        "the model was asked once per message"
+    );
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+}
+
+/// Waits until `written` is journaled delivered in its session (the journal is a file: it
+/// is read again every millisecond).
+async fn journaled_delivered<P: Platform>(dir: &std::path::Path, written: &Written) {
+    let path = dir.join(format!("state/sessions/{}_{}.jsonl", P::NAME, written.chat));
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let delivered = text.lines().any(|line| {
+            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|record| {
+                record["inbound"]["state"] == "delivered"
+                    && record["inbound"]["id"] == written.id.as_str()
+            })
+        });
+        if delivered {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "message {} was never journaled delivered in {}: {text}",
+            written.id,
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
