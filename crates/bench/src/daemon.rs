@@ -281,7 +281,7 @@ pub fn cpu_us(pid: u32) -> u64 {
 
 /// Time on a CPU of each thread of a process so far, in nanoseconds, by thread id (from
 /// `/proc/<pid>/task/*/schedstat`: finer than the 10 ms ticks of `/proc/<pid>/stat`).
-fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
+pub fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Default::default();
     };
@@ -297,7 +297,7 @@ fn thread_cpu_ns(pid: u32) -> std::collections::HashMap<u32, u64> {
 
 /// CPU time a process's threads used between two [`thread_cpu_ns`] readings, in
 /// nanoseconds (a thread that ended in between is not counted).
-fn cpu_ns_between(
+pub fn cpu_ns_between(
     before: &std::collections::HashMap<u32, u64>,
     after: &std::collections::HashMap<u32, u64>,
 ) -> u64 {

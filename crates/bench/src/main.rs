@@ -7,6 +7,7 @@
 mod daemon;
 mod load;
 mod scale;
+mod turns;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,6 +59,9 @@ struct Args {
     /// Internal: sessions of `--floor-client`.
     #[arg(long, hide = true, default_value_t = 1)]
     floor_sessions: usize,
+    /// Turns in the platform channels' run.
+    #[arg(long, default_value_t = 100)]
+    channel_turns: usize,
     /// Run only these scenarios (default: all).
     #[arg(long, value_enum)]
     only: Vec<Scenario>,
@@ -71,6 +75,9 @@ enum Scenario {
     Idle,
     Telegram,
     Channels,
+    /// Turns on Telegram and on Discord against their fakes, one after another in one chat:
+    /// the time until the whole answer shows (the draft's closing edit), CPU per turn.
+    ChannelTurns,
     /// Memory under load against an LLM that takes its time (a first byte after 500 ms,
     /// then the reply in pieces): with a cap of 16 connections, the default cap, none.
     Slow,
@@ -215,6 +222,25 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
         results.insert("channels_rss_idle_mib".into(), mib(daemon.rss_kib()));
         daemon.stop().await?;
+    }
+
+    // Turns on the platform channels, streaming, one after another in one chat.
+    if run(Scenario::ChannelTurns) {
+        let turns = args.channel_turns;
+        for (tag, run) in [
+            (
+                "telegram",
+                turns::telegram(&launcher, &llm_url, 10, turns).await?,
+            ),
+            (
+                "discord",
+                turns::discord(&launcher, &llm_url, 10, turns).await?,
+            ),
+        ] {
+            results.insert(format!("{tag}_turn_ms_p50"), run.p50_ms);
+            results.insert(format!("{tag}_turn_ms_p99"), run.p99_ms);
+            results.insert(format!("{tag}_cpu_us_per_turn"), run.cpu_us_per_turn);
+        }
     }
 
     // Footprint and latency against one daemon.
