@@ -2,10 +2,12 @@
 //! and the dispatches the channel uses, handed on **in the order Discord sent them**.
 //!
 //! Why not serenity's `Client`: its shard runner starts a task per event, so two messages
-//! sent quickly in one chat can reach the hub swapped; its WebSocket reads frames of any
-//! size; and its connection type is private to the crate, so an ordered loop cannot be built
-//! on its `Shard`. This loop is the protocol's small core (documented at
-//! <https://discord.com/developers/docs/events/gateway>).
+//! sent quickly in one chat can reach the hub swapped (`tests/serenity.rs` shows it on
+//! serenity's path); its WebSocket reads frames of any size; and its connection type is
+//! private to the crate, so an ordered loop cannot be built on its `Shard`. This loop is the
+//! protocol's small core (documented at <https://discord.com/developers/docs/events/gateway>):
+//! [`Gateway::connect`] admits a connection (Discord's refusals and IDENTIFY budget), opens
+//! the socket, does the handshake and reads the session.
 //!
 //! A session that drops (network, zombie, op 7) is resumed where it left off — Discord
 //! replays what was missed — so no message is lost while the daemon runs. A close that
@@ -135,6 +137,26 @@ impl Gateway {
         stop: &CancellationToken,
         live: impl Fn(),
     ) -> Result<Ended, CoreError> {
+        let resume = self.resume().clone();
+        if let Some(ended) = self.admit(resume.is_none(), stop).await? {
+            return Ok(ended);
+        }
+        let mut socket = tokio::select! {
+            () = stop.cancelled() => return Ok(Ended::Stopped),
+            socket = self.open(resume.as_ref()) => socket?,
+        };
+        let interval = self.handshake(&mut socket, resume.as_ref()).await?;
+        self.read(&mut socket, interval, events, stop, &live).await
+    }
+
+    /// Whether a connection may be tried now: not while Discord's refusal of the config is
+    /// recent (an `Err` saying why), and a new session only within Discord's budget of
+    /// IDENTIFYs (waiting if need be; `Some` if stopped meanwhile).
+    async fn admit(
+        &self,
+        identify: bool,
+        stop: &CancellationToken,
+    ) -> Result<Option<Ended>, CoreError> {
         let refused = self
             .refused
             .lock()
@@ -150,28 +172,33 @@ impl Gateway {
                 )));
             }
         }
-        let resume = self.resume().clone();
-        if resume.is_none() {
-            // A new session: within Discord's budget of IDENTIFYs, waiting if need be.
-            let wait = identify_wait(
-                &self
-                    .identified
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-                Instant::now(),
+        if !identify {
+            return Ok(None);
+        }
+        let wait = identify_wait(
+            &self
+                .identified
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+            Instant::now(),
+        );
+        if !wait.is_zero() {
+            tracing::warn!(
+                wait_s = wait.as_secs(),
+                "Discord: many new sessions lately; waiting before the next (Discord resets tokens that identify too often)"
             );
-            if !wait.is_zero() {
-                tracing::warn!(
-                    wait_s = wait.as_secs(),
-                    "Discord: many new sessions lately; waiting before the next (Discord resets tokens that identify too often)"
-                );
-                tokio::select! {
-                    () = stop.cancelled() => return Ok(Ended::Stopped),
-                    () = tokio::time::sleep(wait) => {}
-                }
+            tokio::select! {
+                () = stop.cancelled() => return Ok(Some(Ended::Stopped)),
+                () = tokio::time::sleep(wait) => {}
             }
         }
-        let url = match &resume {
+        Ok(None)
+    }
+
+    /// The WebSocket to the gateway: the session's resume address, or the one `GET /gateway`
+    /// names for a new session.
+    async fn open(&self, resume: Option<&Resume>) -> Result<Socket, CoreError> {
+        let url = match resume {
             Some(resume) => resume.url.clone(),
             None => {
                 let answer = self
@@ -192,23 +219,35 @@ impl Gateway {
             .max_message_size(Some(MAX_FRAME_BYTES))
             .max_frame_size(Some(MAX_FRAME_BYTES));
         let connecting = tokio_tungstenite::connect_async_with_config(&url, Some(config), true);
-        let connected = tokio::select! {
-            () = stop.cancelled() => return Ok(Ended::Stopped),
-            connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting) => connected
-                .map_err(|_| unavailable(format!("the gateway {url} did not answer in time")))
-                .and_then(|c| c.map_err(|err| unavailable(format!("cannot reach the gateway {url}: {}", error_chain(&err))))),
-        };
-        let (mut socket, _) = match connected {
-            Ok(connected) => connected,
+        let connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, connecting)
+            .await
+            .map_err(|_| unavailable(format!("the gateway {url} did not answer in time")))
+            .and_then(|c| {
+                c.map_err(|err| {
+                    unavailable(format!(
+                        "cannot reach the gateway {url}: {}",
+                        error_chain(&err)
+                    ))
+                })
+            });
+        match connected {
+            Ok((socket, _)) => Ok(socket),
             Err(err) => {
                 // The resume address may be gone: the next attempt starts a new session.
                 *self.resume() = None;
-                return Err(err);
+                Err(err)
             }
-        };
+        }
+    }
 
-        // HELLO: the heartbeat interval.
-        let hello = tokio::time::timeout(HANDSHAKE_TIMEOUT, next_envelope(&mut socket))
+    /// HELLO, then IDENTIFY (or RESUME where the last session left off): the heartbeat
+    /// interval.
+    async fn handshake(
+        &self,
+        socket: &mut Socket,
+        resume: Option<&Resume>,
+    ) -> Result<Duration, CoreError> {
+        let hello = tokio::time::timeout(HANDSHAKE_TIMEOUT, next_envelope(socket))
             .await
             .map_err(|_| unavailable("the gateway sent no HELLO".into()))?
             .map_err(|closed| match closed {
@@ -224,9 +263,7 @@ impl Gateway {
                 .ok_or_else(|| unavailable("HELLO without a heartbeat_interval".into()))?,
             _ => return Err(unavailable("the gateway did not start with HELLO".into())),
         };
-
-        // IDENTIFY, or RESUME where the last session left off.
-        let hello_back = match &resume {
+        let hello_back = match resume {
             Some(resume) => json!({"op": 6, "d": {
                 "token": self.token, "session_id": resume.session, "seq": resume.seq,
             }}),
@@ -246,12 +283,23 @@ impl Gateway {
                 }})
             }
         };
-        send(&mut socket, &hello_back).await?;
+        send(socket, &hello_back).await?;
+        Ok(interval)
+    }
 
+    /// Reads the session until it ends, heartbeating every `interval`; READY (or RESUMED)
+    /// must come within the handshake's time.
+    async fn read(
+        &self,
+        socket: &mut Socket,
+        interval: Duration,
+        events: &mpsc::Sender<Event>,
+        stop: &CancellationToken,
+        live: &impl Fn(),
+    ) -> Result<Ended, CoreError> {
         let first = interval.mul_f64(fastrand::f64());
         let mut beat = tokio::time::interval_at(Instant::now() + first, interval);
         let mut acked = true;
-        // READY (or RESUMED) must come within the handshake's time.
         let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
         tokio::pin!(handshake);
         let mut live_yet = false;
@@ -273,13 +321,12 @@ impl Gateway {
                         return Ok(Ended::Reconnect);
                     }
                     acked = false;
-                    let seq = self.resume().as_ref().map(|r| r.seq);
-                    if send(&mut socket, &json!({"op": 1, "d": seq})).await.is_err() {
+                    if self.heartbeat(socket).await.is_err() {
                         return Ok(Ended::Reconnect);
                     }
                     continue;
                 }
-                envelope = next_envelope(&mut socket) => envelope,
+                envelope = next_envelope(socket) => envelope,
             };
             let envelope = match envelope {
                 Ok(Some(envelope)) => envelope,
@@ -300,44 +347,46 @@ impl Gateway {
                     if matches!(envelope.t.as_deref(), Some("READY" | "RESUMED")) {
                         live_yet = true;
                     }
-                    let Some(event) = self.dispatch(envelope, &live) else {
+                    let Some(event) = self.dispatch(envelope, live) else {
                         continue;
                     };
                     if events.send(event).await.is_err() {
                         return Ok(Ended::Stopped);
                     }
                 }
-                1 => {
-                    let seq = self.resume().as_ref().map(|r| r.seq);
-                    if send(&mut socket, &json!({"op": 1, "d": seq}))
-                        .await
-                        .is_err()
-                    {
-                        return Ok(Ended::Reconnect);
-                    }
-                }
+                // Discord asks for a heartbeat now.
+                1 if self.heartbeat(socket).await.is_err() => return Ok(Ended::Reconnect),
                 7 => {
                     tracing::info!("Discord asked to reconnect");
                     return Ok(Ended::Reconnect);
                 }
-                9 => {
-                    if envelope.d.as_bool() != Some(true) {
-                        *self.resume() = None;
-                    }
-                    // Discord asks for a wait of 1–5 s before identifying again.
-                    let wait = Duration::from_millis(1000 + fastrand::u64(0..4000));
-                    tracing::info!(
-                        wait_ms = wait.as_millis() as u64,
-                        "Discord: the session is invalid; starting another"
-                    );
-                    tokio::select! {
-                        () = stop.cancelled() => return Ok(Ended::Stopped),
-                        () = tokio::time::sleep(wait) => return Ok(Ended::Reconnect),
-                    }
-                }
+                9 => return Ok(self.invalid_session(envelope.d.as_bool(), stop).await),
                 11 => acked = true,
                 _ => {}
             }
+        }
+    }
+
+    /// Sends a heartbeat with the last sequence number seen.
+    async fn heartbeat(&self, socket: &mut Socket) -> Result<(), CoreError> {
+        let seq = self.resume().as_ref().map(|r| r.seq);
+        send(socket, &json!({"op": 1, "d": seq})).await
+    }
+
+    /// Discord said the session is invalid (op 9; `resumable` is its `d`): forget it unless
+    /// it may be resumed, and wait the 1–5 s Discord asks for before the next attempt.
+    async fn invalid_session(&self, resumable: Option<bool>, stop: &CancellationToken) -> Ended {
+        if resumable != Some(true) {
+            *self.resume() = None;
+        }
+        let wait = Duration::from_millis(1000 + fastrand::u64(0..4000));
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            "Discord: the session is invalid; starting another"
+        );
+        tokio::select! {
+            () = stop.cancelled() => Ended::Stopped,
+            () = tokio::time::sleep(wait) => Ended::Reconnect,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Discord's REST API as the channel calls it: a small reqwest client (not serenity's
-//! `Http`, whose rate limiter retries a 429 inside the call, where the delivery lanes cannot
-//! see it, and ignores a custom base URL), each call within a time limit and each answer
+//! `Http`: with its rate limiter on it retries a 429 inside the call, where the delivery
+//! lanes cannot see it, and ignores a custom base URL; with it off it drops the wait Discord
+//! states — `tests/serenity.rs` shows it), each call within a time limit and each answer
 //! within a size cap. Errors are mapped for delivery: a 429 is `RateLimited` with Discord's
 //! `retry_after`, a network failure or 5xx `Unavailable`, the rest final.
 //!

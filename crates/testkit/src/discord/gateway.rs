@@ -106,7 +106,7 @@ fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec
             vec![Push::Frame(json!({"op": 11}))]
         }
         Some(2) => {
-            if frame["d"]["token"].as_str() != Some(TEST_TOKEN) {
+            if !is_token(&frame["d"]["token"]) {
                 inner.refused_identifies += 1;
                 return vec![Push::Close(4004)];
             }
@@ -128,8 +128,7 @@ fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec
         }
         Some(6) => {
             let d = &frame["d"];
-            if d["token"].as_str() != Some(TEST_TOKEN) || d["session_id"].as_str() != Some(SESSION)
-            {
+            if !is_token(&d["token"]) || d["session_id"].as_str() != Some(SESSION) {
                 return vec![Push::Frame(json!({"op": 9, "d": false}))];
             }
             inner.resumes += 1;
@@ -154,4 +153,12 @@ fn take(shared: &Shared, frame: &Value, tx: &mpsc::UnboundedSender<Push>) -> Vec
 
 fn text(value: &Value) -> WsMessage {
     WsMessage::Text(value.to_string().into())
+}
+
+/// Whether an IDENTIFY's or RESUME's token is the test token (Discord takes it with or
+/// without the `Bot ` prefix REST needs; serenity sends the prefix).
+fn is_token(token: &Value) -> bool {
+    token
+        .as_str()
+        .is_some_and(|token| token.strip_prefix("Bot ").unwrap_or(token) == TEST_TOKEN)
 }
