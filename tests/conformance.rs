@@ -16,7 +16,7 @@ use std::time::Duration;
 use switchboard_testkit::{Reply, ScriptedLlm};
 use tokio::time::Instant;
 
-use crate::util::{self, BINARY, Extra, PATIENCE};
+use crate::util::{self, Extra, PATIENCE};
 
 /// Generates the suite's tests for a platform: `suite!(Telegram);` in its module.
 macro_rules! suite {
@@ -181,6 +181,14 @@ fn replies<P: Platform>(fake: &P, written: &Written) -> Vec<Posted> {
         .collect()
 }
 
+/// `count` words, `{prefix}0 {prefix}1 …`: a reply whose every word can be found.
+fn numbered(prefix: &str, count: usize) -> String {
+    (0..count)
+        .map(|i| format!("{prefix}{i}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The words of a text, Markdown fences and whitespace aside.
 fn words(text: &str) -> Vec<String> {
     text.lines()
@@ -245,10 +253,7 @@ pub(crate) async fn streaming_edits_one_message_an_interval_apart_and_ends_with_
     P: Platform,
 >() {
     let t = Run::<P>::start(true).await;
-    let reply = (0..50)
-        .map(|i| format!("word{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let reply = numbered("word", 50);
     t.llm
         .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
     let said = t.fake.dm(ADA, "stream something");
@@ -320,17 +325,7 @@ pub(crate) async fn a_stranger_gets_a_pairing_code_and_is_answered_once_approved
         util::config_text_with(&t.llm.base_url(), t.dir.path(), extra),
     )
     .expect("write");
-    let output = tokio::process::Command::new(BINARY)
-        .args(["pairing", "approve", &code, "--config"])
-        .arg(&config)
-        .output()
-        .await
-        .expect("runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    util::cli(&["pairing", "approve", &code], &config).await;
     let second = t.fake.dm(STRANGER, "may I talk now?");
     assert_eq!(t.reply(&second).await, "echo: may I talk now?");
     t.daemon.shutdown().await;
@@ -339,10 +334,7 @@ pub(crate) async fn a_stranger_gets_a_pairing_code_and_is_answered_once_approved
 pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Platform>() {
     const RETRY_AFTER: Duration = Duration::from_secs(3);
     let t = Run::<P>::start(true).await;
-    let reply = (0..20)
-        .map(|i| format!("word{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let reply = numbered("word", 20);
     t.llm
         .push(Reply::paced(reply.clone(), Duration::from_millis(40)));
     let ada = t.fake.dm(ADA, "first in line");
@@ -400,10 +392,7 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
 
 pub(crate) async fn stop_ends_the_running_turn<P: Platform>() {
     let t = Run::<P>::start(false).await;
-    let endless = (0..400)
-        .map(|i| format!("w{i}"))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let endless = numbered("w", 400);
     t.llm.push(Reply::paced(endless, Duration::from_millis(50)));
     let said = t.fake.dm(ADA, "talk for a long time");
     t.fake

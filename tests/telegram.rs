@@ -7,7 +7,7 @@ use serde_json::json;
 use switchboard_testkit::telegram::{BOT_USERNAME, TEST_TOKEN};
 use switchboard_testkit::{FakeTelegram, Reply, ScriptedLlm};
 
-use crate::util::{self, BINARY, Extra, PATIENCE, WsClient};
+use crate::util::{self, Extra, PATIENCE, WsClient};
 
 /// A private chat's user (on the allow list) and another.
 pub(crate) const ADA: u64 = 42;
@@ -179,28 +179,9 @@ async fn an_unknown_sender_gets_a_pairing_code_and_is_answered_once_approved() {
         },
     );
     std::fs::write(&config, text).expect("write");
-    let output = tokio::process::Command::new(BINARY)
-        .args(["pairing", "approve", &code, "--config"])
-        .arg(&config)
-        .output()
-        .await
-        .expect("runs");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let listed = tokio::process::Command::new(BINARY)
-        .args(["pairing", "list", "--config"])
-        .arg(&config)
-        .output()
-        .await
-        .expect("runs");
-    assert!(
-        String::from_utf8_lossy(&listed.stdout).contains(&format!("telegram:{stranger}")),
-        "{}",
-        String::from_utf8_lossy(&listed.stdout)
-    );
+    util::cli(&["pairing", "approve", &code], &config).await;
+    let listed = util::cli(&["pairing", "list"], &config).await;
+    assert!(listed.contains(&format!("telegram:{stranger}")), "{listed}");
 
     let second = t.fake.private_text(stranger, "may I talk now?");
     assert_eq!(
@@ -209,13 +190,7 @@ async fn an_unknown_sender_gets_a_pairing_code_and_is_answered_once_approved() {
     );
 
     // Revoked, they are no longer written to, even by the agent on its own.
-    let output = tokio::process::Command::new(BINARY)
-        .args(["pairing", "revoke", &stranger.to_string(), "--config"])
-        .arg(&config)
-        .output()
-        .await
-        .expect("runs");
-    assert!(output.status.success());
+    util::cli(&["pairing", "revoke", &stranger.to_string()], &config).await;
     t.llm.push(Reply::tools([(
         "message",
         json!({"channel": "telegram", "chat_id": stranger.to_string(), "text": "still there?"}),

@@ -541,6 +541,25 @@ pub async fn spawn_daemon(config: &Path) -> (tokio::process::Child, std::net::So
     spawn_daemon_with(config, &[], "").await
 }
 
+/// Runs `switchboard ARGS --config CONFIG` (an operator's command, e.g. `pairing approve
+/// CODE`), which must succeed; its standard output.
+pub async fn cli(args: &[&str], config: &Path) -> String {
+    let output = tokio::process::Command::new(BINARY)
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(
+        output.status.success(),
+        "switchboard {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Sends SIGTERM (or another signal, e.g. `-KILL`) to a child process.
 pub fn signal(child: &tokio::process::Child, signal: &str) {
     let pid = child.id().expect("running").to_string();

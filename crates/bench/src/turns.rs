@@ -56,30 +56,19 @@ pub async fn telegram(
     fake.wait_until(PATIENCE, "a long poll", |f| f.polls() > polls)
         .await;
     let chat = i64::try_from(PERSON)?;
-    let mut hist = histogram();
-    let mut cpu = daemon::thread_cpu_ns(daemon.pid);
-    for i in 0..warm + turns {
-        if i == warm {
-            cpu = daemon::thread_cpu_ns(daemon.pid);
-        }
-        let text = format!("message number {i}");
-        let expected = format!("echo: {text}");
-        let sent = Instant::now();
-        let id = fake.private_text(PERSON, &text);
+    let run = measure(daemon.pid, warm, turns, async |text, expected| {
+        let id = fake.private_text(PERSON, text);
         fake.wait_until(PATIENCE, "the whole answer", |f| {
             f.messages_to(chat)
                 .iter()
                 .filter(|m| m.reply_to == Some(id))
-                .any(|m| f.current_text(chat, m.message_id).as_deref() == Some(&expected))
+                .any(|m| f.current_text(chat, m.message_id).as_deref() == Some(expected))
         })
         .await;
-        if i >= warm {
-            hist.record(sent.elapsed().as_micros().max(1) as u64)?;
-        }
-    }
-    let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
+    })
+    .await?;
     daemon.stop().await?;
-    Ok(Turns::of(&hist, used, turns))
+    Ok(run)
 }
 
 /// `turns` turns in one Discord DM (after `warm` unmeasured ones).
@@ -104,28 +93,44 @@ pub async fn discord(
     })
     .await;
     let channel = FakeDiscord::dm_channel(PERSON);
-    let mut hist = histogram();
-    let mut cpu = daemon::thread_cpu_ns(daemon.pid);
-    for i in 0..warm + turns {
-        if i == warm {
-            cpu = daemon::thread_cpu_ns(daemon.pid);
-        }
-        let text = format!("message number {i}");
-        let expected = format!("echo: {text}");
-        let sent = Instant::now();
-        let id = fake.dm(PERSON, &text);
+    let run = measure(daemon.pid, warm, turns, async |text, expected| {
+        let id = fake.dm(PERSON, text);
         fake.wait_until(PATIENCE, "the whole answer", |f| {
             f.messages_to(channel)
                 .iter()
                 .filter(|m| m.reply_to == Some(id))
-                .any(|m| f.current_text(channel, m.message_id).as_deref() == Some(&expected))
+                .any(|m| f.current_text(channel, m.message_id).as_deref() == Some(expected))
         })
         .await;
+    })
+    .await?;
+    daemon.stop().await?;
+    Ok(run)
+}
+
+/// Runs `warm` then `turns` turns, one after another: `turn(text, expected)` writes `text`
+/// and returns once `expected` (the whole answer) shows. The daemon's CPU is read around the
+/// measured ones.
+async fn measure(
+    pid: u32,
+    warm: usize,
+    turns: usize,
+    turn: impl AsyncFn(&str, &str),
+) -> anyhow::Result<Turns> {
+    let mut hist = histogram();
+    let mut cpu = daemon::thread_cpu_ns(pid);
+    for i in 0..warm + turns {
+        if i == warm {
+            cpu = daemon::thread_cpu_ns(pid);
+        }
+        let text = format!("message number {i}");
+        let expected = format!("echo: {text}");
+        let sent = Instant::now();
+        turn(&text, &expected).await;
         if i >= warm {
             hist.record(sent.elapsed().as_micros().max(1) as u64)?;
         }
     }
-    let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(daemon.pid));
-    daemon.stop().await?;
+    let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(pid));
     Ok(Turns::of(&hist, used, turns))
 }
