@@ -33,6 +33,7 @@ macro_rules! suite {
             a_file_is_saved_in_the_workspace_and_handed_to_the_agent,
             a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order,
             nothing_is_answered_twice_across_a_kill_9,
+            messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -113,6 +114,11 @@ pub(crate) trait Platform: Sized {
 
     /// When `chat`'s 429s were answered.
     fn limited_at(&self, chat: &str) -> Vec<Instant>;
+
+    /// Whether `written` is safe from a crash of the daemon in `state_dir`: the platform will
+    /// deliver it again (Telegram, until its update is confirmed), or the channel took it
+    /// into its inbox (Discord).
+    fn taken_in(&self, state_dir: &std::path::Path, written: &Written) -> bool;
 
     /// Files are served after `delay`.
     fn set_file_delay(&self, delay: Duration);
@@ -548,6 +554,67 @@ pub(crate) async fn nothing_is_answered_twice_across_a_kill_9<P: Platform>() {
         2,
         "the model was asked once per message"
     );
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+}
+
+pub(crate) async fn messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart<
+    P: Platform,
+>() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // The first answer takes long enough to be cut off; after that the model echoes.
+    llm.push(Reply::text("never sent").delayed(Duration::from_secs(60)));
+    let fake = P::start().await;
+    let config = dir.path().join("config.toml");
+    let tables = fake.table(0.3, "stream = false");
+    let extra = Extra {
+        tables: &tables,
+        ..Extra::default()
+    };
+    std::fs::write(
+        &config,
+        util::config_text_with(&llm.base_url(), dir.path(), extra),
+    )
+    .expect("write");
+
+    let before = fake.sessions();
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait("the channel listening", |f| f.sessions() > before)
+        .await;
+    let first = fake.dm(ADA, "one");
+    llm.wait_for_requests(1, PATIENCE).await;
+    let second = fake.dm(ADA, "two");
+    let state = dir.path().join("state");
+    let deadline = Instant::now() + PATIENCE;
+    while !fake.taken_in(&state, &second) {
+        assert!(
+            Instant::now() < deadline,
+            "the second message was never taken in"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    // Killed while the first is being answered and the second waits behind it.
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+    assert!(replies(&fake, &first).is_empty());
+
+    let (mut child, _) = util::spawn_daemon(&config).await;
+    fake.wait("both answered after the restart", |f| {
+        !replies(f, &first).is_empty() && !replies(f, &second).is_empty()
+    })
+    .await;
+    let answers: Vec<Option<String>> = fake
+        .posted(&first.chat)
+        .into_iter()
+        .map(|post| post.reply_to)
+        .collect();
+    assert_eq!(
+        answers,
+        [Some(first.id.clone()), Some(second.id.clone())],
+        "each answered once, in order"
+    );
+    assert_eq!(replies(&fake, &first)[0].text, "echo: one");
     child.start_kill().expect("kill -9");
     child.wait().await.expect("ended");
 }

@@ -100,6 +100,12 @@ edit_interval_secs = {interval:?}
         self.0.limited_at(id(chat))
     }
 
+    fn taken_in(&self, state_dir: &std::path::Path, written: &Written) -> bool {
+        // Discord delivers a message once: it is safe once in the channel's inbox.
+        std::fs::read_to_string(state_dir.join("discord/inbox.jsonl"))
+            .is_ok_and(|inbox| inbox.contains(&format!("\"message\":\"{}\"", written.id)))
+    }
+
     fn set_file_delay(&self, delay: Duration) {
         self.0.set_file_delay(delay);
     }

@@ -102,6 +102,11 @@ edit_interval_secs = {interval:?}
         self.0.limited_at(id(chat))
     }
 
+    fn taken_in(&self, _state_dir: &std::path::Path, _written: &Written) -> bool {
+        // Telegram keeps every update until a poll confirms it.
+        true
+    }
+
     fn set_file_delay(&self, delay: Duration) {
         self.0.set_file_delay(delay);
     }

@@ -17,9 +17,11 @@
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
 //! - `factory`: [`ChannelSection`], a channel built from its config section.
+//! - `inbox`: [`Inbox`], what a push platform delivered, on disk until its fate is known.
 
 mod draft;
 mod factory;
+mod inbox;
 mod intake;
 mod markdown;
 pub mod media;
@@ -32,6 +34,7 @@ mod split;
 
 pub use draft::{Draft, Step};
 pub use factory::{BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts};
+pub use inbox::{Inbox, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
 pub use markdown::{telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface};

@@ -65,6 +65,7 @@ impl ChannelSection for DiscordSection {
         let channel = DiscordChannel::new(
             self.settings()?,
             parts.hub.clone(),
+            &parts.state_dir,
             &parts.workspace,
             parts.pairing.clone(),
         )?;
@@ -73,11 +74,12 @@ impl ChannelSection for DiscordSection {
 }
 
 impl DiscordChannel {
-    /// A channel with `settings`, publishing on `hub`; files go under `workspace`,
-    /// pairing is `pairing`.
+    /// A channel with `settings`, publishing on `hub`; files go under `workspace`, its
+    /// inbox under `state_dir`, pairing is `pairing`.
     pub fn new(
         settings: DiscordSettings,
         hub: ChatHub,
+        state_dir: &Path,
         workspace: &Path,
         pairing: Arc<Pairing>,
     ) -> Result<Self, CoreError> {
@@ -107,6 +109,8 @@ impl DiscordChannel {
             },
             slash_commands: settings.slash_commands,
             per_chat: PerChat::default(),
+            inbox: None,
+            inbox_path: state_dir.join(CHANNEL_NAME).join("inbox.jsonl"),
         };
         let surface = Discord {
             rest: rest.clone(),
@@ -138,6 +142,8 @@ impl Channel for DiscordChannel {
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         let (events, mut queue) = mpsc::channel(EVENT_QUEUE);
         let mut intake = self.inner.intake.lock().await;
+        // What a previous run took in but did not see handled goes first.
+        intake.open_inbox().await?;
         let take = async {
             while let Some(event) = queue.recv().await {
                 intake.take(event).await;

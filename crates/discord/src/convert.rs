@@ -3,6 +3,8 @@
 //! allow lists of servers and channels decide), with the bot's mentions taken out of the
 //! text.
 
+use serde::{Deserialize, Serialize};
+
 use crate::model::Message;
 
 use crate::config::GuildPolicy;
@@ -24,7 +26,7 @@ pub(crate) struct Scope {
 }
 
 /// A file that came with a message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct FileRef {
     pub(crate) name: String,
     pub(crate) url: String,
@@ -32,8 +34,8 @@ pub(crate) struct FileRef {
     pub(crate) mime: Option<String>,
 }
 
-/// A message for the agent.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A message for the agent (kept in the inbox as it is until handled).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Received {
     /// The channel (a DM, a server channel or a thread): the chat.
     pub(crate) chat: String,

@@ -1,16 +1,19 @@
 //! From the gateway's events to the hub, one at a time in the order Discord sent them: is a
-//! message for the agent ([`incoming`]), may its author talk (the shared [`Gate`]: a
-//! pairing code in a DM for anyone else, silence in servers), then its files are saved
-//! and it is published. Slash commands are answered at once (Discord wants an answer
-//! within three seconds) and go on as the same command typed.
+//! message for the agent ([`incoming`]), then it is taken into the channel's [`Inbox`] (on
+//! disk until its fate is known: Discord does not deliver a message again, so one the daemon
+//! was killed before handling is taken up from there at the next start), may its author talk
+//! (the shared [`Gate`]: a pairing code in a DM for anyone else, silence in servers), then
+//! its files are saved and it is published. Slash commands are answered at once (Discord
+//! wants an answer within three seconds) and go on as the same command typed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
-use switchboard_adapter::{Gate, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{ChatHub, ChatId, InboundMessage, MessageId};
+use switchboard_adapter::{Gate, Inbox, PerChat, Remembered, Sender, Verdict, say};
+use switchboard_core::{Ack, ChatHub, ChatId, CoreError, Fate, InboundMessage, MessageId};
 use url::Url;
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
@@ -52,6 +55,29 @@ pub(crate) struct Intake {
     pub(crate) slash_commands: bool,
     /// Messages with files are admitted beside other chats', in order within their own.
     pub(crate) per_chat: PerChat,
+    /// Messages taken in and not yet handled; opened by the channel's first run.
+    pub(crate) inbox: Option<Inbox>,
+    pub(crate) inbox_path: PathBuf,
+}
+
+/// A message as the inbox keeps it.
+#[derive(Serialize, Deserialize)]
+struct Kept {
+    received: Received,
+    username: String,
+}
+
+/// A message's place in the inbox: settled once its fate is known.
+#[derive(Clone)]
+struct InInbox {
+    inbox: Inbox,
+    number: u64,
+}
+
+impl InInbox {
+    fn settle(&self) {
+        self.inbox.settle(self.number);
+    }
 }
 
 /// Admitting a message: who may talk, its files, the hub.
@@ -66,6 +92,66 @@ pub(crate) struct Admit {
 }
 
 impl Intake {
+    /// Opens the inbox (once: a restarted run keeps it) and admits again what it holds from
+    /// an earlier daemon, in order.
+    pub(crate) async fn open_inbox(&mut self) -> Result<(), CoreError> {
+        if self.inbox.is_some() {
+            return Ok(());
+        }
+        let path = self.inbox_path.clone();
+        let opened = tokio::task::spawn_blocking(move || Inbox::open(&path))
+            .await
+            .map_err(|err| crate::rest::channel_error(format!("the inbox: {err}")))?
+            .map_err(|err| crate::rest::channel_error(err.to_string()))?;
+        let (inbox, taken) = opened;
+        if !taken.is_empty() {
+            tracing::info!(
+                messages = taken.len(),
+                "Discord: taking up messages a previous run did not handle"
+            );
+        }
+        for waiting in taken {
+            let place = InInbox {
+                inbox: inbox.clone(),
+                number: waiting.number,
+            };
+            match serde_json::from_value::<Kept>(waiting.body) {
+                Ok(kept) => self.admit_kept(kept, Some(place)).await,
+                Err(err) => {
+                    tracing::warn!(error = %err, "Discord: an inbox message that cannot be read was skipped");
+                    place.settle();
+                }
+            }
+        }
+        self.inbox = Some(inbox);
+        Ok(())
+    }
+
+    /// Admits a message, in order within its chat (beside other chats' when it has files).
+    async fn admit_kept(&mut self, kept: Kept, place: Option<InInbox>) {
+        let chat = kept.received.chat.clone();
+        let quick = kept.received.files.is_empty();
+        let admit = self.admit.clone();
+        let work = async move { admit.admit(kept.received, &kept.username, place).await };
+        self.per_chat.run(&chat, quick, work).await;
+    }
+
+    /// Takes a message into the inbox (off the runtime's threads: it is fsynced). A message
+    /// the inbox refuses (full, too large, a disk error) is still admitted, without it.
+    async fn keep(&self, kept: &Kept) -> Option<InInbox> {
+        let inbox = self.inbox.clone()?;
+        let body = serde_json::to_value(kept).ok()?;
+        let store = inbox.clone();
+        match tokio::task::spawn_blocking(move || store.take(body)).await {
+            Ok(Ok(number)) => Some(InInbox { inbox, number }),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "Discord: a message not kept in the inbox (it is handled, but not taken up again after a crash)");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
     /// Takes one event. A message with files to fetch is admitted beside other chats'
     /// messages (in order within its own chat), so a slow download holds up only its chat.
     pub(crate) async fn take(&mut self, event: Event) {
@@ -86,12 +172,12 @@ impl Intake {
                     );
                 }
                 Incoming::Message(received) => {
-                    let username = message.author.username.clone();
-                    let chat = received.chat.clone();
-                    let quick = received.files.is_empty();
-                    let admit = self.admit.clone();
-                    let work = async move { admit.admit(*received, &username).await };
-                    self.per_chat.run(&chat, quick, work).await;
+                    let kept = Kept {
+                        received: *received,
+                        username: message.author.username.clone(),
+                    };
+                    let place = self.keep(&kept).await;
+                    self.admit_kept(kept, place).await;
                 }
             },
             Event::Interaction(interaction) => {
@@ -104,7 +190,7 @@ impl Intake {
 }
 
 impl Admit {
-    async fn admit(&self, received: Received, username: &str) {
+    async fn admit(&self, received: Received, username: &str, place: Option<InInbox>) {
         let sender = received.sender.to_string();
         let verdict = self.gate.verdict(Sender {
             id: &sender,
@@ -115,7 +201,7 @@ impl Admit {
         let chat = ChatId::from(received.chat.as_str());
         let reply_to = Some(MessageId::from(received.message.as_str()));
         match verdict {
-            Verdict::Allowed => self.publish(received).await,
+            Verdict::Allowed => return self.publish(received, place).await,
             Verdict::Pair(text) => {
                 tracing::info!(%sender, "Discord: an unknown sender got a pairing code");
                 say(&self.hub, CHANNEL_NAME, &chat, reply_to, text).await;
@@ -124,9 +210,13 @@ impl Admit {
                 tracing::debug!(%sender, %chat, "Discord: a message from a sender who may not talk");
             }
         }
+        // Not for the agent: nothing to take up again.
+        if let Some(place) = place {
+            place.settle();
+        }
     }
 
-    async fn publish(&self, received: Received) {
+    async fn publish(&self, received: Received, place: Option<InInbox>) {
         let mut content = received.text.clone();
         let mut attachments = Vec::new();
         for file in &received.files {
@@ -147,6 +237,15 @@ impl Admit {
         message.id = Some(MessageId::from(received.message.as_str()));
         message.reply_to = received.reply_to.map(MessageId::from);
         message.attachments = attachments;
+        if let Some(place) = place {
+            // Settled once its fate is known; one left unprocessed (the daemon stopped
+            // first) stays for the next start.
+            message.ack = Some(Ack::new(move |fate| {
+                if fate != Fate::Unprocessed {
+                    place.settle();
+                }
+            }));
+        }
         if let Err(err) = self.hub.publish_inbound(message).await {
             tracing::info!(error = %err, "a Discord message was not taken");
         }
