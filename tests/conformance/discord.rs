@@ -88,8 +88,8 @@ edit_interval_secs = {interval:?}
             .collect()
     }
 
-    fn typing(&self, chat: &str) -> usize {
-        self.0.typing_in(id(chat))
+    fn typing(&self, chat: &str) -> Option<usize> {
+        Some(self.0.typing_in(id(chat)))
     }
 
     fn rate_limit(&self, chat: &str, retry_after: Duration, times: u32) {

@@ -90,8 +90,8 @@ edit_interval_secs = {interval:?}
             .collect()
     }
 
-    fn typing(&self, chat: &str) -> usize {
-        self.0.actions_in(id(chat)).len()
+    fn typing(&self, chat: &str) -> Option<usize> {
+        Some(self.0.actions_in(id(chat)).len())
     }
 
     fn rate_limit(&self, chat: &str, retry_after: Duration, times: u32) {
