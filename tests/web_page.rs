@@ -296,6 +296,14 @@ async fn a_phone_screen_shows_every_control_in_light_and_dark() {
     assert!(labels.is_empty(), "buttons without a name: {labels:?}");
     page.screenshot("chat-phone").await;
 
+    // The list slides away as the screen narrows: the button is tapped once nothing covers it.
+    page.wait_until(
+        "(m => { const r = m.getBoundingClientRect(); \
+         return m.contains(document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2)); })\
+         (document.getElementById('menu'))",
+        "the menu button uncovered",
+    )
+    .await;
     page.click("#menu").await;
     page.wait_until(
         &format!("{inside}('new') && {inside}('list')"),
