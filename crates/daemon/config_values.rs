@@ -44,16 +44,14 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| unresolved("no addresses".into()))
 }
 
-/// Keys whose values are secrets: their `${…}` references are resolved where they are used
-/// (an unresolvable LLM key is reported per message, not as a config error), so they are
-/// left as written here.
-const SECRET_KEYS: &[&str] = &[
-    "api_key",
-    "token",
-    "webhook_secret",
-    "metrics_token",
-    "admin_token",
-];
+/// Whether a key's value is a secret (`api_key`, and every `…token` and `…_secret`: a
+/// channel's `token`, Slack's `bot_token` and `app_token`, Telegram's `webhook_secret`,
+/// `[http]`'s `metrics_token` and `admin_token`): its `${…}` references are resolved where
+/// they are used (an unresolvable LLM key is reported per message, a disabled channel's
+/// token not at all), so they are left as written here.
+fn is_secret_key(key: &str) -> bool {
+    key == "api_key" || key.ends_with("token") || key.ends_with("_secret")
+}
 
 /// Config `text` with every secret written in it replaced by `"********"`: the values of the
 /// secret keys, of keys that look like one (`…token`, `…secret`, `…password`, `…key`), and
@@ -64,7 +62,7 @@ pub(crate) fn masked(text: &str) -> String {
     use toml::de::DeValue;
     fn secret_name(key: &str) -> bool {
         let key = key.to_ascii_lowercase();
-        SECRET_KEYS.contains(&key.as_str())
+        is_secret_key(&key)
             || ["token", "secret", "password", "key"]
                 .iter()
                 .any(|word| key.ends_with(word))
@@ -136,7 +134,7 @@ pub(crate) fn secret_keys(text: &str) -> Vec<(String, String)> {
     use toml::de::DeValue;
     fn walk(value: &DeValue<'_>, path: &str, key: &str, out: &mut Vec<(String, String)>) {
         match value {
-            DeValue::String(text) if SECRET_KEYS.contains(&key) => {
+            DeValue::String(text) if is_secret_key(key) => {
                 let mut rest: &str = text;
                 while let Some(start) = rest.find("${") {
                     let after = &rest[start + 2..];
@@ -196,9 +194,7 @@ fn expand_value(
     let span = value.span();
     match value.get_mut() {
         toml::de::DeValue::String(text) => {
-            let secret = path
-                .last()
-                .is_some_and(|key| SECRET_KEYS.contains(&key.as_str()));
+            let secret = path.last().is_some_and(|key| is_secret_key(key));
             if !secret && text.contains("${") {
                 let expanded = expand_env(text)
                     .map_err(|unresolved| (span, path.join("."), unresolved.to_string()))?;

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use switchboard_core::{Ack, Fate};
 
 /// Messages waiting at most; beyond, [`Inbox::take`] refuses (the platform keeps the message
 /// and delivers it again).
@@ -52,13 +53,42 @@ pub enum InboxError {
     },
 }
 
-/// A message in the inbox, by its number.
-#[derive(Clone, Debug, PartialEq)]
+/// A message found in the inbox at a start.
+#[derive(Clone)]
 pub struct Taken {
-    /// Its number in this inbox (settle it by this).
-    pub number: u64,
+    /// Its place (settle it by this).
+    pub entry: InboxEntry,
     /// What the platform delivered.
     pub body: Value,
+}
+
+/// A message's place in an inbox.
+#[derive(Clone)]
+pub struct InboxEntry {
+    inbox: Inbox,
+    number: u64,
+}
+
+impl InboxEntry {
+    /// Its number in the inbox.
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+
+    /// Its fate is known: it leaves the inbox.
+    pub fn settle(&self) {
+        self.inbox.settle(self.number);
+    }
+
+    /// An ack that settles it once its fate is known — and keeps it, for the next start,
+    /// when it is left unprocessed (the daemon stopped first).
+    pub fn ack(self) -> Ack {
+        Ack::new(move |fate| {
+            if fate != Fate::Unprocessed {
+                self.settle();
+            }
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -144,12 +174,9 @@ impl Inbox {
             fs::create_dir_all(parent).map_err(io)?;
         }
         let file = rewrite(path, &pending).map_err(io)?;
-        let taken = pending
+        let bodies: Vec<(u64, Value)> = pending
             .iter()
-            .map(|(number, waiting)| Taken {
-                number: *number,
-                body: waiting.body.clone(),
-            })
+            .map(|(number, waiting)| (*number, waiting.body.clone()))
             .collect();
         let inbox = Self {
             path: Arc::new(path.to_owned()),
@@ -160,11 +187,46 @@ impl Inbox {
                 settled: 0,
             })),
         };
+        let taken = bodies
+            .into_iter()
+            .map(|(number, body)| Taken {
+                entry: inbox.entry(number),
+                body,
+            })
+            .collect();
         Ok((inbox, taken))
     }
 
+    /// [`Inbox::open`], off the runtime's threads.
+    pub async fn opened(path: &Path) -> Result<(Self, Vec<Taken>), InboxError> {
+        let owned = path.to_owned();
+        tokio::task::spawn_blocking(move || Self::open(&owned))
+            .await
+            .unwrap_or_else(|err| {
+                Err(InboxError::Io {
+                    path: path.to_owned(),
+                    source: std::io::Error::other(err.to_string()),
+                })
+            })
+    }
+
+    /// [`Inbox::take`], off the runtime's threads (it fsyncs).
+    pub async fn keep(&self, body: Value) -> Result<InboxEntry, InboxError> {
+        let inbox = self.clone();
+        tokio::task::spawn_blocking(move || inbox.take(body))
+            .await
+            .unwrap_or_else(|err| Err(self.io(std::io::Error::other(err.to_string()))))
+    }
+
+    fn entry(&self, number: u64) -> InboxEntry {
+        InboxEntry {
+            inbox: self.clone(),
+            number,
+        }
+    }
+
     /// Takes `body` in, durably: once this returns, the platform may be acknowledged.
-    pub fn take(&self, body: Value) -> Result<u64, InboxError> {
+    pub fn take(&self, body: Value) -> Result<InboxEntry, InboxError> {
         let mut state = self.lock();
         if state.pending.len() >= MAX_PENDING {
             return Err(InboxError::Full);
@@ -179,12 +241,12 @@ impl Inbox {
         written.map_err(|source| self.io(source))?;
         state.pending.insert(number, Waiting { body, starts: 0 });
         state.next += 1;
-        Ok(number)
+        Ok(self.entry(number))
     }
 
     /// Message `number`'s fate is known: it leaves the inbox. (Best effort: a settle that
     /// is not written means the message is published again after a restart.)
-    pub fn settle(&self, number: u64) {
+    fn settle(&self, number: u64) {
         let mut state = self.lock();
         if state.pending.remove(&number).is_none() {
             return;
@@ -261,15 +323,15 @@ mod tests {
         let first = inbox.take(json!({"text": "one"})).expect("take");
         let second = inbox.take(json!({"text": "two"})).expect("take");
         let third = inbox.take(json!({"text": "three"})).expect("take");
-        inbox.settle(second);
+        second.settle();
         drop(inbox);
         let (inbox, taken) = Inbox::open(&path).expect("open again");
-        let numbers: Vec<u64> = taken.iter().map(|t| t.number).collect();
-        assert_eq!(numbers, [first, third]);
+        let numbers: Vec<u64> = taken.iter().map(|t| t.entry.number()).collect();
+        assert_eq!(numbers, [first.number(), third.number()]);
         assert_eq!(taken[1].body, json!({"text": "three"}));
         // Numbers go on past the ones kept.
         let fourth = inbox.take(json!({"text": "four"})).expect("take");
-        assert!(fourth > third);
+        assert!(fourth.number() > third.number());
     }
 
     #[test]
@@ -310,12 +372,12 @@ mod tests {
         let (inbox, _) = Inbox::open(&path).expect("open");
         let huge = json!({"text": "x".repeat(MAX_BODY_BYTES)});
         assert!(matches!(inbox.take(huge), Err(InboxError::TooLarge(_))));
-        let numbers: Vec<u64> = (0..MAX_PENDING)
+        let entries: Vec<InboxEntry> = (0..MAX_PENDING)
             .map(|i| inbox.take(json!({"n": i})).expect("take"))
             .collect();
         assert!(matches!(inbox.take(json!({})), Err(InboxError::Full)));
-        for number in &numbers {
-            inbox.settle(*number);
+        for entry in &entries {
+            entry.settle();
         }
         assert_eq!(inbox.pending(), 0);
         let size = fs::metadata(&path).expect("file").len();

@@ -34,9 +34,9 @@ mod split;
 
 pub use draft::{Draft, Step};
 pub use factory::{BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts};
-pub use inbox::{Inbox, InboxError, Taken};
+pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
-pub use markdown::{telegram_html, visible_text};
+pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface};
 pub use pairing::{
     AllowList, Approved, CODE_TTL, MAX_PENDING, Pairing, PairingError, PairingFile, PendingCode,

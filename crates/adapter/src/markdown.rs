@@ -1,7 +1,10 @@
-//! Markdown as models write it, rendered in Telegram's HTML subset (`b`, `i`, `s`, `code`,
-//! `pre`, `a`, `blockquote`): headings become bold lines, list items get bullets, tables
-//! and raw HTML become plain (escaped) text. Everything else is escaped, so the output is
-//! always HTML Telegram accepts; should it still refuse, adapters resend the plain text.
+//! Markdown as models write it, rendered for platforms that do not take Markdown:
+//! [`telegram_html`], in Telegram's HTML subset (`b`, `i`, `s`, `code`, `pre`, `a`,
+//! `blockquote`): headings become bold lines, list items get bullets, tables and raw HTML
+//! become plain (escaped) text. Everything else is escaped, so the output is always HTML
+//! Telegram accepts; should it still refuse, adapters resend the plain text.
+//! [`slack_mrkdwn`], in Slack's mrkdwn (`*bold*`, `_italic_`, `~strike~`, `<url|text>`,
+//! fences and backticks kept), `&`, `<`, `>` escaped as Slack asks.
 
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 
@@ -109,6 +112,112 @@ pub fn telegram_html(markdown: &str) -> String {
         }
     }
     out.trim().to_owned()
+}
+
+/// Renders Markdown in Slack's mrkdwn.
+pub fn slack_mrkdwn(markdown: &str) -> String {
+    let mut out = String::with_capacity(markdown.len() + 32);
+    let mut lists: Vec<Option<u64>> = Vec::new();
+    let mut quote = 0usize;
+    // The text of the link being written, and its target.
+    let mut link: Option<(String, String)> = None;
+    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES;
+    for event in Parser::new_ext(markdown, options) {
+        let target = match &mut link {
+            Some((text, _)) => text,
+            None => &mut out,
+        };
+        match event {
+            Event::Start(tag) => match tag {
+                Tag::Strong | Tag::Heading { .. } => target.push('*'),
+                Tag::Emphasis => target.push('_'),
+                Tag::Strikethrough => target.push('~'),
+                Tag::BlockQuote(_) => {
+                    quote += 1;
+                    out.push_str("> ");
+                }
+                Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
+                    link = Some((String::new(), dest_url.to_string()));
+                }
+                Tag::CodeBlock(_) => out.push_str("```\n"),
+                Tag::List(start) => lists.push(start),
+                Tag::Item => {
+                    out.push_str(&"    ".repeat(lists.len().saturating_sub(1)));
+                    match lists.last_mut() {
+                        Some(Some(number)) => {
+                            out.push_str(&format!("{number}. "));
+                            *number += 1;
+                        }
+                        _ => out.push_str("• "),
+                    }
+                }
+                _ => {}
+            },
+            Event::End(tag) => match tag {
+                TagEnd::Strong => target.push('*'),
+                TagEnd::Heading(_) => out.push_str("*\n\n"),
+                TagEnd::Emphasis => target.push('_'),
+                TagEnd::Strikethrough => target.push('~'),
+                TagEnd::BlockQuote(_) => {
+                    quote = quote.saturating_sub(1);
+                    trim_newlines(&mut out);
+                    out.push_str("\n\n");
+                }
+                TagEnd::Link | TagEnd::Image => {
+                    if let Some((text, url)) = link.take() {
+                        out.push('<');
+                        escape_into(&mut out, &url, false);
+                        if !text.is_empty() && text != url {
+                            out.push('|');
+                            out.push_str(&text);
+                        }
+                        out.push('>');
+                    }
+                }
+                TagEnd::CodeBlock => {
+                    trim_newlines(&mut out);
+                    out.push_str("\n```\n\n");
+                }
+                TagEnd::Paragraph => out.push_str(if quote > 0 { "\n> " } else { "\n\n" }),
+                TagEnd::List(_) => {
+                    lists.pop();
+                    if lists.is_empty() {
+                        out.push('\n');
+                    }
+                }
+                TagEnd::Item => {
+                    trim_newlines(&mut out);
+                    out.push('\n');
+                }
+                TagEnd::TableCell => out.push_str(" | "),
+                TagEnd::TableRow | TagEnd::TableHead => {
+                    let trimmed = out.trim_end_matches([' ', '|']).len();
+                    out.truncate(trimmed);
+                    out.push('\n');
+                }
+                TagEnd::Table => out.push('\n'),
+                _ => {}
+            },
+            Event::Text(text) => escape_into(target, &text, false),
+            Event::Code(code) => {
+                target.push('`');
+                escape_into(target, &code, false);
+                target.push('`');
+            }
+            Event::Html(html) | Event::InlineHtml(html) => escape_into(target, &html, false),
+            Event::SoftBreak | Event::HardBreak => {
+                target.push('\n');
+                if quote > 0 {
+                    target.push_str("> ");
+                }
+            }
+            Event::Rule => out.push_str("———\n\n"),
+            Event::TaskListMarker(done) => target.push_str(if done { "☑ " } else { "☐ " }),
+            Event::FootnoteReference(name) => escape_into(target, &name, false),
+            _ => {}
+        }
+    }
+    out.trim().trim_end_matches('>').trim_end().to_owned()
 }
 
 fn trim_newlines(out: &mut String) {

@@ -63,7 +63,7 @@ pub struct Said<'a> {
 #[async_trait]
 pub trait Surface: Send + Sync + 'static {
     /// Where a chat's messages go, parsed from its id.
-    type Place: Copy + Send + Sync + 'static;
+    type Place: Clone + Send + Sync + 'static;
 
     /// The place of `chat`, or why it is not one of this platform's chats.
     fn place(&self, chat: &ChatId) -> Result<Self::Place, CoreError>;
@@ -75,18 +75,18 @@ pub trait Surface: Send + Sync + 'static {
     fn typing_every(&self) -> Duration;
 
     /// Sends a new message; returns its id.
-    async fn send(&self, place: Self::Place, said: Said<'_>) -> Result<String, CoreError>;
+    async fn send(&self, place: &Self::Place, said: Said<'_>) -> Result<String, CoreError>;
 
     /// Replaces the text of the message `message`.
     async fn edit(
         &self,
-        place: Self::Place,
+        place: &Self::Place,
         message: &str,
         said: Said<'_>,
     ) -> Result<(), CoreError>;
 
     /// Shows "typing…" once.
-    async fn typing(&self, place: Self::Place) -> Result<(), CoreError>;
+    async fn typing(&self, place: &Self::Place) -> Result<(), CoreError>;
 }
 
 /// One chat's state while a turn runs.
@@ -227,7 +227,7 @@ impl<S: Surface> Replies<S> {
                 let text = format!("⚠️ {text}");
                 let said = notice(&text, answering, true);
                 return holds
-                    .call(chat, self.surface.send(place, said))
+                    .call(chat, self.surface.send(&place, said))
                     .await
                     .map(drop);
             }
@@ -235,7 +235,7 @@ impl<S: Surface> Replies<S> {
                 let text = format!("ℹ️ {text}");
                 let said = notice(&text, None, false);
                 return holds
-                    .call(chat, self.surface.send(place, said))
+                    .call(chat, self.surface.send(&place, said))
                     .await
                     .map(drop);
             }
@@ -244,7 +244,7 @@ impl<S: Surface> Replies<S> {
                 let text = format!("❓ {text}");
                 let said = notice(&text, answering, true);
                 return holds
-                    .call(chat, self.surface.send(place, said))
+                    .call(chat, self.surface.send(&place, said))
                     .await
                     .map(drop);
             }
@@ -325,7 +325,7 @@ impl<S: Surface> Replies<S> {
                     answering,
                     as_reply: true,
                 };
-                self.surface.send(place, said).await.map(|id| {
+                self.surface.send(&place, said).await.map(|id| {
                     let done = out.started.elapsed();
                     if let Some(draft) = &mut out.draft {
                         draft.sent(id, text.clone(), done);
@@ -339,7 +339,7 @@ impl<S: Surface> Replies<S> {
                     answering,
                     as_reply: false,
                 };
-                self.surface.edit(place, &message, said).await.map(|()| {
+                self.surface.edit(&place, &message, said).await.map(|()| {
                     let done = out.started.elapsed();
                     if let Some(draft) = &mut out.draft {
                         draft.edited(text.clone(), done);
@@ -392,20 +392,20 @@ impl<S: Surface> Replies<S> {
                         ..said
                     };
                     match holds
-                        .call(chat, self.surface.edit(place, &message, edit))
+                        .call(chat, self.surface.edit(&place, &message, edit))
                         .await
                     {
                         Ok(()) => {}
                         // The draft is gone (deleted by someone): the part goes out anew.
                         Err(CoreError::Channel { message: why, .. }) => {
                             tracing::info!(%why, "the draft could not be edited; the reply is sent anew");
-                            holds.call(chat, self.surface.send(place, said)).await?;
+                            holds.call(chat, self.surface.send(&place, said)).await?;
                         }
                         Err(err) => return Err(err),
                     }
                 }
                 _ => {
-                    holds.call(chat, self.surface.send(place, said)).await?;
+                    holds.call(chat, self.surface.send(&place, said)).await?;
                 }
             }
             out.delivered_parts = index + 1;
@@ -427,7 +427,7 @@ impl<S: Surface> Replies<S> {
                 if holds.until(&chat).is_none() {
                     tokio::select! {
                         () = token.cancelled() => return,
-                        result = surface.typing(place) => {
+                        result = surface.typing(&place) => {
                             if let Err(err) = result {
                                 holds.note(&chat, &err);
                                 tracing::debug!(error = %err, "\"typing…\" failed");
@@ -508,7 +508,7 @@ mod tests {
             Duration::from_secs(5)
         }
 
-        async fn send(&self, (): (), said: Said<'_>) -> Result<String, CoreError> {
+        async fn send(&self, (): &(), said: Said<'_>) -> Result<String, CoreError> {
             self.time("send");
             let number = {
                 let mut sends = self.sends.lock().unwrap_or_else(|e| e.into_inner());
@@ -528,7 +528,7 @@ mod tests {
             Ok(id)
         }
 
-        async fn edit(&self, (): (), message: &str, said: Said<'_>) -> Result<(), CoreError> {
+        async fn edit(&self, (): &(), message: &str, said: Said<'_>) -> Result<(), CoreError> {
             self.time("edit");
             let number = {
                 let mut edits = self.edits.lock().unwrap_or_else(|e| e.into_inner());
@@ -555,7 +555,7 @@ mod tests {
             Ok(())
         }
 
-        async fn typing(&self, (): ()) -> Result<(), CoreError> {
+        async fn typing(&self, (): &()) -> Result<(), CoreError> {
             self.time("typing");
             Ok(())
         }

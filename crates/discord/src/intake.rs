@@ -12,8 +12,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
-use switchboard_adapter::{Gate, Inbox, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{Ack, ChatHub, ChatId, CoreError, Fate, InboundMessage, MessageId};
+use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
+use switchboard_core::{ChatHub, ChatId, CoreError, InboundMessage, MessageId};
 use url::Url;
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
@@ -67,19 +67,6 @@ struct Kept {
     username: String,
 }
 
-/// A message's place in the inbox: settled once its fate is known.
-#[derive(Clone)]
-struct InInbox {
-    inbox: Inbox,
-    number: u64,
-}
-
-impl InInbox {
-    fn settle(&self) {
-        self.inbox.settle(self.number);
-    }
-}
-
 /// Admitting a message: who may talk, its files, the hub.
 pub(crate) struct Admit {
     pub(crate) rest: Rest,
@@ -98,12 +85,9 @@ impl Intake {
         if self.inbox.is_some() {
             return Ok(());
         }
-        let path = self.inbox_path.clone();
-        let opened = tokio::task::spawn_blocking(move || Inbox::open(&path))
+        let (inbox, taken) = Inbox::opened(&self.inbox_path)
             .await
-            .map_err(|err| crate::rest::channel_error(format!("the inbox: {err}")))?
             .map_err(|err| crate::rest::channel_error(err.to_string()))?;
-        let (inbox, taken) = opened;
         if !taken.is_empty() {
             tracing::info!(
                 messages = taken.len(),
@@ -111,15 +95,11 @@ impl Intake {
             );
         }
         for waiting in taken {
-            let place = InInbox {
-                inbox: inbox.clone(),
-                number: waiting.number,
-            };
             match serde_json::from_value::<Kept>(waiting.body) {
-                Ok(kept) => self.admit_kept(kept, Some(place)).await,
+                Ok(kept) => self.admit_kept(kept, Some(waiting.entry)).await,
                 Err(err) => {
                     tracing::warn!(error = %err, "Discord: an inbox message that cannot be read was skipped");
-                    place.settle();
+                    waiting.entry.settle();
                 }
             }
         }
@@ -128,7 +108,7 @@ impl Intake {
     }
 
     /// Admits a message, in order within its chat (beside other chats' when it has files).
-    async fn admit_kept(&mut self, kept: Kept, place: Option<InInbox>) {
+    async fn admit_kept(&mut self, kept: Kept, place: Option<InboxEntry>) {
         let chat = kept.received.chat.clone();
         let quick = kept.received.files.is_empty();
         let admit = self.admit.clone();
@@ -138,17 +118,15 @@ impl Intake {
 
     /// Takes a message into the inbox (off the runtime's threads: it is fsynced). A message
     /// the inbox refuses (full, too large, a disk error) is still admitted, without it.
-    async fn keep(&self, kept: &Kept) -> Option<InInbox> {
-        let inbox = self.inbox.clone()?;
+    async fn keep(&self, kept: &Kept) -> Option<InboxEntry> {
+        let inbox = self.inbox.as_ref()?;
         let body = serde_json::to_value(kept).ok()?;
-        let store = inbox.clone();
-        match tokio::task::spawn_blocking(move || store.take(body)).await {
-            Ok(Ok(number)) => Some(InInbox { inbox, number }),
-            Ok(Err(err)) => {
+        match inbox.keep(body).await {
+            Ok(entry) => Some(entry),
+            Err(err) => {
                 tracing::warn!(error = %err, "Discord: a message not kept in the inbox (it is handled, but not taken up again after a crash)");
                 None
             }
-            Err(_) => None,
         }
     }
 
@@ -190,7 +168,7 @@ impl Intake {
 }
 
 impl Admit {
-    async fn admit(&self, received: Received, username: &str, place: Option<InInbox>) {
+    async fn admit(&self, received: Received, username: &str, place: Option<InboxEntry>) {
         let sender = received.sender.to_string();
         let verdict = self.gate.verdict(Sender {
             id: &sender,
@@ -216,7 +194,7 @@ impl Admit {
         }
     }
 
-    async fn publish(&self, received: Received, place: Option<InInbox>) {
+    async fn publish(&self, received: Received, place: Option<InboxEntry>) {
         let mut content = received.text.clone();
         let mut attachments = Vec::new();
         for file in &received.files {
@@ -237,15 +215,9 @@ impl Admit {
         message.id = Some(MessageId::from(received.message.as_str()));
         message.reply_to = received.reply_to.map(MessageId::from);
         message.attachments = attachments;
-        if let Some(place) = place {
-            // Settled once its fate is known; one left unprocessed (the daemon stopped
-            // first) stays for the next start.
-            message.ack = Some(Ack::new(move |fate| {
-                if fate != Fate::Unprocessed {
-                    place.settle();
-                }
-            }));
-        }
+        // Settled once its fate is known; one left unprocessed (the daemon stopped first)
+        // stays for the next start.
+        message.ack = place.map(InboxEntry::ack);
         if let Err(err) = self.hub.publish_inbound(message).await {
             tracing::info!(error = %err, "a Discord message was not taken");
         }

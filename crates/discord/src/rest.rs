@@ -227,7 +227,7 @@ impl Surface for Discord {
         TYPING_EVERY
     }
 
-    async fn send(&self, channel: u64, said: Said<'_>) -> Result<String, CoreError> {
+    async fn send(&self, &channel: &u64, said: Said<'_>) -> Result<String, CoreError> {
         let mut body = json!({
             "content": said.text,
             "allowed_mentions": self.allowed_mentions(&said),
@@ -253,7 +253,7 @@ impl Surface for Discord {
             })
     }
 
-    async fn edit(&self, channel: u64, message: &str, said: Said<'_>) -> Result<(), CoreError> {
+    async fn edit(&self, &channel: &u64, message: &str, said: Said<'_>) -> Result<(), CoreError> {
         let body = json!({
             "content": said.text,
             "allowed_mentions": self.allowed_mentions(&said),
@@ -265,7 +265,7 @@ impl Surface for Discord {
             .map(drop)
     }
 
-    async fn typing(&self, channel: u64) -> Result<(), CoreError> {
+    async fn typing(&self, &channel: &u64) -> Result<(), CoreError> {
         let path = format!("channels/{channel}/typing");
         self.rest
             .call(reqwest::Method::POST, &path, None)

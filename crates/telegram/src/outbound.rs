@@ -43,7 +43,11 @@ impl Surface for Telegram {
         TYPING_EVERY
     }
 
-    async fn send(&self, (chat, topic): Self::Place, said: Said<'_>) -> Result<String, CoreError> {
+    async fn send(
+        &self,
+        &(chat, topic): &Self::Place,
+        said: Said<'_>,
+    ) -> Result<String, CoreError> {
         let reply_to = said
             .answering
             .filter(|_| said.as_reply)
@@ -56,7 +60,7 @@ impl Surface for Telegram {
 
     async fn edit(
         &self,
-        (chat, _topic): Self::Place,
+        &(chat, _topic): &Self::Place,
         message: &str,
         said: Said<'_>,
     ) -> Result<(), CoreError> {
@@ -65,7 +69,7 @@ impl Surface for Telegram {
         api::edit(&self.bot, chat, id, html.as_deref(), said.text).await
     }
 
-    async fn typing(&self, (chat, topic): Self::Place) -> Result<(), CoreError> {
+    async fn typing(&self, &(chat, topic): &Self::Place) -> Result<(), CoreError> {
         let mut request = self.bot.send_chat_action(chat, ChatAction::Typing);
         if let Some(topic) = topic {
             request = request.message_thread_id(topic);
