@@ -47,6 +47,7 @@ macro_rules! suite {
 }
 
 mod discord;
+mod slack;
 mod telegram;
 
 /// A person on the allow list, another, and a stranger.

@@ -68,6 +68,9 @@ mod sandbox;
 mod scheduler;
 /// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
 mod service;
+/// What only Slack does, against its fake Web API and Socket Mode: mentions and threads,
+/// a disconnect, an envelope sent again, a wrong token (the rest is in `conformance`).
+mod slack;
 /// Sub-agents: three at once answered together once, `/status` and `/stop` over them, a
 /// parent waiting at one turn slot.
 mod spawn;

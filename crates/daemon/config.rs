@@ -103,6 +103,7 @@ channels! {
     websocket: switchboard_websocket::WsSection,
     telegram: switchboard_telegram::TelegramSection,
     discord: switchboard_discord::DiscordSection,
+    slack: switchboard_slack::SlackSection,
 }
 
 impl ChannelsSection {
