@@ -47,6 +47,7 @@ macro_rules! suite {
 }
 
 mod discord;
+#[cfg(feature = "slack")]
 mod slack;
 mod telegram;
 

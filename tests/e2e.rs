@@ -70,6 +70,7 @@ mod scheduler;
 mod service;
 /// What only Slack does, against its fake Web API and Socket Mode: mentions and threads,
 /// a disconnect, an envelope sent again, a wrong token (the rest is in `conformance`).
+#[cfg(feature = "slack")]
 mod slack;
 /// Sub-agents: three at once answered together once, `/status` and `/stop` over them, a
 /// parent waiting at one turn slot.

@@ -77,13 +77,14 @@ pub struct Config {
 /// and builds it (`switchboard_adapter::ChannelSection`). Nothing else in the daemon knows a
 /// channel by name.
 macro_rules! channels {
-    ($($name:ident: $section:ty),* $(,)?) => {
+    ($($(#[$cfg:meta])* $name:ident: $section:ty),* $(,)?) => {
         /// `[channels]`: each channel's section belongs to its adapter crate; this only
         /// composes them.
         #[derive(Debug, Default, Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct ChannelsSection {
             $(
+                $(#[$cfg])*
                 #[doc = concat!("`[channels.", stringify!($name), "]`.")]
                 #[serde(default)]
                 pub $name: $section,
@@ -93,7 +94,10 @@ macro_rules! channels {
         impl ChannelsSection {
             /// Every channel's section with its name, in the order they are started.
             pub fn all(&self) -> Vec<(&'static str, &dyn ChannelSection)> {
-                vec![$((stringify!($name), &self.$name as &dyn ChannelSection)),*]
+                vec![$(
+                    $(#[$cfg])*
+                    (stringify!($name), &self.$name as &dyn ChannelSection),
+                )*]
             }
         }
     };
@@ -103,7 +107,11 @@ channels! {
     websocket: switchboard_websocket::WsSection,
     telegram: switchboard_telegram::TelegramSection,
     discord: switchboard_discord::DiscordSection,
+    // A channel behind a cargo feature: without it, a section that enables it is refused.
+    #[cfg(feature = "slack")]
     slack: switchboard_slack::SlackSection,
+    #[cfg(not(feature = "slack"))]
+    slack: switchboard_adapter::NotBuilt,
 }
 
 impl ChannelsSection {

@@ -91,3 +91,62 @@ pub trait ChannelSection: Send + Sync {
     /// Builds the channel (only called when it is enabled).
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError>;
 }
+
+/// The section of a channel this build leaves out (a cargo feature not enabled): it reads
+/// any table, and refuses one that enables the channel, saying how to build it in.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct NotBuilt {
+    #[serde(default)]
+    enabled: Option<toml::Spanned<bool>>,
+    #[serde(flatten)]
+    _rest: toml::Table,
+}
+
+impl ChannelSection for NotBuilt {
+    fn enabled(&self) -> bool {
+        false
+    }
+
+    fn validate(&self, _http: &HttpFacts) -> Result<(), ConfigProblem> {
+        match &self.enabled {
+            Some(enabled) if *enabled.get_ref() => Err(ConfigProblem::new(
+                Some(enabled.span()),
+                "enabled",
+                "this switchboard was built without this channel: build it with the cargo \
+                 feature of the channel's name (e.g. cargo build --release --features slack)",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    fn build(&self, _parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
+        Err(BuildError::Config(ConfigProblem::new(
+            None,
+            "enabled",
+            "this switchboard was built without this channel",
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_channel_left_out_of_the_build_is_refused_only_when_enabled() {
+        let facts = HttpFacts {
+            bind: ([127, 0, 0, 1], 8080).into(),
+            allowed_hosts: Vec::new(),
+        };
+        let off: NotBuilt = toml::from_str("enabled = false\nbot_token = \"x\"").expect("reads");
+        assert!(off.validate(&facts).is_ok());
+        let on: NotBuilt = toml::from_str("enabled = true\nbot_token = \"x\"").expect("reads");
+        let problem = on.validate(&facts).expect_err("refused");
+        assert_eq!(problem.key, "enabled");
+        assert!(
+            problem.message.contains("--features"),
+            "{}",
+            problem.message
+        );
+    }
+}

@@ -33,7 +33,9 @@ pub mod settings;
 mod split;
 
 pub use draft::{Draft, Step};
-pub use factory::{BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts};
+pub use factory::{
+    BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts, NotBuilt,
+};
 pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
 pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
