@@ -93,13 +93,12 @@ pub trait ChannelSection: Send + Sync {
 }
 
 /// The section of a channel this build leaves out (a cargo feature not enabled): it reads
-/// any table, and refuses one that enables the channel, saying how to build it in.
+/// any table (its other keys skipped unread, nothing kept), and refuses one that enables the
+/// channel, saying how to build it in.
 #[derive(Debug, Default, serde::Deserialize)]
 pub struct NotBuilt {
     #[serde(default)]
     enabled: Option<toml::Spanned<bool>>,
-    #[serde(flatten)]
-    _rest: toml::Table,
 }
 
 impl ChannelSection for NotBuilt {
