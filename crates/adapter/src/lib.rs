@@ -15,12 +15,14 @@
 //! - `per_chat`: [`PerChat`], intake work in order per chat, side by side across chats.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
+//! - `holds`: a chat held for a platform's `retry_after`, every call to it waiting.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
 //! - `factory`: [`ChannelSection`], a channel built from its config section.
 //! - `inbox`: [`Inbox`], what a push platform delivered, on disk until its fate is known.
 
 mod draft;
 mod factory;
+mod holds;
 mod inbox;
 mod intake;
 mod markdown;

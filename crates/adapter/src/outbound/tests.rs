@@ -1,0 +1,339 @@
+//! `Replies` over a recording surface: drafts, parts, resumption, holds.
+use std::sync::Mutex;
+
+use switchboard_core::TurnEnd;
+
+use super::*;
+
+/// What the recording surface saw: (call, message id, text, as_reply).
+type Call = (&'static str, String, String, bool);
+
+/// A 429 with Telegram's and Discord's stated wait.
+const RETRY_AFTER: Duration = Duration::from_secs(3);
+
+#[derive(Default)]
+struct Recorder {
+    calls: Mutex<Vec<Call>>,
+    /// Sends that fail with a rate limit, by the number of the send (0-based).
+    failing_send: Mutex<Option<usize>>,
+    sends: Mutex<usize>,
+    /// Edits fail as if the message were gone.
+    edits_fail: bool,
+    /// Edits answered 429 (with [`RETRY_AFTER`]), by the number of the edit (0-based).
+    limited_edit: Mutex<Option<usize>>,
+    edits: Mutex<usize>,
+    /// When each call was made, by chat place: (call, when).
+    times: Mutex<Vec<(&'static str, Instant)>>,
+}
+
+impl Recorder {
+    fn time(&self, call: &'static str) {
+        self.times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((call, Instant::now()));
+    }
+}
+
+#[async_trait]
+impl Surface for Recorder {
+    type Place = ();
+
+    fn place(&self, _chat: &ChatId) -> Result<(), CoreError> {
+        Ok(())
+    }
+
+    fn limit(&self) -> (usize, Measure) {
+        (64, Measure::Chars)
+    }
+
+    fn typing_every(&self) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    async fn send(&self, (): &(), said: Said<'_>) -> Result<String, CoreError> {
+        self.time("send");
+        let number = {
+            let mut sends = self.sends.lock().unwrap_or_else(|e| e.into_inner());
+            *sends += 1;
+            *sends - 1
+        };
+        if *self.failing_send.lock().unwrap_or_else(|e| e.into_inner()) == Some(number) {
+            return Err(CoreError::RateLimited { retry_after: None });
+        }
+        let id = format!("m{number}");
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push((
+            "send",
+            id.clone(),
+            said.text.into(),
+            said.as_reply,
+        ));
+        Ok(id)
+    }
+
+    async fn edit(&self, (): &(), message: &str, said: Said<'_>) -> Result<(), CoreError> {
+        self.time("edit");
+        let number = {
+            let mut edits = self.edits.lock().unwrap_or_else(|e| e.into_inner());
+            *edits += 1;
+            *edits - 1
+        };
+        if *self.limited_edit.lock().unwrap_or_else(|e| e.into_inner()) == Some(number) {
+            return Err(CoreError::RateLimited {
+                retry_after: Some(RETRY_AFTER),
+            });
+        }
+        if self.edits_fail {
+            return Err(CoreError::Channel {
+                channel: "test".into(),
+                message: "Unknown Message".into(),
+            });
+        }
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push((
+            "edit",
+            message.into(),
+            said.text.into(),
+            said.as_reply,
+        ));
+        Ok(())
+    }
+
+    async fn typing(&self, (): &()) -> Result<(), CoreError> {
+        self.time("typing");
+        Ok(())
+    }
+}
+
+fn out(kind: OutboundKind) -> OutboundMessage {
+    out_to("c", kind)
+}
+
+fn out_to(chat: &str, kind: OutboundKind) -> OutboundMessage {
+    OutboundMessage {
+        channel: "test".into(),
+        chat_id: chat.into(),
+        reply_to: Some(MessageId::from("u1")),
+        kind,
+    }
+}
+
+fn times(replies: &Replies<Recorder>) -> Vec<(&'static str, Instant)> {
+    replies
+        .surface()
+        .times
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    let started = Instant::now();
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("Hello".into())))
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    replies
+        .send(out(OutboundKind::Message("Hello there".into())))
+        .await
+        .ok();
+    let calls = calls(&replies);
+    assert_eq!(calls[1], ("edit", "m0".into(), "Hello there".into(), false));
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(50),
+        "no wait for the edit interval after the first send"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rate_limited_draft_holds_every_call_to_its_chat_and_no_other() {
+    let recorder = Recorder::default();
+    *recorder
+        .limited_edit
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(0);
+    let replies = Arc::new(Replies::new(
+        Arc::new(recorder),
+        true,
+        Duration::from_millis(100),
+    ));
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("Hello".into())))
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // This edit is answered 429: the chat is held for three seconds.
+    let limited = Instant::now();
+    replies
+        .send(out(OutboundKind::Delta(" there".into())))
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    replies
+        .send(out(OutboundKind::Delta(", skipped".into())))
+        .await
+        .ok();
+    // Another chat goes on meanwhile.
+    replies
+        .send(out_to("other", OutboundKind::Post("elsewhere".into())))
+        .await
+        .ok();
+    let elsewhere = Instant::now();
+    replies
+        .send(out(OutboundKind::Message("Hello there, done".into())))
+        .await
+        .ok();
+    let times = times(&replies);
+    let after: Vec<&str> = times
+        .iter()
+        .filter(|(call, at)| *at > limited && *at < limited + RETRY_AFTER && *call != "send")
+        .map(|(call, _)| *call)
+        .collect();
+    assert!(after.is_empty(), "nothing went to the held chat: {after:?}");
+    assert!(elsewhere < limited + Duration::from_millis(500));
+    let last = times.last().expect("the final edit");
+    assert_eq!(last.0, "edit");
+    assert!(
+        last.1 >= limited + RETRY_AFTER,
+        "the final reply waited out retry_after"
+    );
+    let calls = calls(&replies);
+    assert_eq!(
+        calls.iter().filter(|c| c.2 == "Hello there, done").count(),
+        1,
+        "the reply went out once"
+    );
+}
+
+fn words(text: &str) -> Vec<&str> {
+    text.split_whitespace().collect()
+}
+
+fn calls(replies: &Replies<Recorder>) -> Vec<Call> {
+    replies
+        .surface()
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_reply_ends_in_the_draft_and_the_rest_follows() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("Hello".into())))
+        .await
+        .ok();
+    replies
+        .send(out(OutboundKind::Delta(" there".into())))
+        .await
+        .ok();
+    let reply =
+        "Hello there, this is longer than sixty-four characters, the shortest limit split keeps";
+    replies
+        .send(out(OutboundKind::Message(reply.into())))
+        .await
+        .ok();
+    replies
+        .send(out(OutboundKind::Done(TurnEnd::Answered)))
+        .await
+        .ok();
+    let calls = calls(&replies);
+    assert_eq!(calls[0], ("send", "m0".into(), "Hello".into(), true));
+    // The final reply's first part went into the draft, the others after it.
+    let edits: Vec<_> = calls.iter().filter(|c| c.0 == "edit").collect();
+    assert_eq!(edits.last().map(|c| c.1.as_str()), Some("m0"));
+    let final_parts: Vec<String> = std::iter::once(edits.last().map(|c| c.2.clone()))
+        .flatten()
+        .chain(
+            calls
+                .iter()
+                .skip(1)
+                .filter(|c| c.0 == "send")
+                .map(|c| c.2.clone()),
+        )
+        .collect();
+    assert_eq!(words(&final_parts.join(" ")), words(reply));
+    assert!(
+        calls.iter().skip(1).all(|c| !c.3),
+        "only the first message is a reply"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_failed_part_way_resumes_without_repeating() {
+    let recorder = Recorder::default();
+    *recorder
+        .failing_send
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(1);
+    let replies = Replies::new(Arc::new(recorder), false, Duration::from_secs(1));
+    let reply = "one two three four five six seven eight nine ten eleven twelve ".repeat(4);
+    let message = out(OutboundKind::Message(reply.clone()));
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    let first = replies.send(message.clone()).await;
+    assert!(
+        matches!(first, Err(CoreError::RateLimited { .. })),
+        "{first:?} {:?}",
+        calls(&replies)
+    );
+    replies.send(message).await.ok();
+    let texts: Vec<String> = calls(&replies).into_iter().map(|c| c.2).collect();
+    assert!(texts.len() >= 3, "{texts:?}");
+    assert_eq!(
+        words(&texts.join(" ")),
+        words(&reply),
+        "each part once, in order"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_post_leaves_the_running_draft_alone() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("draft".into())))
+        .await
+        .ok();
+    replies
+        .send(out(OutboundKind::Post("a reminder".into())))
+        .await
+        .ok();
+    replies
+        .send(out(OutboundKind::Message("the answer".into())))
+        .await
+        .ok();
+    let calls = calls(&replies);
+    assert_eq!(calls[1], ("send", "m1".into(), "a reminder".into(), false));
+    assert_eq!(calls[2], ("edit", "m0".into(), "the answer".into(), false));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_whose_draft_is_gone_is_sent_anew() {
+    let recorder = Recorder {
+        edits_fail: true,
+        ..Recorder::default()
+    };
+    let replies = Replies::new(Arc::new(recorder), true, Duration::from_secs(1));
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("draft".into())))
+        .await
+        .ok();
+    let sent = replies
+        .send(out(OutboundKind::Message("the answer".into())))
+        .await;
+    assert!(sent.is_ok(), "{sent:?}");
+    let calls = calls(&replies);
+    assert_eq!(
+        calls.last(),
+        Some(&("send", "m1".into(), "the answer".into(), true))
+    );
+}
