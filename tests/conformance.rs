@@ -46,10 +46,16 @@ macro_rules! suite {
     };
 }
 
+mod crash;
 mod discord;
 #[cfg(feature = "slack")]
 mod slack;
 mod telegram;
+
+pub(crate) use crash::{
+    messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
+    nothing_is_answered_twice_across_a_kill_9,
+};
 
 /// A person on the allow list, another, and a stranger.
 pub(crate) const ADA: u64 = 42;
@@ -182,7 +188,7 @@ impl<P: Platform> Run<P> {
 }
 
 /// The bot's posts replying to `written` so far.
-fn replies<P: Platform>(fake: &P, written: &Written) -> Vec<Posted> {
+pub(crate) fn replies<P: Platform>(fake: &P, written: &Written) -> Vec<Posted> {
     fake.posted(&written.chat)
         .into_iter()
         .filter(|post| post.reply_to.as_ref() == Some(&written.id))
@@ -503,146 +509,4 @@ pub(crate) async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_ord
         "Carol was answered while Ada's file was still downloading"
     );
     t.daemon.shutdown().await;
-}
-
-pub(crate) async fn nothing_is_answered_twice_across_a_kill_9<P: Platform>() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let fake = P::start().await;
-    let config = dir.path().join("config.toml");
-    let tables = fake.table(0.3, "stream = false");
-    let extra = Extra {
-        tables: &tables,
-        ..Extra::default()
-    };
-    std::fs::write(
-        &config,
-        util::config_text_with(&llm.base_url(), dir.path(), extra),
-    )
-    .expect("write");
-    let answered = |f: &P, said: &Written| replies(f, said).len();
-
-    let before = fake.sessions();
-    let (mut child, _) = util::spawn_daemon(&config).await;
-    fake.wait("the channel listening", |f| f.sessions() > before)
-        .await;
-    let first = fake.dm(ADA, "before the kill");
-    fake.wait("the first answer", |f| answered(f, &first) > 0)
-        .await;
-    // Killed the moment the answer is journaled delivered, whatever the platform was told.
-    // (Between the platform taking an answer and the journal recording it, a kill makes the
-    // answer go out again: no platform takes an idempotency key for a message.)
-    journaled_delivered::<P>(dir.path(), &first).await;
-    child.start_kill().expect("kill -9");
-    child.wait().await.expect("ended");
-
-    let before = fake.sessions();
-    let (mut child, _) = util::spawn_daemon(&config).await;
-    fake.wait("the channel listening again", |f| f.sessions() > before)
-        .await;
-    let second = fake.dm(ADA, "after the restart");
-    fake.wait("the second answer", |f| answered(f, &second) > 0)
-        .await;
-    // The chat's messages are taken in order: had the first come again and been answered,
-    // its answer would be out before the second's.
-    assert_eq!(
-        answered(&fake, &first),
-        1,
-        "the first message answered once"
-    );
-    assert_eq!(answered(&fake, &second), 1);
-    assert_eq!(
-        llm.requests().len(),
-        2,
-        "the model was asked once per message"
-    );
-    child.start_kill().expect("kill -9");
-    child.wait().await.expect("ended");
-}
-
-pub(crate) async fn messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart<
-    P: Platform,
->() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    // The first answer takes long enough to be cut off; after that the model echoes.
-    llm.push(Reply::text("never sent").delayed(Duration::from_secs(60)));
-    let fake = P::start().await;
-    let config = dir.path().join("config.toml");
-    let tables = fake.table(0.3, "stream = false");
-    let extra = Extra {
-        tables: &tables,
-        ..Extra::default()
-    };
-    std::fs::write(
-        &config,
-        util::config_text_with(&llm.base_url(), dir.path(), extra),
-    )
-    .expect("write");
-
-    let before = fake.sessions();
-    let (mut child, _) = util::spawn_daemon(&config).await;
-    fake.wait("the channel listening", |f| f.sessions() > before)
-        .await;
-    let first = fake.dm(ADA, "one");
-    llm.wait_for_requests(1, PATIENCE).await;
-    let second = fake.dm(ADA, "two");
-    let state = dir.path().join("state");
-    let deadline = Instant::now() + PATIENCE;
-    while !fake.taken_in(&state, &second) {
-        assert!(
-            Instant::now() < deadline,
-            "the second message was never taken in"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    // Killed while the first is being answered and the second waits behind it.
-    child.start_kill().expect("kill -9");
-    child.wait().await.expect("ended");
-    assert!(replies(&fake, &first).is_empty());
-
-    let (mut child, _) = util::spawn_daemon(&config).await;
-    fake.wait("both answered after the restart", |f| {
-        !replies(f, &first).is_empty() && !replies(f, &second).is_empty()
-    })
-    .await;
-    let answers: Vec<Option<String>> = fake
-        .posted(&first.chat)
-        .into_iter()
-        .map(|post| post.reply_to)
-        .collect();
-    assert_eq!(
-        answers,
-        [Some(first.id.clone()), Some(second.id.clone())],
-        "each answered once, in order"
-    );
-    assert_eq!(replies(&fake, &first)[0].text, "echo: one");
-    child.start_kill().expect("kill -9");
-    child.wait().await.expect("ended");
-}
-
-/// Waits until `written` is journaled delivered in its session (the journal is a file: it
-/// is read again every millisecond).
-async fn journaled_delivered<P: Platform>(dir: &std::path::Path, written: &Written) {
-    let path = dir.join(format!("state/sessions/{}_{}.jsonl", P::NAME, written.chat));
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let delivered = text.lines().any(|line| {
-            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|record| {
-                record["inbound"]["state"] == "delivered"
-                    && record["inbound"]["id"] == written.id.as_str()
-            })
-        });
-        if delivered {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "message {} was never journaled delivered in {}: {text}",
-            written.id,
-            path.display()
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
 }
