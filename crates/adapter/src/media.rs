@@ -103,6 +103,23 @@ where
     }
 }
 
+/// A file's address, if it is one of the platform's file `hosts` (or the configured API's
+/// host, for tests and proxies); else why not. Files are fetched only from there.
+pub fn file_url(
+    url: &str,
+    hosts: &[&str],
+    api_host: Option<&str>,
+    platform: &str,
+) -> Result<url::Url, String> {
+    let url = url::Url::parse(url).map_err(|_| "its address cannot be read".to_owned())?;
+    let host = url.host_str().unwrap_or_default();
+    if hosts.contains(&host) || Some(host) == api_host {
+        Ok(url)
+    } else {
+        Err(format!("it is not on {platform} ({host})"))
+    }
+}
+
 /// Names a file that could not be saved in the message's text (the agent reads why), and
 /// logs it.
 pub fn not_saved(content: &mut String, channel: &str, name: &str, why: &str) {

@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
 use switchboard_core::{ChatHub, ChatId, CoreError, InboundMessage, MessageId};
-use url::Url;
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
 use crate::gateway::{Event, snowflake};
@@ -241,11 +240,12 @@ impl Admit {
         if file.size > self.max_attachment_bytes {
             return Err(incoming.too_large());
         }
-        let url = Url::parse(&file.url).map_err(|_| "its address cannot be read".to_owned())?;
-        let host = url.host_str().unwrap_or_default();
-        if !(ATTACHMENT_HOSTS.contains(&host) || Some(host) == self.rest.host()) {
-            return Err(format!("it is not on Discord's CDN ({host})"));
-        }
+        let url = media::file_url(
+            &file.url,
+            &ATTACHMENT_HOSTS,
+            self.rest.host(),
+            "Discord's CDN",
+        )?;
         let response = self.rest.download(url).await?;
         media::save(&self.workspace, incoming, response.bytes_stream()).await
     }

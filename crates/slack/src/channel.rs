@@ -28,7 +28,6 @@ use switchboard_core::{
     InboundMessage, MessageId, OutboundMessage,
 };
 use tokio::sync::mpsc;
-use url::Url;
 
 use crate::config::{ChannelPolicy, SlackSection, SlackSettings};
 use crate::convert::{FileRef, Incoming, Received, incoming};
@@ -451,11 +450,7 @@ impl Admit {
         if file.size > self.max_attachment_bytes {
             return Err(incoming.too_large());
         }
-        let url = Url::parse(&file.url).map_err(|_| "its address cannot be read".to_owned())?;
-        let host = url.host_str().unwrap_or_default();
-        if !(FILE_HOSTS.contains(&host) || Some(host) == self.api_host.as_deref()) {
-            return Err(format!("it is not on Slack ({host})"));
-        }
+        let url = media::file_url(&file.url, &FILE_HOSTS, self.api_host.as_deref(), "Slack")?;
         let response = self
             .downloads
             .get(url)
