@@ -34,7 +34,7 @@ async fn stop_during_a_slow_tool_ends_the_turn_within_a_second() {
 
     // The saved session is valid: the sleep call has a (synthetic) result.
     let store = JsonlStore::open(&h.dir.path().join("state")).expect("store");
-    let loaded = store.load(&"websocket_c".into()).expect("load");
+    let loaded = store.load(&"websocket_c".into()).await.expect("load");
     assert_eq!(
         repair(loaded.messages.clone()),
         loaded.messages,

@@ -8,14 +8,15 @@ use switchboard_core::{ChannelName, ChatId, ChatMessage, SessionKey, Transcripts
 /// Transcripts from the agents' session stores.
 pub(crate) struct SessionHistory(pub(crate) Agents);
 
+#[async_trait::async_trait]
 impl Transcripts for SessionHistory {
-    fn transcript(
+    async fn transcript(
         &self,
         channel: &ChannelName,
         chat: &ChatId,
     ) -> Result<Vec<ChatMessage>, Box<dyn std::error::Error + Send + Sync>> {
         let key = SessionKey::of(channel, chat);
         let agent = self.0.for_chat(channel, chat, None);
-        Ok(agent.store().transcript(&key)?)
+        Ok(agent.store().transcript(&key).await?)
     }
 }

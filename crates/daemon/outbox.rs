@@ -57,9 +57,7 @@ impl Outbox for HubOutbox {
         let Some(store) = self.stores.get(from).cloned() else {
             return Err(ToolError::Failed(format!("no agent is called `{from}`")));
         };
-        let known = tokio::task::spawn_blocking(move || store.has_history(&key))
-            .await
-            .unwrap_or(false);
+        let known = store.has_history(&key).await;
         if !known {
             return Err(ToolError::Denied(format!(
                 "{channel} chat {chat} has never talked to the agent; it can only be written to \

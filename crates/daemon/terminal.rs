@@ -32,6 +32,7 @@ pub async fn run(
     let key = SessionKey::of(&ChannelName::from("cli"), &ChatId::from(name));
     let mut session = agent
         .load_session(&key)
+        .await
         .with_context(|| format!("cannot read session {key}"))?;
 
     if let Some(text) = message {
@@ -65,7 +66,7 @@ pub async fn run(
 /// Answers one line: a command, or a turn. Returns whether it succeeded.
 async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
     match Command::parse(&text) {
-        Some(Command::New) => match agent.reset_session(session) {
+        Some(Command::New) => match agent.reset_session(session).await {
             Ok(()) => {
                 eprintln!("Started a new session.");
                 true

@@ -394,8 +394,8 @@ impl Agent {
     }
 
     /// Reads a session back from the store (repaired and trimmed).
-    pub fn load_session(&self, key: &SessionKey) -> Result<Session, StoreError> {
-        let loaded = self.store.load(key)?;
+    pub async fn load_session(&self, key: &SessionKey) -> Result<Session, StoreError> {
+        let loaded = self.store.load(key).await?;
         Ok(Session::from_loaded(
             key.clone(),
             self.config.history_limit,
@@ -434,8 +434,8 @@ impl Agent {
     }
 
     /// Archives the session's history and empties it (`/new`).
-    pub fn reset_session(&self, session: &mut Session) -> Result<(), StoreError> {
-        self.store.archive(session.key())?;
+    pub async fn reset_session(&self, session: &mut Session) -> Result<(), StoreError> {
+        self.store.archive(session.key()).await?;
         session.clear();
         Ok(())
     }
@@ -456,12 +456,12 @@ impl Agent {
 
     /// Notes in the session's file (and in memory) how far an inbound message got. A
     /// failure is logged: the worst it costs is answering the message again after a crash.
-    pub fn journal(&self, session: &mut Session, id: &MessageId, state: InboundState) {
+    pub async fn journal(&self, session: &mut Session, id: &MessageId, state: InboundState) {
         let batch = Batch {
             inbound: Some((id, &state)),
             ..Batch::default()
         };
-        match self.store.append(session.key(), &batch) {
+        match self.store.append(session.key(), &batch).await {
             Ok(()) => session.note_inbound(id.clone(), state),
             Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
                 error = %err, "could not note an inbound message's progress"),

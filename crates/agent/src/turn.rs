@@ -98,7 +98,7 @@ pub(crate) async fn run(
             }
         };
         if agent.hooks.is_empty() {
-            turn.finish(end);
+            turn.finish(end).await;
             return;
         }
         let (kind, text) = match &end {
@@ -108,7 +108,7 @@ pub(crate) async fn run(
         let usage = turn.usage;
         let key = turn.session.key().clone();
         let inbound = turn.inbound.clone();
-        turn.finish(end);
+        turn.finish(end).await;
         let info = TurnInfo {
             session: &key,
             iteration: 0,
@@ -198,7 +198,7 @@ impl Turn<'_> {
                 images: input.images,
                 origin: input.origin,
             };
-            self.save_with(vec![message], batch_inbound);
+            self.save_with(vec![message], batch_inbound).await;
         }
 
         let context = tracing::info_span!(
@@ -345,7 +345,9 @@ impl Turn<'_> {
             let mut step = Vec::with_capacity(outcome.results.len() + 1);
             step.push(assistant);
             step.extend(outcome.results);
-            request.messages.extend(self.save(step).iter().cloned());
+            request
+                .messages
+                .extend(self.save(step).await.iter().cloned());
             if outcome.cancelled {
                 return self.stopped();
             }
@@ -470,12 +472,12 @@ impl Turn<'_> {
     }
 
     /// Appends messages to the store, then to this turn; returns them as saved.
-    fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
-        self.save_with(messages, None)
+    async fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
+        self.save_with(messages, None).await
     }
 
     /// Appends messages, and how far the inbound message got, in one write.
-    fn save_with(
+    async fn save_with(
         &mut self,
         messages: Vec<ChatMessage>,
         inbound: Option<(&MessageId, &InboundState)>,
@@ -485,7 +487,7 @@ impl Turn<'_> {
             usage: None,
             inbound,
         };
-        let saved = self.agent.store.append(self.session.key(), &batch);
+        let saved = self.agent.store.append(self.session.key(), &batch).await;
         let ok = saved.is_ok();
         self.check_saved(saved);
         if ok && let Some((id, state)) = inbound {
@@ -512,7 +514,7 @@ impl Turn<'_> {
 
     /// Saves the final message with the turn's usage (one write, before the reply is
     /// published), moves the turn into the session, compacts when due, and reports.
-    fn finish(mut self, end: End) {
+    async fn finish(mut self, end: End) {
         let last = match &end {
             End::Reply(reply, TurnEnd::Cancelled) if reply == STOPPED_REPLY => {
                 ChatMessage::assistant(STOPPED_NOTE)
@@ -540,7 +542,7 @@ impl Turn<'_> {
             usage: spent,
             inbound: inbound.as_ref().map(|id| (id, &answered)),
         };
-        let saved = self.agent.store.append(self.session.key(), &batch);
+        let saved = self.agent.store.append(self.session.key(), &batch).await;
         let ok = saved.is_ok();
         self.check_saved(saved);
         if ok && let Some(id) = inbound {
@@ -565,6 +567,7 @@ impl Turn<'_> {
             match agent
                 .store
                 .compact(session.key(), &session.snapshot(&messages))
+                .await
             {
                 Ok(()) => session.compacted(),
                 Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),

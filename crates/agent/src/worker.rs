@@ -158,7 +158,7 @@ impl Worker {
         message: &InboundMessage,
     ) -> Option<&'s mut Session> {
         if slot.is_none() {
-            match self.agent.load_session(&self.key) {
+            match self.agent.load_session(&self.key).await {
                 Ok(loaded) => *slot = Some(loaded),
                 Err(err) => {
                     tracing::error!(session = %self.key, path = ?err.path(), error = %err,
@@ -273,7 +273,7 @@ impl Worker {
         }
         let text = match command_of(&message) {
             None => return self.turn(session, message, cancel, false).await,
-            Some(Command::New) => match self.agent.reset_session(session) {
+            Some(Command::New) => match self.agent.reset_session(session).await {
                 Ok(()) => "Started a new session.".to_owned(),
                 Err(err) => format!("Could not start a new session: {err}"),
             },
@@ -324,7 +324,9 @@ impl Worker {
                     // sending it again after a restart would not go better.
                     tracing::warn!(session = %self.key, error = %err, "the answer was not delivered");
                 }
-                self.agent.journal(session, id, InboundState::Delivered);
+                self.agent
+                    .journal(session, id, InboundState::Delivered)
+                    .await;
             }
             None => {
                 if let Err(err) = self.hub.publish_outbound(done).await {

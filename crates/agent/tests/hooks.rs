@@ -174,7 +174,7 @@ async fn hooks_shape_the_request_the_tool_calls_and_see_the_end() {
         .with_hook(policy.clone());
 
     let key = SessionKey::of(&"test".into(), &"chat".into());
-    let mut session = agent.load_session(&key).expect("session");
+    let mut session = agent.load_session(&key).await.expect("session");
     let (events, _received) = tokio::sync::mpsc::unbounded_channel();
     let cancel = CancellationToken::new();
     agent

@@ -58,13 +58,13 @@ pub trait Channel: Send + Sync + 'static {
     }
 }
 
-/// Where a chat's conversation so far is read from (the agent's session store), for a
-/// channel that shows it again (the web page's history after a reload).
+/// Where a chat's conversation so far is read from (the agent's session store, wherever it
+/// is kept), for a channel that shows it again (the web page's history after a reload).
+#[async_trait]
 pub trait Transcripts: Send + Sync + 'static {
     /// The messages on record of `chat` on `channel`, oldest first, read without touching
-    /// its session (its worker may be appending). It reads files: call it off the runtime's
-    /// threads.
-    fn transcript(
+    /// its session (its worker may be appending).
+    async fn transcript(
         &self,
         channel: &ChannelName,
         chat: &ChatId,

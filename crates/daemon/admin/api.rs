@@ -112,48 +112,41 @@ fn overview(admin: &Admin) -> Value {
 
 /// The sessions of every agent, most recently written first, with their message counts.
 async fn sessions(admin: &Admin) -> Answer {
-    let agents = admin.agents.clone();
-    let listed = tokio::task::spawn_blocking(move || {
-        let mut all = Vec::new();
-        for agent in agents.iter() {
-            let store = agent.store();
-            match store.list() {
-                Ok(sessions) => all.extend(
-                    sessions
-                        .into_iter()
-                        .map(|session| (agent.name().clone(), store.clone(), session)),
-                ),
-                Err(err) => return Err(err.to_string()),
-            }
+    let mut all = Vec::new();
+    for agent in admin.agents.iter() {
+        let store = agent.store();
+        match store.list().await {
+            Ok(sessions) => all.extend(
+                sessions
+                    .into_iter()
+                    .map(|session| (agent.name().clone(), store.clone(), session)),
+            ),
+            Err(err) => return Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
         }
-        all.sort_by_key(|entry| std::cmp::Reverse(entry.2.modified));
-        all.truncate(MAX_SESSIONS);
-        Ok(all
-            .into_iter()
-            .map(|(agent, store, session)| {
-                let messages = session
-                    .key
-                    .as_ref()
-                    .and_then(|key| store.transcript(key).ok())
-                    .map(|messages| messages.len());
-                json!({
-                    "agent": agent.to_string(),
-                    "key": session.key.as_ref().map(SessionKey::to_string),
-                    "name": session.name,
-                    "modified_ms": session.modified.duration_since(UNIX_EPOCH)
-                        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-                    "bytes": session.bytes,
-                    "messages": messages,
-                })
-            })
-            .collect::<Vec<_>>())
-    })
-    .await;
-    match listed {
-        Ok(Ok(sessions)) => Ok(json!({"sessions": sessions})),
-        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
-        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
+    all.sort_by_key(|entry| std::cmp::Reverse(entry.2.modified));
+    all.truncate(MAX_SESSIONS);
+    let mut sessions = Vec::with_capacity(all.len());
+    for (agent, store, session) in all {
+        let messages = match &session.key {
+            Some(key) => store
+                .transcript(key)
+                .await
+                .ok()
+                .map(|messages| messages.len()),
+            None => None,
+        };
+        sessions.push(json!({
+            "agent": agent.to_string(),
+            "key": session.key.as_ref().map(SessionKey::to_string),
+            "name": session.name,
+            "modified_ms": session.modified.duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            "bytes": session.bytes,
+            "messages": messages,
+        }));
+    }
+    Ok(json!({"sessions": sessions}))
 }
 
 #[derive(Deserialize)]
@@ -173,10 +166,8 @@ async fn transcript(admin: &Admin, uri: &Uri) -> Answer {
     };
     let store = agent.store();
     let key = SessionKey::from(session.key);
-    let read = tokio::task::spawn_blocking(move || store.transcript(&key)).await;
-    match read {
-        Ok(Ok(messages)) => Ok(json!({"messages": switchboard_websocket::said_of(messages)})),
-        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
+    match store.transcript(&key).await {
+        Ok(messages) => Ok(json!({"messages": switchboard_websocket::said_of(messages)})),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }

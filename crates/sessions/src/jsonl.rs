@@ -29,9 +29,15 @@ use crate::store::{Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreHeal
 /// past it, appends open and close the file each time.
 const OPEN_FILES: usize = 256;
 
-/// The on-disk session store.
-#[derive(Debug)]
+/// The on-disk session store. Its file work runs on the runtime's blocking threads.
+#[derive(Clone, Debug)]
 pub struct JsonlStore {
+    files: Arc<Files>,
+}
+
+/// The store's files and what it remembers about them; its calls block.
+#[derive(Debug)]
+struct Files {
     dir: PathBuf,
     /// Files of active sessions, kept open so an append is one `write`. An entry is
     /// dropped when its session's worker exits (`release`) and before its file is replaced
@@ -49,12 +55,6 @@ pub struct JsonlStore {
 }
 
 impl JsonlStore {
-    /// The tail of a session's file, read without changing anything (see
-    /// [`record::read_tail`]).
-    fn read_tail(&self, key: &SessionKey) -> Result<Option<(Loaded, bool)>, StoreError> {
-        record::read_tail(&self.path_of(key), key)
-    }
-
     /// A store keeping its files in `<state_dir>/sessions`, created (mode 0700) if missing.
     /// Fails when the directory cannot be created or does not take a test write, so a daemon
     /// whose state directory is read-only or full refuses to start instead of losing
@@ -70,30 +70,56 @@ impl JsonlStore {
         })?;
         check_writable(&dir)?;
         Ok(Self {
-            dir,
-            open: Mutex::new(HashMap::new()),
-            damaged: Mutex::new(HashSet::new()),
-            degraded: AtomicBool::new(false),
-            failed_writes: AtomicU64::new(0),
-            last_error: Mutex::new(None),
+            files: Arc::new(Files {
+                dir,
+                open: Mutex::new(HashMap::new()),
+                damaged: Mutex::new(HashSet::new()),
+                degraded: AtomicBool::new(false),
+                failed_writes: AtomicU64::new(0),
+                last_error: Mutex::new(None),
+            }),
         })
     }
 
     /// The file of a session.
     pub fn path_of(&self, key: &SessionKey) -> PathBuf {
+        self.files.path_of(key)
+    }
+
+    /// Runs `work` on the runtime's blocking threads.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Files) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let files = self.files.clone();
+        let dir = files.dir.clone();
+        tokio::task::spawn_blocking(move || work(&files))
+            .await
+            .map_err(|err| StoreError::Io {
+                path: dir,
+                source: std::io::Error::other(format!("the store's work did not finish: {err}")),
+            })?
+    }
+}
+
+impl Files {
+    /// The file of a session.
+    fn path_of(&self, key: &SessionKey) -> PathBuf {
         self.dir.join(format!("{}.jsonl", file_stem(key)))
     }
 
-    fn append_records(&self, key: &SessionKey, records: &[Record<'_>]) -> Result<(), StoreError> {
-        let mut buf = Vec::with_capacity(256 * records.len());
-        for record in records {
-            serde_json::to_writer(&mut buf, record)?;
-            buf.push(b'\n');
-        }
+    /// The tail of a session's file, read without changing anything (see
+    /// [`record::read_tail`]).
+    fn read_tail(&self, key: &SessionKey) -> Result<Option<(Loaded, bool)>, StoreError> {
+        record::read_tail(&self.path_of(key), key)
+    }
+
+    /// Appends whole records (`buf`, lines) to the session's file.
+    fn append_lines(&self, key: &SessionKey, buf: &[u8]) -> Result<(), StoreError> {
         let path = self.path_of(key);
         let written = self.repair_if_damaged(key, &path).and_then(|()| {
             let file = self.file(key, &path)?;
-            append_whole(&*file, &buf).map_err(|failure| {
+            append_whole(&*file, buf).map_err(|failure| {
                 self.forget(key);
                 if !failure.cut_back {
                     lock(&self.damaged).insert(key.clone());
@@ -183,7 +209,7 @@ fn check_writable(dir: &Path) -> Result<(), StoreError> {
     })
 }
 
-impl SessionStore for JsonlStore {
+impl Files {
     fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError> {
         let Some((mut loaded, needs_repair)) = self.read_tail(key)? else {
             return Ok(Loaded::default());
@@ -196,38 +222,11 @@ impl SessionStore for JsonlStore {
                 usage: loaded.usage,
                 inbound: &loaded.inbound,
             };
-            self.compact(key, &snapshot)?;
+            self.compact(key, &snapshot_lines(&snapshot)?)?;
             loaded.records = snapshot_records(&snapshot);
         }
         lock(&self.damaged).remove(key);
         Ok(loaded)
-    }
-
-    fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
-        Ok(self
-            .read_tail(key)?
-            .map(|(loaded, _)| loaded.messages)
-            .unwrap_or_default())
-    }
-
-    fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
-        let records: Vec<Record<'_>> = batch
-            .messages
-            .iter()
-            .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
-            .chain(batch.usage.map(|usage| Record::Usage { usage }))
-            .chain(batch.inbound.map(|(id, state)| Record::Inbound {
-                inbound: InboundRecord {
-                    id: std::borrow::Cow::Borrowed(id),
-                    state: std::borrow::Cow::Borrowed(state),
-                },
-            }))
-            .collect();
-        self.append_records(key, &records)
-    }
-
-    fn release(&self, key: &SessionKey) {
-        self.forget(key);
     }
 
     fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
@@ -260,8 +259,9 @@ impl SessionStore for JsonlStore {
         Ok(sessions)
     }
 
-    fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
-        let result = self.rewrite(key, snapshot);
+    /// Replaces the session's file with `lines` (a snapshot's records).
+    fn compact(&self, key: &SessionKey, lines: &[u8]) -> Result<(), StoreError> {
+        let result = self.rewrite(key, lines);
         if result.is_ok() {
             lock(&self.damaged).remove(key);
         }
@@ -285,40 +285,13 @@ impl SessionStore for JsonlStore {
             },
         }
     }
-}
 
-impl JsonlStore {
-    fn rewrite(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+    fn rewrite(&self, key: &SessionKey, lines: &[u8]) -> Result<(), StoreError> {
         self.forget(key);
         let path = self.path_of(key);
         let tmp = path.with_extension("jsonl.tmp");
-        let mut buf = Vec::new();
-        for (id, state) in snapshot.inbound {
-            let record = Record::Inbound {
-                inbound: InboundRecord {
-                    id: std::borrow::Cow::Borrowed(id),
-                    state: std::borrow::Cow::Borrowed(state),
-                },
-            };
-            serde_json::to_writer(&mut buf, &record)?;
-            buf.push(b'\n');
-        }
-        serde_json::to_writer(
-            &mut buf,
-            &Record::Usage {
-                usage: snapshot.usage,
-            },
-        )?;
-        buf.push(b'\n');
-        for message in snapshot.messages {
-            serde_json::to_writer(
-                &mut buf,
-                &Record::Message(std::borrow::Cow::Borrowed(message)),
-            )?;
-            buf.push(b'\n');
-        }
         let mut file = File::create(&tmp).map_err(StoreError::io(&tmp))?;
-        file.write_all(&buf).map_err(StoreError::io(&tmp))?;
+        file.write_all(lines).map_err(StoreError::io(&tmp))?;
         file.sync_all().map_err(StoreError::io(&tmp))?;
         drop(file);
         fs::rename(&tmp, &path).map_err(StoreError::io(&path))?;
@@ -340,6 +313,107 @@ impl JsonlStore {
         let target = archive.join(format!("{}.{millis}.jsonl", file_stem(key)));
         fs::rename(&path, &target).map_err(StoreError::io(&path))?;
         sync_dir(&self.dir)
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for JsonlStore {
+    async fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError> {
+        let key = key.clone();
+        self.blocking(move |files| files.load(&key)).await
+    }
+
+    async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
+        let key = key.clone();
+        self.blocking(move |files| {
+            Ok(files
+                .read_tail(&key)?
+                .map(|(loaded, _)| loaded.messages)
+                .unwrap_or_default())
+        })
+        .await
+    }
+
+    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
+        let lines = batch_lines(batch)?;
+        let key = key.clone();
+        self.blocking(move |files| files.append_lines(&key, &lines))
+            .await
+    }
+
+    fn release(&self, key: &SessionKey) {
+        self.files.forget(key);
+    }
+
+    async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        self.blocking(Files::list).await
+    }
+
+    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+        let lines = snapshot_lines(snapshot)?;
+        let key = key.clone();
+        self.blocking(move |files| files.compact(&key, &lines))
+            .await
+    }
+
+    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let key = key.clone();
+        self.blocking(move |files| files.archive(&key)).await
+    }
+
+    fn health(&self) -> StoreHealth {
+        self.files.health()
+    }
+}
+
+/// A batch's records as lines, in the order [`Batch`] gives.
+fn batch_lines(batch: &Batch<'_>) -> Result<Vec<u8>, StoreError> {
+    let records = batch
+        .messages
+        .iter()
+        .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
+        .chain(batch.usage.map(|usage| Record::Usage { usage }))
+        .chain(batch.inbound.map(|(id, state)| inbound_record(id, state)));
+    let mut buf = Vec::with_capacity(256 * (batch.messages.len() + 2));
+    for record in records {
+        serde_json::to_writer(&mut buf, &record)?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+/// A snapshot's records as lines: the inbound states, the usage, the messages.
+fn snapshot_lines(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, StoreError> {
+    let records = snapshot
+        .inbound
+        .iter()
+        .map(|(id, state)| inbound_record(id, state))
+        .chain(std::iter::once(Record::Usage {
+            usage: snapshot.usage,
+        }))
+        .chain(
+            snapshot
+                .messages
+                .iter()
+                .map(|m| Record::Message(std::borrow::Cow::Borrowed(m))),
+        );
+    let mut buf = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut buf, &record)?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+fn inbound_record<'a>(
+    id: &'a switchboard_core::MessageId,
+    state: &'a crate::store::InboundState,
+) -> Record<'a> {
+    Record::Inbound {
+        inbound: InboundRecord {
+            id: std::borrow::Cow::Borrowed(id),
+            state: std::borrow::Cow::Borrowed(state),
+        },
     }
 }
 

@@ -14,8 +14,8 @@ fn store() -> (tempfile::TempDir, JsonlStore) {
     (dir, store)
 }
 
-#[test]
-fn appended_messages_load_back_in_order() {
+#[tokio::test]
+async fn appended_messages_load_back_in_order() {
     let (_dir, store) = store();
     let key = SessionKey::from("websocket_c1");
     let call = ToolCall {
@@ -34,21 +34,22 @@ fn appended_messages_load_back_in_order() {
     ];
     store
         .append(&key, &Batch::messages(&messages[..1]))
+        .await
         .expect("append");
     let batch = Batch {
         messages: &messages[1..],
         usage: Some(Usage::new(5, 2)),
         inbound: None,
     };
-    store.append(&key, &batch).expect("append");
-    let loaded = store.load(&key).expect("load");
+    store.append(&key, &batch).await.expect("append");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(loaded.messages, messages);
     assert_eq!(loaded.usage.input_tokens, 5);
     assert_eq!(loaded.records, 5);
 }
 
-#[test]
-fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
+#[tokio::test]
+async fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
     let (_dir, store) = store();
     let key = SessionKey::from("telegram_1");
     let (first, second) = (MessageId::from("41"), MessageId::from("42"));
@@ -72,9 +73,9 @@ fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
             usage: None,
             inbound: Some((id, state)),
         };
-        store.append(&key, &batch).expect("append");
+        store.append(&key, &batch).await.expect("append");
     }
-    let loaded = store.load(&key).expect("load");
+    let loaded = store.load(&key).await.expect("load");
     let expected = vec![
         (first.clone(), InboundState::Delivered),
         (second.clone(), answered.clone()),
@@ -87,20 +88,23 @@ fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
         usage: loaded.usage,
         inbound: &loaded.inbound,
     };
-    store.compact(&key, &snapshot).expect("compact");
-    let again = store.load(&key).expect("load");
+    store.compact(&key, &snapshot).await.expect("compact");
+    let again = store.load(&key).await.expect("load");
     assert_eq!(again.inbound, expected);
     assert_eq!(again.messages, loaded.messages[2..]);
 }
 
-#[test]
-fn a_session_never_written_loads_empty() {
+#[tokio::test]
+async fn a_session_never_written_loads_empty() {
     let (_dir, store) = store();
-    assert_eq!(store.load(&"x_y".into()).expect("load"), Loaded::default());
+    assert_eq!(
+        store.load(&"x_y".into()).await.expect("load"),
+        Loaded::default()
+    );
 }
 
-#[test]
-fn a_torn_last_line_is_skipped_and_the_file_repaired() {
+#[tokio::test]
+async fn a_torn_last_line_is_skipped_and_the_file_repaired() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     store
@@ -108,13 +112,14 @@ fn a_torn_last_line_is_skipped_and_the_file_repaired() {
             &key,
             &Batch::messages(&[ChatMessage::user("q"), ChatMessage::assistant("a")]),
         )
+        .await
         .expect("append");
     let path = store.path_of(&key);
     let mut file = OpenOptions::new().append(true).open(&path).expect("open");
     file.write_all(br#"{"role":"user","cont"#).expect("tear");
     drop(file);
 
-    let loaded = store.load(&key).expect("load");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(
         loaded.messages,
         vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
@@ -123,18 +128,20 @@ fn a_torn_last_line_is_skipped_and_the_file_repaired() {
     // The next append must not be glued onto the torn line.
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .await
         .expect("append");
-    let again = store.load(&key).expect("load");
+    let again = store.load(&key).await.expect("load");
     assert_eq!(again.messages.len(), 3);
     assert_eq!(again.messages[2], ChatMessage::user("next"));
 }
 
-#[test]
-fn a_corrupt_middle_line_is_skipped() {
+#[tokio::test]
+async fn a_corrupt_middle_line_is_skipped() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .await
         .expect("append");
     let path = store.path_of(&key);
     let mut file = OpenOptions::new().append(true).open(&path).expect("open");
@@ -142,16 +149,17 @@ fn a_corrupt_middle_line_is_skipped() {
     drop(file);
     store
         .append(&key, &Batch::messages(&[ChatMessage::assistant("a")]))
+        .await
         .expect("append");
-    let loaded = store.load(&key).expect("load");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(
         loaded.messages,
         vec![ChatMessage::user("q"), ChatMessage::assistant("a")]
     );
 }
 
-#[test]
-fn compaction_replaces_the_file_atomically() {
+#[tokio::test]
+async fn compaction_replaces_the_file_atomically() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     for i in 0..10 {
@@ -160,6 +168,7 @@ fn compaction_replaces_the_file_atomically() {
                 &key,
                 &Batch::messages(&[ChatMessage::user(format!("q{i}"))]),
             )
+            .await
             .expect("append");
     }
     let keep = vec![ChatMessage::user("q9")];
@@ -168,68 +177,73 @@ fn compaction_replaces_the_file_atomically() {
         usage: Usage::new(1, 1),
         inbound: &[],
     };
-    store.compact(&key, &snapshot).expect("compact");
-    let loaded = store.load(&key).expect("load");
+    store.compact(&key, &snapshot).await.expect("compact");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(loaded.messages, keep);
     assert_eq!(loaded.usage.input_tokens, 1);
     assert!(!store.path_of(&key).with_extension("jsonl.tmp").exists());
 }
 
-#[test]
-fn appends_after_compaction_and_archive_reach_the_new_file() {
+#[tokio::test]
+async fn appends_after_compaction_and_archive_reach_the_new_file() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     // The first append keeps the file open; compaction and archive replace the file,
     // so a later append must not go to the old, unlinked one.
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("1")]))
+        .await
         .expect("append");
     let snapshot = Snapshot {
         messages: &[ChatMessage::user("1")],
         usage: Usage::default(),
         inbound: &[],
     };
-    store.compact(&key, &snapshot).expect("compact");
+    store.compact(&key, &snapshot).await.expect("compact");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("2")]))
+        .await
         .expect("append");
-    let loaded = store.load(&key).expect("load");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(
         loaded.messages,
         vec![ChatMessage::user("1"), ChatMessage::user("2")]
     );
 
-    store.archive(&key).expect("archive");
+    store.archive(&key).await.expect("archive");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("3")]))
+        .await
         .expect("append");
     assert_eq!(
-        store.load(&key).expect("load").messages,
+        store.load(&key).await.expect("load").messages,
         vec![ChatMessage::user("3")]
     );
 }
 
-#[test]
-fn archive_starts_the_session_afresh() {
+#[tokio::test]
+async fn archive_starts_the_session_afresh() {
     let (dir, store) = store();
     let key = SessionKey::from("s");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .await
         .expect("append");
-    store.archive(&key).expect("archive");
-    assert!(store.load(&key).expect("load").messages.is_empty());
+    store.archive(&key).await.expect("archive");
+    assert!(store.load(&key).await.expect("load").messages.is_empty());
     let archived = fs::read_dir(dir.path().join("sessions/archive"))
         .expect("dir")
         .count();
     assert_eq!(archived, 1);
 }
 
-#[test]
-fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
+#[tokio::test]
+async fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .await
         .expect("append");
     // A partial record that a failed append could not remove.
     let mut file = OpenOptions::new()
@@ -239,13 +253,14 @@ fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
     file.write_all(br#"{"role":"assistant","conte"#)
         .expect("tear");
     drop(file);
-    store.forget(&key);
-    lock(&store.damaged).insert(key.clone());
+    store.files.forget(&key);
+    lock(&store.files.damaged).insert(key.clone());
 
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .await
         .expect("append");
-    let loaded = store.load(&key).expect("load");
+    let loaded = store.load(&key).await.expect("load");
     assert_eq!(
         loaded.messages,
         vec![ChatMessage::user("q"), ChatMessage::user("next")]
@@ -253,18 +268,20 @@ fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append() {
     assert_eq!(loaded.records, 2, "no line was lost or skipped");
 }
 
-#[test]
-fn a_write_that_fails_degrades_health_until_one_succeeds() {
+#[tokio::test]
+async fn a_write_that_fails_degrades_health_until_one_succeeds() {
     let (_dir, store) = store();
     let key = SessionKey::from("full");
     // /dev/full fails every write with ENOSPC, as a full disk does.
     std::os::unix::fs::symlink("/dev/full", store.path_of(&key)).expect("symlink");
     let err = store
         .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .await
         .expect_err("the disk is full");
     assert!(err.to_string().contains("No space left"), "{err}");
     assert!(
-        !err.to_string().contains(&*store.dir.to_string_lossy()),
+        !err.to_string()
+            .contains(&*store.files.dir.to_string_lossy()),
         "errors reach chats and must not name server paths: {err}"
     );
     assert!(matches!(
@@ -278,16 +295,17 @@ fn a_write_that_fails_degrades_health_until_one_succeeds() {
     fs::remove_file(store.path_of(&key)).expect("remove symlink");
     store
         .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .await
         .expect("the disk has room again");
     assert_eq!(store.health(), StoreHealth::Ok);
     assert_eq!(
-        store.load(&key).expect("load").messages,
+        store.load(&key).await.expect("load").messages,
         vec![ChatMessage::user("q")]
     );
 }
 
-#[test]
-fn a_state_dir_that_refuses_writes_is_refused_at_open() {
+#[tokio::test]
+async fn a_state_dir_that_refuses_writes_is_refused_at_open() {
     let dir = tempfile::tempdir().expect("tempdir");
     // Where the test write would go there is a directory: the write fails, as it would
     // on a read-only or full file system (permissions do not stop root, this does).
@@ -302,8 +320,8 @@ fn a_state_dir_that_refuses_writes_is_refused_at_open() {
     assert!(matches!(err, StoreError::Unwritable { .. }), "{err}");
 }
 
-#[test]
-fn long_keys_get_fixed_length_names_that_do_not_collide() {
+#[tokio::test]
+async fn long_keys_get_fixed_length_names_that_do_not_collide() {
     let (_dir, store) = store();
     let euro = SessionKey::from(format!("websocket_{}", "€".repeat(42)));
     let euro_too = SessionKey::from(format!("websocket_{}x", "€".repeat(42)));
@@ -326,43 +344,47 @@ fn long_keys_get_fixed_length_names_that_do_not_collide() {
     for key in [&euro, &euro_too] {
         store
             .append(key, &Batch::messages(&[ChatMessage::user(key.as_str())]))
+            .await
             .expect("a long key works");
-        store.archive(key).expect("and archives");
+        store.archive(key).await.expect("and archives");
     }
 }
 
-#[test]
-fn keys_cannot_escape_the_directory() {
+#[tokio::test]
+async fn keys_cannot_escape_the_directory() {
     let (_dir, store) = store();
     let path = store.path_of(&SessionKey::from("websocket_../../etc/passwd"));
-    assert_eq!(path.parent(), Some(store.dir.as_path()));
+    assert_eq!(path.parent(), Some(store.files.dir.as_path()));
     assert!(
         path.file_name()
             .is_some_and(|n| n.to_string_lossy().contains("%2F"))
     );
 }
 
-#[test]
-fn sessions_are_listed_by_key_newest_first_without_archives() {
+#[tokio::test]
+async fn sessions_are_listed_by_key_newest_first_without_archives() {
     let (_dir, store) = store();
-    assert!(store.list().expect("empty").is_empty());
+    assert!(store.list().await.expect("empty").is_empty());
     let odd = SessionKey::from("telegram_-100 42/é");
     let long = SessionKey::from(format!("websocket_{}", "x".repeat(300)));
     for key in [&SessionKey::from("websocket_a"), &odd, &long] {
         store
             .append(key, &Batch::messages(&[ChatMessage::user("hi")]))
+            .await
             .expect("append");
     }
     store
         .archive(&SessionKey::from("websocket_a"))
+        .await
         .expect("archive");
     store
         .append(
             &SessionKey::from("websocket_a"),
             &Batch::messages(&[ChatMessage::user("again")]),
         )
+        .await
         .expect("append");
-    let listed = store.list().expect("list");
+    let listed = store.list().await.expect("list");
     assert_eq!(listed.len(), 3, "{listed:?}");
     assert!(listed.windows(2).all(|w| w[0].modified >= w[1].modified));
     assert!(

@@ -99,38 +99,45 @@ pub struct SessionInfo {
     pub bytes: u64,
 }
 
-/// Durable storage of sessions. Calls are short blocking writes (an append is one
-/// `write` to the page cache), made from the session's own worker.
+/// Durable storage of sessions, shared by every worker that may run a session (one process,
+/// or the hosts of a cluster).
+///
+/// Calls are async: a store on files does its reads, writes and fsyncs on the runtime's
+/// blocking threads, a store on the network awaits its server, and neither holds up the
+/// runtime's threads meanwhile. A session is written only by its own worker, one call at a
+/// time.
+#[async_trait::async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Reads a session back; a session never written loads empty.
-    fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
+    async fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
 
-    /// Appends a batch in one write; it is with the OS before this returns. When it fails,
-    /// the file holds no part of it.
-    fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError>;
+    /// Appends a batch in one write; it is with the OS (or the server) before this returns.
+    /// When it fails, the session holds no part of it.
+    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError>;
 
     /// Replaces the session's records with a snapshot, atomically.
-    fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError>;
+    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError>;
 
     /// The session left memory (its worker exited): drop what is kept open for it.
     fn release(&self, _key: &SessionKey) {}
 
     /// The session's messages on record, read without changing anything — safe while the
-    /// session's worker appends (`load` may repair the file, which only its owner may do).
-    fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError>;
+    /// session's worker appends (`load` may repair the record, which only its owner may do).
+    async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError>;
 
     /// Whether the session has a conversation on record.
-    fn has_history(&self, key: &SessionKey) -> bool {
+    async fn has_history(&self, key: &SessionKey) -> bool {
         self.transcript(key)
+            .await
             .is_ok_and(|messages| !messages.is_empty())
     }
 
     /// Moves the session aside (for `/new`); the next load starts empty.
-    fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
+    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
 
     /// The sessions on record, most recently written first (for the operator's panel). A
     /// store that cannot list says none.
-    fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
+    async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
         Ok(Vec::new())
     }
 

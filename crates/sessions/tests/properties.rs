@@ -97,12 +97,12 @@ proptest! {
         let store = JsonlStore::open(dir.path()).expect("open");
         let key = SessionKey::from("s");
         std::fs::write(store.path_of(&key), &bytes).expect("write");
-        let loaded = store.load(&key).expect("load");
+        let loaded = block(store.load(&key)).expect("load");
         let repaired = repair(loaded.messages);
         prop_assert!(strict(&repaired).is_ok());
         // And the file takes the next record whole.
-        store.append(&key, &Batch::messages(&[ChatMessage::user("next")])).expect("append");
-        let again = store.load(&key).expect("load");
+        block(store.append(&key, &Batch::messages(&[ChatMessage::user("next")]))).expect("append");
+        let again = block(store.load(&key)).expect("load");
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("next")));
     }
 
@@ -115,10 +115,10 @@ proptest! {
         let store = JsonlStore::open(dir.path()).expect("open");
         let key = SessionKey::from("s");
         for message in &history {
-            store.append(&key, &Batch::messages(std::slice::from_ref(message))).expect("append");
+            block(store.append(&key, &Batch::messages(std::slice::from_ref(message)))).expect("append");
         }
         let usage = Batch { usage: Some(Usage::new(1, 1)), ..Batch::default() };
-        store.append(&key, &usage).expect("usage");
+        block(store.append(&key, &usage)).expect("usage");
         let path = store.path_of(&key);
         let bytes = std::fs::read(&path).expect("read");
         let at = cut.index(bytes.len() + 1);
@@ -129,7 +129,7 @@ proptest! {
         drop(store);
 
         let store = JsonlStore::open(dir.path()).expect("open");
-        let loaded = store.load(&key).expect("load");
+        let loaded = block(store.load(&key)).expect("load");
         prop_assert!(loaded.messages.len() <= history.len());
         prop_assert_eq!(&loaded.messages[..], &history[..loaded.messages.len()]);
         // Kept: every whole line, and a last line cut just before its newline (its record
@@ -140,9 +140,17 @@ proptest! {
         let kept = whole_lines + usize::from(record_without_newline);
         prop_assert_eq!(loaded.messages.len(), kept.min(history.len()));
 
-        store.append(&key, &Batch::messages(&[ChatMessage::user("after")])).expect("append");
-        let again = store.load(&key).expect("load");
+        block(store.append(&key, &Batch::messages(&[ChatMessage::user("after")]))).expect("append");
+        let again = block(store.load(&key)).expect("load");
         prop_assert_eq!(again.messages.len(), loaded.messages.len() + 1);
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("after")));
     }
+}
+
+/// Runs a store call to its end (proptest's cases are not async).
+fn block<F: std::future::Future>(call: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime")
+        .block_on(call)
 }

@@ -281,20 +281,17 @@ async fn handle(
         ClientFrame::Ping => reply(subscriber, ServerFrame::Pong).await,
         ClientFrame::History { chat_id } => {
             let chat = ChatId::from(chat_id.as_str());
-            let messages = match shared.history.clone() {
-                // Reads a file: off the connection's task.
-                Some(source) => tokio::task::spawn_blocking(move || {
+            let messages = match &shared.history {
+                Some(source) => {
                     let channel = ChannelName::from(CHANNEL_NAME);
-                    match source.transcript(&channel, &chat) {
+                    match source.transcript(&channel, &chat).await {
                         Ok(messages) => said_of(messages),
                         Err(err) => {
                             tracing::warn!(%chat, error = %err, "could not read a chat's history");
                             Vec::new()
                         }
                     }
-                })
-                .await
-                .unwrap_or_default(),
+                }
                 None => Vec::new(),
             };
             let (running, waiting) = shared.live.get(&ChatId::from(chat_id.as_str()));

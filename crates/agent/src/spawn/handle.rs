@@ -77,7 +77,10 @@ impl SubAgents for TurnChildren {
         let store = self.store.clone();
         let started = self
             .spawner
-            .start(request, |key| store.has_history(key))
+            .start(request, |key| {
+                let store = store.clone();
+                async move { store.has_history(&key).await }
+            })
             .await
             .map_err(ToolError::Denied)?;
         let child = started.child;

@@ -128,11 +128,14 @@ impl Spawner {
 
     /// Starts a child on `request.task`: its message goes on the hub; `taken` says whether a
     /// session already holds history (a child number used before a restart is skipped).
-    pub(crate) async fn start(
+    pub(crate) async fn start<F>(
         &self,
         request: Request,
-        taken: impl Fn(&SessionKey) -> bool,
-    ) -> Result<Started, String> {
+        taken: impl Fn(SessionKey) -> F,
+    ) -> Result<Started, String>
+    where
+        F: std::future::Future<Output = bool>,
+    {
         self.register();
         let parent = Parent {
             agent: request.agent.clone(),
@@ -149,9 +152,18 @@ impl Spawner {
         } else {
             (None, None)
         };
-        // Counted, numbered and entered in one step, so two calls at once cannot both take
-        // the last place.
-        let (child, token) = {
+        // A number used before a restart has its history still: skip it. Each number is
+        // handed out once, so two calls at once never get the same one.
+        let mut child = self.next_child(&parent, &base);
+        for _ in 0..10_000 {
+            if !taken(SessionKey::of(&ChannelName::from(CHANNEL), &child)).await {
+                break;
+            }
+            child = self.next_child(&parent, &base);
+        }
+        // Counted and entered in one step, so two calls at once cannot both take the last
+        // place.
+        let token = {
             let mut state = self.state();
             let running = state
                 .children
@@ -164,26 +176,9 @@ impl Spawner {
                      (agent.spawn.max_children): wait for their results"
                 ));
             }
-            let turns = &self.inner.turns;
-            let family = state
-                .families
-                .entry(parent.clone())
-                .or_insert_with(|| Family {
-                    token: turns.child_token(),
-                    next: 1,
-                    results: Vec::new(),
-                });
-            let mut child = ChatId::from(format!("{base}~{}", family.next));
-            family.next += 1;
-            // A number used before a restart has its history still: skip it.
-            for _ in 0..10_000 {
-                if !taken(&SessionKey::of(&ChannelName::from(CHANNEL), &child)) {
-                    break;
-                }
-                child = ChatId::from(format!("{base}~{}", family.next));
-                family.next += 1;
-            }
-            let token = family.token.child_token();
+            let token = family_of(&mut state, &self.inner.turns, &parent)
+                .token
+                .child_token();
             state.children.insert(
                 child.clone(),
                 Child {
@@ -194,7 +189,7 @@ impl Spawner {
                     answer: None,
                 },
             );
-            (child, token)
+            token
         };
         let mut message = InboundMessage::text(
             ChannelName::from(CHANNEL),
@@ -259,6 +254,15 @@ impl Spawner {
     }
 
     /// Registers the `spawn` channel on the hub, once.
+    /// The next chat id for a child of `parent` (its family made on first use).
+    fn next_child(&self, parent: &Parent, base: &str) -> ChatId {
+        let mut state = self.state();
+        let family = family_of(&mut state, &self.inner.turns, parent);
+        let child = ChatId::from(format!("{base}~{}", family.next));
+        family.next += 1;
+        child
+    }
+
     fn register(&self) {
         self.inner.registered.get_or_init(|| {
             let channel = Children(Arc::downgrade(&self.inner));
@@ -415,6 +419,22 @@ impl Channel for Children {
     }
 }
 
+/// The family of `parent`'s children, made on first use.
+fn family_of<'s>(
+    state: &'s mut State,
+    turns: &CancellationToken,
+    parent: &Parent,
+) -> &'s mut Family {
+    state
+        .families
+        .entry(parent.clone())
+        .or_insert_with(|| Family {
+            token: turns.child_token(),
+            next: 1,
+            results: Vec::new(),
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,13 +464,13 @@ mod tests {
     #[tokio::test]
     async fn children_run_as_messages_and_their_answers_come_back_together_once() {
         let (spawner, mut inbound, _turns) = setup();
-        let taken = |key: &SessionKey| key.as_str() == "spawn_telegram_1~1";
+        let taken = |key: SessionKey| async move { key.as_str() == "spawn_telegram_1~1" };
         let a = spawner
             .start(request("telegram_1", false), taken)
             .await
             .expect("first");
         let b = spawner
-            .start(request("telegram_1", false), |_| false)
+            .start(request("telegram_1", false), |_| async { false })
             .await
             .expect("second");
         assert_eq!(
@@ -460,7 +480,7 @@ mod tests {
         );
         assert_eq!(b.child.as_str(), "telegram_1~3");
         let err = spawner
-            .start(request("telegram_1", false), |_| false)
+            .start(request("telegram_1", false), |_| async { false })
             .await
             .err()
             .expect("at most two");
@@ -507,7 +527,7 @@ mod tests {
     async fn a_waited_child_answers_its_waiter_and_a_stop_drops_the_rest() {
         let (spawner, mut inbound, _turns) = setup();
         let waited = spawner
-            .start(request("websocket_c", true), |_| false)
+            .start(request("websocket_c", true), |_| async { false })
             .await
             .expect("start");
         spawner
@@ -524,11 +544,11 @@ mod tests {
         );
 
         let a = spawner
-            .start(request("websocket_c", false), |_| false)
+            .start(request("websocket_c", false), |_| async { false })
             .await
             .expect("a");
         let b = spawner
-            .start(request("websocket_c", false), |_| false)
+            .start(request("websocket_c", false), |_| async { false })
             .await
             .expect("b");
         let agent = AgentName::default();
@@ -552,7 +572,7 @@ mod tests {
             "nothing handed over after a /stop"
         );
         let c = spawner
-            .start(request("websocket_c", false), |_| false)
+            .start(request("websocket_c", false), |_| async { false })
             .await
             .expect("after");
         assert!(!c.token.is_cancelled(), "a fresh family token");
