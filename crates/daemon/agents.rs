@@ -15,7 +15,7 @@ use switchboard_agent::usage::Spending;
 use switchboard_agent::{
     Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots,
 };
-use switchboard_core::{AgentName, ChatHub};
+use switchboard_core::{AgentName, Bus};
 use switchboard_llm::Observer;
 use switchboard_sessions::{JsonlStore, SessionStore};
 use switchboard_tools::builtin::{self, SandboxHelper};
@@ -41,7 +41,7 @@ pub(crate) struct AgentParts<'a> {
     /// Tools beside the built-in ones (tests', embedders').
     pub extra_tools: ToolRegistry,
     /// The bus, for the `message` tool (none in the terminal).
-    pub hub: Option<&'a ChatHub>,
+    pub hub: Option<&'a Arc<dyn Bus>>,
     /// Told every model attempt's outcome.
     pub observer: Option<&'a Arc<dyn Observer>>,
     /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
@@ -95,7 +95,7 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
 pub fn build_agent(
     config: &Config,
     extra_tools: ToolRegistry,
-    hub: Option<&ChatHub>,
+    hub: Option<&Arc<dyn Bus>>,
 ) -> anyhow::Result<Arc<Agent>> {
     let parts = AgentParts {
         extra_tools,

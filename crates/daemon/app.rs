@@ -16,7 +16,9 @@ use serde_json::json;
 use switchboard_adapter::{ChannelParts, Pairing};
 use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
 use switchboard_agent::{Agents, Dispatcher};
-use switchboard_core::{Channel, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown};
+use switchboard_core::{
+    Bus, Channel, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
+};
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
@@ -44,7 +46,7 @@ pub struct Running {
     grace: Duration,
     health: Health,
     /// The bus; its outbound lanes are closed once the turns are done.
-    hub: ChatHub,
+    hub: Arc<dyn Bus>,
     /// Channel supervisors.
     channels: TaskTracker,
     /// Cancelled once the outbound lanes are empty, so channel tasks end.
@@ -75,7 +77,10 @@ pub struct Running {
 /// Starts the daemon. `tools` are the tools offered to the model.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
-    let hub = ChatHub::new(config.daemon.inbound_queue, shutdown.intake().clone());
+    let hub: Arc<dyn Bus> = Arc::new(ChatHub::new(
+        config.daemon.inbound_queue,
+        shutdown.intake().clone(),
+    ));
     let llm_health = Arc::new(LlmHealth::default());
     llm_health.start_with(&config);
     let observer: Arc<dyn Observer> = llm_health.clone();
@@ -288,7 +293,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
 
 /// The series `/metrics` publishes at zero from the start: this config's models, tools
 /// and channels.
-fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::Series {
+fn metrics_series(config: &Config, agents: &Agents, hub: &Arc<dyn Bus>) -> metrics::Series {
     let llm = &config.llm;
     let mut models = vec![(llm.provider.get_ref().as_str(), llm.model.clone())];
     for fallback in &llm.fallbacks {
@@ -326,7 +331,7 @@ fn metrics_series(config: &Config, agents: &Agents, hub: &ChatHub) -> metrics::S
 
 /// Routes a channel's outbound messages through per-chat lanes, its sends retried when the
 /// platform rate limits or is briefly unavailable; `/healthz` counts what is given up on.
-pub(crate) fn register(hub: &ChatHub, health: &Health, channel: Arc<dyn Channel>) {
+pub(crate) fn register(hub: &Arc<dyn Bus>, health: &Health, channel: Arc<dyn Channel>) {
     let name = channel.name();
     let retrying = RetryingChannel::new(channel, ChannelRetry::default());
     let lanes = hub.register_channel(Arc::new(retrying), LaneOptions::default());

@@ -362,7 +362,7 @@ fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec
     let state_dir = config.path(&config.agent.state_dir);
     let platforms = Platforms::new(Parts {
         channel: ChannelParts {
-            hub: ChatHub::new(1, CancellationToken::new()),
+            hub: Arc::new(ChatHub::new(1, CancellationToken::new())),
             pairing: Arc::new(Pairing::open(&state_dir)),
             state_dir,
             workspace: config.path(&config.agent.workspace),

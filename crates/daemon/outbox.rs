@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use switchboard_core::{
-    AgentName, ChannelName, ChatHub, ChatId, CoreError, OutboundKind, OutboundMessage, SessionKey,
+    AgentName, Bus, ChannelName, ChatId, CoreError, OutboundKind, OutboundMessage, SessionKey,
 };
 use switchboard_sessions::SessionStore;
 use switchboard_tools::ToolError;
@@ -17,14 +17,14 @@ use switchboard_tools::builtin::Outbox;
 /// has a conversation with the agent that sends on record — so an agent can reach the
 /// people who talk to it, and no one else (not another agent's people).
 pub struct HubOutbox {
-    hub: ChatHub,
+    hub: Arc<dyn Bus>,
     /// Each agent's sessions, by agent.
     stores: BTreeMap<AgentName, Arc<dyn SessionStore>>,
 }
 
 impl HubOutbox {
     /// An outbox over `hub`, judging an agent's chats by what its store holds.
-    pub fn new(hub: ChatHub, stores: BTreeMap<AgentName, Arc<dyn SessionStore>>) -> Self {
+    pub fn new(hub: Arc<dyn Bus>, stores: BTreeMap<AgentName, Arc<dyn SessionStore>>) -> Self {
         Self { hub, stores }
     }
 }
@@ -46,7 +46,7 @@ impl Outbox for HubOutbox {
     ) -> Result<(), ToolError> {
         let channel_name = ChannelName::from(channel);
         let chat_id = ChatId::from(chat);
-        let allowed = match self.hub.may_notify(&channel_name, &chat_id) {
+        let allowed = match self.hub.may_notify(&channel_name, &chat_id).await {
             Err(CoreError::UnknownChannel(_)) => {
                 return Err(ToolError::Denied(format!("no channel `{channel}` runs")));
             }

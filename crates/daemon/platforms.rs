@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection};
-use switchboard_core::{ChannelContext, ChatHub};
+use switchboard_core::{Bus, ChannelContext};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -80,7 +80,7 @@ impl Platforms {
     }
 
     /// The hub the channels publish on.
-    pub fn hub(&self) -> &ChatHub {
+    pub fn hub(&self) -> &Arc<dyn Bus> {
         &self.parts.channel.hub
     }
 

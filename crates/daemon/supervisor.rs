@@ -124,7 +124,7 @@ mod tests {
         });
         let shutdown = CancellationToken::new();
         let ctx = ChannelContext {
-            hub: ChatHub::new(1, shutdown.clone()),
+            hub: Arc::new(ChatHub::new(1, shutdown.clone())),
             intake: shutdown.clone(),
             shutdown: shutdown.clone(),
         };
@@ -161,7 +161,7 @@ mod tests {
         });
         let shutdown = CancellationToken::new();
         let ctx = ChannelContext {
-            hub: ChatHub::new(1, shutdown.clone()),
+            hub: Arc::new(ChatHub::new(1, shutdown.clone())),
             intake: shutdown.clone(),
             shutdown: shutdown.clone(),
         };

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use switchboard_core::{Channel, ChatHub, ConfigProblem, CoreError, Transcripts};
+use switchboard_core::{Bus, Channel, ConfigProblem, CoreError, Transcripts};
 
 use crate::pairing::Pairing;
 
@@ -24,7 +24,7 @@ pub struct HttpFacts {
 #[derive(Clone)]
 pub struct ChannelParts {
     /// Where inbound messages go and outbound ones come from.
-    pub hub: ChatHub,
+    pub hub: Arc<dyn Bus>,
     /// The daemon's state directory (a cursor, a list of conversations).
     pub state_dir: PathBuf,
     /// The agent's workspace (files people send go under `media/<channel>/`).

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use switchboard_core::{ChatHub, ChatId, MessageId, OutboundKind, OutboundMessage, TurnEnd};
+use switchboard_core::{Bus, ChatId, MessageId, OutboundKind, OutboundMessage, TurnEnd};
 
 use crate::pairing::{AllowList, Pairing, Verdict};
 
@@ -76,7 +76,7 @@ impl Gate {
 /// Answers `text` in `chat` outside a turn (a pairing code), through the chat's delivery
 /// lane, as a reply to `reply_to`.
 pub async fn say(
-    hub: &ChatHub,
+    hub: &Arc<dyn Bus>,
     channel: &str,
     chat: &ChatId,
     reply_to: Option<MessageId>,

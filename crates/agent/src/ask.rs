@@ -13,12 +13,13 @@
 //! its outbox after a reconnect) is never an answer: it is queued, and the worker finds it
 //! handled already — a repeat must not answer (deny) a question it was never meant for.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use switchboard_core::{Awaiting, ChatHub, Fate, InboundMessage, OutboundKind, OutboundMessage};
+use switchboard_core::{Awaiting, Bus, Fate, InboundMessage, OutboundKind, OutboundMessage};
 use switchboard_tools::{AskUser, Tool, ToolContext, ToolError, ToolOutput};
 use tokio::sync::{Mutex, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -70,7 +71,7 @@ static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
 /// The person behind one turn's chat.
 pub(crate) struct ChatUser {
-    pub(crate) hub: ChatHub,
+    pub(crate) hub: Arc<dyn Bus>,
     /// The message the turn answers: questions go to its chat, threaded under it.
     pub(crate) to: OutboundMessage,
     pub(crate) control: SharedControl,
@@ -230,7 +231,7 @@ impl Tool for AskUserTool {
 
 #[cfg(test)]
 mod tests {
-    use switchboard_core::{ChannelName, ChatId, SenderId, Shutdown};
+    use switchboard_core::{ChannelName, ChatHub, ChatId, SenderId, Shutdown};
 
     use super::*;
 
@@ -246,7 +247,7 @@ mod tests {
     fn asker(control: &SharedControl) -> ChatUser {
         let shutdown = Shutdown::new();
         ChatUser {
-            hub: ChatHub::new(8, shutdown.intake().clone()),
+            hub: Arc::new(ChatHub::new(8, shutdown.intake().clone())),
             to: OutboundMessage::reply_to(&message("q"), OutboundKind::TurnStarted),
             control: control.clone(),
             cancel: CancellationToken::new(),

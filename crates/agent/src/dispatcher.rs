@@ -31,8 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dashmap::DashMap;
 use switchboard_core::{
-    AgentName, ChatHub, Fate, InboundMessage, MessageId, OutboundKind, SessionKey, Shutdown,
-    TurnEnd,
+    AgentName, Bus, Fate, InboundMessage, MessageId, OutboundKind, SessionKey, Shutdown, TurnEnd,
 };
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -121,7 +120,7 @@ pub(crate) struct WorkerHandle {
 pub struct Dispatcher {
     /// Which agent answers a message (see [`Agents`]).
     agents: Agents,
-    hub: ChatHub,
+    hub: Arc<dyn Bus>,
     shutdown: Shutdown,
     /// Live workers by agent and session. Senders are used only while the entry's guard is
     /// held, so a worker that removes itself (after checking its queue is empty) cannot
@@ -132,7 +131,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     /// A dispatcher for the agents (or one agent), reading from `hub` until intake stops.
-    pub fn new(agents: impl Into<Agents>, hub: ChatHub, shutdown: Shutdown) -> Self {
+    pub fn new(agents: impl Into<Agents>, hub: Arc<dyn Bus>, shutdown: Shutdown) -> Self {
         Self {
             agents: agents.into(),
             hub,

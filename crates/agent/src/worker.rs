@@ -17,8 +17,8 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
-    AgentName, ChatHub, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage,
-    SessionKey, Shutdown, ToolActivity, ToolStatus, TurnEnd,
+    AgentName, Bus, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
+    Shutdown, ToolActivity, ToolStatus, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -41,7 +41,7 @@ pub(crate) struct Worker {
     /// The agent's name: with `key`, the worker's entry in the dispatcher's map.
     pub(crate) route: AgentName,
     pub(crate) agent: Arc<Agent>,
-    pub(crate) hub: ChatHub,
+    pub(crate) hub: Arc<dyn Bus>,
     pub(crate) shutdown: Shutdown,
     /// The dispatcher's map; the worker removes its own entry when it exits.
     pub(crate) workers: Arc<DashMap<Route, WorkerHandle>>,
@@ -541,7 +541,7 @@ fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
     }
 }
 
-pub(crate) async fn reply(hub: &ChatHub, to: &InboundMessage, kind: OutboundKind) {
+pub(crate) async fn reply(hub: &Arc<dyn Bus>, to: &InboundMessage, kind: OutboundKind) {
     if let Err(err) = hub
         .publish_outbound(OutboundMessage::reply_to(to, kind))
         .await
@@ -567,7 +567,7 @@ pub(crate) fn shutting_down(message: &InboundMessage) -> Option<Vec<OutboundKind
     ])
 }
 
-async fn refuse_shutting_down(hub: &ChatHub, message: &InboundMessage) {
+async fn refuse_shutting_down(hub: &Arc<dyn Bus>, message: &InboundMessage) {
     for kind in shutting_down(message).unwrap_or_default() {
         reply(hub, message, kind).await;
     }
@@ -584,7 +584,7 @@ fn dropped_text(dropped: usize) -> String {
 
 /// Tells the chat how many of its messages a `/stop` dropped, when the `/stop` itself could
 /// not be queued behind them (its queue was full) and so cannot say it.
-async fn report_dropped(hub: &ChatHub, message: &InboundMessage, dropped: usize) {
+async fn report_dropped(hub: &Arc<dyn Bus>, message: &InboundMessage, dropped: usize) {
     let text = dropped_text(dropped);
     let to = OutboundMessage {
         reply_to: None,

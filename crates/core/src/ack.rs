@@ -5,7 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// What became of an inbound message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Fate {
     /// It was answered and the answer delivered, or it was a repeat of one that was: the
     /// platform need not deliver it again.

@@ -1,11 +1,12 @@
 //! The [`Channel`] trait: what every platform adapter implements.
 
 use async_trait::async_trait;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::Bus;
 use crate::conversation::ChatMessage;
 use crate::error::CoreError;
-use crate::hub::ChatHub;
 use crate::ids::{ChannelName, ChatId};
 use crate::message::OutboundMessage;
 
@@ -14,7 +15,7 @@ use crate::message::OutboundMessage;
 #[derive(Clone)]
 pub struct ChannelContext {
     /// Where inbound messages go.
-    pub hub: ChatHub,
+    pub hub: Arc<dyn Bus>,
     /// Cancelled when the daemon stops taking messages (first thing on shutdown): stop
     /// fetching them; what is fetched after is refused.
     pub intake: CancellationToken,

@@ -1,21 +1,25 @@
-//! [`ChatHub`]: where adapters and the agent meet.
+//! [`ChatHub`]: the [`Bus`] of one process.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
 
 use dashmap::DashMap;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::bus::Bus;
 use crate::channel::Channel;
 use crate::error::CoreError;
 use crate::ids::ChannelName;
 use crate::lanes::{LaneOptions, Lanes};
 use crate::message::{InboundMessage, OutboundMessage};
 
-/// The bus between channel adapters and the agent.
+/// The bus between channel adapters and the agent when both run in this process.
 ///
 /// Inbound is one bounded queue: when it is full, adapters wait in
-/// [`ChatHub::publish_inbound`] — nothing is dropped. Outbound goes into the [`Lanes`] of
+/// [`Bus::publish_inbound`] — nothing is dropped. Outbound goes into the [`Lanes`] of
 /// the channel the message names, one lane per chat, so a publisher waits only for its own
 /// chat. Cloning is cheap.
 #[derive(Clone)]
@@ -48,10 +52,18 @@ impl ChatHub {
         }
     }
 
-    /// Queues a message for the agent, waiting while the queue is full.
-    ///
-    /// Fails only when the daemon has stopped taking messages.
-    pub async fn publish_inbound(&self, message: InboundMessage) -> Result<(), CoreError> {
+    fn lanes(&self, channel: &ChannelName) -> Result<Lanes, CoreError> {
+        self.inner
+            .outbound
+            .get(channel)
+            .map(|entry| entry.value().clone())
+            .ok_or_else(|| CoreError::UnknownChannel(channel.to_string()))
+    }
+}
+
+#[async_trait]
+impl Bus for ChatHub {
+    async fn publish_inbound(&self, message: InboundMessage) -> Result<(), CoreError> {
         if self.inner.intake.is_cancelled() {
             return Err(CoreError::ShuttingDown);
         }
@@ -67,13 +79,11 @@ impl ChatHub {
         sent
     }
 
-    /// Whether the daemon still takes new messages.
-    pub fn is_accepting(&self) -> bool {
+    fn is_accepting(&self) -> bool {
         !self.inner.intake.is_cancelled()
     }
 
-    /// Hands the inbound receiver to its one consumer, the dispatcher.
-    pub fn take_inbound(&self) -> Result<mpsc::Receiver<InboundMessage>, CoreError> {
+    fn take_inbound(&self) -> Result<mpsc::Receiver<InboundMessage>, CoreError> {
         self.inner
             .inbound_rx
             .lock()
@@ -82,17 +92,13 @@ impl ChatHub {
             .ok_or(CoreError::InboundTaken)
     }
 
-    /// Registers a channel for outbound messages: they are delivered through `channel`
-    /// (already wrapped for retries, if it should be), one lane per chat. Registering a name
-    /// again replaces the earlier lanes.
-    pub fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
+    fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
         let lanes = Lanes::new(channel.clone(), options);
         self.inner.outbound.insert(channel.name(), lanes.clone());
         lanes
     }
 
-    /// The channels registered for outbound messages, by name.
-    pub fn channels(&self) -> Vec<ChannelName> {
+    fn channels(&self) -> Vec<ChannelName> {
         let mut names: Vec<ChannelName> = self
             .inner
             .outbound
@@ -103,17 +109,7 @@ impl ChatHub {
         names
     }
 
-    fn lanes(&self, channel: &ChannelName) -> Result<Lanes, CoreError> {
-        self.inner
-            .outbound
-            .get(channel)
-            .map(|entry| entry.value().clone())
-            .ok_or_else(|| CoreError::UnknownChannel(channel.to_string()))
-    }
-
-    /// Whether the agent may write to `chat` of `channel` unasked (see
-    /// [`Channel::may_notify`]); an error when no such channel runs.
-    pub fn may_notify(
+    async fn may_notify(
         &self,
         channel: &ChannelName,
         chat: &crate::ids::ChatId,
@@ -121,28 +117,22 @@ impl ChatHub {
         Ok(self.lanes(channel)?.channel().may_notify(chat))
     }
 
-    /// Whether a person reads `channel`'s chats (see [`Channel::has_person`]); assumed so of
-    /// a channel that is not registered.
-    pub fn has_person(&self, channel: &ChannelName) -> bool {
+    fn has_person(&self, channel: &ChannelName) -> bool {
         self.lanes(channel)
             .map_or(true, |lanes| lanes.channel().has_person())
     }
 
-    /// Queues a message in its chat's lane, waiting only while that lane is full.
-    pub async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
         count_out(&message);
         self.lanes(&message.channel)?.push(message).await
     }
 
-    /// Queues a message and waits until its channel delivered it (or gave up: the error).
-    pub async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
         count_out(&message);
         self.lanes(&message.channel)?.deliver(message).await
     }
 
-    /// Closes every channel's lanes once they delivered what they hold, waiting up to
-    /// `deadline` for each. Returns whether all finished.
-    pub async fn close_outbound(&self, deadline: std::time::Duration) -> bool {
+    async fn close_outbound(&self, deadline: Duration) -> bool {
         let all: Vec<Lanes> = self
             .inner
             .outbound
@@ -172,8 +162,6 @@ fn count_out(message: &OutboundMessage) {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::ids::{ChatId, SenderId};
     use crate::message::OutboundKind;

@@ -1,7 +1,8 @@
 //! switchboard-core: the vocabulary every other crate speaks, and the bus they meet on.
 //!
 //! Channel adapters never see the agent and the agent never sees a platform: they only
-//! exchange the types defined here over a [`ChatHub`]. This crate does no network I/O.
+//! exchange the types defined here over a [`Bus`] — in one process the [`ChatHub`]. This crate
+//! does no network I/O.
 //!
 //! # Layout
 //! - `ids`: newtypes for identity ([`ChannelName`], [`ChatId`], [`SenderId`], [`SessionKey`],
@@ -13,13 +14,16 @@
 //! - `channel`: the [`Channel`] trait adapters implement.
 //! - `config`: what adapter config sections share ([`ConfigProblem`], [`expand_env`]).
 //! - `environment`: the process environment as the config sees it, secrets withdrawn.
-//! - `hub`: [`ChatHub`], the bounded inbound queue and the outbound router.
+//! - `bus`: the [`Bus`] trait, what adapters and agents meet on.
+//! - `hub`: [`ChatHub`], the bus of one process: a bounded inbound queue and the outbound router.
 //! - `lanes`: [`Lanes`], outbound delivery in one bounded lane per chat.
 //! - `retry`: [`RetryingChannel`], retries of rate-limited or failed sends around any channel.
 //! - `shutdown`: [`Shutdown`], the one shutdown pattern (tokens + task tracker).
+//! - `wire`: the versioned JSON form of what crosses between processes.
 //! - `error`: [`CoreError`].
 
 mod ack;
+mod bus;
 mod channel;
 mod config;
 mod conversation;
@@ -32,8 +36,10 @@ mod message;
 mod origin;
 mod retry;
 mod shutdown;
+pub mod wire;
 
 pub use ack::{Ack, Fate};
+pub use bus::Bus;
 pub use channel::{Channel, ChannelContext, Transcripts};
 pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{

@@ -1,14 +1,18 @@
-//! The messages that travel on the [`ChatHub`](crate::ChatHub): inbound from adapters to
-//! the agent, outbound from the agent to the adapter of the chat they answer.
+//! The messages that travel on the [`Bus`](crate::Bus): inbound from adapters to the agent,
+//! outbound from the agent to the adapter of the chat they answer. Both serialize (see
+//! [`wire`](crate::wire)) so they can cross between the hosts of a cluster; what only means
+//! something in one process (an [`Ack`], a cancellation token) stays behind.
 
 use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
 
 use crate::ack::{Ack, Fate};
 use crate::ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 use crate::origin::Origin;
 
 /// A file or media item attached to an inbound message, saved where the agent can read it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attachment {
     /// A name for the item (file name, or the platform's kind).
     pub name: String,
@@ -23,7 +27,7 @@ pub struct Attachment {
 /// A message for the agent: one a person sent on some channel (already checked against its
 /// allow list), or work that comes from elsewhere — a scheduled job, the heartbeat — which
 /// enters the same way and says so in its [`Origin`].
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct InboundMessage {
     /// The adapter it came through.
     pub channel: ChannelName,
@@ -33,26 +37,34 @@ pub struct InboundMessage {
     pub sender: SenderId,
     /// Its id on the platform, when it has one: a message whose id its chat already handled
     /// is not answered again, and replies thread under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<MessageId>,
     /// The text.
     pub content: String,
     /// Files or media that came with it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<Attachment>,
     /// The platform id of the message this one replies to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<MessageId>,
     /// When the adapter received it.
     pub received_at: SystemTime,
-    /// Told what became of it, for channels that confirm messages to their platform.
+    /// Told what became of it, for channels that confirm messages to their platform. Stays
+    /// in the process: a bus that carries the message elsewhere carries its fate back.
+    #[serde(skip)]
     pub ack: Option<Ack>,
     /// Where it comes from: a person (the default), a schedule, the heartbeat. Only a
     /// person's text is read as a command or as the answer to a question.
+    #[serde(default)]
     pub origin: Origin,
     /// The agent it is for, when whoever made it knows (a run of a job an agent scheduled, a
     /// sub-agent's task or result); `None`: the daemon's bindings choose by channel, chat and
     /// sender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentName>,
     /// Cancelled when whoever sent it no longer wants it answered (a sub-agent's task whose
-    /// parent was stopped): its turn stops, or never starts.
+    /// parent was stopped): its turn stops, or never starts. Stays in the process.
+    #[serde(skip)]
     pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
@@ -94,7 +106,8 @@ impl InboundMessage {
 }
 
 /// How far a tool call has got, as shown to the person.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
     /// The call started.
     Started,
@@ -120,7 +133,7 @@ impl ToolStatus {
 pub const TOOL_DETAIL_BYTES: usize = 512;
 
 /// A tool call starting or ending, as the person is shown it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolActivity {
     /// The call's id (the same for its start and its end).
     pub id: String,
@@ -149,7 +162,8 @@ pub fn preview(text: &str) -> String {
 }
 
 /// What a paused turn waits for from the person.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Awaiting {
     /// Consent to run a tool: `/approve` or `/deny`.
     Approval,
@@ -168,7 +182,7 @@ impl Awaiting {
 }
 
 /// How the exchange that a [`OutboundKind::Done`] closes ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TurnEnd {
     /// The model answered without tool calls.
@@ -223,7 +237,8 @@ impl TurnEnd {
 }
 
 /// What the agent tells a chat.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "body", rename_all = "snake_case")]
 pub enum OutboundKind {
     /// A turn began (channels show "typing…" until its `Done`).
     TurnStarted,
@@ -262,13 +277,14 @@ pub enum OutboundKind {
 }
 
 /// A message for one chat of one channel.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboundMessage {
     /// The adapter that delivers it.
     pub channel: ChannelName,
     /// The chat it is for.
     pub chat_id: ChatId,
     /// The platform id of the inbound message it answers; replies thread under it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<MessageId>,
     /// What it says.
     pub kind: OutboundKind,

@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
 use switchboard_agent::scheduler::Jobs;
-use switchboard_core::ChatHub;
+use switchboard_core::Bus;
 use switchboard_websocket::WsAuth;
 use tokio::sync::{mpsc, oneshot};
 
@@ -37,7 +37,7 @@ pub(crate) struct Admin {
     pub auth: WsAuth,
     pub health: Health,
     pub agents: Agents,
-    pub hub: ChatHub,
+    pub hub: Arc<dyn Bus>,
     pub pairing: Arc<Pairing>,
     /// `None` when the scheduler is off.
     pub jobs: Option<Jobs>,

@@ -12,8 +12,7 @@ use switchboard_adapter::{
     PerChat, Replies,
 };
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, ConfigProblem, CoreError,
-    OutboundMessage,
+    Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage,
 };
 use tokio::sync::mpsc;
 
@@ -78,7 +77,7 @@ impl DiscordChannel {
     /// inbox under `state_dir`, pairing is `pairing`.
     pub fn new(
         settings: DiscordSettings,
-        hub: ChatHub,
+        hub: Arc<dyn Bus>,
         state_dir: &Path,
         workspace: &Path,
         pairing: Arc<Pairing>,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{ChatHub, ChatId, CoreError, InboundMessage, MessageId};
+use switchboard_core::{Bus, ChatId, CoreError, InboundMessage, MessageId};
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
 use crate::gateway::{Event, snowflake};
@@ -69,7 +69,7 @@ struct Kept {
 /// Admitting a message: who may talk, its files, the hub.
 pub(crate) struct Admit {
     pub(crate) rest: Rest,
-    pub(crate) hub: ChatHub,
+    pub(crate) hub: Arc<dyn Bus>,
     pub(crate) gate: Arc<Gate>,
     pub(crate) chats: Arc<Chats>,
     pub(crate) authors: Arc<Authors>,

@@ -24,8 +24,8 @@ use switchboard_adapter::{
     InboxEntry, InboxError, Pairing, PerChat, Remembered, Replies, Sender, Verdict, say,
 };
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, ConfigProblem, CoreError,
-    InboundMessage, MessageId, OutboundMessage,
+    Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, InboundMessage,
+    MessageId, OutboundMessage,
 };
 use tokio::sync::mpsc;
 
@@ -99,7 +99,7 @@ struct Kept {
 
 /// Admitting a message: who may talk, its files, the hub.
 struct Admit {
-    hub: ChatHub,
+    hub: Arc<dyn Bus>,
     gate: Gate,
     chats: Remembered<String, Option<String>>,
     downloads: reqwest::Client,
@@ -123,7 +123,7 @@ impl SlackChannel {
     /// under `state_dir`, pairing is `pairing`.
     pub fn new(
         settings: SlackSettings,
-        hub: ChatHub,
+        hub: Arc<dyn Bus>,
         state_dir: &Path,
         workspace: &Path,
         pairing: Arc<Pairing>,

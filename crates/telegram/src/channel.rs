@@ -25,7 +25,7 @@ use switchboard_adapter::{
     PerChat, Remembered, Replies,
 };
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ConfigProblem, CoreError, Fate, OutboundMessage,
+    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage,
 };
 use teloxide::Bot;
 use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
@@ -106,7 +106,7 @@ impl TelegramChannel {
     /// offset under `state_dir`, pairing is `pairing`.
     pub fn new(
         settings: TelegramSettings,
-        hub: ChatHub,
+        hub: Arc<dyn Bus>,
         state_dir: &Path,
         workspace: &Path,
         pairing: Arc<Pairing>,

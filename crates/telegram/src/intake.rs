@@ -4,9 +4,10 @@
 //! published with an [`Ack`], whose report settles the update.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use switchboard_adapter::{Gate, Remembered, Sender, Verdict, say};
-use switchboard_core::{Ack, ChatHub, Fate, InboundMessage, MessageId};
+use switchboard_core::{Ack, Bus, Fate, InboundMessage, MessageId};
 use teloxide::Bot;
 use teloxide::types::Update;
 
@@ -18,7 +19,7 @@ use crate::media;
 /// What taking an update needs.
 pub(crate) struct Intake {
     pub(crate) bot: Bot,
-    pub(crate) hub: ChatHub,
+    pub(crate) hub: Arc<dyn Bus>,
     pub(crate) policy: GroupPolicy,
     pub(crate) gate: Gate,
     pub(crate) workspace: PathBuf,

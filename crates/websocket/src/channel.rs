@@ -18,8 +18,8 @@ use dashmap::DashMap;
 use serde::Deserialize;
 use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection, HttpFacts};
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, ConfigProblem, CoreError,
-    OutboundMessage, Transcripts,
+    Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage,
+    Transcripts,
 };
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -60,7 +60,7 @@ pub(crate) struct Subscriber {
 /// State shared by the channel, the route and every connection.
 pub(crate) struct Shared {
     pub config: WsConfig,
-    pub hub: ChatHub,
+    pub hub: Arc<dyn Bus>,
     /// Answers `history` requests (none: the chat's history is empty).
     pub history: Option<Arc<dyn Transcripts>>,
     /// Sockets by chat. Guards are held only for non-blocking sends, never across awaits.
@@ -207,7 +207,7 @@ impl ChannelSection for WsSection {
 
 impl WebSocketChannel {
     /// A channel publishing inbound messages on `hub`.
-    pub fn new(config: WsConfig, hub: ChatHub) -> Self {
+    pub fn new(config: WsConfig, hub: Arc<dyn Bus>) -> Self {
         let list = config
             .state_dir
             .as_ref()

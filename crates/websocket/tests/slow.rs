@@ -1,6 +1,7 @@
 //! A client that stops reading is cut off so that it cannot hold the chat up — and it is
 //! told why: after what was already on its way, a close frame (1008) saying it was too slow.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
@@ -17,7 +18,7 @@ async fn a_client_too_slow_to_read_gets_a_close_frame_saying_so() {
             send_queue: 8,
             ..WsConfig::default()
         },
-        ChatHub::new(16, CancellationToken::new()),
+        Arc::new(ChatHub::new(16, CancellationToken::new())),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -8,9 +8,10 @@
 //! cannot ask anything (questions and approvals are refused at once).
 
 use async_trait::async_trait;
+use std::sync::Arc;
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, OutboundKind,
-    OutboundMessage, is_quiet,
+    Bus, Channel, ChannelContext, ChannelName, ChatId, CoreError, OutboundKind, OutboundMessage,
+    is_quiet,
 };
 
 use super::jobs::{Asker, Jobs};
@@ -21,7 +22,7 @@ pub const CHANNEL: &str = "cron";
 /// The `cron` channel: posts isolated runs' answers to their jobs' chats.
 pub(crate) struct IsolatedRuns {
     pub(crate) jobs: Jobs,
-    pub(crate) hub: ChatHub,
+    pub(crate) hub: Arc<dyn Bus>,
 }
 
 #[async_trait]

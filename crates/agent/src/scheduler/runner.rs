@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Ack, AgentName, ChannelName, ChatHub, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
+    Ack, AgentName, Bus, ChannelName, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
     OutboundKind, SenderId, SessionKey,
 };
 use switchboard_tools::Workspace;
@@ -86,7 +86,7 @@ pub struct Scheduler {
 pub(super) struct Inner {
     /// The jobs, their store, clock and config; its `changed` wakes the loop.
     pub(super) jobs: Jobs,
-    pub(super) hub: ChatHub,
+    pub(super) hub: Arc<dyn Bus>,
     /// Runs handed to the agent and not settled yet, by their message id. Written by the
     /// loop; read by its pile-up check.
     pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
@@ -137,7 +137,7 @@ impl Scheduler {
     /// A scheduler publishing due runs on `hub`, keeping jobs in `store`.
     pub fn new(
         store: Arc<dyn JobStore>,
-        hub: ChatHub,
+        hub: Arc<dyn Bus>,
         clock: Arc<dyn Clock>,
         config: SchedulerConfig,
     ) -> Self {

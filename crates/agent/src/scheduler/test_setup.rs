@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::Timestamp;
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage, LaneOptions,
-    OutboundKind, OutboundMessage,
+    Bus, Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage,
+    LaneOptions, OutboundKind, OutboundMessage,
 };
 use tokio::sync::mpsc::Receiver;
 use tokio_util::sync::CancellationToken;
@@ -102,7 +102,7 @@ pub(super) fn start_on(
 ) -> Setup {
     let dir = state.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
     let store = FileJobStore::new(dir.path());
-    let hub = ChatHub::new(64, CancellationToken::new());
+    let hub: Arc<dyn Bus> = Arc::new(ChatHub::new(64, CancellationToken::new()));
     let sent = Arc::new(Collect(Mutex::new(Vec::new())));
     hub.register_channel(sent.clone(), LaneOptions::default());
     let inbound = hub.take_inbound().expect("inbound");

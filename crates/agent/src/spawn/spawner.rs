@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use switchboard_core::{
-    AgentName, Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage,
+    AgentName, Bus, Channel, ChannelContext, ChannelName, ChatId, CoreError, InboundMessage,
     LaneOptions, Origin, OutboundKind, OutboundMessage, SenderId, SessionKey, TurnEnd,
 };
 use tokio::sync::oneshot;
@@ -36,7 +36,7 @@ pub struct Spawner {
 }
 
 struct Inner {
-    hub: ChatHub,
+    hub: Arc<dyn Bus>,
     /// The daemon's turns' token: every family's token is a child of it, so shutdown stops
     /// children like any turn.
     turns: CancellationToken,
@@ -108,7 +108,7 @@ pub(crate) struct Started {
 
 impl Spawner {
     /// The children of the daemon whose hub is `hub` and whose turns `turns` cancels.
-    pub fn new(hub: ChatHub, turns: CancellationToken) -> Self {
+    pub fn new(hub: Arc<dyn Bus>, turns: CancellationToken) -> Self {
         Self {
             inner: Arc::new(Inner {
                 hub,
@@ -437,6 +437,8 @@ fn family_of<'s>(
 
 #[cfg(test)]
 mod tests {
+    use switchboard_core::ChatHub;
+
     use super::*;
 
     fn request(parent: &str, wait: bool) -> Request {
@@ -455,7 +457,7 @@ mod tests {
         tokio::sync::mpsc::Receiver<InboundMessage>,
         CancellationToken,
     ) {
-        let hub = ChatHub::new(16, CancellationToken::new());
+        let hub: Arc<dyn Bus> = Arc::new(ChatHub::new(16, CancellationToken::new()));
         let inbound = hub.take_inbound().expect("inbound");
         let turns = CancellationToken::new();
         (Spawner::new(hub, turns.clone()), inbound, turns)
