@@ -23,6 +23,9 @@ mod binary;
 mod builtin;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
+/// A cluster on a real nats-server: a gateway and workers as separate processes, failover.
+#[cfg(feature = "cluster")]
+mod cluster;
 /// One suite run for every chat platform against its fake: replies, splits, streaming,
 /// pairing, 429s held per chat, /stop, commands, files, kill -9.
 mod conformance;

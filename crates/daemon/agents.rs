@@ -38,6 +38,8 @@ const EXTRA_SOURCE: &str = "extra";
 /// What agents are built with besides the config.
 #[derive(Default)]
 pub(crate) struct AgentParts<'a> {
+    /// What this process is: on a cluster, sessions are kept there (none in the terminal).
+    pub place: Option<&'a crate::cluster::Place>,
     /// Tools beside the built-in ones (tests', embedders').
     pub extra_tools: ToolRegistry,
     /// The bus, for the `message` tool (none in the terminal).
@@ -112,6 +114,7 @@ pub(crate) fn build_agents(
     parts: AgentParts<'_>,
 ) -> anyhow::Result<(Agents, ToolParts)> {
     let AgentParts {
+        place,
         extra_tools,
         hub,
         observer,
@@ -134,7 +137,13 @@ pub(crate) fn build_agents(
     }
     let mut homes = Vec::with_capacity(specs.len());
     for spec in &specs {
-        homes.push(Home::open(config, spec, &forbidden, exec_user.as_ref())?);
+        homes.push(Home::open(
+            config,
+            spec,
+            &forbidden,
+            exec_user.as_ref(),
+            place,
+        )?);
     }
     let stores: BTreeMap<AgentName, Arc<dyn SessionStore>> = homes
         .iter()
@@ -241,9 +250,22 @@ impl Home {
         spec: &AgentSpec<'_>,
         forbidden: &[PathBuf],
         exec_user: Option<&RunAs>,
+        place: Option<&crate::cluster::Place>,
     ) -> anyhow::Result<Self> {
         let workspace_key = format!("{}.workspace", spec.key);
         let new_workspace = !spec.workspace.exists();
+        // On a cluster the workspace is shared (a volume every worker mounts) or the agent is
+        // pinned to the hosts that have it: one missing here is a volume not mounted, not a
+        // directory to make afresh.
+        if new_workspace && place.is_some_and(|place| place.is_cluster() && place.runs_agents()) {
+            anyhow::bail!(
+                "the workspace {} ({workspace_key}) is missing on this worker: on a cluster \
+                 every worker needs the agent's workspace — mount the shared volume before \
+                 switchboard starts, or bind the agent to hosts that have it \
+                 (docs/deployment.md, \"A cluster\")",
+                spec.workspace.display()
+            );
+        }
         create_dir(&spec.workspace, &workspace_key)?;
         if let Some(user) = exec_user {
             give_workspace(&spec.workspace, user, new_workspace)?;
@@ -267,16 +289,19 @@ impl Home {
                  run by `exec` can write there; keep it outside (the default)");
         }
         create_dir(&spec.state_dir, "agent.state_dir")?;
-        let store = JsonlStore::open(&spec.state_dir).with_context(|| {
-            format!(
-                "cannot keep sessions in {} (agent.state_dir)",
-                spec.state_dir.display()
-            )
-        })?;
+        let store = match place.and_then(|place| place.session_store(&spec.name)) {
+            Some(store) => store,
+            None => Arc::new(JsonlStore::open(&spec.state_dir).with_context(|| {
+                format!(
+                    "cannot keep sessions in {} (agent.state_dir)",
+                    spec.state_dir.display()
+                )
+            })?),
+        };
         Ok(Self {
             name: spec.name.clone(),
             workspace: Arc::new(workspace),
-            store: Arc::new(store),
+            store,
         })
     }
 }

@@ -16,9 +16,7 @@ use serde_json::json;
 use switchboard_adapter::{ChannelParts, Pairing};
 use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
 use switchboard_agent::{Agents, Dispatcher};
-use switchboard_core::{
-    Bus, Channel, ChannelRetry, ChatHub, LaneOptions, RetryingChannel, Shutdown,
-};
+use switchboard_core::{Bus, Channel, ChannelRetry, LaneOptions, RetryingChannel, Shutdown};
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
@@ -77,14 +75,12 @@ pub struct Running {
 /// Starts the daemon. `tools` are the tools offered to the model.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
-    let hub: Arc<dyn Bus> = Arc::new(ChatHub::new(
-        config.daemon.inbound_queue,
-        shutdown.intake().clone(),
-    ));
+    let place = crate::cluster::Place::join(&config, shutdown.intake()).await?;
+    let hub: Arc<dyn Bus> = place.bus().clone();
     let llm_health = Arc::new(LlmHealth::default());
     llm_health.start_with(&config);
     let observer: Arc<dyn Observer> = llm_health.clone();
-    let scheduler = config.scheduler.enabled.then(|| {
+    let scheduler = (config.scheduler.enabled && place.runs_agents()).then(|| {
         let store = FileJobStore::new(&config.path(&config.agent.state_dir));
         Scheduler::new(
             Arc::new(store),
@@ -98,6 +94,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         scheduler.keep_to(spending.clone());
     }
     let parts = AgentParts {
+        place: Some(&place),
         extra_tools: tools,
         hub: Some(&hub),
         observer: Some(&observer),
@@ -164,7 +161,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         stop: channels_stop.clone(),
         tracker: channels.clone(),
     });
-    for (name, section) in config.channels.all() {
+    let channels_here = if place.runs_channels() {
+        config.channels.all()
+    } else {
+        Vec::new()
+    };
+    for (name, section) in channels_here {
         if let Some(mut built) = platforms.build(&config, name, section)? {
             if let Some(routes) = built.take_router() {
                 router = router.merge(routes);
@@ -185,21 +187,24 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         ));
     }
 
-    let dispatcher = Arc::new(Dispatcher::new(
-        agents.clone(),
-        hub.clone(),
-        shutdown.clone(),
-    ));
-    let sessions = dispatcher.clone();
-    health.gauge(
-        "active_sessions",
-        Box::new(move || sessions.active_sessions()),
-    );
-    shutdown.tracker().spawn(async move {
-        if let Err(err) = dispatcher.run().await {
-            tracing::error!(error = %err, "dispatcher stopped");
-        }
-    });
+    if place.runs_agents() {
+        place.start_worker();
+        let dispatcher = Arc::new(Dispatcher::new(
+            agents.clone(),
+            hub.clone(),
+            shutdown.clone(),
+        ));
+        let sessions = dispatcher.clone();
+        health.gauge(
+            "active_sessions",
+            Box::new(move || sessions.active_sessions()),
+        );
+        shutdown.tracker().spawn(async move {
+            if let Err(err) = dispatcher.run().await {
+                tracing::error!(error = %err, "dispatcher stopped");
+            }
+        });
+    }
     // MCP servers start in the background: a slow or broken one delays nothing; its tools
     // come when it is up. They stop with the channels.
     #[cfg(feature = "mcp")]
@@ -412,10 +417,17 @@ impl Running {
 /// signal cancels running turns at once. The signal handlers are installed before anything
 /// starts, so a signal that arrives while the daemon starts (or right after it announced
 /// readiness) stops it cleanly instead of killing it.
-pub async fn run_until_signal(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+pub async fn run_until_signal(
+    config: Option<&Path>,
+    role: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::install()?;
     let path = cli::resolve_config(config)?;
-    let config = Config::load(&path)?;
+    let mut config = Config::load(&path)?;
+    if role.is_some() {
+        config.role = role;
+        crate::cluster::validate(&config)?;
+    }
     let telemetry = Telemetry::start(&config.telemetry).await?;
     let mut running = start(config, ToolRegistry::new()).await?;
     notify::ready();

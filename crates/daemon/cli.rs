@@ -34,6 +34,10 @@ pub enum Command {
         /// /etc/switchboard/config.toml).
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// On a cluster (`[cluster]`), what this process runs: `gateway` (channels and
+        /// HTTP), `worker` (agents) or `all` (both); over `[cluster] role`.
+        #[arg(long)]
+        role: Option<String>,
     },
     /// Who may talk: list pairing codes and approved senders, approve a code, revoke a sender.
     Pairing {

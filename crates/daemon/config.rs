@@ -67,6 +67,17 @@ pub struct Config {
     #[cfg(not(feature = "mcp"))]
     #[serde(default)]
     pub mcp: Option<Spanned<toml::Table>>,
+    /// `[cluster]`: gateways and workers on several hosts (absent: one process, no NATS).
+    #[cfg(feature = "cluster")]
+    #[serde(default)]
+    pub cluster: Option<switchboard_nats::ClusterSection>,
+    /// `[cluster]`, in a build without the cluster: refused.
+    #[cfg(not(feature = "cluster"))]
+    #[serde(default)]
+    pub cluster: Option<Spanned<toml::Table>>,
+    /// The role `run --role` gave, over `[cluster] role`.
+    #[serde(skip)]
+    pub role: Option<String>,
     /// The file it was read from, for errors raised after parsing.
     #[serde(skip)]
     pub source: Source,
@@ -278,6 +289,7 @@ impl Config {
                     .into(),
             ));
         }
+        crate::cluster::validate(self)?;
         if secrets == Secrets::Skip {
             return Ok(());
         }

@@ -50,7 +50,7 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
 /// they are used (an unresolvable LLM key is reported per message, a disabled channel's
 /// token not at all), so they are left as written here.
 fn is_secret_key(key: &str) -> bool {
-    key == "api_key" || key.ends_with("token") || key.ends_with("_secret")
+    key == "api_key" || key == "credentials" || key.ends_with("token") || key.ends_with("_secret")
 }
 
 /// Config `text` with every secret written in it replaced by `"********"`: the values of the

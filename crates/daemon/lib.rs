@@ -10,6 +10,7 @@
 //! - `agents_config`: `[agents.NAME]` (taking `[agent]`'s keys) and `[[bindings]]`.
 //! - `agents`: building the daemon's agents from them.
 //! - `cli`: the command line (clap).
+//! - `cluster`: `[cluster]`: what this process is (alone, a gateway, a worker) and its bus.
 //! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
 //! - `health`: `/healthz` and the channel states behind it.
@@ -32,6 +33,7 @@ pub mod agents;
 mod agents_config;
 pub mod app;
 pub mod cli;
+mod cluster;
 pub mod config;
 mod config_error;
 mod config_values;

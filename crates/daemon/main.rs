@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     // Before any thread: the commands that run tools keep no secret in their environment
     // (this may start the binary again, in place) and are not dumpable.
     let hardened = match &cli.command {
-        Command::Run { config } | Command::Agent { config, .. } => {
+        Command::Run { config, .. } | Command::Agent { config, .. } => {
             let path = cli::resolve_config(config.as_deref()).ok();
             let withdrawal = harden::withdraw_secrets(path.as_deref());
             Some((withdrawal, harden::not_dumpable()))
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run { config } => app::run_until_signal(config.as_deref()).await,
+            Command::Run { config, role } => app::run_until_signal(config.as_deref(), role).await,
             Command::Agent {
                 config,
                 message,

@@ -24,6 +24,23 @@ pub struct ChannelContext {
     pub shutdown: CancellationToken,
 }
 
+/// Where a channel's chats are reached from, which decides who delivers its messages when the
+/// agents run on other hosts (a cluster's bus); in one process every scope is delivered
+/// alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChannelScope {
+    /// Through one connection to a platform (Telegram, Discord, Slack): the one process that
+    /// holds it delivers, in order per chat.
+    #[default]
+    Platform,
+    /// Through the process's own connections (WebSocket clients): every process that runs the
+    /// channel delivers to the clients it has.
+    Process,
+    /// Inside the daemon (sub-agents, scheduled runs in sessions of their own): its messages
+    /// never leave the process that made them.
+    Internal,
+}
+
 /// A platform adapter. The daemon calls `run` under a supervisor (restarted with backoff
 /// when it fails) and calls `send` for every outbound message routed to this channel.
 #[async_trait]
@@ -49,6 +66,11 @@ pub trait Channel: Send + Sync + 'static {
     /// approval). Not so for the channel of scheduled runs in sessions of their own.
     fn has_person(&self) -> bool {
         true
+    }
+
+    /// Where its chats are reached from (see [`ChannelScope`]).
+    fn scope(&self) -> ChannelScope {
+        ChannelScope::Platform
     }
 
     /// Asks the platform whether the channel's credentials are accepted, without starting

@@ -31,6 +31,10 @@ pub enum CoreError {
         /// What went wrong.
         message: String,
     },
+    /// The bus between the hosts of a cluster failed (its server unreachable, a message it
+    /// cannot carry); the message says what.
+    #[error("the cluster's bus failed: {0}")]
+    Bus(String),
     /// A channel adapter failed in a way that sending again will not fix; the message says how.
     #[error("channel `{channel}` failed: {message}")]
     Channel {

@@ -127,13 +127,20 @@ impl Lanes {
     /// Delivers a message after those queued before it in its chat, and waits until it
     /// was delivered (or given up on): the result is the channel's.
     pub async fn deliver(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.queue(message).await?.await
+    }
+
+    /// Queues a message like [`Lanes::push`] and returns its receipt: what resolves once the
+    /// channel delivered it (or gave up: the error). Messages queued one after another go out
+    /// in that order, whenever their receipts are awaited.
+    pub async fn queue(
+        &self,
+        message: OutboundMessage,
+    ) -> Result<impl Future<Output = Result<(), CoreError>> + Send + 'static, CoreError> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(message, Some(tx)).await?;
-        rx.await.unwrap_or_else(|_| {
-            Err(CoreError::ChannelClosed(
-                self.inner.channel.name().to_string(),
-            ))
-        })
+        let channel = self.inner.channel.name().to_string();
+        Ok(async move { rx.await.unwrap_or(Err(CoreError::ChannelClosed(channel))) })
     }
 
     async fn enqueue(&self, message: OutboundMessage, receipt: Receipt) -> Result<(), CoreError> {

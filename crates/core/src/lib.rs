@@ -40,7 +40,7 @@ pub mod wire;
 
 pub use ack::{Ack, Fate};
 pub use bus::Bus;
-pub use channel::{Channel, ChannelContext, Transcripts};
+pub use channel::{Channel, ChannelContext, ChannelScope, Transcripts};
 pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,

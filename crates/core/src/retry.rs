@@ -68,6 +68,14 @@ impl Channel for RetryingChannel {
         self.inner.may_notify(chat)
     }
 
+    fn has_person(&self) -> bool {
+        self.inner.has_person()
+    }
+
+    fn scope(&self) -> crate::ChannelScope {
+        self.inner.scope()
+    }
+
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let started = Instant::now();
         let mut retry = 0u32;

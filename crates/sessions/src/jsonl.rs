@@ -22,7 +22,7 @@ use switchboard_core::{ChatMessage, SessionKey};
 use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::{file_stem, key_of};
-use crate::record::{self, InboundRecord, Record};
+use crate::record::{self, batch_lines, snapshot_lines};
 use crate::store::{Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
 
 /// At most this many session files are kept open between appends (one per active session);
@@ -363,57 +363,6 @@ impl SessionStore for JsonlStore {
 
     fn health(&self) -> StoreHealth {
         self.files.health()
-    }
-}
-
-/// A batch's records as lines, in the order [`Batch`] gives.
-fn batch_lines(batch: &Batch<'_>) -> Result<Vec<u8>, StoreError> {
-    let records = batch
-        .messages
-        .iter()
-        .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
-        .chain(batch.usage.map(|usage| Record::Usage { usage }))
-        .chain(batch.inbound.map(|(id, state)| inbound_record(id, state)));
-    let mut buf = Vec::with_capacity(256 * (batch.messages.len() + 2));
-    for record in records {
-        serde_json::to_writer(&mut buf, &record)?;
-        buf.push(b'\n');
-    }
-    Ok(buf)
-}
-
-/// A snapshot's records as lines: the inbound states, the usage, the messages.
-fn snapshot_lines(snapshot: &Snapshot<'_>) -> Result<Vec<u8>, StoreError> {
-    let records = snapshot
-        .inbound
-        .iter()
-        .map(|(id, state)| inbound_record(id, state))
-        .chain(std::iter::once(Record::Usage {
-            usage: snapshot.usage,
-        }))
-        .chain(
-            snapshot
-                .messages
-                .iter()
-                .map(|m| Record::Message(std::borrow::Cow::Borrowed(m))),
-        );
-    let mut buf = Vec::new();
-    for record in records {
-        serde_json::to_writer(&mut buf, &record)?;
-        buf.push(b'\n');
-    }
-    Ok(buf)
-}
-
-fn inbound_record<'a>(
-    id: &'a switchboard_core::MessageId,
-    state: &'a crate::store::InboundState,
-) -> Record<'a> {
-    Record::Inbound {
-        inbound: InboundRecord {
-            id: std::borrow::Cow::Borrowed(id),
-            state: std::borrow::Cow::Borrowed(state),
-        },
     }
 }
 

@@ -27,7 +27,7 @@ mod trim;
 
 pub use error::StoreError;
 pub use jsonl::JsonlStore;
-pub use record::INBOUND_MEMORY;
+pub use record::{INBOUND_MEMORY, batch_lines, read_lines, snapshot_lines};
 pub use session::Session;
 pub use store::{Batch, InboundState, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
 pub use trim::{MISSING_RESULT, repair, trim};

@@ -75,9 +75,18 @@ pub(crate) fn read_tail(
         .read_to_end(&mut text)
         .map_err(StoreError::io(path))?;
 
+    let (loaded, torn) = parse(&text, skip_partial_first, key);
+    let needs_repair = torn || text.last().is_some_and(|&b| b != b'\n');
+    Ok(Some((loaded, needs_repair)))
+}
+
+/// Reads records (lines) back: what they hold, and whether the last line was torn (it is
+/// skipped, as is any other unreadable line, with a warning). `skip_first`: the first line
+/// is a partial one (the text starts mid-file).
+pub(crate) fn parse(text: &[u8], skip_first: bool, key: &SessionKey) -> (Loaded, bool) {
     let mut loaded = Loaded::default();
     let mut lines = text.split(|&b| b == b'\n').peekable();
-    if skip_partial_first {
+    if skip_first {
         lines.next();
     }
     let mut torn = false;
@@ -97,19 +106,78 @@ pub(crate) fn read_tail(
                 inbound.state.into_owned(),
             ),
             Err(err) if is_last => {
-                tracing::warn!(session = %key, path = %path.display(), error = %err,
-                    "skipping torn last record of session file");
+                tracing::warn!(session = %key, error = %err,
+                    "skipping torn last record of session");
                 torn = true;
                 continue;
             }
             Err(err) => {
-                tracing::warn!(session = %key, path = %path.display(), line = line_no,
-                    error = %err, "skipping unreadable record of session file");
+                tracing::warn!(session = %key, line = line_no,
+                    error = %err, "skipping unreadable record of session");
                 continue;
             }
         }
         loaded.records += 1;
     }
-    let needs_repair = torn || text.last().is_some_and(|&b| b != b'\n');
-    Ok(Some((loaded, needs_repair)))
+    (loaded, torn)
+}
+
+/// A batch's records as lines (each ending in a newline), in the order
+/// [`Batch`](crate::Batch) gives: what a store keeps of one append.
+pub fn batch_lines(batch: &crate::store::Batch<'_>) -> Result<Vec<u8>, StoreError> {
+    let records = batch
+        .messages
+        .iter()
+        .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
+        .chain(batch.usage.map(|usage| Record::Usage { usage }))
+        .chain(batch.inbound.map(|(id, state)| inbound_record(id, state)));
+    let mut buf = Vec::with_capacity(256 * (batch.messages.len() + 2));
+    for record in records {
+        serde_json::to_writer(&mut buf, &record)?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+/// A snapshot's records as lines: the inbound states, the usage, the messages — what a
+/// store keeps of a compacted session.
+pub fn snapshot_lines(snapshot: &crate::store::Snapshot<'_>) -> Result<Vec<u8>, StoreError> {
+    let records = snapshot
+        .inbound
+        .iter()
+        .map(|(id, state)| inbound_record(id, state))
+        .chain(std::iter::once(Record::Usage {
+            usage: snapshot.usage,
+        }))
+        .chain(
+            snapshot
+                .messages
+                .iter()
+                .map(|m| Record::Message(std::borrow::Cow::Borrowed(m))),
+        );
+    let mut buf = Vec::new();
+    for record in records {
+        serde_json::to_writer(&mut buf, &record)?;
+        buf.push(b'\n');
+    }
+    Ok(buf)
+}
+
+fn inbound_record<'a>(
+    id: &'a switchboard_core::MessageId,
+    state: &'a crate::store::InboundState,
+) -> Record<'a> {
+    Record::Inbound {
+        inbound: InboundRecord {
+            id: std::borrow::Cow::Borrowed(id),
+            state: std::borrow::Cow::Borrowed(state),
+        },
+    }
+}
+
+/// What records (lines, as [`batch_lines`] and [`snapshot_lines`] write them) hold, for a
+/// store that keeps them elsewhere than in a file. An unreadable line is skipped with a
+/// warning.
+pub fn read_lines(text: &[u8], key: &SessionKey) -> Loaded {
+    parse(text, false, key).0
 }

@@ -4,6 +4,7 @@
 //! # Layout
 //! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
 //!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
+//! - `nats`: [`NatsServer`], a real `nats-server` with JetStream, for the cluster.
 //! - `otlp`: [`OtlpReceiver`], a collector's OTLP/HTTP traces endpoint (JSON).
 //! - `process`: waiting for a file's line, whether processes run (for `exec` tests).
 //! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
@@ -17,6 +18,7 @@
 pub mod discord;
 mod llm;
 pub mod mcp;
+pub mod nats;
 pub mod otlp;
 pub mod process;
 pub mod slack;
@@ -27,6 +29,7 @@ pub mod web;
 
 pub use discord::FakeDiscord;
 pub use llm::{Reply, Responder, ScriptedLlm, TokenUsage, last_user_text};
+pub use nats::NatsServer;
 pub use otlp::OtlpReceiver;
 pub use slack::FakeSlack;
 pub use telegram::FakeTelegram;

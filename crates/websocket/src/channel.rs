@@ -325,6 +325,10 @@ impl Channel for WebSocketChannel {
         ChannelName::from(CHANNEL_NAME)
     }
 
+    fn scope(&self) -> switchboard_core::ChannelScope {
+        switchboard_core::ChannelScope::Process
+    }
+
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         // Connections arrive through the daemon's HTTP listener; nothing to poll here. The
         // channel stops last, once the final replies were handed over: every socket sends

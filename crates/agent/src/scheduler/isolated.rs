@@ -79,4 +79,8 @@ impl Channel for IsolatedRuns {
     fn has_person(&self) -> bool {
         false
     }
+
+    fn scope(&self) -> switchboard_core::ChannelScope {
+        switchboard_core::ChannelScope::Internal
+    }
 }

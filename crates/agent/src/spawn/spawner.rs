@@ -417,6 +417,10 @@ impl Channel for Children {
     fn has_person(&self) -> bool {
         false
     }
+
+    fn scope(&self) -> switchboard_core::ChannelScope {
+        switchboard_core::ChannelScope::Internal
+    }
 }
 
 /// The family of `parent`'s children, made on first use.

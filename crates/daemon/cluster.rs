@@ -1,0 +1,145 @@
+//! `[cluster]` in the daemon: what this process is ([`Place`]) — alone, or a gateway, a
+//! worker or both on a cluster — and what the cluster puts in place of the one-process parts:
+//! the bus and the session stores. Without the `cluster` feature every process is alone, and
+//! a config with `[cluster]` is refused.
+
+use std::sync::Arc;
+
+use switchboard_core::{AgentName, Bus, ChatHub};
+use switchboard_sessions::SessionStore;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, ConfigError};
+
+/// Checks `[cluster]` and the role (`run --role` over the section's).
+pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
+    #[cfg(feature = "cluster")]
+    {
+        let Some(section) = &config.cluster else {
+            return match &config.role {
+                Some(_) => Err(config.source.error_at(
+                    None,
+                    "cluster".into(),
+                    "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
+                )),
+                None => Ok(()),
+            };
+        };
+        section
+            .resolve()
+            .map_err(|problem| config.source.problem("cluster", problem))?;
+        if let Some(role) = &config.role {
+            role.parse::<switchboard_nats::Role>()
+                .map_err(|why| config.source.error_at(None, "--role".into(), why))?;
+        }
+        Ok(())
+    }
+    #[cfg(not(feature = "cluster"))]
+    {
+        match (&config.cluster, &config.role) {
+            (Some(cluster), _) => Err(config.source.error_at(
+                Some(cluster.span()),
+                "cluster".into(),
+                "this switchboard was built without the cluster (the `cluster` cargo feature): \
+                 build it with `--features cluster`, or remove [cluster]"
+                    .into(),
+            )),
+            (None, Some(_)) => Err(config.source.error_at(
+                None,
+                "cluster".into(),
+                "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
+            )),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// What this process is, and the bus it is on.
+pub(crate) struct Place {
+    bus: Arc<dyn Bus>,
+    runs_channels: bool,
+    runs_agents: bool,
+    #[cfg(feature = "cluster")]
+    nats: Option<(switchboard_nats::Cluster, switchboard_nats::NatsBus)>,
+}
+
+impl Place {
+    /// Joins the cluster when the config has one (connecting to NATS and making what is
+    /// missing there); else the process is alone, on a [`ChatHub`].
+    pub(crate) async fn join(config: &Config, intake: &CancellationToken) -> anyhow::Result<Self> {
+        let capacity = config.daemon.inbound_queue;
+        #[cfg(feature = "cluster")]
+        if let Some(section) = &config.cluster {
+            let mut resolved = section
+                .resolve()
+                .map_err(|problem| config.source.problem("cluster", problem))?;
+            if let Some(role) = &config.role {
+                resolved.role = role
+                    .parse()
+                    .map_err(|why: String| config.source.error_at(None, "--role".into(), why))?;
+            }
+            let role = resolved.role;
+            let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
+            tracing::info!(member = cluster.member(), role = role.as_str(),
+                cluster = %cluster.config().name, partitions = cluster.config().partitions,
+                "joined the cluster");
+            let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
+            return Ok(Self {
+                bus: Arc::new(bus.clone()),
+                runs_channels: role.runs_channels(),
+                runs_agents: role.runs_agents(),
+                nats: Some((cluster, bus)),
+            });
+        }
+        Ok(Self {
+            bus: Arc::new(ChatHub::new(capacity, intake.clone())),
+            runs_channels: true,
+            runs_agents: true,
+            #[cfg(feature = "cluster")]
+            nats: None,
+        })
+    }
+
+    /// The bus adapters and agents meet on.
+    pub(crate) fn bus(&self) -> &Arc<dyn Bus> {
+        &self.bus
+    }
+
+    /// Whether this process runs the channels (alone, or a gateway).
+    pub(crate) fn runs_channels(&self) -> bool {
+        self.runs_channels
+    }
+
+    /// Whether this process runs the agents (alone, or a worker).
+    pub(crate) fn runs_agents(&self) -> bool {
+        self.runs_agents
+    }
+
+    /// Whether the process is one of a cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        return self.nats.is_some();
+        #[cfg(not(feature = "cluster"))]
+        false
+    }
+
+    /// Where `agent`'s sessions are kept on the cluster; `None` alone (its state directory).
+    pub(crate) fn session_store(&self, agent: &AgentName) -> Option<Arc<dyn SessionStore>> {
+        #[cfg(feature = "cluster")]
+        if let Some((cluster, _)) = &self.nats {
+            return Some(Arc::new(switchboard_nats::NatsStore::new(cluster, agent)));
+        }
+        let _ = agent;
+        None
+    }
+
+    /// Starts taking partitions (a worker on a cluster; nothing alone).
+    pub(crate) fn start_worker(&self) {
+        #[cfg(feature = "cluster")]
+        if let Some((_, bus)) = &self.nats
+            && self.runs_agents
+        {
+            bus.start_worker();
+        }
+    }
+}

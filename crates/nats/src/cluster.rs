@@ -1,0 +1,189 @@
+//! [`Cluster`]: one process's connection to the cluster's NATS, and the streams and buckets
+//! every member shares, made when missing.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+
+use crate::config::ClusterConfig;
+use crate::error::ClusterError;
+use crate::names::Names;
+
+/// How long a request to the server may take before it counts as failed.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a member's presence lasts unrenewed, in leases: a member is gone this long after
+/// it stopped renewing.
+const MEMBER_LEASES: u32 = 1;
+
+/// A process's connection to the cluster: the client, JetStream, and the shared buckets.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(crate) config: ClusterConfig,
+    pub(crate) names: Names,
+    pub(crate) client: async_nats::Client,
+    pub(crate) js: jetstream::Context,
+    /// Who holds each partition and each platform connection (`p.N`, `channel.NAME`).
+    pub(crate) leases: kv::Store,
+    /// Who is in the cluster and what it runs (`MEMBER` → role).
+    pub(crate) members: kv::Store,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.config.name)
+            .field("member", &self.config.member)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Connects to the servers and makes what is missing of the streams and buckets. The
+    /// client reconnects by itself for as long as the process runs.
+    pub async fn connect(config: ClusterConfig) -> Result<Self, ClusterError> {
+        let mut options = async_nats::ConnectOptions::new()
+            .name(format!(
+                "switchboard {} ({})",
+                config.member,
+                config.role.as_str()
+            ))
+            .connection_timeout(REQUEST_TIMEOUT)
+            .request_timeout(Some(REQUEST_TIMEOUT))
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .event_callback(|event| async move {
+                match event {
+                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("disconnected from NATS; reconnecting");
+                    }
+                    other => tracing::debug!(event = %other, "NATS"),
+                }
+            });
+        if let Some(token) = &config.token {
+            options = options.token(token.clone());
+        }
+        if let Some(credentials) = &config.credentials {
+            options = options
+                .credentials(credentials)
+                .map_err(|err| ClusterError::Credentials(err.to_string()))?;
+        }
+        let client = tokio::time::timeout(
+            REQUEST_TIMEOUT * 2,
+            options.connect(config.nats_url.as_str()),
+        )
+        .await
+        .map_err(|_| ClusterError::Unreachable {
+            url: config.nats_url.clone(),
+            why: "no answer within 10 s".into(),
+        })?
+        .map_err(|err| ClusterError::Unreachable {
+            url: config.nats_url.clone(),
+            why: err.to_string(),
+        })?;
+        // Wait until the connection is up (retry_on_initial_connect returns at once).
+        tokio::time::timeout(REQUEST_TIMEOUT * 2, client.flush())
+            .await
+            .map_err(|_| ClusterError::Unreachable {
+                url: config.nats_url.clone(),
+                why: "no answer within 10 s".into(),
+            })?
+            .map_err(|err| ClusterError::Unreachable {
+                url: config.nats_url.clone(),
+                why: err.to_string(),
+            })?;
+        let names = Names::new(&config.name);
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(REQUEST_TIMEOUT);
+        for stream in [
+            names.inbound_stream(config.partitions),
+            names.outbound_stream(),
+            names.sessions_stream(),
+        ] {
+            ensure_stream(&js, stream).await?;
+        }
+        let leases = ensure_bucket(&js, &names.leases_bucket(), config.lease).await?;
+        let members =
+            ensure_bucket(&js, &names.members_bucket(), config.lease * MEMBER_LEASES).await?;
+        Ok(Self {
+            config,
+            names,
+            client,
+            js,
+            leases,
+            members,
+        })
+    }
+
+    /// This process's name among the members.
+    pub fn member(&self) -> &str {
+        &self.config.member
+    }
+
+    /// The resolved `[cluster]`.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+}
+
+/// Makes a stream unless it exists (an existing one is used as it is).
+async fn ensure_stream(
+    js: &jetstream::Context,
+    config: stream::Config,
+) -> Result<stream::Stream, ClusterError> {
+    let name = config.name.clone();
+    match js.get_stream(&name).await {
+        Ok(stream) => Ok(stream),
+        Err(err)
+            if matches!(
+                err.kind(),
+                jetstream::context::GetStreamErrorKind::JetStream(ref js_err)
+                    if js_err.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND
+            ) =>
+        {
+            js.create_stream(config)
+                .await
+                .map_err(|err| ClusterError::Server {
+                    what: format!("create the stream {name}"),
+                    why: err.to_string(),
+                })
+        }
+        Err(err) => Err(ClusterError::Server {
+            what: format!("read the stream {name}"),
+            why: err.to_string(),
+        }),
+    }
+}
+
+/// A key-value bucket whose entries vanish `ttl` after their last write. Its stream is made
+/// here, as NATS's own key-value layout, rather than by the client's `create_key_value`: that
+/// asks the server for account facts that servers before 2.10 (Debian's) do not give.
+async fn ensure_bucket(
+    js: &jetstream::Context,
+    bucket: &str,
+    ttl: Duration,
+) -> Result<kv::Store, ClusterError> {
+    ensure_stream(
+        js,
+        stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            max_age: ttl,
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: stream::DiscardPolicy::New,
+            duplicate_window: ttl.min(Duration::from_secs(120)),
+            ..Default::default()
+        },
+    )
+    .await?;
+    js.get_key_value(bucket)
+        .await
+        .map_err(|err| ClusterError::Server {
+            what: format!("open the bucket {bucket}"),
+            why: err.to_string(),
+        })
+}

@@ -1,0 +1,202 @@
+//! The gateway's side of outbound: a channel's messages read off the outbound stream and
+//! handed to its lanes, and the questions about its chats answered.
+//!
+//! A platform channel is read through a durable consumer: each message is acknowledged once
+//! delivered (and kept in progress while it waits in its lane), so a gateway that dies
+//! leaves the rest for the next one. A process channel (WebSocket) is read by every gateway
+//! from the newest message on: each delivers to its own clients.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer};
+use futures::StreamExt;
+use switchboard_core::{ChannelName, ChannelScope, Lanes, OutboundMessage, wire};
+
+use crate::bus::{Inner, answer_receipt, pull_config};
+
+/// How long a platform channel's message may wait for delivery before the server offers it
+/// again, unless the gateway says it is still in progress (every third of it).
+const DELIVERY_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits before reading a channel's messages again after the reader failed.
+const REOPEN_WAIT: Duration = Duration::from_secs(1);
+
+/// Starts delivering `channel`'s messages from the stream into `lanes`, and answering
+/// whether its chats may be written to unasked.
+pub(crate) fn start(inner: Arc<Inner>, channel: ChannelName, scope: ChannelScope, lanes: Lanes) {
+    let responder = inner.clone();
+    let answering = lanes.clone();
+    let name = channel.clone();
+    inner
+        .tasks
+        .spawn(async move { answer_notify(responder, name, answering).await });
+    let reader = inner.clone();
+    inner.tasks.spawn(async move {
+        loop {
+            let read = match scope {
+                ChannelScope::Process => read_every_new(&reader, &channel, &lanes).await,
+                _ => read_durably(&reader, &channel, &lanes).await,
+            };
+            if let Err(err) = read {
+                tracing::warn!(%channel, error = %err, "reading the channel's messages from NATS failed; again in 1 s");
+            }
+            tokio::select! {
+                () = reader.stop.cancelled() => return,
+                () = tokio::time::sleep(REOPEN_WAIT) => {}
+            }
+        }
+    });
+}
+
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+/// A platform channel: one durable consumer, each message acknowledged once delivered.
+async fn read_durably(
+    inner: &Arc<Inner>,
+    channel: &ChannelName,
+    lanes: &Lanes,
+) -> Result<(), Failure> {
+    let names = &inner.cluster.names;
+    let stream = inner
+        .cluster
+        .js
+        .get_stream(names.outbound_stream_name())
+        .await?;
+    let name = names.outbound_consumer(channel.as_str());
+    let mut config = pull_config(name.clone(), names.outbound_subject(channel.as_str()));
+    config.ack_wait = DELIVERY_WAIT;
+    config.deliver_policy = consumer::DeliverPolicy::New;
+    let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&name, config).await?;
+    let mut messages = consumer.messages().await?;
+    loop {
+        let next = tokio::select! {
+            () = inner.stop.cancelled() => return Ok(()),
+            next = messages.next() => next,
+        };
+        let Some(message) = next else { return Ok(()) };
+        let message = message?;
+        let Some(outbound) = decode(&message) else {
+            let _ = message.ack_with(AckKind::Term).await;
+            continue;
+        };
+        let receipt = match lanes.queue(outbound).await {
+            Ok(receipt) => receipt,
+            Err(err) => {
+                tracing::warn!(%channel, error = %err, "a reply could not be queued");
+                answer_receipt(&inner.cluster.client, message.headers.as_ref(), &Err(err)).await;
+                let _ = message.ack().await;
+                continue;
+            }
+        };
+        let client = inner.cluster.client.clone();
+        inner.tasks.spawn(async move {
+            tokio::pin!(receipt);
+            let mut progress = tokio::time::interval(DELIVERY_WAIT / 3);
+            progress.tick().await;
+            let delivered = loop {
+                tokio::select! {
+                    delivered = &mut receipt => break delivered,
+                    _ = progress.tick() => { let _ = message.ack_with(AckKind::Progress).await; }
+                }
+            };
+            answer_receipt(&client, message.headers.as_ref(), &delivered).await;
+            if let Err(err) = message.ack().await {
+                tracing::warn!(error = %err, "could not acknowledge a delivered reply");
+            }
+        });
+    }
+}
+
+/// A process channel: every gateway reads what is new, and delivers to its own clients.
+async fn read_every_new(
+    inner: &Arc<Inner>,
+    channel: &ChannelName,
+    lanes: &Lanes,
+) -> Result<(), Failure> {
+    let names = &inner.cluster.names;
+    let stream = inner
+        .cluster
+        .js
+        .get_stream(names.outbound_stream_name())
+        .await?;
+    let mut messages = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: names.outbound_subject(channel.as_str()),
+            deliver_policy: consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await?
+        .messages()
+        .await?;
+    loop {
+        let next = tokio::select! {
+            () = inner.stop.cancelled() => return Ok(()),
+            next = messages.next() => next,
+        };
+        let Some(message) = next else { return Ok(()) };
+        let message = message?;
+        let Some(outbound) = decode(&message) else {
+            continue;
+        };
+        match lanes.queue(outbound).await {
+            Ok(receipt) => {
+                let client = inner.cluster.client.clone();
+                let headers = message.headers.clone();
+                inner.tasks.spawn(async move {
+                    let delivered = receipt.await;
+                    answer_receipt(&client, headers.as_ref(), &delivered).await;
+                });
+            }
+            Err(err) => {
+                answer_receipt(&inner.cluster.client, message.headers.as_ref(), &Err(err)).await;
+            }
+        }
+    }
+}
+
+fn decode(message: &jetstream::Message) -> Option<OutboundMessage> {
+    match wire::decode(&message.payload) {
+        Ok(outbound) => Some(outbound),
+        Err(err) => {
+            tracing::error!(subject = %message.subject, error = %err, "an outbound message could not be read; dropped");
+            None
+        }
+    }
+}
+
+/// Answers "may the agent write to this chat unasked?" for `channel`, from one gateway of
+/// those that run it.
+async fn answer_notify(inner: Arc<Inner>, channel: ChannelName, lanes: Lanes) {
+    let subject = inner.cluster.names.notify_subject(channel.as_str());
+    let mut questions = match inner
+        .cluster
+        .client
+        .queue_subscribe(subject, "gateways".to_owned())
+        .await
+    {
+        Ok(questions) => questions,
+        Err(err) => {
+            tracing::error!(%channel, error = %err, "cannot answer questions about the channel's chats");
+            return;
+        }
+    };
+    loop {
+        let question = tokio::select! {
+            () = inner.stop.cancelled() => return,
+            question = questions.next() => question,
+        };
+        let Some(question) = question else { return };
+        let Some(reply) = question.reply else {
+            continue;
+        };
+        let chat =
+            switchboard_core::ChatId::from(String::from_utf8_lossy(&question.payload).as_ref());
+        let answer: &'static [u8] = if lanes.channel().may_notify(&chat) {
+            b"yes"
+        } else {
+            b"no"
+        };
+        let _ = inner.cluster.client.publish(reply, answer.into()).await;
+    }
+}

@@ -1,0 +1,30 @@
+//! switchboard-nats: switchboard past one machine. The [`Bus`](switchboard_core::Bus) and
+//! the [`SessionStore`](switchboard_sessions::SessionStore) on NATS JetStream, used when the
+//! config has a `[cluster]` section: gateways (channels) and workers (agents) on several
+//! hosts, partitions of the sessions leased to workers, failover when one dies.
+//!
+//! # Layout
+//! - `config`: `[cluster]` ([`ClusterSection`]) and the [`Role`] a process plays.
+//! - `cluster`: [`Cluster`], the connection and the shared streams and buckets.
+//! - `names`: what everything is called on the server; a session's partition.
+//! - `bus`: [`NatsBus`], the bus.
+//! - `partitions`: a worker's leases on partitions, and reading them.
+//! - `deliver`: a gateway's delivery of its channels' outbound messages.
+//! - `store`: [`NatsStore`], the sessions.
+//! - `error`: [`ClusterError`].
+
+mod bus;
+mod cluster;
+mod config;
+mod deliver;
+mod error;
+mod names;
+mod partitions;
+mod store;
+
+pub use bus::NatsBus;
+pub use cluster::Cluster;
+pub use config::{ClusterConfig, ClusterSection, MAX_PARTITIONS, Role};
+pub use error::ClusterError;
+pub use names::partition_of;
+pub use store::NatsStore;

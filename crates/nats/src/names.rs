@@ -1,0 +1,228 @@
+//! What everything of a cluster is called on the server: streams, subjects, consumers and
+//! buckets, all under the cluster's `name`; and which partition a session is on.
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use async_nats::jetstream::stream;
+use switchboard_core::SessionKey;
+use switchboard_core::wire::MAX_WIRE_BYTES;
+
+/// How long the server remembers a published message's id, so a message published twice
+/// (a platform's redelivery, a retried publish) is stored once.
+pub(crate) const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
+
+/// How long an outbound message is kept for a gateway that is down.
+const OUTBOUND_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The most bytes of outbound messages kept (the oldest go first).
+const OUTBOUND_BYTES: i64 = 1024 * 1024 * 1024;
+
+/// The names of one cluster's things.
+#[derive(Clone, Debug)]
+pub(crate) struct Names {
+    prefix: String,
+}
+
+impl Names {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    /// Inbound messages, one subject per partition; a message is removed once its worker
+    /// acknowledged it (a work queue).
+    pub(crate) fn inbound_stream(&self, _partitions: u32) -> stream::Config {
+        stream::Config {
+            name: format!("{}_inbound", self.prefix),
+            subjects: vec![format!("{}.in.*", self.prefix)],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: DEDUPE_WINDOW,
+            max_message_size: wire_limit(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn inbound_stream_name(&self) -> String {
+        format!("{}_inbound", self.prefix)
+    }
+
+    pub(crate) fn inbound_subject(&self, partition: u32) -> String {
+        format!("{}.in.{partition}", self.prefix)
+    }
+
+    /// The durable consumer that reads a partition (recreated by each new owner).
+    pub(crate) fn partition_consumer(&self, partition: u32) -> String {
+        format!("p{partition}")
+    }
+
+    /// Outbound messages, one subject per channel; kept a day (or 1 GiB) for a gateway
+    /// that is down.
+    pub(crate) fn outbound_stream(&self) -> stream::Config {
+        stream::Config {
+            name: self.outbound_stream_name(),
+            subjects: vec![format!("{}.out.*", self.prefix)],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            max_age: OUTBOUND_KEPT,
+            max_bytes: OUTBOUND_BYTES,
+            duplicate_window: DEDUPE_WINDOW,
+            discard: stream::DiscardPolicy::Old,
+            max_message_size: wire_limit(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn outbound_stream_name(&self) -> String {
+        format!("{}_outbound", self.prefix)
+    }
+
+    pub(crate) fn outbound_subject(&self, channel: &str) -> String {
+        format!("{}.out.{}", self.prefix, token(channel))
+    }
+
+    /// The durable consumer that delivers a platform channel's messages.
+    pub(crate) fn outbound_consumer(&self, channel: &str) -> String {
+        format!("out-{}", token(channel).replace('%', "_"))
+    }
+
+    /// Sessions: one subject per session, compacted by rolling the subject up.
+    pub(crate) fn sessions_stream(&self) -> stream::Config {
+        stream::Config {
+            name: self.sessions_stream_name(),
+            subjects: vec![
+                format!("{}.sessions.>", self.prefix),
+                format!("{}.archive.>", self.prefix),
+            ],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            allow_rollup: true,
+            allow_direct: true,
+            max_message_size: wire_limit(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn sessions_stream_name(&self) -> String {
+        format!("{}_sessions", self.prefix)
+    }
+
+    /// Where `agent`'s sessions are (`…sessions.AGENT.>`).
+    pub(crate) fn sessions_of(&self, agent: &str) -> String {
+        format!("{}.sessions.{}", self.prefix, token(agent))
+    }
+
+    pub(crate) fn session_subject(&self, agent: &str, key: &SessionKey) -> String {
+        format!("{}.{}", self.sessions_of(agent), token(key.as_str()))
+    }
+
+    pub(crate) fn archive_subject(&self, agent: &str, key: &SessionKey, millis: u128) -> String {
+        format!(
+            "{}.archive.{}.{}.{millis}",
+            self.prefix,
+            token(agent),
+            token(key.as_str())
+        )
+    }
+
+    pub(crate) fn leases_bucket(&self) -> String {
+        format!("{}_leases", self.prefix)
+    }
+
+    pub(crate) fn members_bucket(&self) -> String {
+        format!("{}_members", self.prefix)
+    }
+
+    /// Asked whether the agent may write to a chat of a channel unasked.
+    pub(crate) fn notify_subject(&self, channel: &str) -> String {
+        format!("{}.notify.{}", self.prefix, token(channel))
+    }
+}
+
+/// The lease key of a partition.
+pub(crate) fn partition_key(partition: u32) -> String {
+    format!("p.{partition}")
+}
+
+/// The partition a session's messages are on: a hash of its key that every build computes
+/// alike (FNV-1a), modulo the partitions.
+pub fn partition_of(key: &SessionKey, partitions: u32) -> u32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key.as_str().bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    u32::try_from(hash % u64::from(partitions.max(1))).unwrap_or(0)
+}
+
+/// `text` as one subject token: letters, digits, `-` and `_` kept, every other byte `%XX`
+/// (so no `.`, `*`, `>` or space reaches a subject).
+pub(crate) fn token(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            out.push(char::from(byte));
+        } else {
+            let _ = write!(out, "%{byte:02X}");
+        }
+    }
+    if out.is_empty() {
+        out.push('%');
+    }
+    out
+}
+
+/// The text a [`token`] was made from; `None` when it is not one.
+pub(crate) fn untoken(token: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(token.len());
+    let mut rest = token.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = tail.get(..2)?;
+            bytes.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+fn wire_limit() -> i32 {
+    i32::try_from(MAX_WIRE_BYTES + 64 * 1024).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_never_carry_subject_syntax() {
+        assert_eq!(token("telegram_42"), "telegram_42");
+        assert_eq!(token("a.b*c>d e"), "a%2Eb%2Ac%3Ed%20e");
+        assert_eq!(token(""), "%");
+        for text in ["telegram_42", "slack_C1:17.5", "websocket_é ✓"] {
+            assert_eq!(untoken(&token(text)).as_deref(), Some(text));
+        }
+    }
+
+    #[test]
+    fn a_session_is_always_on_the_same_partition_and_sessions_spread() {
+        let key = SessionKey::from("telegram_42");
+        assert_eq!(partition_of(&key, 16), partition_of(&key, 16));
+        // Fixed across builds: the value is part of the cluster's layout.
+        assert_eq!(
+            partition_of(&key, 16),
+            partition_of(&SessionKey::from("telegram_42"), 16)
+        );
+        let mut seen = [0usize; 16];
+        for chat in 0..1600 {
+            let key = SessionKey::from(format!("websocket_chat-{chat}").as_str());
+            seen[partition_of(&key, 16) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| (50..=150).contains(&n)), "{seen:?}");
+    }
+}

@@ -1,0 +1,336 @@
+//! The worker's side of inbound: leases on partitions, and each held partition's messages
+//! read in order into the dispatcher's queue.
+//!
+//! Every member renews its presence in the members bucket; a worker holds about its share of
+//! the partitions (their number over the workers present), each through a lease in the
+//! leases bucket that lapses unrenewed (the bucket's TTL) and is renewed by compare-and-set,
+//! so two workers never both believe they hold one. A worker with more than its share (one
+//! joined) stops reading the extra ones, lets their running turns end, and then gives them
+//! up. A worker that takes a partition starts its consumer afresh: everything not yet
+//! acknowledged comes again, in order, and the shared journal answers each message once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::{AckKind, consumer};
+use futures::StreamExt;
+use switchboard_core::{Ack, Fate, InboundMessage, wire};
+use tokio_util::sync::CancellationToken;
+
+use crate::bus::{Inner, NatsBus, pull_config};
+use crate::names::partition_key;
+
+/// A partition this worker holds.
+struct Held {
+    /// The lease's revision (what the next renewal must match).
+    revision: u64,
+    /// Stops reading it.
+    reading: CancellationToken,
+    /// Its messages handed to the dispatcher and not yet settled.
+    in_flight: Arc<AtomicUsize>,
+    /// Being given up: not read, renewed until its running turns end.
+    leaving: bool,
+}
+
+/// What a member says of itself in the members bucket.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Presence {
+    pub(crate) role: String,
+}
+
+impl NatsBus {
+    /// Starts taking partitions and reading their messages into the inbound queue (a
+    /// process that runs agents calls it once, before its dispatcher takes the queue).
+    pub fn start_worker(&self) {
+        let inner = self.inner().clone();
+        self.inner()
+            .tasks
+            .spawn(async move { hold_partitions(inner).await });
+    }
+}
+
+async fn hold_partitions(inner: Arc<Inner>) {
+    let lease = inner.cluster.config.lease;
+    let mut held: BTreeMap<u32, Held> = BTreeMap::new();
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = inner.intake.cancelled() => break,
+            () = inner.stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(err) = round(&inner, &mut held).await {
+            tracing::warn!(error = %err, "could not renew the partitions' leases");
+        }
+        publish_held(&inner, &held);
+    }
+    // Leaving: read nothing more, keep the leases while running turns end, then give them up
+    // so another worker takes them at once rather than after the TTL.
+    for partition in held.values_mut() {
+        partition.reading.cancel();
+        partition.leaving = true;
+    }
+    loop {
+        let settled = held
+            .values()
+            .all(|partition| partition.in_flight.load(Ordering::Acquire) == 0);
+        if settled || inner.stop.is_cancelled() {
+            break;
+        }
+        tokio::select! {
+            () = inner.stop.cancelled() => {}
+            _ = tick.tick() => { let _ = renew(&inner, &mut held).await; }
+        }
+    }
+    for (number, partition) in held {
+        let _ = inner
+            .cluster
+            .leases
+            .delete_expect_revision(partition_key(number), Some(partition.revision))
+            .await;
+    }
+    publish_held(&inner, &BTreeMap::new());
+}
+
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+/// One round: say we are here, renew what we hold, give up or take partitions to our share.
+async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(), Failure> {
+    let cluster = &inner.cluster;
+    let presence = serde_json::to_vec(&Presence {
+        role: cluster.config.role.as_str().to_owned(),
+    })?;
+    cluster
+        .members
+        .put(cluster.config.member.as_str(), presence.into())
+        .await?;
+    renew(inner, held).await;
+    let workers = workers(inner).await?.max(1);
+    let partitions = cluster.config.partitions;
+    let share = partitions.div_ceil(workers);
+    let active: Vec<u32> = held
+        .iter()
+        .filter(|(_, partition)| !partition.leaving)
+        .map(|(number, _)| *number)
+        .collect();
+    // More than our share: give up the last ones, once their running turns end.
+    for number in active.iter().skip(share as usize) {
+        if let Some(partition) = held.get_mut(number) {
+            tracing::info!(
+                partition = number,
+                "giving up a partition to a worker that joined"
+            );
+            partition.reading.cancel();
+            partition.leaving = true;
+        }
+    }
+    let leaving: Vec<u32> = held
+        .iter()
+        .filter(|(_, partition)| {
+            partition.leaving && partition.in_flight.load(Ordering::Acquire) == 0
+        })
+        .map(|(number, _)| *number)
+        .collect();
+    for number in leaving {
+        if let Some(partition) = held.remove(&number) {
+            let _ = cluster
+                .leases
+                .delete_expect_revision(partition_key(number), Some(partition.revision))
+                .await;
+        }
+    }
+    // Fewer: take free ones, starting at a place of our own so workers do not all race
+    // for the same.
+    let mut count = held.values().filter(|partition| !partition.leaving).count() as u32;
+    let start = crate::names::partition_of(
+        &switchboard_core::SessionKey::from(cluster.config.member.as_str()),
+        partitions,
+    );
+    for offset in 0..partitions {
+        if count >= share {
+            break;
+        }
+        let number = (start + offset) % partitions;
+        if held.contains_key(&number) {
+            continue;
+        }
+        let Ok(revision) = cluster
+            .leases
+            .create(partition_key(number), cluster.config.member.clone().into())
+            .await
+        else {
+            continue;
+        };
+        match take(inner, number, revision).await {
+            Ok(partition) => {
+                tracing::info!(partition = number, "took a partition");
+                held.insert(number, partition);
+                count += 1;
+            }
+            Err(err) => {
+                tracing::warn!(partition = number, error = %err, "could not read a partition it took; giving it up");
+                let _ = cluster
+                    .leases
+                    .delete_expect_revision(partition_key(number), Some(revision))
+                    .await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Renews every lease held; one that cannot be renewed (it lapsed and another took it) is
+/// let go at once.
+async fn renew(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) {
+    let member = inner.cluster.config.member.clone();
+    let mut lost = Vec::new();
+    for (number, partition) in held.iter_mut() {
+        match inner
+            .cluster
+            .leases
+            .update(
+                partition_key(*number),
+                member.clone().into(),
+                partition.revision,
+            )
+            .await
+        {
+            Ok(revision) => partition.revision = revision,
+            Err(err)
+                if err.kind() == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision =>
+            {
+                lost.push(*number);
+            }
+            // The server is unreachable: the lease may yet hold; try again next round.
+            Err(err) => tracing::debug!(partition = number, error = %err, "lease not renewed"),
+        }
+    }
+    for number in lost {
+        if let Some(partition) = held.remove(&number) {
+            tracing::warn!(
+                partition = number,
+                "lost the lease of a partition (it lapsed); stopped reading it"
+            );
+            partition.reading.cancel();
+        }
+    }
+}
+
+/// How many members run agents.
+async fn workers(inner: &Arc<Inner>) -> Result<u32, Failure> {
+    let members = &inner.cluster.members;
+    let mut keys = members.keys().await?;
+    let mut count = 0;
+    while let Some(key) = keys.next().await {
+        let key = key?;
+        let Some(value) = members.get(&key).await? else {
+            continue;
+        };
+        let runs_agents = serde_json::from_slice::<Presence>(&value)
+            .ok()
+            .and_then(|presence| presence.role.parse::<crate::Role>().ok())
+            .is_some_and(crate::Role::runs_agents);
+        count += u32::from(runs_agents);
+    }
+    Ok(count)
+}
+
+/// Starts reading a partition just taken: its consumer made afresh, so everything not yet
+/// acknowledged comes again, in order.
+async fn take(inner: &Arc<Inner>, number: u32, revision: u64) -> Result<Held, Failure> {
+    let names = &inner.cluster.names;
+    let stream = inner
+        .cluster
+        .js
+        .get_stream(names.inbound_stream_name())
+        .await?;
+    let name = names.partition_consumer(number);
+    let _ = stream.delete_consumer(&name).await;
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(pull_config(name, names.inbound_subject(number)))
+        .await?;
+    let messages = consumer.messages().await?;
+    let reading = CancellationToken::new();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let task_inner = inner.clone();
+    let task_reading = reading.clone();
+    let task_in_flight = in_flight.clone();
+    inner.tasks.spawn(async move {
+        read(task_inner, number, messages, task_reading, task_in_flight).await;
+    });
+    Ok(Held {
+        revision,
+        reading,
+        in_flight,
+        leaving: false,
+    })
+}
+
+async fn read(
+    inner: Arc<Inner>,
+    number: u32,
+    mut messages: consumer::pull::Stream,
+    reading: CancellationToken,
+    in_flight: Arc<AtomicUsize>,
+) {
+    loop {
+        let next = tokio::select! {
+            () = reading.cancelled() => return,
+            next = messages.next() => next,
+        };
+        let message = match next {
+            Some(Ok(message)) => message,
+            Some(Err(err)) => {
+                tracing::debug!(partition = number, error = %err, "reading a partition");
+                continue;
+            }
+            None => return,
+        };
+        let mut inbound: InboundMessage = match wire::decode(&message.payload) {
+            Ok(inbound) => inbound,
+            Err(err) => {
+                tracing::error!(partition = number, error = %err, "an inbound message could not be read; dropped");
+                let _ = message.ack_with(AckKind::Term).await;
+                continue;
+            }
+        };
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        let settled = in_flight.clone();
+        let runtime = tokio::runtime::Handle::current();
+        inbound.ack = Some(Ack::new(move |fate| {
+            runtime.spawn(async move {
+                let kind = match fate {
+                    Fate::Handled | Fate::Dropped => AckKind::Ack,
+                    // Not processed (this worker stops): offered again, to whoever reads next.
+                    Fate::Unprocessed => AckKind::Nak(Some(Duration::from_secs(1))),
+                };
+                if let Err(err) = message.ack_with(kind).await {
+                    tracing::warn!(error = %err, "could not acknowledge an inbound message");
+                }
+                settled.fetch_sub(1, Ordering::AcqRel);
+            });
+        }));
+        tokio::select! {
+            // Dropped unsent: its ack says unprocessed.
+            () = reading.cancelled() => return,
+            sent = inner.inbound_tx.send(inbound) => if sent.is_err() { return },
+        }
+    }
+}
+
+/// Makes what this worker holds visible (`status`, `/metrics`).
+fn publish_held(inner: &Arc<Inner>, held: &BTreeMap<u32, Held>) {
+    let numbers: Vec<u32> = held
+        .iter()
+        .filter(|(_, partition)| !partition.leaving)
+        .map(|(number, _)| *number)
+        .collect();
+    metrics::gauge!("switchboard_cluster_partitions_held").set(numbers.len() as f64);
+    *inner
+        .held
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = numbers;
+}

@@ -1,0 +1,358 @@
+//! [`NatsStore`]: sessions in a JetStream stream, so that every worker sees one truth.
+//!
+//! A session is one subject of the sessions stream (`NAME.sessions.AGENT.KEY`); its records
+//! are the JSONL store's lines, one message per append. Compaction publishes the snapshot
+//! with a subject rollup, which makes the server drop everything before it on that subject
+//! in the same step; `/new` copies the session to an archive subject and rolls it up empty.
+//! A load reads the subject's messages in order with an ordered consumer.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{consumer, stream};
+use async_trait::async_trait;
+use futures::StreamExt;
+use switchboard_core::{AgentName, ChatMessage, SessionKey};
+use switchboard_sessions::{
+    Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreError, StoreHealth, batch_lines,
+    read_lines, snapshot_lines,
+};
+
+use crate::cluster::Cluster;
+use crate::names::untoken;
+
+/// The most of a session read back (its newest records), like the file store's tail.
+const MAX_READ_BYTES: usize = 8 * 1024 * 1024;
+
+/// The most bytes one message of records carries; a larger append is several.
+const CHUNK_BYTES: usize = 512 * 1024;
+
+/// How long one store call may take, tries included, before it fails.
+const CALL_TIME: Duration = Duration::from_secs(30);
+
+/// The most sessions [`SessionStore::list`] reads the times of.
+const LISTED: usize = 500;
+
+/// One agent's sessions on the cluster.
+pub struct NatsStore {
+    cluster: Cluster,
+    agent: String,
+    failed_writes: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for NatsStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsStore")
+            .field("agent", &self.agent)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsStore {
+    /// The sessions of `agent` on `cluster`.
+    pub fn new(cluster: &Cluster, agent: &AgentName) -> Self {
+        Self {
+            cluster: cluster.clone(),
+            agent: agent.to_string(),
+            failed_writes: AtomicU64::new(0),
+            last_error: Mutex::new(None),
+        }
+    }
+
+    fn subject(&self, key: &SessionKey) -> String {
+        self.cluster.names.session_subject(&self.agent, key)
+    }
+
+    async fn stream(&self) -> Result<stream::Stream, StoreError> {
+        self.cluster
+            .js
+            .get_stream(self.cluster.names.sessions_stream_name())
+            .await
+            .map_err(failed)
+    }
+
+    /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]).
+    async fn read(&self, subject: &str) -> Result<Vec<u8>, StoreError> {
+        let stream = self.stream().await?;
+        let last = match stream.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => message.sequence,
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                return Ok(Vec::new());
+            }
+            Err(err) => return Err(failed(err)),
+        };
+        let mut messages = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: subject.to_owned(),
+                deliver_policy: consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .map_err(failed)?
+            .messages()
+            .await
+            .map_err(failed)?;
+        let mut chunks: std::collections::VecDeque<bytes::Bytes> =
+            std::collections::VecDeque::new();
+        let mut total = 0usize;
+        loop {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message.map_err(failed)?;
+            let sequence = message.info().map_err(failed)?.stream_sequence;
+            total += message.payload.len();
+            chunks.push_back(message.payload.clone());
+            while total > MAX_READ_BYTES && chunks.len() > 1 {
+                total -= chunks.pop_front().map_or(0, |chunk| chunk.len());
+            }
+            if sequence >= last {
+                break;
+            }
+        }
+        let mut text = Vec::with_capacity(total);
+        for chunk in chunks {
+            text.extend_from_slice(&chunk);
+        }
+        Ok(text)
+    }
+
+    /// Publishes `lines` on `subject` in messages of whole lines, the first with `headers`;
+    /// each is stored before the next is sent.
+    async fn write(
+        &self,
+        subject: &str,
+        lines: &[u8],
+        headers: HeaderMap,
+    ) -> Result<(), StoreError> {
+        let mut first = Some(headers);
+        for chunk in chunks(lines) {
+            let headers = first.take().unwrap_or_default();
+            let ack = self
+                .cluster
+                .js
+                .publish_with_headers(
+                    subject.to_owned(),
+                    headers,
+                    bytes::Bytes::copy_from_slice(chunk),
+                )
+                .await
+                .map_err(failed)?;
+            ack.await.map_err(failed)?;
+        }
+        Ok(())
+    }
+
+    /// Runs `call` until it succeeds or [`CALL_TIME`] is spent (NATS restarting), noting the
+    /// outcome for `/healthz`.
+    async fn tried<T, F, Fut>(&self, call: F) -> Result<T, StoreError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, StoreError>>,
+    {
+        let deadline = tokio::time::Instant::now() + CALL_TIME;
+        let mut wait = Duration::from_millis(100);
+        let result = loop {
+            match call().await {
+                Ok(value) => break Ok(value),
+                Err(err) if tokio::time::Instant::now() + wait >= deadline => break Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, "a session call to NATS failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+            }
+        };
+        let mut last = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &result {
+            Ok(_) => *last = None,
+            Err(err) => {
+                self.failed_writes.fetch_add(1, Ordering::Relaxed);
+                *last = Some(err.to_string());
+            }
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl SessionStore for NatsStore {
+    async fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError> {
+        let subject = self.subject(key);
+        let text = self.tried(|| self.read(&subject)).await?;
+        Ok(read_lines(&text, key))
+    }
+
+    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
+        let lines = batch_lines(batch)?;
+        let subject = self.subject(key);
+        self.tried(|| self.write(&subject, &lines, HeaderMap::new()))
+            .await
+    }
+
+    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+        let lines = snapshot_lines(snapshot)?;
+        let subject = self.subject(key);
+        self.tried(|| self.write(&subject, &lines, rollup())).await
+    }
+
+    async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
+        let subject = self.subject(key);
+        let text = self.tried(|| self.read(&subject)).await?;
+        Ok(read_lines(&text, key).messages)
+    }
+
+    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+        let subject = self.subject(key);
+        let text = self.tried(|| self.read(&subject)).await?;
+        if text.is_empty() {
+            return Ok(());
+        }
+        let millis = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let archive = self.cluster.names.archive_subject(&self.agent, key, millis);
+        self.tried(|| self.write(&archive, &text, HeaderMap::new()))
+            .await?;
+        // An empty rollup: the session starts afresh.
+        self.tried(|| async {
+            let ack = self
+                .cluster
+                .js
+                .publish_with_headers(subject.clone(), rollup(), bytes::Bytes::new())
+                .await
+                .map_err(failed)?;
+            ack.await.map(drop).map_err(failed)
+        })
+        .await
+    }
+
+    async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        let prefix = format!("{}.", self.cluster.names.sessions_of(&self.agent));
+        let stream = self.stream().await?;
+        let mut subjects = stream
+            .info_with_subjects(format!("{prefix}>"))
+            .await
+            .map_err(failed)?;
+        let mut found = Vec::new();
+        while let Some(entry) = subjects.next().await {
+            let (subject, _count) = entry.map_err(failed)?;
+            found.push(subject);
+            if found.len() >= LISTED {
+                break;
+            }
+        }
+        let mut sessions = Vec::with_capacity(found.len());
+        for subject in found {
+            let Some(name) = subject.strip_prefix(&prefix).map(str::to_owned) else {
+                continue;
+            };
+            let (modified, bytes) = match stream.get_last_raw_message_by_subject(&subject).await {
+                Ok(message) => (
+                    UNIX_EPOCH
+                        + Duration::from_secs(
+                            u64::try_from(message.time.unix_timestamp()).unwrap_or(0),
+                        ),
+                    message.payload.len() as u64,
+                ),
+                Err(_) => (UNIX_EPOCH, 0),
+            };
+            // An archived session's empty rollup: nothing on record.
+            if bytes == 0 {
+                continue;
+            }
+            sessions.push(SessionInfo {
+                key: untoken(&name).map(|key| SessionKey::from(key.as_str())),
+                name,
+                modified,
+                bytes,
+            });
+        }
+        sessions.sort_by(|a, b| b.modified.cmp(&a.modified).then(a.name.cmp(&b.name)));
+        Ok(sessions)
+    }
+
+    fn health(&self) -> StoreHealth {
+        match self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        {
+            None => StoreHealth::Ok,
+            Some(error) => StoreHealth::Degraded {
+                error,
+                failed_writes: self.failed_writes.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+/// The header that makes a message replace everything before it on its subject.
+fn rollup() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    headers.insert("Nats-Rollup", "sub");
+    headers
+}
+
+/// `lines` cut into pieces of whole lines of at most [`CHUNK_BYTES`] (a longer line is a
+/// piece of its own).
+fn chunks(lines: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < lines.len() {
+        let mut end = (start + CHUNK_BYTES).min(lines.len());
+        if end < lines.len() {
+            match lines[start..end].iter().rposition(|&b| b == b'\n') {
+                Some(at) => end = start + at + 1,
+                None => {
+                    end = lines[start..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(lines.len(), |at| start + at + 1);
+                }
+            }
+        }
+        out.push(&lines[start..end]);
+        start = end;
+    }
+    if out.is_empty() {
+        out.push(lines);
+    }
+    out
+}
+
+fn failed(err: impl std::fmt::Display) -> StoreError {
+    StoreError::Io {
+        path: std::path::PathBuf::from("nats"),
+        source: std::io::Error::other(format!("NATS: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_are_cut_at_line_ends_and_nothing_is_lost() {
+        let line = format!("{}\n", "x".repeat(1000));
+        let text = line.repeat(1200);
+        let pieces = chunks(text.as_bytes());
+        assert!(pieces.len() > 1);
+        assert!(
+            pieces
+                .iter()
+                .all(|piece| piece.ends_with(b"\n") && piece.len() <= CHUNK_BYTES)
+        );
+        assert_eq!(pieces.concat(), text.as_bytes());
+        let long = format!("{}\n", "y".repeat(CHUNK_BYTES + 10));
+        assert_eq!(chunks(long.as_bytes()), vec![long.as_bytes()]);
+    }
+}

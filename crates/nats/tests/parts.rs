@@ -1,0 +1,299 @@
+//! The cluster's pieces against a real `nats-server`: the session store seen from two
+//! members, inbound in order through a worker's partitions, outbound delivered by the
+//! gateway with its receipt, and partitions taken over when a worker leaves.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use switchboard_core::{
+    Bus, Channel, ChannelContext, ChannelName, ChatMessage, CoreError, Fate, InboundMessage,
+    LaneOptions, OutboundKind, OutboundMessage, SessionKey, TurnEnd,
+};
+use switchboard_nats::{Cluster, ClusterConfig, NatsBus, NatsStore, Role};
+use switchboard_sessions::{Batch, InboundState, SessionStore, Snapshot};
+use switchboard_testkit::NatsServer;
+use tokio_util::sync::CancellationToken;
+
+fn config(server: &NatsServer, role: Role, member: &str) -> ClusterConfig {
+    ClusterConfig {
+        nats_url: server.url(),
+        credentials: None,
+        token: None,
+        name: "t".into(),
+        partitions: 4,
+        role,
+        lease: Duration::from_secs(1),
+        member: member.into(),
+    }
+}
+
+async fn join(server: &NatsServer, role: Role, member: &str) -> Cluster {
+    Cluster::connect(config(server, role, member))
+        .await
+        .expect("joins the cluster")
+}
+
+async fn within<T>(what: &str, future: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(20), future)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within 20 s"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_written_on_one_member_is_read_alike_on_another() {
+    let server = NatsServer::start();
+    let one = NatsStore::new(&join(&server, Role::Worker, "one").await, &"default".into());
+    let two = NatsStore::new(
+        &join(&server, Role::Gateway, "two").await,
+        &"default".into(),
+    );
+    let key = SessionKey::from("telegram_4.2");
+    assert!(one.load(&key).await.expect("load").messages.is_empty());
+
+    let asked = [ChatMessage::user("q1"), ChatMessage::assistant("a1")];
+    let state = InboundState::Received;
+    let id = "m1".into();
+    one.append(
+        &key,
+        &Batch {
+            messages: &asked,
+            usage: None,
+            inbound: Some((&id, &state)),
+        },
+    )
+    .await
+    .expect("append");
+    let loaded = two.load(&key).await.expect("load");
+    assert_eq!(loaded.messages, asked);
+    assert_eq!(loaded.inbound, vec![(id.clone(), InboundState::Received)]);
+
+    // Compaction replaces what came before, in one step.
+    let window = [ChatMessage::user("q2"), ChatMessage::assistant("a2")];
+    one.compact(
+        &key,
+        &Snapshot {
+            messages: &window,
+            usage: Default::default(),
+            inbound: &[(id.clone(), InboundState::Delivered)],
+        },
+    )
+    .await
+    .expect("compact");
+    let loaded = two.load(&key).await.expect("load");
+    assert_eq!(loaded.messages, window);
+    assert_eq!(loaded.inbound, vec![(id, InboundState::Delivered)]);
+    assert_eq!(two.transcript(&key).await.expect("transcript"), window);
+
+    let listed = two.list().await.expect("list");
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].key, Some(key.clone()));
+
+    // A long append (larger than one message) comes back whole.
+    let long: Vec<ChatMessage> = (0..40)
+        .map(|i| ChatMessage::user(format!("{i}:{}", "x".repeat(30_000))))
+        .collect();
+    one.append(&key, &Batch::messages(&long))
+        .await
+        .expect("append long");
+    assert_eq!(two.load(&key).await.expect("load").messages.len(), 42);
+
+    two.archive(&key).await.expect("archive");
+    assert!(one.load(&key).await.expect("load").messages.is_empty());
+    assert!(!one.has_history(&key).await);
+    assert!(one.list().await.expect("list").is_empty());
+}
+
+/// A channel that records what it is sent.
+#[derive(Default)]
+struct Recorder(Mutex<Vec<OutboundMessage>>);
+
+#[async_trait::async_trait]
+impl Channel for Recorder {
+    fn name(&self) -> ChannelName {
+        "telegram".into()
+    }
+    async fn run(&self, _: ChannelContext) -> Result<(), CoreError> {
+        Ok(())
+    }
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.0.lock().expect("lock").push(message);
+        Ok(())
+    }
+}
+
+fn inbound(chat: &str, text: &str) -> InboundMessage {
+    let mut message =
+        InboundMessage::text("telegram".into(), chat.into(), "7".into(), text.to_owned());
+    message.id = Some(format!("{chat}-{text}").into());
+    message
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_reach_the_worker_in_order_and_replies_the_gateway_with_receipts() {
+    let server = NatsServer::start();
+    let gateway = NatsBus::new(
+        join(&server, Role::Gateway, "gw").await,
+        16,
+        CancellationToken::new(),
+    );
+    let worker = NatsBus::new(
+        join(&server, Role::Worker, "w1").await,
+        16,
+        CancellationToken::new(),
+    );
+    worker.start_worker();
+    let mut taken = worker.take_inbound().expect("inbound");
+    let recorder = Arc::new(Recorder::default());
+    gateway.register_channel(recorder.clone(), LaneOptions::default());
+
+    // The gateway's channel is told once the bus holds the message.
+    let (fates, mut told) = tokio::sync::mpsc::unbounded_channel();
+    for text in ["1", "2", "3"] {
+        let mut message = inbound("42", text);
+        let fates = fates.clone();
+        message.ack = Some(switchboard_core::Ack::new(move |fate| {
+            let _ = fates.send(fate);
+        }));
+        gateway.publish_inbound(message).await.expect("publish");
+        assert_eq!(told.recv().await, Some(Fate::Handled));
+    }
+    for text in ["1", "2", "3"] {
+        let message = within("the worker gets it", taken.recv())
+            .await
+            .expect("message");
+        assert_eq!(message.content, text, "in order");
+        assert_eq!(message.session_key(), SessionKey::from("telegram_42"));
+        message.settle(Fate::Handled);
+    }
+    within("the only worker holds all", async {
+        while worker.held_partitions().len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // A reply: published by the worker, delivered by the gateway, with the receipt.
+    let reply = |kind| OutboundMessage {
+        channel: "telegram".into(),
+        chat_id: "42".into(),
+        reply_to: None,
+        kind,
+    };
+    worker
+        .publish_outbound(reply(OutboundKind::Message("hello".into())))
+        .await
+        .expect("publish");
+    within(
+        "delivered with its receipt",
+        worker.deliver_outbound(reply(OutboundKind::Done(TurnEnd::Answered))),
+    )
+    .await
+    .expect("delivered");
+    let sent = recorder.0.lock().expect("lock").clone();
+    assert_eq!(
+        sent.iter().map(|m| m.kind.clone()).collect::<Vec<_>>(),
+        [
+            OutboundKind::Message("hello".into()),
+            OutboundKind::Done(TurnEnd::Answered)
+        ]
+    );
+    assert!(
+        within(
+            "notify",
+            worker.may_notify(&"telegram".into(), &"42".into())
+        )
+        .await
+        .expect("asked")
+    );
+    let unknown = worker.may_notify(&"discord".into(), &"1".into()).await;
+    assert!(
+        matches!(unknown, Err(CoreError::UnknownChannel(_))),
+        "{unknown:?}"
+    );
+    worker.close().await;
+    gateway.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_leaves_hands_its_partitions_and_unsettled_messages_on() {
+    let server = NatsServer::start();
+    let gateway = NatsBus::new(
+        join(&server, Role::Gateway, "gw").await,
+        64,
+        CancellationToken::new(),
+    );
+    let first_intake = CancellationToken::new();
+    let first = NatsBus::new(
+        join(&server, Role::Worker, "w1").await,
+        64,
+        first_intake.clone(),
+    );
+    first.start_worker();
+    let mut first_taken = first.take_inbound().expect("inbound");
+    within("w1 holds all", async {
+        while first.held_partitions().len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    let second = NatsBus::new(
+        join(&server, Role::Worker, "w2").await,
+        64,
+        CancellationToken::new(),
+    );
+    second.start_worker();
+    let mut second_taken = second.take_inbound().expect("inbound");
+    within("the partitions are split", async {
+        while first.held_partitions().len() != 2 || second.held_partitions().len() != 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    // Messages of many chats: each reaches the worker that holds its partition.
+    for chat in 0..20 {
+        gateway
+            .publish_inbound(inbound(&chat.to_string(), "hi"))
+            .await
+            .expect("publish");
+    }
+    let mut unsettled = Vec::new();
+    let mut seen = 0;
+    while seen < 20 {
+        tokio::select! {
+            Some(message) = first_taken.recv() => { unsettled.push(message); seen += 1; }
+            Some(message) = second_taken.recv() => { message.settle(Fate::Handled); seen += 1; }
+            () = tokio::time::sleep(Duration::from_secs(20)) => panic!("only {seen} of 20 arrived"),
+        }
+    }
+    assert!(!unsettled.is_empty(), "both workers got some");
+    let left: Vec<String> = unsettled.iter().map(|m| m.chat_id.to_string()).collect();
+
+    // The first worker stops taking messages without settling its own: the second takes
+    // its partitions and gets them again.
+    first_intake.cancel();
+    drop(unsettled);
+    let mut again = Vec::new();
+    while again.len() < left.len() {
+        let message = within("redelivered to the second", second_taken.recv())
+            .await
+            .expect("message");
+        again.push(message.chat_id.to_string());
+        message.settle(Fate::Handled);
+    }
+    again.sort();
+    let mut left = left;
+    left.sort();
+    assert_eq!(again, left);
+    within("the second holds all", async {
+        while second.held_partitions().len() < 4 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    first.close().await;
+    second.close().await;
+    gateway.close().await;
+    drop(first_taken);
+}

@@ -1,0 +1,285 @@
+//! A cluster on a real `nats-server` (Debian's, with JetStream): the binary started as a
+//! gateway and as workers on 127.0.0.1, messages typed into the gateway's WebSocket, replies
+//! read there, workers killed with -9.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_testkit::{NatsServer, Reply, ScriptedLlm, last_user_text};
+use tokio::time::Instant;
+
+use crate::util::{self, Extra, WsClient};
+
+/// A member's lease, short so that failover is quick to see.
+const LEASE_SECS: f64 = 2.0;
+
+/// How long the whole of a cluster test may wait for what it expects.
+const CLUSTER_PATIENCE: Duration = Duration::from_secs(120);
+
+/// Writes the config of one member (its own directory, as on a host of its own; the
+/// workspace made, as a mounted shared volume would be).
+fn member_config(
+    root: &Path,
+    llm: &ScriptedLlm,
+    nats: &NatsServer,
+    role: &str,
+    member: &str,
+) -> PathBuf {
+    let dir = root.join(member);
+    std::fs::create_dir_all(dir.join("workspace")).expect("workspace");
+    let tables = format!(
+        "[cluster]\nnats_url = \"{}\"\nname = \"sb\"\npartitions = 8\nrole = \"{role}\"\nmember = \"{member}\"\nlease_secs = {LEASE_SECS}\n",
+        nats.url()
+    );
+    let config = dir.join("config.toml");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        &dir,
+        Extra {
+            tables: &tables,
+            ..Extra::default()
+        },
+    );
+    std::fs::write(&config, text).expect("config");
+    config
+}
+
+/// Replies that name the message they answer.
+fn echoing(llm: &ScriptedLlm) {
+    llm.respond_with(|request| Reply::text(format!("re: {}", last_user_text(request))));
+}
+
+/// Reads `message` frames until `count` arrived; by chat, in the order they came.
+async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<String, Vec<String>> {
+    let mut by_chat: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut seen = 0;
+    let deadline = Instant::now() + CLUSTER_PATIENCE;
+    while seen < count {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let Some(frame) = client.try_next_frame(wait).await else {
+            panic!("{seen} of {count} replies came: {by_chat:?}");
+        };
+        if frame["type"] == "message" {
+            let chat = frame["chat_id"].as_str().unwrap_or_default().to_owned();
+            let text = frame["content"].as_str().unwrap_or_default().to_owned();
+            by_chat.entry(chat).or_default().push(text);
+            seen += 1;
+        }
+    }
+    by_chat
+}
+
+/// Which member holds each partition, read off the cluster's leases bucket.
+async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
+    let client = async_nats::connect(nats.url()).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let leases = js.get_key_value("sb_leases").await.expect("bucket");
+    let mut keys = leases.keys().await.expect("keys");
+    let mut out = BTreeMap::new();
+    while let Some(key) = futures::StreamExt::next(&mut keys).await {
+        let key = key.expect("key");
+        if let Some(value) = leases.get(&key).await.expect("get") {
+            out.insert(key, String::from_utf8_lossy(&value).into_owned());
+        }
+    }
+    out
+}
+
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + CLUSTER_PATIENCE;
+    while !check().await {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {CLUSTER_PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_gateway_two_workers_answer_every_message_once_in_order() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing(&llm);
+    let root = tempfile::tempdir().expect("tempdir");
+    let gateway = member_config(root.path(), &llm, &nats, "gateway", "gw");
+    let (_gateway, addr) = util::spawn_daemon(&gateway).await;
+    let (_w1, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    let (_w2, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
+    wait_until("the partitions split between the workers", || async {
+        let held = holders(&nats).await;
+        held.len() == 8
+            && held.values().filter(|member| *member == "w1").count() == 4
+            && held.values().filter(|member| *member == "w2").count() == 4
+    })
+    .await;
+
+    const CHATS: usize = 200;
+    const EACH: usize = 5;
+    let mut client = WsClient::connect(addr).await;
+    for round in 0..EACH {
+        for chat in 0..CHATS {
+            client
+                .send(&format!("chat-{chat}"), &format!("{round}"))
+                .await;
+        }
+    }
+    let by_chat = replies(&mut client, CHATS * EACH).await;
+    assert_eq!(by_chat.len(), CHATS);
+    let expected: Vec<String> = (0..EACH).map(|round| format!("re: {round}")).collect();
+    for (chat, said) in &by_chat {
+        assert_eq!(
+            said, &expected,
+            "{chat}: each message answered once, in order"
+        );
+    }
+    // Nothing more comes: no message was answered twice.
+    let extra = client.try_next_frame(Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .as_ref()
+            .is_none_or(|frame| frame["type"] != "message"),
+        "{extra:?}"
+    );
+    assert_eq!(
+        llm.requests().len(),
+        CHATS * EACH,
+        "one model call per message"
+    );
+    let _ = Value::Null;
+}
+
+/// Every request answered in two steps, each a little slow: a tool call (`list_dir`), then
+/// a text naming the message — so that turns are under way when a worker is killed.
+fn tool_calling(llm: &ScriptedLlm) {
+    llm.strict().respond_with(|request| {
+        let last = request["messages"]
+            .as_array()
+            .and_then(|messages| messages.last())
+            .map(|message| message["role"].as_str().unwrap_or_default().to_owned())
+            .unwrap_or_default();
+        let reply = if last == "tool" {
+            Reply::text(format!("re: {}", last_user_text(request)))
+        } else {
+            Reply::tool("list_dir", serde_json::json!({"path": "."}))
+        };
+        reply.delayed(Duration::from_millis(150))
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_mid_turn_is_taken_over_and_every_message_answered_once() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    tool_calling(&llm);
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_gateway, addr) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
+    let (mut w1, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    let (_w2, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
+    wait_until("the partitions split between the workers", || async {
+        let held = holders(&nats).await;
+        held.len() == 8 && held.values().filter(|member| *member == "w1").count() == 4
+    })
+    .await;
+
+    const CHATS: usize = 30;
+    const EACH: usize = 3;
+    let mut client = WsClient::connect(addr).await;
+    for round in 0..EACH {
+        for chat in 0..CHATS {
+            client
+                .send(&format!("chat-{chat}"), &format!("{round}"))
+                .await;
+        }
+    }
+    // Killed once some answers are out and many turns are under way.
+    let mut by_chat = replies(&mut client, CHATS / 2).await;
+    w1.start_kill().expect("kill -9");
+    w1.wait().await.expect("ended");
+    let killed = Instant::now();
+    wait_until("the survivor holds every partition", || async {
+        let held = holders(&nats).await;
+        held.len() == 8 && held.values().all(|member| member == "w2")
+    })
+    .await;
+    let took_over = killed.elapsed();
+    assert!(
+        took_over < Duration::from_secs_f64(LEASE_SECS * 3.0),
+        "taken over in {took_over:?}"
+    );
+    let seen: usize = by_chat.values().map(Vec::len).sum();
+    for (chat, said) in replies(&mut client, CHATS * EACH - seen).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+    let expected: Vec<String> = (0..EACH).map(|round| format!("re: {round}")).collect();
+    for (chat, said) in &by_chat {
+        assert_eq!(
+            said, &expected,
+            "{chat}: each message answered once, in order"
+        );
+    }
+    let extra = client.try_next_frame(Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .as_ref()
+            .is_none_or(|frame| frame["type"] != "message"),
+        "nothing is answered twice: {extra:?}"
+    );
+    assert!(
+        llm.violations().is_empty(),
+        "every history valid for a strict provider: {:?}",
+        llm.violations()
+    );
+}
+
+#[test]
+fn a_cluster_config_out_of_range_names_its_file_line_and_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = util::config_text_with(
+        "http://127.0.0.1:9/v1",
+        dir.path(),
+        Extra {
+            tables: "[cluster]\nnats_url = \"nats://127.0.0.1:4222\"\npartitions = 0\n",
+            ..Extra::default()
+        },
+    );
+    let err = switchboard::config::Config::parse(&text, &dir.path().join("config.toml"))
+        .expect_err("refused")
+        .to_string();
+    assert!(err.contains("config.toml:"), "{err}");
+    assert!(err.contains("cluster.partitions"), "{err}");
+    assert!(err.contains("between 1 and 1024"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_workspace_is_missing_refuses_to_start() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = member_config(root.path(), &llm, &nats, "worker", "w1");
+    std::fs::remove_dir(root.path().join("w1/workspace")).expect("unmounted");
+    let output = tokio::process::Command::new(util::BINARY)
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("is missing on this worker"), "{said}");
+    assert!(
+        !root.path().join("w1/workspace").exists(),
+        "not made afresh"
+    );
+}
