@@ -283,3 +283,101 @@ async fn a_worker_whose_workspace_is_missing_refuses_to_start() {
         "not made afresh"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_joins_gets_partitions_without_disturbing_running_turns() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.respond_with(|request| {
+        Reply::text(format!("re: {}", last_user_text(request))).delayed(Duration::from_millis(1500))
+    });
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_gateway, addr) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
+    let (_w1, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    wait_until("the only worker holds every partition", || async {
+        let held = holders(&nats).await;
+        held.len() == 8 && held.values().all(|member| member == "w1")
+    })
+    .await;
+
+    const CHATS: usize = 16;
+    let mut client = WsClient::connect(addr).await;
+    for chat in 0..CHATS {
+        client.send(&format!("chat-{chat}"), "0").await;
+    }
+    // Turns are under way on the first worker when the second joins.
+    llm.wait_for_requests(CHATS, CLUSTER_PATIENCE).await;
+    let (_w2, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
+    let mut by_chat = replies(&mut client, CHATS).await;
+    wait_until("the newcomer holds its share", || async {
+        let held = holders(&nats).await;
+        held.len() == 8 && held.values().filter(|member| *member == "w2").count() == 4
+    })
+    .await;
+    for chat in 0..CHATS {
+        client.send(&format!("chat-{chat}"), "1").await;
+    }
+    for (chat, said) in replies(&mut client, CHATS).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+    for (chat, said) in &by_chat {
+        assert_eq!(said, &["re: 0", "re: 1"], "{chat}");
+    }
+    assert_eq!(
+        llm.requests().len(),
+        2 * CHATS,
+        "no running turn was stopped and run again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_restarted_mid_load_loses_nothing_and_answers_nothing_twice() {
+    let mut nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.respond_with(|request| {
+        Reply::text(format!("re: {}", last_user_text(request))).delayed(Duration::from_millis(100))
+    });
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_gateway, addr) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
+    let (_w1, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    let (_w2, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
+    wait_until("the partitions split between the workers", || async {
+        let held = holders(&nats).await;
+        held.len() == 8 && held.values().filter(|member| *member == "w1").count() == 4
+    })
+    .await;
+
+    const CHATS: usize = 50;
+    let mut client = WsClient::connect(addr).await;
+    for chat in 0..CHATS {
+        client.send(&format!("chat-{chat}"), "0").await;
+    }
+    let mut by_chat = replies(&mut client, CHATS / 5).await;
+    // The server dies mid-load; what it stored is on its disk. Messages typed meanwhile wait
+    // in the gateway for it.
+    nats.kill();
+    for chat in 0..CHATS {
+        client.send(&format!("chat-{chat}"), "1").await;
+    }
+    nats.resume();
+    let seen: usize = by_chat.values().map(Vec::len).sum();
+    for (chat, said) in replies(&mut client, 2 * CHATS - seen).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+    for (chat, said) in &by_chat {
+        assert_eq!(said, &["re: 0", "re: 1"], "{chat}: answered once, in order");
+    }
+    let extra = client.try_next_frame(Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .as_ref()
+            .is_none_or(|frame| frame["type"] != "message"),
+        "nothing is answered twice: {extra:?}"
+    );
+}

@@ -515,10 +515,20 @@ pub async fn spawn_daemon_with(
         .expect("binary starts");
     let stderr = child.stderr.take().expect("stderr");
     let (tx, rx) = tokio::sync::oneshot::channel();
+    // SWITCHBOARD_TEST_LOGS=DIR keeps each daemon's log in DIR/<pid>.log, for a failure's
+    // post-mortem.
+    let mut keep = std::env::var_os("SWITCHBOARD_TEST_LOGS").and_then(|dir| {
+        let path = std::path::Path::new(&dir).join(format!("{}.log", child.id().unwrap_or(0)));
+        std::fs::File::create(path).ok()
+    });
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         let mut tx = Some(tx);
         while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(file) = &mut keep {
+                use std::io::Write;
+                let _ = writeln!(file, "{line}");
+            }
             let Ok(log) = serde_json::from_str::<Value>(&line) else {
                 continue;
             };

@@ -27,6 +27,9 @@ pub struct Cluster {
     pub(crate) leases: kv::Store,
     /// Who is in the cluster and what it runs (`MEMBER` → role).
     pub(crate) members: kv::Store,
+    /// Counts the connections made again after a break: readers open their consumers
+    /// afresh rather than wait to learn that the server forgot them.
+    pub(crate) reconnects: tokio::sync::watch::Receiver<u64>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -42,6 +45,7 @@ impl Cluster {
     /// Connects to the servers and makes what is missing of the streams and buckets. The
     /// client reconnects by itself for as long as the process runs.
     pub async fn connect(config: ClusterConfig) -> Result<Self, ClusterError> {
+        let (reconnected, reconnects) = tokio::sync::watch::channel(0u64);
         let mut options = async_nats::ConnectOptions::new()
             .name(format!(
                 "switchboard {} ({})",
@@ -52,13 +56,19 @@ impl Cluster {
             .request_timeout(Some(REQUEST_TIMEOUT))
             .retry_on_initial_connect()
             .max_reconnects(None)
-            .event_callback(|event| async move {
-                match event {
-                    async_nats::Event::Connected => tracing::info!("connected to NATS"),
-                    async_nats::Event::Disconnected => {
-                        tracing::warn!("disconnected from NATS; reconnecting");
+            .event_callback(move |event| {
+                let reconnected = reconnected.clone();
+                async move {
+                    match event {
+                        async_nats::Event::Connected => {
+                            tracing::info!("connected to NATS");
+                            reconnected.send_modify(|count| *count += 1);
+                        }
+                        async_nats::Event::Disconnected => {
+                            tracing::warn!("disconnected from NATS; reconnecting");
+                        }
+                        other => tracing::debug!(event = %other, "NATS"),
                     }
-                    other => tracing::debug!(event = %other, "NATS"),
                 }
             });
         if let Some(token) = &config.token {
@@ -113,6 +123,7 @@ impl Cluster {
             js,
             leases,
             members,
+            reconnects,
         })
     }
 

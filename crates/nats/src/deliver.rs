@@ -33,9 +33,13 @@ pub(crate) fn start(inner: Arc<Inner>, channel: ChannelName, scope: ChannelScope
         .spawn(async move { answer_notify(responder, name, answering).await });
     let reader = inner.clone();
     inner.tasks.spawn(async move {
+        // A process channel's reader, opened again, goes on after the last message it read.
+        let mut after = None;
         loop {
             let read = match scope {
-                ChannelScope::Process => read_every_new(&reader, &channel, &lanes).await,
+                ChannelScope::Process => {
+                    read_every_new(&reader, &channel, &lanes, &mut after).await
+                }
                 _ => read_durably(&reader, &channel, &lanes).await,
             };
             if let Err(err) = read {
@@ -69,9 +73,13 @@ async fn read_durably(
     config.deliver_policy = consumer::DeliverPolicy::New;
     let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&name, config).await?;
     let mut messages = consumer.messages().await?;
+    let mut reconnects = inner.cluster.reconnects.clone();
+    reconnects.mark_unchanged();
     loop {
         let next = tokio::select! {
             () = inner.stop.cancelled() => return Ok(()),
+            // Opened again after a break in the connection.
+            _ = reconnects.changed() => return Ok(()),
             next = messages.next() => next,
         };
         let Some(message) = next else { return Ok(()) };
@@ -108,11 +116,13 @@ async fn read_durably(
     }
 }
 
-/// A process channel: every gateway reads what is new, and delivers to its own clients.
+/// A process channel: every gateway reads what is new (after `after`, the last stream
+/// sequence it read, when it reads again), and delivers to its own clients.
 async fn read_every_new(
     inner: &Arc<Inner>,
     channel: &ChannelName,
     lanes: &Lanes,
+    after: &mut Option<u64>,
 ) -> Result<(), Failure> {
     let names = &inner.cluster.names;
     let stream = inner
@@ -120,22 +130,35 @@ async fn read_every_new(
         .js
         .get_stream(names.outbound_stream_name())
         .await?;
+    let deliver_policy = match *after {
+        Some(last) => consumer::DeliverPolicy::ByStartSequence {
+            start_sequence: last + 1,
+        },
+        None => consumer::DeliverPolicy::New,
+    };
     let mut messages = stream
         .create_consumer(consumer::pull::OrderedConfig {
             filter_subject: names.outbound_subject(channel.as_str()),
-            deliver_policy: consumer::DeliverPolicy::New,
+            deliver_policy,
             ..Default::default()
         })
         .await?
         .messages()
         .await?;
+    let mut reconnects = inner.cluster.reconnects.clone();
+    reconnects.mark_unchanged();
     loop {
         let next = tokio::select! {
             () = inner.stop.cancelled() => return Ok(()),
+            // Opened again after a break in the connection.
+            _ = reconnects.changed() => return Ok(()),
             next = messages.next() => next,
         };
         let Some(message) = next else { return Ok(()) };
         let message = message?;
+        if let Ok(info) = message.info() {
+            *after = Some(info.stream_sequence);
+        }
         let Some(outbound) = decode(&message) else {
             continue;
         };

@@ -238,21 +238,9 @@ async fn workers(inner: &Arc<Inner>) -> Result<u32, Failure> {
     Ok(count)
 }
 
-/// Starts reading a partition just taken: its consumer made afresh, so everything not yet
-/// acknowledged comes again, in order.
+/// Starts reading a partition just taken.
 async fn take(inner: &Arc<Inner>, number: u32, revision: u64) -> Result<Held, Failure> {
-    let names = &inner.cluster.names;
-    let stream = inner
-        .cluster
-        .js
-        .get_stream(names.inbound_stream_name())
-        .await?;
-    let name = names.partition_consumer(number);
-    let _ = stream.delete_consumer(&name).await;
-    let consumer: consumer::PullConsumer = stream
-        .create_consumer(pull_config(name, names.inbound_subject(number)))
-        .await?;
-    let messages = consumer.messages().await?;
+    let messages = open(inner, number).await?;
     let reading = CancellationToken::new();
     let in_flight = Arc::new(AtomicUsize::new(0));
     let task_inner = inner.clone();
@@ -269,6 +257,28 @@ async fn take(inner: &Arc<Inner>, number: u32, revision: u64) -> Result<Held, Fa
     })
 }
 
+/// The partition's consumer made afresh, so that everything not yet acknowledged comes
+/// again, in order — what a new owner needs, and what a reader needs after its connection
+/// broke (a message the server sent into the break would otherwise wait out the ack wait).
+/// What this worker already holds of it comes again too; the journal answers it once.
+async fn open(inner: &Arc<Inner>, number: u32) -> Result<consumer::pull::Stream, Failure> {
+    let names = &inner.cluster.names;
+    let stream = inner
+        .cluster
+        .js
+        .get_stream(names.inbound_stream_name())
+        .await?;
+    let name = names.partition_consumer(number);
+    let _ = stream.delete_consumer(&name).await;
+    let consumer: consumer::PullConsumer = stream
+        .create_consumer(pull_config(name, names.inbound_subject(number)))
+        .await?;
+    Ok(consumer.messages().await?)
+}
+
+/// How long a reader waits before opening its partition again after the server went away.
+const REOPEN_WAIT: Duration = Duration::from_millis(500);
+
 async fn read(
     inner: Arc<Inner>,
     number: u32,
@@ -276,18 +286,48 @@ async fn read(
     reading: CancellationToken,
     in_flight: Arc<AtomicUsize>,
 ) {
+    let mut reconnects = inner.cluster.reconnects.clone();
+    reconnects.mark_unchanged();
     loop {
         let next = tokio::select! {
             () = reading.cancelled() => return,
+            // After a break in the connection the consumer is made afresh at once: a message
+            // the server sent into the break would otherwise wait out the ack wait.
+            _ = reconnects.changed() => match reopen(&inner, number, &reading).await {
+                Some(again) => {
+                    messages = again;
+                    continue;
+                }
+                None => return,
+            },
             next = messages.next() => next,
         };
         let message = match next {
             Some(Ok(message)) => message,
             Some(Err(err)) => {
                 tracing::debug!(partition = number, error = %err, "reading a partition");
-                continue;
+                use consumer::pull::MessagesErrorKind as Kind;
+                if !matches!(
+                    err.kind(),
+                    Kind::MissingHeartbeat | Kind::ConsumerDeleted | Kind::NoResponders
+                ) {
+                    continue;
+                }
+                match reopen(&inner, number, &reading).await {
+                    Some(again) => {
+                        messages = again;
+                        continue;
+                    }
+                    None => return,
+                }
             }
-            None => return,
+            None => match reopen(&inner, number, &reading).await {
+                Some(again) => {
+                    messages = again;
+                    continue;
+                }
+                None => return,
+            },
         };
         let mut inbound: InboundMessage = match wire::decode(&message.payload) {
             Ok(inbound) => inbound,
@@ -317,6 +357,45 @@ async fn read(
             // Dropped unsent: its ack says unprocessed.
             () = reading.cancelled() => return,
             sent = inner.inbound_tx.send(inbound) => if sent.is_err() { return },
+        }
+    }
+}
+
+/// Opens the partition again once the server answers; `None` when reading stopped first.
+async fn reopen(
+    inner: &Arc<Inner>,
+    number: u32,
+    reading: &CancellationToken,
+) -> Option<consumer::pull::Stream> {
+    loop {
+        tokio::select! {
+            () = reading.cancelled() => return None,
+            () = tokio::time::sleep(REOPEN_WAIT) => {}
+        }
+        // Only while the lease is still ours: a consumer deleted by the partition's new
+        // owner is not ours to make again.
+        match inner.cluster.leases.get(partition_key(number)).await {
+            Ok(Some(holder)) if holder.as_ref() == inner.cluster.config.member.as_bytes() => {}
+            Ok(_) => {
+                tracing::warn!(
+                    partition = number,
+                    "the partition is no longer ours; stopped reading it"
+                );
+                return None;
+            }
+            Err(err) => {
+                tracing::debug!(partition = number, error = %err, "cannot read the lease yet");
+                continue;
+            }
+        }
+        match open(inner, number).await {
+            Ok(messages) => {
+                tracing::info!(partition = number, "reading the partition again");
+                return Some(messages);
+            }
+            Err(err) => {
+                tracing::debug!(partition = number, error = %err, "cannot open the partition yet")
+            }
         }
     }
 }
