@@ -381,3 +381,51 @@ async fn nats_restarted_mid_load_loses_nothing_and_answers_nothing_twice() {
         "nothing is answered twice: {extra:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_doctor_show_the_cluster() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing(&llm);
+    let root = tempfile::tempdir().expect("tempdir");
+    let (_w1, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    let config = member_config(root.path(), &llm, &nats, "gateway", "gw");
+    let doctor = |config: PathBuf| async move {
+        let output = tokio::process::Command::new(util::BINARY)
+            .args(["doctor", "--config"])
+            .arg(config)
+            .output()
+            .await
+            .expect("runs");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    wait_until("the worker holds every partition", || async {
+        holders(&nats).await.len() == 8
+    })
+    .await;
+    // `status` shows the members, their roles and partitions, and what waits in each.
+    let status = tokio::process::Command::new(util::BINARY)
+        .args(["status", "--config"])
+        .arg(root.path().join("w1/config.toml"))
+        .output()
+        .await
+        .expect("runs");
+    let shown = String::from_utf8_lossy(&status.stdout);
+    assert!(shown.contains("cluster sb: 1 members"), "{shown}");
+    assert!(
+        shown.contains("w1")
+            && shown.contains("worker")
+            && shown.contains("partitions 0 (0 waiting), 1 (0 waiting)"),
+        "{shown}"
+    );
+    let said = doctor(config.clone()).await;
+    assert!(said.contains("✓ cluster: NATS"), "{said}");
+    assert!(said.contains("streams and buckets ready"), "{said}");
+    assert!(said.contains("w1: worker"), "{said}");
+    assert!(said.contains("8 of 8 partitions held"), "{said}");
+
+    drop(nats);
+    let said = doctor(config).await;
+    assert!(said.contains("✗ cluster: cannot reach NATS"), "{said}");
+}

@@ -48,14 +48,14 @@ pub struct Line {
 }
 
 impl Line {
-    fn ok(text: impl Into<String>) -> Self {
+    pub(crate) fn ok(text: impl Into<String>) -> Self {
         Self {
             mark: Mark::Ok,
             text: text.into(),
         }
     }
 
-    fn failed(text: impl Into<String>) -> Self {
+    pub(crate) fn failed(text: impl Into<String>) -> Self {
         Self {
             mark: Mark::Failed,
             text: text.into(),
@@ -307,6 +307,9 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         Err(err) => lines.push(Line::unchecked(format!(
             "mcp: {err}: servers not started here"
         ))),
+    }
+    if let Some(line) = Box::pin(crate::cluster::doctor(config)).await {
+        lines.push(line);
     }
     for channel in channels(config, unchecked, &mut lines) {
         let name = channel.name();

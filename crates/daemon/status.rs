@@ -52,10 +52,17 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
                 "✗ no switchboard answers at {addr} (http.bind in {}): {err:#}",
                 path.display()
             );
+            // The cluster is seen from NATS, whether this host's daemon answers or not.
+            if let Some(cluster) = Box::pin(crate::cluster::status(&config)).await {
+                let _ = write!(std::io::stdout(), "{cluster}");
+            }
             return Ok(ExitCode::from(NOT_ANSWERING));
         }
     };
     let _ = write!(std::io::stdout(), "{}", describe(&health));
+    if let Some(cluster) = Box::pin(crate::cluster::status(&config)).await {
+        let _ = write!(std::io::stdout(), "{cluster}");
+    }
     Ok(ExitCode::from(if health["status"] == "ok" {
         OK
     } else {

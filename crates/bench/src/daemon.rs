@@ -245,6 +245,11 @@ impl Daemon {
     }
 
     /// SIGTERM and wait for exit 0.
+    /// Kills it with SIGKILL, not waiting.
+    pub fn kill(mut self) {
+        let _ = self.child.start_kill();
+    }
+
     pub async fn stop(mut self) -> anyhow::Result<()> {
         terminate(&mut self.child).await
     }

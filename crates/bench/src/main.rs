@@ -4,6 +4,7 @@
 //!
 //! Usage: `scripts/bench.sh` (builds, raises the fd limit, runs this).
 
+mod cluster;
 mod daemon;
 mod load;
 mod scale;
@@ -84,6 +85,10 @@ enum Scenario {
     /// An idle scheduler: memory and CPU per minute turned off, on with no job, and on with
     /// 1,000 jobs (none due while it is measured).
     Jobs,
+    /// The cluster on Debian's nats-server (a binary built with `--features cluster`): the
+    /// NATS hop per turn against one process, turns/s with one and two workers, failover
+    /// after a worker's kill -9, memory per worker.
+    Cluster,
     /// An idle stdio MCP server connection (the testkit's `mcp-test-server`, beside the
     /// daemon binary): the daemon's memory and CPU per minute with none and with one.
     Mcp,
@@ -396,6 +401,10 @@ async fn main() -> anyhow::Result<()> {
         );
         drop(sockets);
         daemon.stop().await?;
+    }
+
+    if args.only.contains(&Scenario::Cluster) {
+        cluster::run(&launcher, &llm_url, &mut results, args.messages).await?;
     }
 
     report(&args, &results)

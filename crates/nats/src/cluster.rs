@@ -198,3 +198,66 @@ async fn ensure_bucket(
             why: err.to_string(),
         })
 }
+
+/// The cluster as its buckets show it: who is there and who holds what.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// The NATS server answering this member, and its version.
+    pub server: String,
+    /// The members present, with their roles.
+    pub members: std::collections::BTreeMap<String, String>,
+    /// Who holds each lease (`p.N` for partitions).
+    pub leases: std::collections::BTreeMap<String, String>,
+    /// Messages waiting in each partition that has a reader: not yet handed to its worker,
+    /// or handed and not yet settled.
+    pub lag: std::collections::BTreeMap<u32, u64>,
+}
+
+impl Cluster {
+    /// Reads the members and leases buckets.
+    pub async fn survey(&self) -> Result<Survey, ClusterError> {
+        let failed = |what: &str| {
+            let what = what.to_owned();
+            move |err: Box<dyn std::error::Error + Send + Sync>| ClusterError::Server {
+                what: what.clone(),
+                why: err.to_string(),
+            }
+        };
+        let info = self.client.server_info();
+        let mut survey = Survey {
+            server: format!("{} {}", info.server_name, info.version),
+            ..Survey::default()
+        };
+        for (store, into) in [
+            (&self.members, &mut survey.members),
+            (&self.leases, &mut survey.leases),
+        ] {
+            let mut keys = store
+                .keys()
+                .await
+                .map_err(|err| failed("read a bucket")(Box::new(err)))?;
+            while let Some(key) = futures::StreamExt::next(&mut keys).await {
+                let key = key.map_err(|err| failed("read a bucket")(Box::new(err)))?;
+                if let Ok(Some(value)) = store.get(&key).await {
+                    let text = String::from_utf8_lossy(&value).into_owned();
+                    let shown = serde_json::from_str::<crate::partitions::Presence>(&text)
+                        .map_or(text, |presence| presence.role);
+                    into.insert(key, shown);
+                }
+            }
+        }
+        if let Ok(stream) = self.js.get_stream(self.names.inbound_stream_name()).await {
+            for partition in 0..self.config.partitions {
+                if let Ok(info) = stream
+                    .consumer_info(self.names.partition_consumer(partition))
+                    .await
+                {
+                    survey
+                        .lag
+                        .insert(partition, info.num_pending + info.num_ack_pending as u64);
+                }
+            }
+        }
+        Ok(survey)
+    }
+}

@@ -23,7 +23,7 @@ mod partitions;
 mod store;
 
 pub use bus::NatsBus;
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Survey};
 pub use config::{ClusterConfig, ClusterSection, MAX_PARTITIONS, Role};
 pub use error::ClusterError;
 pub use names::partition_of;

@@ -108,6 +108,7 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
         .put(cluster.config.member.as_str(), presence.into())
         .await?;
     renew(inner, held).await;
+    measure_lag(inner, held).await;
     let workers = workers(inner).await?.max(1);
     let partitions = cluster.config.partitions;
     let share = partitions.div_ceil(workers);
@@ -215,6 +216,29 @@ async fn renew(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) {
                 "lost the lease of a partition (it lapsed); stopped reading it"
             );
             partition.reading.cancel();
+        }
+    }
+}
+
+/// Publishes how many messages wait in each partition held (`/metrics`).
+async fn measure_lag(inner: &Arc<Inner>, held: &BTreeMap<u32, Held>) {
+    let names = &inner.cluster.names;
+    let Ok(stream) = inner
+        .cluster
+        .js
+        .get_stream(names.inbound_stream_name())
+        .await
+    else {
+        return;
+    };
+    for number in held.keys() {
+        if let Ok(info) = stream
+            .consumer_info(names.partition_consumer(*number))
+            .await
+        {
+            let waiting = info.num_pending + info.num_ack_pending as u64;
+            metrics::gauge!("switchboard_cluster_partition_lag", "partition" => number.to_string())
+                .set(waiting as f64);
         }
     }
 }
