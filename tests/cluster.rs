@@ -27,10 +27,23 @@ fn member_config(
     role: &str,
     member: &str,
 ) -> PathBuf {
+    member_config_with(root, llm, nats, role, member, "", "")
+}
+
+/// [`member_config`] with `agent` lines in `[agent]` and `tables` added.
+fn member_config_with(
+    root: &Path,
+    llm: &ScriptedLlm,
+    nats: &NatsServer,
+    role: &str,
+    member: &str,
+    agent: &str,
+    tables: &str,
+) -> PathBuf {
     let dir = root.join(member);
     std::fs::create_dir_all(dir.join("workspace")).expect("workspace");
     let tables = format!(
-        "[cluster]\nnats_url = \"{}\"\nname = \"sb\"\npartitions = 8\nrole = \"{role}\"\nmember = \"{member}\"\nlease_secs = {LEASE_SECS}\n",
+        "[cluster]\nnats_url = \"{}\"\nname = \"sb\"\npartitions = 8\nrole = \"{role}\"\nmember = \"{member}\"\nlease_secs = {LEASE_SECS}\n\n{tables}",
         nats.url()
     );
     let config = dir.join("config.toml");
@@ -38,6 +51,7 @@ fn member_config(
         &llm.base_url(),
         &dir,
         Extra {
+            agent,
             tables: &tables,
             ..Extra::default()
         },
@@ -428,4 +442,114 @@ async fn status_and_doctor_show_the_cluster() {
     drop(nats);
     let said = doctor(config).await;
     assert!(said.contains("✗ cluster: cannot reach NATS"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9() {
+    use switchboard_testkit::FakeTelegram;
+    use switchboard_testkit::telegram::TEST_TOKEN;
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing(&llm);
+    let telegram = FakeTelegram::start().await.expect("fake Telegram");
+    let people: Vec<u64> = (1001..1011).collect();
+    let allowed: Vec<String> = people.iter().map(|p| format!("\"{p}\"")).collect();
+    let table = format!(
+        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\npoll_timeout_secs = 1\n",
+        telegram.api_url(),
+        allowed.join(", ")
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let gateway = |name: &str| {
+        member_config_with(
+            root.path(),
+            &llm,
+            &nats,
+            "gateway",
+            name,
+            "stream = false",
+            &table,
+        )
+    };
+    let (first, _) = util::spawn_daemon(&gateway("gw1")).await;
+    let (second, _) = util::spawn_daemon(&gateway("gw2")).await;
+    let (_worker, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    wait_until(
+        "one gateway holds the Telegram connection, the worker the partitions",
+        || async {
+            let held = holders(&nats).await;
+            held.contains_key("channel.telegram") && held.len() == 9
+        },
+    )
+    .await;
+    let holder = holders(&nats).await["channel.telegram"].clone();
+    // The answers as the person sees them: each message the bot sent, as last edited.
+    let answers = |person: u64| -> Vec<String> {
+        let chat = i64::try_from(person).expect("id");
+        let mut ids: Vec<i64> = Vec::new();
+        for sent in telegram.messages_to(chat) {
+            if !ids.contains(&sent.message_id) {
+                ids.push(sent.message_id);
+            }
+        }
+        ids.into_iter()
+            .filter_map(|id| telegram.current_text(chat, id))
+            .filter(|text| text.starts_with("re: "))
+            .collect()
+    };
+    for person in &people {
+        telegram.private_text(*person, "0");
+    }
+    wait_until("every first message answered", || async {
+        people.iter().all(|person| answers(*person) == ["re: 0"])
+    })
+    .await;
+
+    // The gateway that polls is killed; messages keep coming meanwhile.
+    let (mut killed, standby) = if holder == "gw1" {
+        (first, "gw2")
+    } else {
+        (second, "gw1")
+    };
+    killed.start_kill().expect("kill -9");
+    killed.wait().await.expect("ended");
+    let polls = telegram.polls();
+    let at = Instant::now();
+    for person in &people {
+        telegram.private_text(*person, "1");
+    }
+    wait_until("the standby polls", || async {
+        telegram.polls() > polls
+            && holders(&nats)
+                .await
+                .get("channel.telegram")
+                .map(String::as_str)
+                == Some(standby)
+    })
+    .await;
+    let took_over = at.elapsed();
+    assert!(
+        took_over < Duration::from_secs_f64(LEASE_SECS * 3.0),
+        "the standby polled {took_over:?} after the kill"
+    );
+    wait_until("every second message answered", || async {
+        people.iter().all(|person| answers(*person).len() >= 2)
+    })
+    .await;
+    // Anything answered twice would show by now: the chats' turns are done.
+    llm.wait_for_requests(2 * people.len(), CLUSTER_PATIENCE)
+        .await;
+    for person in &people {
+        assert_eq!(
+            answers(*person),
+            ["re: 0", "re: 1"],
+            "{person}: none lost, none twice"
+        );
+    }
+    assert_eq!(
+        llm.requests().len(),
+        2 * people.len(),
+        "the model was asked once per message"
+    );
 }

@@ -33,6 +33,9 @@ pub enum ChannelState {
     },
     /// It stopped with the daemon.
     Stopped,
+    /// Another gateway of the cluster holds its connection; this one takes over if that one
+    /// goes.
+    Standby,
 }
 
 /// Shared health state. Cloning shares it.
@@ -273,7 +276,7 @@ impl Health {
             && checks_ok
             && channels
                 .values()
-                .all(|state| matches!(state, ChannelState::Running { .. }));
+                .all(|state| matches!(state, ChannelState::Running { .. } | ChannelState::Standby));
         let status = if stopping {
             "stopping"
         } else if healthy {

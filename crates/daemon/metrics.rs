@@ -341,7 +341,7 @@ async fn render(State(exposition): State<Exposition>) -> impl IntoResponse {
         let (up, restarts) = match state {
             ChannelState::Running { restarts } => (1.0, restarts),
             ChannelState::Failed { restarts, .. } => (0.0, restarts),
-            ChannelState::Stopped => (0.0, 0),
+            ChannelState::Stopped | ChannelState::Standby => (0.0, 0),
         };
         metrics::gauge!("switchboard_channel_up", "channel" => channel.clone()).set(up);
         metrics::counter!("switchboard_channel_restarts_total", "channel" => channel)

@@ -21,19 +21,58 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 
 /// Runs `channel.run` until `ctx.shutdown` is cancelled, restarting it when it ends early.
+/// On a cluster it first waits until this gateway holds the channel's connection (a standby
+/// meanwhile), and stops it when another took it.
 pub async fn supervise(channel: Arc<dyn Channel>, ctx: ChannelContext, health: Health) {
-    let name = channel.name().to_string();
+    let channel_name = channel.name();
+    let name = channel_name.to_string();
     let mut restarts = 0u32;
     let mut backoff = FIRST_BACKOFF;
     loop {
+        let held = {
+            let mut waiting = std::pin::pin!(ctx.hub.connection(&channel_name));
+            tokio::select! {
+                held = &mut waiting => held,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {
+                    health.set(&name, ChannelState::Standby);
+                    tokio::select! {
+                        held = waiting => held,
+                        () = ctx.shutdown.cancelled() => {
+                            health.set(&name, ChannelState::Stopped);
+                            return;
+                        }
+                    }
+                }
+            }
+        };
+        // Stops when the daemon stops, or when the connection is no longer this gateway's.
+        let running = ctx.shutdown.child_token();
+        let lost = {
+            let running = running.clone();
+            let held = held.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = held.cancelled() => running.cancel(),
+                    () = running.cancelled() => {}
+                }
+            })
+        };
+        let run_ctx = ChannelContext {
+            shutdown: running.clone(),
+            ..ctx.clone()
+        };
         health.set(&name, ChannelState::Running { restarts });
         let started = Instant::now();
-        let outcome = AssertUnwindSafe(channel.run(ctx.clone()))
-            .catch_unwind()
-            .await;
+        let outcome = AssertUnwindSafe(channel.run(run_ctx)).catch_unwind().await;
+        running.cancel();
+        lost.abort();
         if ctx.shutdown.is_cancelled() {
             health.set(&name, ChannelState::Stopped);
             return;
+        }
+        if held.is_cancelled() {
+            tracing::warn!(channel = %name, "another gateway holds the channel's connection now; standing by");
+            continue;
         }
         let error = match outcome {
             Ok(Ok(())) => "the channel stopped unexpectedly".to_owned(),

@@ -62,6 +62,15 @@ pub trait Bus: Send + Sync + 'static {
     /// a channel that is not known.
     fn has_person(&self, channel: &ChannelName) -> bool;
 
+    /// Waits until this process may run `channel`'s connection to its platform, and returns
+    /// what is cancelled when it may no longer. On a cluster a platform channel (one
+    /// connection: Telegram polling, Discord's gateway, Slack's socket) runs on one gateway at a
+    /// time, the one that holds its lease; the others wait here as standbys. In one process:
+    /// at once, never cancelled.
+    async fn connection(&self, _channel: &ChannelName) -> tokio_util::sync::CancellationToken {
+        tokio_util::sync::CancellationToken::new()
+    }
+
     /// Closes the lanes of the channels this process delivers for, once they delivered what
     /// they hold, waiting up to `deadline` for each. Returns whether all finished.
     async fn close_outbound(&self, deadline: Duration) -> bool;

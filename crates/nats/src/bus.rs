@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     lanes: DashMap<ChannelName, Lanes>,
     /// The partitions this worker reads now.
     pub(crate) held: Mutex<Vec<u32>>,
+    /// Whether this gateway holds each platform channel's connection (and what is cancelled
+    /// when it no longer does).
+    connections: DashMap<ChannelName, tokio::sync::watch::Receiver<Option<CancellationToken>>>,
 }
 
 impl NatsBus {
@@ -90,6 +93,7 @@ impl NatsBus {
                 inbound_rx: Mutex::new(Some(inbound_rx)),
                 lanes: DashMap::new(),
                 held: Mutex::new(Vec::new()),
+                connections: DashMap::new(),
             }),
         }
     }
@@ -219,8 +223,25 @@ impl Bus for NatsBus {
         self.inner.lanes.insert(name.clone(), lanes.clone());
         match channel.scope() {
             ChannelScope::Internal => {}
-            scope => {
-                crate::deliver::start(self.inner.clone(), name, scope, lanes.clone());
+            ChannelScope::Process => {
+                crate::deliver::answer(&self.inner, name.clone(), lanes.clone());
+                crate::deliver::start(
+                    self.inner.clone(),
+                    name,
+                    ChannelScope::Process,
+                    lanes.clone(),
+                    self.inner.stop.clone(),
+                );
+            }
+            ChannelScope::Platform => {
+                crate::deliver::answer(&self.inner, name.clone(), lanes.clone());
+                let (held, holding) = tokio::sync::watch::channel(None);
+                self.inner.connections.insert(name.clone(), holding);
+                let inner = self.inner.clone();
+                let delivering = lanes.clone();
+                self.inner.tasks.spawn(async move {
+                    crate::deliver::hold_connection(inner, name, delivering, held).await;
+                });
             }
         }
         lanes
@@ -305,6 +326,28 @@ impl Bus for NatsBus {
             Err(_) => {
                 tracing::warn!(%channel, "no delivery receipt within {} s; the message is stored on the bus for the channel's gateway", RECEIPT_WAIT.as_secs());
                 Ok(())
+            }
+        }
+    }
+
+    async fn connection(&self, channel: &ChannelName) -> CancellationToken {
+        let Some(mut holding) = self
+            .inner
+            .connections
+            .get(channel)
+            .map(|entry| entry.value().clone())
+        else {
+            return CancellationToken::new();
+        };
+        loop {
+            if let Some(held) = holding.borrow_and_update().clone()
+                && !held.is_cancelled()
+            {
+                return held;
+            }
+            if holding.changed().await.is_err() {
+                // The bus stopped: never this gateway's.
+                return std::future::pending().await;
             }
         }
     }

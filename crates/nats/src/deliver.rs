@@ -13,6 +13,8 @@ use async_nats::jetstream::{self, AckKind, consumer};
 use futures::StreamExt;
 use switchboard_core::{ChannelName, ChannelScope, Lanes, OutboundMessage, wire};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::bus::{Inner, answer_receipt, pull_config};
 
 /// How long a platform channel's message may wait for delivery before the server offers it
@@ -22,15 +24,23 @@ const DELIVERY_WAIT: Duration = Duration::from_secs(30);
 /// Waits before reading a channel's messages again after the reader failed.
 const REOPEN_WAIT: Duration = Duration::from_secs(1);
 
-/// Starts delivering `channel`'s messages from the stream into `lanes`, and answering
-/// whether its chats may be written to unasked.
-pub(crate) fn start(inner: Arc<Inner>, channel: ChannelName, scope: ChannelScope, lanes: Lanes) {
+/// Answers whether `channel`'s chats may be written to unasked, for as long as the bus runs.
+pub(crate) fn answer(inner: &Arc<Inner>, channel: ChannelName, lanes: Lanes) {
     let responder = inner.clone();
-    let answering = lanes.clone();
-    let name = channel.clone();
     inner
         .tasks
-        .spawn(async move { answer_notify(responder, name, answering).await });
+        .spawn(async move { answer_notify(responder, channel, lanes).await });
+}
+
+/// Starts delivering `channel`'s messages from the stream into `lanes` until `stop` (or the
+/// bus) stops.
+pub(crate) fn start(
+    inner: Arc<Inner>,
+    channel: ChannelName,
+    scope: ChannelScope,
+    lanes: Lanes,
+    stop: CancellationToken,
+) {
     let reader = inner.clone();
     inner.tasks.spawn(async move {
         // A process channel's reader, opened again, goes on after the last message it read.
@@ -38,14 +48,15 @@ pub(crate) fn start(inner: Arc<Inner>, channel: ChannelName, scope: ChannelScope
         loop {
             let read = match scope {
                 ChannelScope::Process => {
-                    read_every_new(&reader, &channel, &lanes, &mut after).await
+                    read_every_new(&reader, &channel, &lanes, &mut after, &stop).await
                 }
-                _ => read_durably(&reader, &channel, &lanes).await,
+                _ => read_durably(&reader, &channel, &lanes, &stop).await,
             };
             if let Err(err) = read {
                 tracing::warn!(%channel, error = %err, "reading the channel's messages from NATS failed; again in 1 s");
             }
             tokio::select! {
+                () = stop.cancelled() => return,
                 () = reader.stop.cancelled() => return,
                 () = tokio::time::sleep(REOPEN_WAIT) => {}
             }
@@ -60,6 +71,7 @@ async fn read_durably(
     inner: &Arc<Inner>,
     channel: &ChannelName,
     lanes: &Lanes,
+    stop: &CancellationToken,
 ) -> Result<(), Failure> {
     let names = &inner.cluster.names;
     let stream = inner
@@ -78,6 +90,7 @@ async fn read_durably(
     loop {
         let next = tokio::select! {
             () = inner.stop.cancelled() => return Ok(()),
+            () = stop.cancelled() => return Ok(()),
             // Opened again after a break in the connection.
             _ = reconnects.changed() => return Ok(()),
             next = messages.next() => next,
@@ -123,6 +136,7 @@ async fn read_every_new(
     channel: &ChannelName,
     lanes: &Lanes,
     after: &mut Option<u64>,
+    stop: &CancellationToken,
 ) -> Result<(), Failure> {
     let names = &inner.cluster.names;
     let stream = inner
@@ -150,6 +164,7 @@ async fn read_every_new(
     loop {
         let next = tokio::select! {
             () = inner.stop.cancelled() => return Ok(()),
+            () = stop.cancelled() => return Ok(()),
             // Opened again after a break in the connection.
             _ = reconnects.changed() => return Ok(()),
             next = messages.next() => next,
@@ -221,5 +236,71 @@ async fn answer_notify(inner: Arc<Inner>, channel: ChannelName, lanes: Lanes) {
             b"no"
         };
         let _ = inner.cluster.client.publish(reply, answer.into()).await;
+    }
+}
+
+/// Holds `channel`'s connection lease whenever it can: while held, `held` says so (with what
+/// is cancelled when it is lost) and this gateway delivers the channel's messages; when the
+/// bus stops, the lease is given up at once so a standby takes over without waiting it out.
+pub(crate) async fn hold_connection(
+    inner: Arc<Inner>,
+    channel: ChannelName,
+    lanes: Lanes,
+    held: tokio::sync::watch::Sender<Option<CancellationToken>>,
+) {
+    let leases = inner.cluster.leases.clone();
+    let key = crate::names::connection_key(channel.as_str());
+    let member = inner.cluster.config.member.clone();
+    let lease = inner.cluster.config.lease;
+    loop {
+        let mut revision = loop {
+            match leases.create(&key, member.clone().into()).await {
+                Ok(revision) => break revision,
+                Err(_) => tokio::select! {
+                    () = inner.stop.cancelled() => return,
+                    () = tokio::time::sleep(lease / 3) => {}
+                },
+            }
+        };
+        tracing::info!(%channel, "this gateway holds the channel's connection");
+        let holding = CancellationToken::new();
+        held.send_replace(Some(holding.clone()));
+        start(
+            inner.clone(),
+            channel.clone(),
+            ChannelScope::Platform,
+            lanes.clone(),
+            holding.clone(),
+        );
+        let mut renewed = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = inner.stop.cancelled() => {
+                    holding.cancel();
+                    held.send_replace(None);
+                    let _ = leases.delete_expect_revision(&key, Some(revision)).await;
+                    return;
+                }
+                () = tokio::time::sleep(lease / 3) => {}
+            }
+            match leases.update(&key, member.clone().into(), revision).await {
+                Ok(next) => {
+                    revision = next;
+                    renewed = tokio::time::Instant::now();
+                }
+                Err(err)
+                    if err.kind()
+                        == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision =>
+                {
+                    break;
+                }
+                // Not renewed for a whole lease: it has lapsed, another may hold it.
+                Err(_) if renewed.elapsed() >= lease => break,
+                Err(_) => {}
+            }
+        }
+        tracing::warn!(%channel, "lost the channel's connection lease; standing by");
+        holding.cancel();
+        held.send_replace(None);
     }
 }

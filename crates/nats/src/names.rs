@@ -146,6 +146,22 @@ pub(crate) fn partition_key(partition: u32) -> String {
     format!("p.{partition}")
 }
 
+/// The lease key of a platform channel's connection (a channel's name is letters, digits,
+/// `-` and `_`; anything else is written `_`).
+pub(crate) fn connection_key(channel: &str) -> String {
+    let name: String = channel
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("channel.{name}")
+}
+
 /// The partition a session's messages are on: a hash of its key that every build computes
 /// alike (FNV-1a), modulo the partitions.
 pub fn partition_of(key: &SessionKey, partitions: u32) -> u32 {
