@@ -15,6 +15,11 @@ use crate::util::{self, Extra, WsClient};
 /// A member's lease, short so that failover is quick to see.
 const LEASE_SECS: f64 = 2.0;
 
+/// The lease of the runs where no member dies: long enough that a busy machine renews it in
+/// time (a lease that lapses under load moves its partition, and the turns under way there
+/// are run again — answered once, but the model asked twice).
+const STEADY_LEASE_SECS: f64 = 10.0;
+
 /// How long the whole of a cluster test may wait for what it expects.
 const CLUSTER_PATIENCE: Duration = Duration::from_secs(120);
 
@@ -28,6 +33,24 @@ fn member_config(
     member: &str,
 ) -> PathBuf {
     member_config_with(root, llm, nats, role, member, "", "")
+}
+
+/// [`member_config`] with [`STEADY_LEASE_SECS`].
+fn steady_member(
+    root: &Path,
+    llm: &ScriptedLlm,
+    nats: &NatsServer,
+    role: &str,
+    member: &str,
+) -> PathBuf {
+    let config = member_config(root, llm, nats, role, member);
+    let text = std::fs::read_to_string(&config).expect("config");
+    let steady = text.replace(
+        &format!("lease_secs = {LEASE_SECS}"),
+        &format!("lease_secs = {STEADY_LEASE_SECS}"),
+    );
+    std::fs::write(&config, steady).expect("config");
+    config
 }
 
 /// [`member_config`] with `agent` lines in `[agent]` and `tables` added.
@@ -101,6 +124,61 @@ async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
     out
 }
 
+/// Waits until all 8 partitions are held, `count` of them by each `(member, count)`.
+async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]) {
+    wait_until("the partitions held as expected", || async {
+        let held = holders(nats).await;
+        let partitions: Vec<&String> = held
+            .iter()
+            .filter(|(key, _)| key.starts_with("p."))
+            .map(|(_, member)| member)
+            .collect();
+        partitions.len() == 8
+            && members.iter().all(|(member, count)| {
+                partitions
+                    .iter()
+                    .filter(|held| held.as_str() == *member)
+                    .count()
+                    == *count
+            })
+    })
+    .await;
+}
+
+/// Sends round `round` (its number as the text) to each of `chats` chats.
+async fn send_round(client: &mut WsClient, chats: usize, round: usize) {
+    for chat in 0..chats {
+        client
+            .send(&format!("chat-{chat}"), &format!("{round}"))
+            .await;
+    }
+}
+
+/// Asserts that every chat was answered `re: 0` … `re: {rounds - 1}`, each once and in
+/// order, and that nothing more comes.
+async fn assert_answered_once(
+    client: &mut WsClient,
+    by_chat: &BTreeMap<String, Vec<String>>,
+    chats: usize,
+    rounds: usize,
+) {
+    assert_eq!(by_chat.len(), chats);
+    let expected: Vec<String> = (0..rounds).map(|round| format!("re: {round}")).collect();
+    for (chat, said) in by_chat {
+        assert_eq!(
+            said, &expected,
+            "{chat}: each message answered once, in order"
+        );
+    }
+    let extra = client.try_next_frame(Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .as_ref()
+            .is_none_or(|frame| frame["type"] != "message"),
+        "nothing is answered twice: {extra:?}"
+    );
+}
+
 async fn wait_until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -122,47 +200,22 @@ async fn one_gateway_two_workers_answer_every_message_once_in_order() {
     let llm = ScriptedLlm::start().await.expect("llm");
     echoing(&llm);
     let root = tempfile::tempdir().expect("tempdir");
-    let gateway = member_config(root.path(), &llm, &nats, "gateway", "gw");
+    let gateway = steady_member(root.path(), &llm, &nats, "gateway", "gw");
     let (_gateway, addr) = util::spawn_daemon(&gateway).await;
     let (_w1, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w1")).await;
     let (_w2, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
-    wait_until("the partitions split between the workers", || async {
-        let held = holders(&nats).await;
-        held.len() == 8
-            && held.values().filter(|member| *member == "w1").count() == 4
-            && held.values().filter(|member| *member == "w2").count() == 4
-    })
-    .await;
+        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w2")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
 
     const CHATS: usize = 200;
     const EACH: usize = 5;
     let mut client = WsClient::connect(addr).await;
     for round in 0..EACH {
-        for chat in 0..CHATS {
-            client
-                .send(&format!("chat-{chat}"), &format!("{round}"))
-                .await;
-        }
+        send_round(&mut client, CHATS, round).await;
     }
     let by_chat = replies(&mut client, CHATS * EACH).await;
-    assert_eq!(by_chat.len(), CHATS);
-    let expected: Vec<String> = (0..EACH).map(|round| format!("re: {round}")).collect();
-    for (chat, said) in &by_chat {
-        assert_eq!(
-            said, &expected,
-            "{chat}: each message answered once, in order"
-        );
-    }
-    // Nothing more comes: no message was answered twice.
-    let extra = client.try_next_frame(Duration::from_millis(500)).await;
-    assert!(
-        extra
-            .as_ref()
-            .is_none_or(|frame| frame["type"] != "message"),
-        "{extra:?}"
-    );
+    assert_answered_once(&mut client, &by_chat, CHATS, EACH).await;
     assert_eq!(
         llm.requests().len(),
         CHATS * EACH,
@@ -201,32 +254,20 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_every_message_answered_once(
         util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
     let (_w2, _) =
         util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
-    wait_until("the partitions split between the workers", || async {
-        let held = holders(&nats).await;
-        held.len() == 8 && held.values().filter(|member| *member == "w1").count() == 4
-    })
-    .await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
 
     const CHATS: usize = 30;
     const EACH: usize = 3;
     let mut client = WsClient::connect(addr).await;
     for round in 0..EACH {
-        for chat in 0..CHATS {
-            client
-                .send(&format!("chat-{chat}"), &format!("{round}"))
-                .await;
-        }
+        send_round(&mut client, CHATS, round).await;
     }
     // Killed once some answers are out and many turns are under way.
     let mut by_chat = replies(&mut client, CHATS / 2).await;
     w1.start_kill().expect("kill -9");
     w1.wait().await.expect("ended");
     let killed = Instant::now();
-    wait_until("the survivor holds every partition", || async {
-        let held = holders(&nats).await;
-        held.len() == 8 && held.values().all(|member| member == "w2")
-    })
-    .await;
+    partitions_held(&nats, &[("w2", 8)]).await;
     let took_over = killed.elapsed();
     assert!(
         took_over < Duration::from_secs_f64(LEASE_SECS * 3.0),
@@ -236,20 +277,7 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_every_message_answered_once(
     for (chat, said) in replies(&mut client, CHATS * EACH - seen).await {
         by_chat.entry(chat).or_default().extend(said);
     }
-    let expected: Vec<String> = (0..EACH).map(|round| format!("re: {round}")).collect();
-    for (chat, said) in &by_chat {
-        assert_eq!(
-            said, &expected,
-            "{chat}: each message answered once, in order"
-        );
-    }
-    let extra = client.try_next_frame(Duration::from_millis(500)).await;
-    assert!(
-        extra
-            .as_ref()
-            .is_none_or(|frame| frame["type"] != "message"),
-        "nothing is answered twice: {extra:?}"
-    );
+    assert_answered_once(&mut client, &by_chat, CHATS, EACH).await;
     assert!(
         llm.violations().is_empty(),
         "every history valid for a strict provider: {:?}",
@@ -307,39 +335,25 @@ async fn a_worker_that_joins_gets_partitions_without_disturbing_running_turns() 
     });
     let root = tempfile::tempdir().expect("tempdir");
     let (_gateway, addr) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
+        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "gateway", "gw")).await;
     let (_w1, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
-    wait_until("the only worker holds every partition", || async {
-        let held = holders(&nats).await;
-        held.len() == 8 && held.values().all(|member| member == "w1")
-    })
-    .await;
+        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w1")).await;
+    partitions_held(&nats, &[("w1", 8)]).await;
 
     const CHATS: usize = 16;
     let mut client = WsClient::connect(addr).await;
-    for chat in 0..CHATS {
-        client.send(&format!("chat-{chat}"), "0").await;
-    }
+    send_round(&mut client, CHATS, 0).await;
     // Turns are under way on the first worker when the second joins.
     llm.wait_for_requests(CHATS, CLUSTER_PATIENCE).await;
     let (_w2, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
+        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w2")).await;
     let mut by_chat = replies(&mut client, CHATS).await;
-    wait_until("the newcomer holds its share", || async {
-        let held = holders(&nats).await;
-        held.len() == 8 && held.values().filter(|member| *member == "w2").count() == 4
-    })
-    .await;
-    for chat in 0..CHATS {
-        client.send(&format!("chat-{chat}"), "1").await;
-    }
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    send_round(&mut client, CHATS, 1).await;
     for (chat, said) in replies(&mut client, CHATS).await {
         by_chat.entry(chat).or_default().extend(said);
     }
-    for (chat, said) in &by_chat {
-        assert_eq!(said, &["re: 0", "re: 1"], "{chat}");
-    }
+    assert_answered_once(&mut client, &by_chat, CHATS, 2).await;
     assert_eq!(
         llm.requests().len(),
         2 * CHATS,
@@ -361,39 +375,22 @@ async fn nats_restarted_mid_load_loses_nothing_and_answers_nothing_twice() {
         util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
     let (_w2, _) =
         util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
-    wait_until("the partitions split between the workers", || async {
-        let held = holders(&nats).await;
-        held.len() == 8 && held.values().filter(|member| *member == "w1").count() == 4
-    })
-    .await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
 
     const CHATS: usize = 50;
     let mut client = WsClient::connect(addr).await;
-    for chat in 0..CHATS {
-        client.send(&format!("chat-{chat}"), "0").await;
-    }
+    send_round(&mut client, CHATS, 0).await;
     let mut by_chat = replies(&mut client, CHATS / 5).await;
     // The server dies mid-load; what it stored is on its disk. Messages typed meanwhile wait
     // in the gateway for it.
     nats.kill();
-    for chat in 0..CHATS {
-        client.send(&format!("chat-{chat}"), "1").await;
-    }
+    send_round(&mut client, CHATS, 1).await;
     nats.resume();
     let seen: usize = by_chat.values().map(Vec::len).sum();
     for (chat, said) in replies(&mut client, 2 * CHATS - seen).await {
         by_chat.entry(chat).or_default().extend(said);
     }
-    for (chat, said) in &by_chat {
-        assert_eq!(said, &["re: 0", "re: 1"], "{chat}: answered once, in order");
-    }
-    let extra = client.try_next_frame(Duration::from_millis(500)).await;
-    assert!(
-        extra
-            .as_ref()
-            .is_none_or(|frame| frame["type"] != "message"),
-        "nothing is answered twice: {extra:?}"
-    );
+    assert_answered_once(&mut client, &by_chat, CHATS, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

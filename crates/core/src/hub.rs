@@ -33,7 +33,7 @@ struct Inner {
     /// Taken once by the dispatcher; `None` afterwards.
     inbound_rx: Mutex<Option<mpsc::Receiver<InboundMessage>>>,
     /// The delivery lanes of each registered channel; an entry lives as long as the daemon.
-    outbound: DashMap<ChannelName, Lanes>,
+    outbound: ChannelLanes,
     /// Cancelled when the daemon stops taking messages; waiting publishers give up.
     intake: CancellationToken,
 }
@@ -46,7 +46,7 @@ impl ChatHub {
             inner: Arc::new(Inner {
                 inbound_tx,
                 inbound_rx: Mutex::new(Some(inbound_rx)),
-                outbound: DashMap::new(),
+                outbound: ChannelLanes::default(),
                 intake,
             }),
         }
@@ -56,8 +56,55 @@ impl ChatHub {
         self.inner
             .outbound
             .get(channel)
-            .map(|entry| entry.value().clone())
             .ok_or_else(|| CoreError::UnknownChannel(channel.to_string()))
+    }
+}
+
+/// The delivery lanes of the channels a process delivers for, by name: what every bus keeps
+/// on its channels' side. Cloning shares them.
+#[derive(Clone, Default)]
+pub struct ChannelLanes {
+    by_name: Arc<DashMap<ChannelName, Lanes>>,
+}
+
+impl ChannelLanes {
+    /// Lanes for `channel` (already wrapped for retries, if it should be), one per chat;
+    /// registering a name again replaces the earlier lanes.
+    pub fn register(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
+        let lanes = Lanes::new(channel.clone(), options);
+        self.by_name.insert(channel.name(), lanes.clone());
+        lanes
+    }
+
+    /// The lanes of `channel`, if it is registered.
+    pub fn get(&self, channel: &ChannelName) -> Option<Lanes> {
+        self.by_name.get(channel).map(|entry| entry.value().clone())
+    }
+
+    /// The registered channels, by name.
+    pub fn names(&self) -> Vec<ChannelName> {
+        let mut names: Vec<ChannelName> = self
+            .by_name
+            .iter()
+            .map(|entry| entry.key().clone())
+            .collect();
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names
+    }
+
+    /// Closes every channel's lanes once they delivered what they hold, waiting up to
+    /// `deadline` for each. Returns whether all finished.
+    pub async fn close(&self, deadline: Duration) -> bool {
+        let all: Vec<Lanes> = self
+            .by_name
+            .iter()
+            .map(|entry| entry.value().clone())
+            .collect();
+        let mut clean = true;
+        for lanes in all {
+            clean &= lanes.close(deadline).await;
+        }
+        clean
     }
 }
 
@@ -93,20 +140,11 @@ impl Bus for ChatHub {
     }
 
     fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
-        let lanes = Lanes::new(channel.clone(), options);
-        self.inner.outbound.insert(channel.name(), lanes.clone());
-        lanes
+        self.inner.outbound.register(channel, options)
     }
 
     fn channels(&self) -> Vec<ChannelName> {
-        let mut names: Vec<ChannelName> = self
-            .inner
-            .outbound
-            .iter()
-            .map(|entry| entry.key().clone())
-            .collect();
-        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        names
+        self.inner.outbound.names()
     }
 
     async fn may_notify(
@@ -133,17 +171,7 @@ impl Bus for ChatHub {
     }
 
     async fn close_outbound(&self, deadline: Duration) -> bool {
-        let all: Vec<Lanes> = self
-            .inner
-            .outbound
-            .iter()
-            .map(|entry| entry.value().clone())
-            .collect();
-        let mut clean = true;
-        for lanes in all {
-            clean &= lanes.close(deadline).await;
-        }
-        clean
+        self.inner.outbound.close(deadline).await
     }
 }
 

@@ -46,7 +46,7 @@ pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
 };
 pub use error::{CoreError, error_chain};
-pub use hub::ChatHub;
+pub use hub::{ChannelLanes, ChatHub};
 pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
 pub use message::{

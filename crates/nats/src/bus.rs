@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use dashmap::DashMap;
 use futures::StreamExt;
 use switchboard_core::{
-    Bus, Channel, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage, LaneOptions,
-    Lanes, MessageId, OutboundKind, OutboundMessage, wire,
+    Bus, Channel, ChannelLanes, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage,
+    LaneOptions, Lanes, MessageId, OutboundKind, OutboundMessage, wire,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -70,7 +70,7 @@ pub(crate) struct Inner {
     pub(crate) inbound_tx: mpsc::Sender<InboundMessage>,
     inbound_rx: Mutex<Option<mpsc::Receiver<InboundMessage>>>,
     /// The channels this process delivers for.
-    lanes: DashMap<ChannelName, Lanes>,
+    lanes: ChannelLanes,
     /// The partitions this worker reads now.
     pub(crate) held: Mutex<Vec<u32>>,
     /// Whether this gateway holds each platform channel's connection (and what is cancelled
@@ -91,7 +91,7 @@ impl NatsBus {
                 tasks: TaskTracker::new(),
                 inbound_tx,
                 inbound_rx: Mutex::new(Some(inbound_rx)),
-                lanes: DashMap::new(),
+                lanes: ChannelLanes::default(),
                 held: Mutex::new(Vec::new()),
                 connections: DashMap::new(),
             }),
@@ -128,7 +128,6 @@ impl NatsBus {
             .lanes
             .get(channel)
             .filter(|lanes| lanes.channel().scope() == ChannelScope::Internal)
-            .map(|lanes| lanes.value().clone())
     }
 
     /// Publishes `payload` on `subject` and waits until the server stored it, trying again
@@ -218,10 +217,10 @@ impl Bus for NatsBus {
     }
 
     fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
-        let lanes = Lanes::new(channel.clone(), options);
         let name = channel.name();
-        self.inner.lanes.insert(name.clone(), lanes.clone());
-        match channel.scope() {
+        let scope = channel.scope();
+        let lanes = self.inner.lanes.register(channel, options);
+        match scope {
             ChannelScope::Internal => {}
             ChannelScope::Process => {
                 crate::deliver::answer(&self.inner, name.clone(), lanes.clone());
@@ -248,14 +247,7 @@ impl Bus for NatsBus {
     }
 
     fn channels(&self) -> Vec<ChannelName> {
-        let mut names: Vec<ChannelName> = self
-            .inner
-            .lanes
-            .iter()
-            .map(|entry| entry.key().clone())
-            .collect();
-        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        names
+        self.inner.lanes.names()
     }
 
     async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
@@ -382,16 +374,7 @@ impl Bus for NatsBus {
     /// Also ends the bus's own tasks (deliverers, partitions: their leases given up), waiting
     /// up to `deadline` for them.
     async fn close_outbound(&self, deadline: Duration) -> bool {
-        let all: Vec<Lanes> = self
-            .inner
-            .lanes
-            .iter()
-            .map(|entry| entry.value().clone())
-            .collect();
-        let mut clean = true;
-        for lanes in all {
-            clean &= lanes.close(deadline).await;
-        }
+        let clean = self.inner.lanes.close(deadline).await;
         clean & tokio::time::timeout(deadline, self.close()).await.is_ok()
     }
 }

@@ -79,30 +79,21 @@ impl Cluster {
                 .credentials(credentials)
                 .map_err(|err| ClusterError::Credentials(err.to_string()))?;
         }
-        let client = tokio::time::timeout(
-            REQUEST_TIMEOUT * 2,
-            options.connect(config.nats_url.as_str()),
-        )
-        .await
-        .map_err(|_| ClusterError::Unreachable {
+        let unreachable = |why: String| ClusterError::Unreachable {
             url: config.nats_url.clone(),
-            why: "no answer within 10 s".into(),
-        })?
-        .map_err(|err| ClusterError::Unreachable {
-            url: config.nats_url.clone(),
-            why: err.to_string(),
-        })?;
-        // Wait until the connection is up (retry_on_initial_connect returns at once).
-        tokio::time::timeout(REQUEST_TIMEOUT * 2, client.flush())
+            why,
+        };
+        let within = REQUEST_TIMEOUT * 2;
+        let late = || unreachable(format!("no answer within {} s", within.as_secs()));
+        let client = tokio::time::timeout(within, options.connect(config.nats_url.as_str()))
             .await
-            .map_err(|_| ClusterError::Unreachable {
-                url: config.nats_url.clone(),
-                why: "no answer within 10 s".into(),
-            })?
-            .map_err(|err| ClusterError::Unreachable {
-                url: config.nats_url.clone(),
-                why: err.to_string(),
-            })?;
+            .map_err(|_| late())?
+            .map_err(|err| unreachable(err.to_string()))?;
+        // Wait until the connection is up (retry_on_initial_connect returns at once).
+        tokio::time::timeout(within, client.flush())
+            .await
+            .map_err(|_| late())?
+            .map_err(|err| unreachable(err.to_string()))?;
         let names = Names::new(&config.name);
         let mut js = jetstream::new(client.clone());
         js.set_timeout(REQUEST_TIMEOUT);

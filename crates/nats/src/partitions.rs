@@ -100,6 +100,8 @@ type Failure = Box<dyn std::error::Error + Send + Sync>;
 /// One round: say we are here, renew what we hold, give up or take partitions to our share.
 async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(), Failure> {
     let cluster = &inner.cluster;
+    // The leases first: the rest of the round may wait on the server.
+    renew(inner, held).await;
     let presence = serde_json::to_vec(&Presence {
         role: cluster.config.role.as_str().to_owned(),
     })?;
@@ -107,8 +109,6 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
         .members
         .put(cluster.config.member.as_str(), presence.into())
         .await?;
-    renew(inner, held).await;
-    measure_lag(inner, held).await;
     let workers = workers(inner).await?.max(1);
     let partitions = cluster.config.partitions;
     let share = partitions.div_ceil(workers);
@@ -180,6 +180,7 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
             }
         }
     }
+    measure_lag(inner, held).await;
     Ok(())
 }
 
@@ -187,23 +188,30 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
 /// let go at once.
 async fn renew(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) {
     let member = inner.cluster.config.member.clone();
+    // All at once: a round trip each, and a lease must not wait behind the others.
+    let renewals = held.iter().map(|(number, partition)| {
+        let leases = inner.cluster.leases.clone();
+        let member = member.clone();
+        let (number, revision) = (*number, partition.revision);
+        async move {
+            let renewed = leases
+                .update(partition_key(number), member.into(), revision)
+                .await;
+            (number, renewed)
+        }
+    });
     let mut lost = Vec::new();
-    for (number, partition) in held.iter_mut() {
-        match inner
-            .cluster
-            .leases
-            .update(
-                partition_key(*number),
-                member.clone().into(),
-                partition.revision,
-            )
-            .await
-        {
-            Ok(revision) => partition.revision = revision,
+    for (number, renewed) in futures::future::join_all(renewals).await {
+        match renewed {
+            Ok(revision) => {
+                if let Some(partition) = held.get_mut(&number) {
+                    partition.revision = revision;
+                }
+            }
             Err(err)
                 if err.kind() == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision =>
             {
-                lost.push(*number);
+                lost.push(number);
             }
             // The server is unreachable: the lease may yet hold; try again next round.
             Err(err) => tracing::debug!(partition = number, error = %err, "lease not renewed"),
