@@ -145,6 +145,21 @@ async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]) {
     .await;
 }
 
+/// A gateway and two workers, each a process of its own with `config`'s lease, once the
+/// partitions are split between the workers: the gateway's address and the processes.
+async fn gateway_and_two_workers(
+    root: &Path,
+    llm: &ScriptedLlm,
+    nats: &NatsServer,
+    config: fn(&Path, &ScriptedLlm, &NatsServer, &str, &str) -> PathBuf,
+) -> (std::net::SocketAddr, [tokio::process::Child; 3]) {
+    let (gateway, addr) = util::spawn_daemon(&config(root, llm, nats, "gateway", "gw")).await;
+    let (w1, _) = util::spawn_daemon(&config(root, llm, nats, "worker", "w1")).await;
+    let (w2, _) = util::spawn_daemon(&config(root, llm, nats, "worker", "w2")).await;
+    partitions_held(nats, &[("w1", 4), ("w2", 4)]).await;
+    (addr, [gateway, w1, w2])
+}
+
 /// Sends round `round` (its number as the text) to each of `chats` chats.
 async fn send_round(client: &mut WsClient, chats: usize, round: usize) {
     for chat in 0..chats {
@@ -200,13 +215,7 @@ async fn one_gateway_two_workers_answer_every_message_once_in_order() {
     let llm = ScriptedLlm::start().await.expect("llm");
     echoing(&llm);
     let root = tempfile::tempdir().expect("tempdir");
-    let gateway = steady_member(root.path(), &llm, &nats, "gateway", "gw");
-    let (_gateway, addr) = util::spawn_daemon(&gateway).await;
-    let (_w1, _) =
-        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w1")).await;
-    let (_w2, _) =
-        util::spawn_daemon(&steady_member(root.path(), &llm, &nats, "worker", "w2")).await;
-    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    let (addr, _members) = gateway_and_two_workers(root.path(), &llm, &nats, steady_member).await;
 
     const CHATS: usize = 200;
     const EACH: usize = 5;
@@ -248,13 +257,8 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_every_message_answered_once(
     let llm = ScriptedLlm::start().await.expect("llm");
     tool_calling(&llm);
     let root = tempfile::tempdir().expect("tempdir");
-    let (_gateway, addr) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
-    let (mut w1, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
-    let (_w2, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
-    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    let (addr, [_gateway, mut w1, _w2]) =
+        gateway_and_two_workers(root.path(), &llm, &nats, member_config).await;
 
     const CHATS: usize = 30;
     const EACH: usize = 3;
@@ -369,13 +373,7 @@ async fn nats_restarted_mid_load_loses_nothing_and_answers_nothing_twice() {
         Reply::text(format!("re: {}", last_user_text(request))).delayed(Duration::from_millis(100))
     });
     let root = tempfile::tempdir().expect("tempdir");
-    let (_gateway, addr) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "gateway", "gw")).await;
-    let (_w1, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
-    let (_w2, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w2")).await;
-    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    let (addr, _members) = gateway_and_two_workers(root.path(), &llm, &nats, member_config).await;
 
     const CHATS: usize = 50;
     let mut client = WsClient::connect(addr).await;

@@ -85,17 +85,11 @@ async fn read_durably(
     config.deliver_policy = consumer::DeliverPolicy::New;
     let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&name, config).await?;
     let mut messages = consumer.messages().await?;
-    let mut reconnects = inner.cluster.reconnects.clone();
-    reconnects.mark_unchanged();
+    let mut until = Until::new(inner, stop);
     loop {
-        let next = tokio::select! {
-            () = inner.stop.cancelled() => return Ok(()),
-            () = stop.cancelled() => return Ok(()),
-            // Opened again after a break in the connection.
-            _ = reconnects.changed() => return Ok(()),
-            next = messages.next() => next,
+        let Some(message) = until.next(&mut messages).await else {
+            return Ok(());
         };
-        let Some(message) = next else { return Ok(()) };
         let message = message?;
         let Some(outbound) = decode(&message) else {
             let _ = message.ack_with(AckKind::Term).await;
@@ -159,17 +153,11 @@ async fn read_every_new(
         .await?
         .messages()
         .await?;
-    let mut reconnects = inner.cluster.reconnects.clone();
-    reconnects.mark_unchanged();
+    let mut until = Until::new(inner, stop);
     loop {
-        let next = tokio::select! {
-            () = inner.stop.cancelled() => return Ok(()),
-            () = stop.cancelled() => return Ok(()),
-            // Opened again after a break in the connection.
-            _ = reconnects.changed() => return Ok(()),
-            next = messages.next() => next,
+        let Some(message) = until.next(&mut messages).await else {
+            return Ok(());
         };
-        let Some(message) = next else { return Ok(()) };
         let message = message?;
         if let Ok(info) = message.info() {
             *after = Some(info.stream_sequence);
@@ -189,6 +177,36 @@ async fn read_every_new(
             Err(err) => {
                 answer_receipt(&inner.cluster.client, message.headers.as_ref(), &Err(err)).await;
             }
+        }
+    }
+}
+
+/// What ends a reader: the bus or its holder stopping, or a break in the connection (the
+/// reader is then opened again).
+struct Until {
+    bus: CancellationToken,
+    stop: CancellationToken,
+    reconnects: tokio::sync::watch::Receiver<u64>,
+}
+
+impl Until {
+    fn new(inner: &Arc<Inner>, stop: &CancellationToken) -> Self {
+        let mut reconnects = inner.cluster.reconnects.clone();
+        reconnects.mark_unchanged();
+        Self {
+            bus: inner.stop.clone(),
+            stop: stop.clone(),
+            reconnects,
+        }
+    }
+
+    /// The next item of `messages`, or `None` once the reader should end.
+    async fn next<S: futures::Stream + Unpin>(&mut self, messages: &mut S) -> Option<S::Item> {
+        tokio::select! {
+            () = self.bus.cancelled() => None,
+            () = self.stop.cancelled() => None,
+            _ = self.reconnects.changed() => None,
+            next = messages.next() => next,
         }
     }
 }
