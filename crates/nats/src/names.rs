@@ -15,8 +15,10 @@ pub(crate) const DEDUPE_WINDOW: Duration = Duration::from_secs(120);
 /// How long an outbound message is kept for a gateway that is down.
 const OUTBOUND_KEPT: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// The most bytes of outbound messages kept (the oldest go first).
-const OUTBOUND_BYTES: i64 = 1024 * 1024 * 1024;
+/// The most outbound messages kept (the oldest go first). A count, not bytes: a byte limit
+/// is reserved on the server's disk when the stream is made, and a server short of space
+/// then refuses the stream.
+const OUTBOUND_MESSAGES: i64 = 1_000_000;
 
 /// The names of one cluster's things.
 #[derive(Clone, Debug)]
@@ -58,8 +60,8 @@ impl Names {
         format!("p{partition}")
     }
 
-    /// Outbound messages, one subject per channel; kept a day (or 1 GiB) for a gateway
-    /// that is down.
+    /// Outbound messages, one subject per channel; kept a day (at most a million) for a
+    /// gateway that is down.
     pub(crate) fn outbound_stream(&self) -> stream::Config {
         stream::Config {
             name: self.outbound_stream_name(),
@@ -67,7 +69,7 @@ impl Names {
             retention: stream::RetentionPolicy::Limits,
             storage: stream::StorageType::File,
             max_age: OUTBOUND_KEPT,
-            max_bytes: OUTBOUND_BYTES,
+            max_messages: OUTBOUND_MESSAGES,
             duplicate_window: DEDUPE_WINDOW,
             discard: stream::DiscardPolicy::Old,
             max_message_size: wire_limit(),
