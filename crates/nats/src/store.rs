@@ -32,6 +32,10 @@ const CHUNK_BYTES: usize = 512 * 1024;
 /// How long one store call may take, tries included, before it fails.
 const CALL_TIME: Duration = Duration::from_secs(30);
 
+/// How long one try may take (a read waits on the server for each of the session's
+/// messages) before it counts as failed.
+const TRY_TIME: Duration = Duration::from_secs(10);
+
 /// The most sessions [`SessionStore::list`] reads the times of.
 const LISTED: usize = 500;
 
@@ -156,7 +160,12 @@ impl NatsStore {
         let deadline = tokio::time::Instant::now() + CALL_TIME;
         let mut wait = Duration::from_millis(100);
         let result = loop {
-            match call().await {
+            let attempt = tokio::time::timeout(TRY_TIME, call())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(failed(format!("no answer within {} s", TRY_TIME.as_secs())))
+                });
+            match attempt {
                 Ok(value) => break Ok(value),
                 Err(err) if tokio::time::Instant::now() + wait >= deadline => break Err(err),
                 Err(err) => {
