@@ -258,10 +258,12 @@ async fn a_sender_not_allowed_gets_a_pairing_code_and_never_reaches_the_model() 
     assert!(t.fake.messages_to(GENERAL).is_empty());
 
     // Once approved, Bob is answered.
-    let pairing = switchboard_adapter::Pairing::open(&t.dir.path().join("state"));
-    let pending = pairing.list().expect("pairing file").pending;
+    let pairing = switchboard_adapter::Pairing::new(std::sync::Arc::new(
+        switchboard_sessions::FileState::new(&t.dir.path().join("state")),
+    ));
+    let pending = pairing.list().await.expect("pairing file").pending;
     let pending = pending.first().expect("a code");
-    pairing.approve(&pending.code).expect("approved");
+    pairing.approve(&pending.code).await.expect("approved");
     let again = t.fake.dm(BOB, "now?");
     assert_eq!(t.wait_for_reply(dm(BOB), again).await, "echo: now?");
     t.daemon.shutdown().await;

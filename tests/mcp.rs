@@ -42,10 +42,10 @@ pub(crate) fn server_table(extra: &str) -> String {
 /// lines in its entry, once the server's `tools` tools are offered.
 pub(crate) async fn with_server(extra: &str, tools: u64) -> Harness {
     let tables = server_table(extra);
-    let h = Harness::with_config(Extra {
+    let h = Box::pin(Harness::with_config(Extra {
         tables: &tables,
         ..Extra::default()
-    })
+    }))
     .await;
     wait_for_tools(h.daemon.addr(), tools).await;
     h

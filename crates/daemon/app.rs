@@ -146,11 +146,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     // Installed before anything records (the route is added once the channels are known).
     let recorder = config.http.metrics.then(metrics::recorder).flatten();
     let state_dir = config.path(&config.agent.state_dir);
-    let pairing = Arc::new(Pairing::open(&state_dir));
+    let pairing = Arc::new(Pairing::new(place.state().clone()));
     let mut platforms = Platforms::new(platforms::Parts {
         channel: ChannelParts {
             hub: hub.clone(),
             pairing: pairing.clone(),
+            state: place.state().clone(),
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),

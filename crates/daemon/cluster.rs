@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{AgentName, Bus, ChatHub};
-use switchboard_sessions::SessionStore;
+use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
+use switchboard_sessions::{FileState, SessionStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, ConfigError};
@@ -57,6 +57,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
 /// What this process is, and the bus it is on.
 pub(crate) struct Place {
     bus: Arc<dyn Bus>,
+    state: Arc<dyn StateStore>,
     runs_channels: bool,
     runs_agents: bool,
     #[cfg(feature = "cluster")]
@@ -86,6 +87,7 @@ impl Place {
             let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
             return Ok(Self {
                 bus: Arc::new(bus.clone()),
+                state: Arc::new(switchboard_nats::NatsState::new(&cluster)),
                 runs_channels: role.runs_channels(),
                 runs_agents: role.runs_agents(),
                 nats: Some((cluster, bus)),
@@ -93,6 +95,7 @@ impl Place {
         }
         Ok(Self {
             bus: Arc::new(ChatHub::new(capacity, intake.clone())),
+            state: Arc::new(FileState::new(&config.path(&config.agent.state_dir))),
             runs_channels: true,
             runs_agents: true,
             #[cfg(feature = "cluster")]
@@ -103,6 +106,12 @@ impl Place {
     /// The bus adapters and agents meet on.
     pub(crate) fn bus(&self) -> &Arc<dyn Bus> {
         &self.bus
+    }
+
+    /// Where the small documents are kept: the state directory alone, the cluster's bucket
+    /// on a cluster.
+    pub(crate) fn state(&self) -> &Arc<dyn StateStore> {
+        &self.state
     }
 
     /// Whether this process runs the channels (alone, or a gateway).
@@ -142,6 +151,23 @@ impl Place {
             bus.start_worker();
         }
     }
+}
+
+/// Where the operator's commands (`pairing`, `cron`) find the daemon's small documents: the
+/// state directory, or — on a cluster — the cluster's bucket, reached with the config's
+/// `[cluster]` (its secrets must then be readable where the command runs).
+pub(crate) async fn state_store(config: &Config) -> anyhow::Result<Arc<dyn StateStore>> {
+    #[cfg(feature = "cluster")]
+    if let Some(section) = &config.cluster {
+        let resolved = section
+            .resolve()
+            .map_err(|problem| config.source.problem("cluster", problem))?;
+        let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
+        return Ok(Arc::new(switchboard_nats::NatsState::new(&cluster)));
+    }
+    let state_dir = config.path(&config.agent.state_dir);
+    crate::pairing::check_owner(&state_dir)?;
+    Ok(Arc::new(FileState::new(&state_dir)))
 }
 
 /// `switchboard doctor`'s line about the cluster: NATS reached, JetStream's streams and

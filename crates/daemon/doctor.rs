@@ -363,10 +363,13 @@ async fn ask(key: &str, model: &dyn LlmProvider) -> Line {
 /// with an `unchecked` secret are marked `?` instead.
 fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec<Arc<dyn Channel>> {
     let state_dir = config.path(&config.agent.state_dir);
+    let state: Arc<dyn switchboard_core::StateStore> =
+        Arc::new(switchboard_sessions::FileState::new(&state_dir));
     let platforms = Platforms::new(Parts {
         channel: ChannelParts {
             hub: Arc::new(ChatHub::new(1, CancellationToken::new())),
-            pairing: Arc::new(Pairing::open(&state_dir)),
+            pairing: Arc::new(Pairing::new(state.clone())),
+            state,
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),

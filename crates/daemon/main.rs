@@ -81,13 +81,15 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run { config, role } => app::run_until_signal(config.as_deref(), role).await,
+            Command::Run { config, role } => {
+                Box::pin(app::run_until_signal(config.as_deref(), role)).await
+            }
             Command::Agent {
                 config,
                 message,
                 session,
             } => terminal::run(config.as_deref(), message, &session).await,
-            Command::Pairing { config, action } => pairing::run(config.as_deref(), &action),
+            Command::Pairing { config, action } => pairing::run(config.as_deref(), &action).await,
             Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
             #[cfg(feature = "mcp")]
             Command::Mcp { config, action } => match action {

@@ -13,18 +13,19 @@ use crate::cli::{PairingAction, resolve_config};
 use crate::config::{Config, Secrets};
 
 /// Runs a pairing command.
-pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<ExitCode> {
+pub async fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
     // Only the state directory is needed: no secret is resolved (the operator's shell has
-    // neither the service's environment nor its credentials).
+    // neither the service's environment nor its credentials) — but a cluster's.
     let config = Config::load_with(&path, Secrets::Skip)?;
-    let state_dir = config.path(&config.agent.state_dir);
-    check_owner(&state_dir)?;
-    let pairing = Pairing::open(&state_dir);
+    let pairing = Pairing::new(crate::cluster::state_store(&config).await?);
     let mut out = std::io::stdout().lock();
     match action {
         PairingAction::List => {
-            let file = pairing.list().context("cannot read the pairing file")?;
+            let file = pairing
+                .list()
+                .await
+                .context("cannot read the pairing file")?;
             let now = unix_now();
             writeln!(out, "Waiting for approval ({}):", file.pending.len())?;
             for pending in &file.pending {
@@ -50,7 +51,7 @@ pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<Exit
             }
         }
         PairingAction::Approve { code } => {
-            let approved = pairing.approve(code)?;
+            let approved = pairing.approve(code).await?;
             writeln!(
                 out,
                 "Approved {}:{} {}",
@@ -60,7 +61,7 @@ pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<Exit
             )?;
         }
         PairingAction::Deny { code } => {
-            let denied = pairing.deny(code)?;
+            let denied = pairing.deny(code).await?;
             writeln!(
                 out,
                 "Denied {} ({}:{} {})",
@@ -71,7 +72,7 @@ pub fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Result<Exit
             )?;
         }
         PairingAction::Revoke { sender } => {
-            for revoked in pairing.revoke(sender)? {
+            for revoked in pairing.revoke(sender).await? {
                 writeln!(out, "Revoked {}:{}", revoked.channel, revoked.sender)?;
             }
         }

@@ -31,6 +31,9 @@ pub struct ChannelParts {
     pub workspace: PathBuf,
     /// Who may talk besides the allow lists.
     pub pairing: Arc<Pairing>,
+    /// Where small documents are kept (a platform's cursor): the state directory's files,
+    /// or the cluster's bucket.
+    pub state: Arc<dyn switchboard_core::StateStore>,
     /// The HTTP listener.
     pub http: HttpFacts,
     /// Where a chat's conversation so far is read from, for channels that show it again.

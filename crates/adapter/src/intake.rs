@@ -42,7 +42,7 @@ impl Gate {
 
     /// What to do with a message from `sender`: let it in, send a pairing code (private
     /// chats), or drop it.
-    pub fn verdict(&self, sender: Sender<'_>) -> Verdict {
+    pub async fn verdict(&self, sender: Sender<'_>) -> Verdict {
         if self.allow.allows(sender.id, sender.username) {
             Verdict::Allowed
         } else if sender.private {
@@ -52,14 +52,16 @@ impl Gate {
                 }
                 _ => sender.name.to_owned(),
             };
-            self.pairing.check(
-                self.channel,
-                sender.id,
-                Some(&name),
-                &AllowList::default(),
-                SystemTime::now(),
-            )
-        } else if self.pairing.approved(self.channel, sender.id) {
+            self.pairing
+                .check(
+                    self.channel,
+                    sender.id,
+                    Some(&name),
+                    &AllowList::default(),
+                    SystemTime::now(),
+                )
+                .await
+        } else if self.pairing.approved(self.channel, sender.id).await {
             Verdict::Allowed
         } else {
             Verdict::Ignore
@@ -68,8 +70,8 @@ impl Gate {
 
     /// Whether the person `id` (last seen as `username`) may talk: on the allow list or
     /// approved.
-    pub fn allows(&self, id: &str, username: Option<&str>) -> bool {
-        self.allow.allows(id, username) || self.pairing.approved(self.channel, id)
+    pub async fn allows(&self, id: &str, username: Option<&str>) -> bool {
+        self.allow.allows(id, username) || self.pairing.approved(self.channel, id).await
     }
 }
 

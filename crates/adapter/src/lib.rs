@@ -43,8 +43,8 @@ pub use intake::{Gate, Sender, say};
 pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface};
 pub use pairing::{
-    AllowList, Approved, CODE_TTL, MAX_PENDING, Pairing, PairingError, PairingFile, PendingCode,
-    RESEND_AFTER, Verdict,
+    AllowList, Approved, CODE_TTL, MAX_PENDING, PAIRING_KEY, Pairing, PairingError, PairingFile,
+    PendingCode, RESEND_AFTER, Verdict,
 };
 pub use per_chat::{MAX_IN_FLIGHT, PerChat};
 pub use remembered::Remembered;

@@ -2,21 +2,20 @@
 //!
 //! A sender not on the allow list gets a one-time code instead of an answer, and never
 //! reaches the agent. The operator approves it with `switchboard pairing approve CODE`,
-//! which writes `pairing.json` in the state directory; the running daemon reads that (small)
-//! file for every message from a sender not on the allow list, so an approval — or a
-//! `revoke` — takes effect at once, without a restart. (Watching the file's modification
-//! time would miss a change made within the same clock tick as the last read.) A code expires after an hour; it is sent to the same sender at most once a
-//! minute; and at most [`MAX_PENDING`] codes wait at once, so strangers cannot fill the file.
-//! The daemon and the CLI change the file under an exclusive lock (`pairing.lock`) and
-//! replace it atomically.
+//! which changes the pairing document (`pairing.json` in the state directory, or the
+//! cluster's state bucket: see [`StateStore`]); the running daemon reads that small document
+//! for every message from a sender not on the allow list, so an approval — or a `revoke` —
+//! takes effect at once, on every host, without a restart. A code expires after an hour; it
+//! is sent to the same sender at most once a minute; and at most [`MAX_PENDING`] codes wait
+//! at once, so strangers cannot fill the document. The daemon and the CLI change it with
+//! [`StateStore::update`], so neither undoes the other's change.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use switchboard_core::{Change, StateError, StateStore};
 
 /// How long a code may be approved.
 pub const CODE_TTL: Duration = Duration::from_secs(3600);
@@ -25,25 +24,23 @@ pub const RESEND_AFTER: Duration = Duration::from_secs(60);
 /// Codes waiting for approval at once, all channels together.
 pub const MAX_PENDING: usize = 32;
 
+/// The pairing document's key.
+pub const PAIRING_KEY: &str = "pairing.json";
+
 /// Letters and digits that cannot be mistaken for one another.
 const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
 
-/// What can go wrong with the pairing file.
+/// What can go wrong with the pairing document.
 #[derive(Debug, thiserror::Error)]
 pub enum PairingError {
     /// It could not be read or written.
-    #[error("{}: {source}", .path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    State(#[from] StateError),
     /// It is not valid JSON of the expected shape.
-    #[error("{} is damaged: {message}", .path.display())]
+    #[error("the pairing document {place} is damaged: {message}")]
     Damaged {
-        /// The file.
-        path: PathBuf,
+        /// Where it is.
+        place: String,
         /// What the parser said.
         message: String,
     },
@@ -144,30 +141,27 @@ pub enum Verdict {
     Ignore,
 }
 
-/// The pairing state of a daemon (or of the CLI): the file, read when needed.
+/// The pairing state of a daemon (or of the CLI): the document, read when needed.
 #[derive(Debug)]
 pub struct Pairing {
-    path: PathBuf,
-    lock: PathBuf,
+    state: Arc<dyn StateStore>,
 }
 
 impl Pairing {
-    /// Pairing kept in `<state_dir>/pairing.json`.
-    pub fn open(state_dir: &Path) -> Self {
-        Self {
-            path: state_dir.join("pairing.json"),
-            lock: state_dir.join("pairing.lock"),
-        }
+    /// Pairing kept in `state` under [`PAIRING_KEY`].
+    pub fn new(state: Arc<dyn StateStore>) -> Self {
+        Self { state }
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the document is, for messages.
+    pub fn place(&self) -> String {
+        format!("{}/{PAIRING_KEY}", self.state.place())
     }
 
-    /// Decides on a message from `sender` on `channel`. Errors reading or writing the file
-    /// are logged and count as "not approved": a broken file never lets a stranger in.
-    pub fn check(
+    /// Decides on a message from `sender` on `channel`. Errors reading or writing the
+    /// document are logged and count as "not approved": a broken one never lets a stranger
+    /// in.
+    pub async fn check(
         &self,
         channel: &str,
         sender: &str,
@@ -178,16 +172,16 @@ impl Pairing {
         if allow.allows(sender, name) {
             return Verdict::Allowed;
         }
-        match self.decide(channel, sender, name, now) {
+        match self.decide(channel, sender, name, now).await {
             Ok(verdict) => verdict,
             Err(err) => {
-                tracing::error!(error = %err, "pairing: could not use the pairing file");
+                tracing::error!(error = %err, "pairing: could not use the pairing document");
                 Verdict::Ignore
             }
         }
     }
 
-    fn decide(
+    async fn decide(
         &self,
         channel: &str,
         sender: &str,
@@ -199,7 +193,7 @@ impl Pairing {
                 .iter()
                 .any(|a| a.channel == channel && a.sender == sender)
         };
-        if approved(&self.read()?) {
+        if approved(&self.read().await?) {
             return Ok(Verdict::Allowed);
         }
         let now_secs = unix(now);
@@ -235,30 +229,31 @@ impl Pairing {
             });
             Ok(Verdict::Pair(pairing_text(&code)))
         })
+        .await
     }
 
     /// Whether a sender was approved on a channel (no code is made): for places where a
     /// code must not be posted, such as a group chat.
-    pub fn approved(&self, channel: &str, sender: &str) -> bool {
-        match self.read() {
+    pub async fn approved(&self, channel: &str, sender: &str) -> bool {
+        match self.read().await {
             Ok(file) => file
                 .approved
                 .iter()
                 .any(|a| a.channel == channel && a.sender == sender),
             Err(err) => {
-                tracing::error!(error = %err, "pairing: could not read the pairing file");
+                tracing::error!(error = %err, "pairing: could not read the pairing document");
                 false
             }
         }
     }
 
     /// The codes waiting (expired ones dropped) and the approved senders.
-    pub fn list(&self) -> Result<PairingFile, PairingError> {
-        self.change(|file| Ok(file.clone()))
+    pub async fn list(&self) -> Result<PairingFile, PairingError> {
+        self.change(|file| Ok(file.clone())).await
     }
 
     /// Approves a waiting code: its sender may talk from now on.
-    pub fn approve(&self, code: &str) -> Result<Approved, PairingError> {
+    pub async fn approve(&self, code: &str) -> Result<Approved, PairingError> {
         self.change(|file| {
             let pending = take_pending(file, code)?;
             let approved = Approved {
@@ -272,16 +267,17 @@ impl Pairing {
             file.approved.push(approved.clone());
             Ok(approved)
         })
+        .await
     }
 
     /// Turns a waiting code down: it is forgotten (the sender is not approved; a later
     /// message of theirs gets a new code, as a stranger's would).
-    pub fn deny(&self, code: &str) -> Result<PendingCode, PairingError> {
-        self.change(|file| take_pending(file, code))
+    pub async fn deny(&self, code: &str) -> Result<PendingCode, PairingError> {
+        self.change(|file| take_pending(file, code)).await
     }
 
     /// Revokes an approved sender (`12345`, or `telegram:12345` for one channel only).
-    pub fn revoke(&self, sender: &str) -> Result<Vec<Approved>, PairingError> {
+    pub async fn revoke(&self, sender: &str) -> Result<Vec<Approved>, PairingError> {
         let (channel, id) = match sender.split_once(':') {
             Some((channel, id)) => (Some(channel), id),
             None => (None, sender),
@@ -298,63 +294,67 @@ impl Pairing {
                 Ok(gone)
             }
         })
+        .await
     }
 
-    fn read(&self) -> Result<PairingFile, PairingError> {
-        match fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|err| PairingError::Damaged {
-                path: self.path.clone(),
-                message: err.to_string(),
-            }),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(PairingFile::default()),
-            Err(source) => Err(self.io(source)),
+    async fn read(&self) -> Result<PairingFile, PairingError> {
+        match self.state.get(PAIRING_KEY).await? {
+            Some(stored) => self.parse(&stored.bytes),
+            None => Ok(PairingFile::default()),
         }
     }
 
-    /// Reads the file under the lock, drops expired codes, applies `change`, and writes the
-    /// result back (atomically) if anything changed.
-    fn change<T>(
-        &self,
-        change: impl FnOnce(&mut PairingFile) -> Result<T, PairingError>,
-    ) -> Result<T, PairingError> {
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock)
-            .map_err(|source| self.io(source))?;
-        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-            .map_err(|err| self.io(err.into()))?;
-        let before = self.read()?;
-        let mut file = before.clone();
-        let now = unix(SystemTime::now());
-        file.pending
-            .retain(|p| now.saturating_sub(p.created_at) < CODE_TTL.as_secs());
-        let result = change(&mut file);
-        if file != before {
-            self.write(&file)?;
-        }
-        drop(lock);
-        result
-    }
-
-    fn write(&self, file: &PairingFile) -> Result<(), PairingError> {
-        let tmp = self.path.with_extension("json.tmp");
-        let text = serde_json::to_vec_pretty(file).map_err(|err| PairingError::Damaged {
-            path: self.path.clone(),
+    fn parse(&self, bytes: &[u8]) -> Result<PairingFile, PairingError> {
+        serde_json::from_slice(bytes).map_err(|err| PairingError::Damaged {
+            place: self.place(),
             message: err.to_string(),
-        })?;
-        let mut out = File::create(&tmp).map_err(|source| self.io(source))?;
-        out.write_all(&text).map_err(|source| self.io(source))?;
-        out.sync_all().map_err(|source| self.io(source))?;
-        fs::rename(&tmp, &self.path).map_err(|source| self.io(source))
+        })
     }
 
-    fn io(&self, source: std::io::Error) -> PairingError {
-        PairingError::Io {
-            path: self.path.clone(),
-            source,
-        }
+    /// Reads the document, drops expired codes, applies `change`, and writes the result
+    /// back if anything changed — in one step against other writers (`change` runs again
+    /// when another wrote in between).
+    async fn change<T: Send>(
+        &self,
+        mut change: impl FnMut(&mut PairingFile) -> Result<T, PairingError> + Send,
+    ) -> Result<T, PairingError> {
+        let mut result = None;
+        let mut changer = |bytes: Option<&[u8]>| {
+            let before = match bytes.map(|bytes| self.parse(bytes)).transpose() {
+                Ok(before) => before.unwrap_or_default(),
+                Err(err) => {
+                    result = Some(Err(err));
+                    return Change::Keep;
+                }
+            };
+            let mut file = before.clone();
+            let now = unix(SystemTime::now());
+            file.pending
+                .retain(|p| now.saturating_sub(p.created_at) < CODE_TTL.as_secs());
+            let outcome = change(&mut file);
+            let write = file != before;
+            result = Some(outcome);
+            if !write {
+                return Change::Keep;
+            }
+            match serde_json::to_vec_pretty(&file) {
+                Ok(bytes) => Change::Put(bytes),
+                Err(err) => {
+                    result = Some(Err(PairingError::Damaged {
+                        place: self.place(),
+                        message: err.to_string(),
+                    }));
+                    Change::Keep
+                }
+            }
+        };
+        self.state.update(PAIRING_KEY, &mut changer).await?;
+        result.unwrap_or_else(|| {
+            Err(PairingError::Damaged {
+                place: self.place(),
+                message: "the change was not made".to_owned(),
+            })
+        })
     }
 }
 
@@ -413,6 +413,11 @@ fn unix(time: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchboard_sessions::FileState;
+
+    fn opened(dir: &std::path::Path) -> Pairing {
+        Pairing::new(Arc::new(FileState::new(dir)))
+    }
 
     fn code_of(verdict: &Verdict) -> String {
         let Verdict::Pair(text) = verdict else {
@@ -431,136 +436,157 @@ mod tests {
         assert!(!allow.allows("1234", None));
     }
 
-    #[test]
-    fn a_denied_code_is_forgotten_and_its_sender_not_let_in() {
+    #[tokio::test]
+    async fn a_denied_code_is_forgotten_and_its_sender_not_let_in() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let pairing = Pairing::open(dir.path());
+        let pairing = opened(dir.path());
         let allow = AllowList::default();
         let now = SystemTime::now();
-        let code = code_of(&pairing.check("telegram", "7", None, &allow, now));
-        let denied = pairing.deny(&code).expect("denied");
+        let code = code_of(&pairing.check("telegram", "7", None, &allow, now).await);
+        let denied = pairing.deny(&code).await.expect("denied");
         assert_eq!(denied.sender, "7");
-        assert!(pairing.list().expect("list").pending.is_empty());
+        assert!(pairing.list().await.expect("list").pending.is_empty());
         assert!(matches!(
-            pairing.approve(&code),
+            pairing.approve(&code).await,
             Err(PairingError::UnknownCode(_))
         ));
-        assert!(!pairing.approved("telegram", "7"));
+        assert!(!pairing.approved("telegram", "7").await);
         assert!(matches!(
-            pairing.deny("NOPE-NOPE"),
+            pairing.deny("NOPE-NOPE").await,
             Err(PairingError::UnknownCode(_))
         ));
     }
 
-    #[test]
-    fn a_stranger_gets_one_code_a_minute_and_is_let_in_once_approved() {
+    #[tokio::test]
+    async fn a_stranger_gets_one_code_a_minute_and_is_let_in_once_approved() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let pairing = Pairing::open(dir.path());
+        let pairing = opened(dir.path());
         let allow = AllowList::default();
         let now = SystemTime::now();
-        let first = pairing.check("telegram", "42", Some("eve"), &allow, now);
+        let first = pairing
+            .check("telegram", "42", Some("eve"), &allow, now)
+            .await;
         let code = code_of(&first);
         assert_eq!(
-            pairing.check(
+            pairing
+                .check(
+                    "telegram",
+                    "42",
+                    None,
+                    &allow,
+                    now + Duration::from_secs(30)
+                )
+                .await,
+            Verdict::Ignore,
+            "not twice in a minute"
+        );
+        let again = pairing
+            .check(
                 "telegram",
                 "42",
                 None,
                 &allow,
-                now + Duration::from_secs(30)
-            ),
-            Verdict::Ignore,
-            "not twice in a minute"
-        );
-        let again = pairing.check(
-            "telegram",
-            "42",
-            None,
-            &allow,
-            now + Duration::from_secs(61),
-        );
+                now + Duration::from_secs(61),
+            )
+            .await;
         assert_eq!(code_of(&again), code, "the same code again");
 
         // The CLI, in another process, approves it: the daemon's instance sees it.
-        let cli = Pairing::open(dir.path());
+        let cli = opened(dir.path());
         let approved = cli
             .approve(&code.to_lowercase().replace('-', ""))
+            .await
             .expect("approve");
         assert_eq!(approved.sender, "42");
         assert_eq!(approved.name.as_deref(), Some("eve"));
         assert_eq!(
-            pairing.check("telegram", "42", None, &allow, now),
+            pairing.check("telegram", "42", None, &allow, now).await,
             Verdict::Allowed
         );
         assert!(
             matches!(
-                pairing.check("discord", "42", None, &allow, now),
+                pairing.check("discord", "42", None, &allow, now).await,
                 Verdict::Pair(_)
             ),
             "approval is per channel"
         );
         assert!(
             cli.list()
+                .await
                 .expect("list")
                 .pending
                 .iter()
                 .all(|p| p.code != code)
         );
 
-        cli.revoke("telegram:42").expect("revoke");
+        cli.revoke("telegram:42").await.expect("revoke");
         assert!(matches!(
-            pairing.check(
-                "telegram",
-                "42",
-                None,
-                &allow,
-                now + Duration::from_secs(120)
-            ),
+            pairing
+                .check(
+                    "telegram",
+                    "42",
+                    None,
+                    &allow,
+                    now + Duration::from_secs(120)
+                )
+                .await,
             Verdict::Pair(_)
         ));
         assert!(matches!(
-            cli.approve("NOPE-NOPE"),
+            cli.approve("NOPE-NOPE").await,
             Err(PairingError::UnknownCode(_))
         ));
     }
 
-    #[test]
-    fn codes_expire_and_strangers_cannot_fill_the_file() {
+    #[tokio::test]
+    async fn codes_expire_and_strangers_cannot_fill_the_file() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let pairing = Pairing::open(dir.path());
+        let pairing = opened(dir.path());
         let allow = AllowList::default();
         let now = SystemTime::now();
         for sender in 0..MAX_PENDING {
-            let verdict = pairing.check("telegram", &sender.to_string(), None, &allow, now);
+            let verdict = pairing
+                .check("telegram", &sender.to_string(), None, &allow, now)
+                .await;
             assert!(matches!(verdict, Verdict::Pair(_)));
         }
         assert_eq!(
-            pairing.check("telegram", "one-too-many", None, &allow, now),
+            pairing
+                .check("telegram", "one-too-many", None, &allow, now)
+                .await,
             Verdict::Ignore
         );
         // Codes older than an hour are dropped the next time the file changes.
-        let mut file = pairing.list().expect("list");
+        let mut file = pairing.list().await.expect("list");
         for pending in &mut file.pending {
             pending.created_at -= CODE_TTL.as_secs() + 1;
         }
-        pairing.write(&file).expect("write");
-        assert!(pairing.list().expect("list").pending.is_empty());
+        let state = FileState::new(dir.path());
+        let bytes = serde_json::to_vec(&file).expect("json");
+        state.put(PAIRING_KEY, bytes).await.expect("write");
+        assert!(pairing.list().await.expect("list").pending.is_empty());
     }
 
-    #[test]
-    fn a_damaged_file_lets_no_one_in() {
+    #[tokio::test]
+    async fn a_damaged_file_lets_no_one_in() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("pairing.json"), "{not json").expect("write");
-        let pairing = Pairing::open(dir.path());
+        let pairing = opened(dir.path());
         assert_eq!(
-            pairing.check(
-                "telegram",
-                "1",
-                None,
-                &AllowList::default(),
-                SystemTime::now()
-            ),
+            pairing
+                .check(
+                    "telegram",
+                    "1",
+                    None,
+                    &AllowList::default(),
+                    SystemTime::now()
+                )
+                .await,
             Verdict::Ignore
         );
-        assert!(matches!(pairing.list(), Err(PairingError::Damaged { .. })));
+        assert!(matches!(
+            pairing.list().await,
+            Err(PairingError::Damaged { .. })
+        ));
     }
 }

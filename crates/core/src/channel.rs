@@ -58,7 +58,7 @@ pub trait Channel: Send + Sync + 'static {
     /// Whether the agent may write to `chat` unasked (the `message` tool). A channel with
     /// an allow list says whether the people of that chat are (still) allowed; the daemon
     /// also requires that the chat has talked to the agent.
-    fn may_notify(&self, _chat: &ChatId) -> bool {
+    async fn may_notify(&self, _chat: &ChatId) -> bool {
         true
     }
 

@@ -152,7 +152,7 @@ impl Bus for ChatHub {
         channel: &ChannelName,
         chat: &crate::ids::ChatId,
     ) -> Result<bool, CoreError> {
-        Ok(self.lanes(channel)?.channel().may_notify(chat))
+        Ok(self.lanes(channel)?.channel().may_notify(chat).await)
     }
 
     fn has_person(&self, channel: &ChannelName) -> bool {

@@ -36,6 +36,7 @@ mod message;
 mod origin;
 mod retry;
 mod shutdown;
+pub mod state;
 pub mod wire;
 
 pub use ack::{Ack, Fate};
@@ -56,3 +57,4 @@ pub use message::{
 pub use origin::{Origin, QUIET_TOKEN, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;
+pub use state::{Change, StateError, StateStore, Stored};

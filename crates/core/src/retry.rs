@@ -64,8 +64,8 @@ impl Channel for RetryingChannel {
         self.inner.run(ctx).await
     }
 
-    fn may_notify(&self, chat: &ChatId) -> bool {
-        self.inner.may_notify(chat)
+    async fn may_notify(&self, chat: &ChatId) -> bool {
+        self.inner.may_notify(chat).await
     }
 
     fn has_person(&self) -> bool {

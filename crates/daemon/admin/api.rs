@@ -13,6 +13,7 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use switchboard_adapter::PairingError;
 use switchboard_agent::scheduler::{Asker, describe};
 use switchboard_core::{AgentName, InboundMessage, SenderId, SessionKey};
 
@@ -203,36 +204,35 @@ async fn reset(admin: &Admin, body: &[u8]) -> Answer {
 /// The codes waiting and the senders approved (`switchboard pairing list`).
 async fn pairing(admin: &Admin) -> Answer {
     let pairing = admin.pairing.clone();
-    match tokio::task::spawn_blocking(move || pairing.list()).await {
-        Ok(Ok(file)) => {
+    match pairing.list().await {
+        Ok(file) => {
             serde_json::to_value(file).map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))
         }
-        Ok(Err(err)) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// Approves or denies a code (`switchboard pairing approve|deny CODE`).
 async fn decide(admin: &Admin, code: &str, verdict: &str) -> Answer {
-    let pairing = admin.pairing.clone();
-    let (code, verdict) = (code.to_owned(), verdict.to_owned());
-    let decided = tokio::task::spawn_blocking(move || match verdict.as_str() {
+    let pairing = &admin.pairing;
+    let status = |err: &PairingError| match err {
+        PairingError::UnknownCode(_) | PairingError::UnknownSender(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let decided = match verdict {
         "approve" => pairing
-            .approve(&code)
-            .map(|a| json!({"approved": format!("{}:{}", a.channel, a.sender)}))
-            .map_err(|err| (StatusCode::NOT_FOUND, err.to_string())),
-        "deny" => pairing
-            .deny(&code)
-            .map(|p| json!({"denied": p.code}))
-            .map_err(|err| (StatusCode::NOT_FOUND, err.to_string())),
-        other => Err((StatusCode::NOT_FOUND, format!("`{other}`: approve or deny"))),
-    })
-    .await;
-    match decided {
-        Ok(Ok(body)) => Ok(body),
-        Ok(Err((status, err))) => Err(failed(status, err)),
-        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
-    }
+            .approve(code)
+            .await
+            .map(|a| json!({"approved": format!("{}:{}", a.channel, a.sender)})),
+        "deny" => pairing.deny(code).await.map(|p| json!({"denied": p.code})),
+        other => {
+            return Err(failed(
+                StatusCode::NOT_FOUND,
+                format!("`{other}`: approve or deny"),
+            ));
+        }
+    };
+    decided.map_err(|err| failed(status(&err), err))
 }
 
 #[derive(Deserialize)]

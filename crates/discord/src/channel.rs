@@ -186,11 +186,12 @@ impl Channel for DiscordChannel {
     /// A direct message's person must still be allowed (on `allow_from` or approved); a
     /// server channel was let in by an allowed member (revoking them does not close it).
     /// A chat not seen since the daemon started is refused: it cannot be told apart.
-    fn may_notify(&self, chat: &ChatId) -> bool {
-        match self.inner.chats.get(chat.as_str()) {
+    async fn may_notify(&self, chat: &ChatId) -> bool {
+        let seen = self.inner.chats.get(chat.as_str());
+        match seen {
             None => false,
             Some(None) => true,
-            Some(Some(person)) => self.inner.gate.allows(&person, None),
+            Some(Some(person)) => self.inner.gate.allows(&person, None).await,
         }
     }
 }

@@ -169,12 +169,15 @@ impl Intake {
 impl Admit {
     async fn admit(&self, received: Received, username: &str, place: Option<InboxEntry>) {
         let sender = received.sender.to_string();
-        let verdict = self.gate.verdict(Sender {
-            id: &sender,
-            username: Some(username),
-            name: &received.name,
-            private: received.private,
-        });
+        let verdict = self
+            .gate
+            .verdict(Sender {
+                id: &sender,
+                username: Some(username),
+                name: &received.name,
+                private: received.private,
+            })
+            .await;
         let chat = ChatId::from(received.chat.as_str());
         let reply_to = Some(MessageId::from(received.message.as_str()));
         match verdict {
@@ -287,12 +290,15 @@ impl Admit {
         let username = user["username"].as_str().unwrap_or_default();
         let private = interaction["guild_id"].is_null();
         let sender_id = sender.to_string();
-        let allowed = self.gate.verdict(Sender {
-            id: &sender_id,
-            username: Some(username),
-            name: user["global_name"].as_str().unwrap_or(username),
-            private,
-        });
+        let allowed = self
+            .gate
+            .verdict(Sender {
+                id: &sender_id,
+                username: Some(username),
+                name: user["global_name"].as_str().unwrap_or(username),
+                private,
+            })
+            .await;
         // `/model` may carry a model's name: one word, as typed after it.
         let word = interaction["data"]["options"]
             .as_array()

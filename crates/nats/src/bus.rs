@@ -346,7 +346,7 @@ impl Bus for NatsBus {
 
     async fn may_notify(&self, channel: &ChannelName, chat: &ChatId) -> Result<bool, CoreError> {
         if let Some(lanes) = self.local(channel) {
-            return Ok(lanes.channel().may_notify(chat));
+            return Ok(lanes.channel().may_notify(chat).await);
         }
         let subject = self.inner.cluster.names.notify_subject(channel.as_str());
         match self

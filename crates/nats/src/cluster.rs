@@ -27,6 +27,10 @@ pub struct Cluster {
     pub(crate) leases: kv::Store,
     /// Who is in the cluster and what it runs (`MEMBER` → role).
     pub(crate) members: kv::Store,
+    /// The documents every member shares, kept until removed (see [`NatsState`]).
+    ///
+    /// [`NatsState`]: crate::NatsState
+    pub(crate) state: kv::Store,
     /// Counts the connections made again after a break: readers open their consumers
     /// afresh rather than wait to learn that the server forgot them.
     pub(crate) reconnects: tokio::sync::watch::Receiver<u64>,
@@ -107,6 +111,7 @@ impl Cluster {
         let leases = ensure_bucket(&js, &names.leases_bucket(), config.lease).await?;
         let members =
             ensure_bucket(&js, &names.members_bucket(), config.lease * MEMBER_LEASES).await?;
+        let state = ensure_bucket(&js, &names.state_bucket(), Duration::ZERO).await?;
         Ok(Self {
             config,
             names,
@@ -114,6 +119,7 @@ impl Cluster {
             js,
             leases,
             members,
+            state,
             reconnects,
         })
     }
@@ -158,7 +164,7 @@ async fn ensure_stream(
     }
 }
 
-/// A key-value bucket whose entries vanish `ttl` after their last write. Its stream is made
+/// A key-value bucket whose entries vanish `ttl` after their last write (never, for zero). Its stream is made
 /// here, as NATS's own key-value layout, rather than by the client's `create_key_value`: that
 /// asks the server for account facts that servers before 2.10 (Debian's) do not give.
 async fn ensure_bucket(
@@ -177,7 +183,11 @@ async fn ensure_bucket(
             deny_delete: true,
             allow_direct: true,
             discard: stream::DiscardPolicy::New,
-            duplicate_window: ttl.min(Duration::from_secs(120)),
+            duplicate_window: if ttl.is_zero() {
+                Duration::from_secs(120)
+            } else {
+                ttl.min(Duration::from_secs(120))
+            },
             ..Default::default()
         },
     )

@@ -248,7 +248,7 @@ async fn answer_notify(inner: Arc<Inner>, channel: ChannelName, lanes: Lanes) {
         };
         let chat =
             switchboard_core::ChatId::from(String::from_utf8_lossy(&question.payload).as_ref());
-        let answer: &'static [u8] = if lanes.channel().may_notify(&chat) {
+        let answer: &'static [u8] = if lanes.channel().may_notify(&chat).await {
             b"yes"
         } else {
             b"no"

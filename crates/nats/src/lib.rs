@@ -11,6 +11,7 @@
 //! - `partitions`: a worker's leases on partitions, and reading them.
 //! - `deliver`: a gateway's delivery of its channels' outbound messages.
 //! - `store`: [`NatsStore`], the sessions.
+//! - `state`: [`NatsState`], the small documents every member shares.
 //! - `error`: [`ClusterError`].
 
 mod bus;
@@ -20,6 +21,7 @@ mod deliver;
 mod error;
 mod names;
 mod partitions;
+mod state;
 mod store;
 
 pub use bus::NatsBus;
@@ -27,4 +29,5 @@ pub use cluster::{Cluster, Survey};
 pub use config::{ClusterConfig, ClusterSection, MAX_PARTITIONS, Role};
 pub use error::ClusterError;
 pub use names::partition_of;
+pub use state::NatsState;
 pub use store::NatsStore;

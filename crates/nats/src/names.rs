@@ -137,6 +137,11 @@ impl Names {
         format!("{}_members", self.prefix)
     }
 
+    /// The documents every member shares (pairing, cursors, jobs, spending).
+    pub(crate) fn state_bucket(&self) -> String {
+        format!("{}_state", self.prefix)
+    }
+
     /// Asked whether the agent may write to a chat of a channel unasked.
     pub(crate) fn notify_subject(&self, channel: &str) -> String {
         format!("{}.notify.{}", self.prefix, token(channel))

@@ -22,6 +22,7 @@ mod file_name;
 mod jsonl;
 mod record;
 mod session;
+mod state;
 mod store;
 mod trim;
 
@@ -29,5 +30,6 @@ pub use error::StoreError;
 pub use jsonl::JsonlStore;
 pub use record::{INBOUND_MEMORY, batch_lines, read_lines, snapshot_lines};
 pub use session::Session;
+pub use state::FileState;
 pub use store::{Batch, InboundState, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
 pub use trim::{MISSING_RESULT, repair, trim};

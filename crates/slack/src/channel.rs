@@ -261,11 +261,12 @@ impl Channel for SlackChannel {
 
     /// A direct message's person must still be allowed; a channel was let in by an allowed
     /// member. A chat not seen since the daemon started is refused.
-    fn may_notify(&self, chat: &ChatId) -> bool {
-        match self.inner.admit.chats.get(chat.as_str()) {
+    async fn may_notify(&self, chat: &ChatId) -> bool {
+        let seen = self.inner.admit.chats.get(chat.as_str());
+        match seen {
             None => false,
             Some(None) => true,
-            Some(Some(person)) => self.inner.admit.gate.allows(&person, None),
+            Some(Some(person)) => self.inner.admit.gate.allows(&person, None).await,
         }
     }
 }
@@ -382,12 +383,15 @@ impl Dispatch {
 
 impl Admit {
     async fn admit(&self, received: Received, entry: Option<InboxEntry>) {
-        let verdict = self.gate.verdict(Sender {
-            id: &received.sender,
-            username: None,
-            name: &received.sender,
-            private: received.private,
-        });
+        let verdict = self
+            .gate
+            .verdict(Sender {
+                id: &received.sender,
+                username: None,
+                name: &received.sender,
+                private: received.private,
+            })
+            .await;
         let chat = ChatId::from(received.chat.as_str());
         match verdict {
             Verdict::Allowed => return self.publish(received, entry).await,

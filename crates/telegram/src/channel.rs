@@ -9,7 +9,7 @@
 //! A watchdog ends `run` when no poll completed for `watchdog_secs`, so the supervisor
 //! restarts the channel (and `/healthz` shows it) rather than letting polling stall silently.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -26,6 +26,7 @@ use switchboard_adapter::{
 };
 use switchboard_core::{
     Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage,
+    StateStore,
 };
 use teloxide::Bot;
 use teloxide::payloads::{GetUpdatesSetters, SetWebhookSetters};
@@ -69,8 +70,8 @@ struct Inner {
     cursor: Mutex<Cursor>,
     /// Woken when an update settles, so a poll loop waiting on one goes on.
     settled: Notify,
-    /// Where the offset is kept.
-    cursor_path: PathBuf,
+    /// Where the offset is kept ([`OFFSET_KEY`]).
+    state: Arc<dyn StateStore>,
 }
 
 impl ChannelSection for TelegramSection {
@@ -89,7 +90,7 @@ impl ChannelSection for TelegramSection {
         let channel = TelegramChannel::new(
             self.settings()?,
             parts.hub.clone(),
-            &parts.state_dir,
+            parts.state.clone(),
             &parts.workspace,
             parts.pairing.clone(),
         )?;
@@ -103,11 +104,11 @@ impl ChannelSection for TelegramSection {
 
 impl TelegramChannel {
     /// A channel with `settings`, publishing on `hub`; files go under `workspace`, the
-    /// offset under `state_dir`, pairing is `pairing`.
+    /// offset in `state`, pairing is `pairing`.
     pub fn new(
         settings: TelegramSettings,
         hub: Arc<dyn Bus>,
-        state_dir: &Path,
+        state: Arc<dyn StateStore>,
         workspace: &Path,
         pairing: Arc<Pairing>,
     ) -> Result<Self, CoreError> {
@@ -123,8 +124,6 @@ impl TelegramChannel {
             })?;
         let bot =
             Bot::with_client(settings.token.clone(), client).set_api_url(settings.api_url.clone());
-        let cursor_path = state_dir.join("telegram.offset");
-        let (base, since) = saved_offset(&cursor_path);
         Ok(Self {
             inner: Arc::new(Inner {
                 intake: Intake {
@@ -144,9 +143,9 @@ impl TelegramChannel {
                 bot,
                 settings,
                 me: RwLock::new(None),
-                cursor: Mutex::new(Cursor::new(base, since)),
+                cursor: Mutex::new(Cursor::new(None, std::time::Instant::now())),
                 settled: Notify::new(),
-                cursor_path,
+                state,
             }),
         })
     }
@@ -200,6 +199,10 @@ impl Inner {
                 message: "deleteWebhook did not answer in time".into(),
             })?
             .map_err(api::core_error)?;
+        // Where the last poller (this process before a restart, or another gateway of the
+        // cluster before it died) left off.
+        let (base, since) = saved_offset(&*self.state).await;
+        self.cursor().catch_up(base, since);
         let poll = self.settings.poll_timeout;
         let mut last_ok = Instant::now();
         let mut backoff = Duration::from_millis(500);
@@ -273,7 +276,7 @@ impl Inner {
             }
             let offset = self.cursor().confirmed();
             if offset != saved {
-                self.save_offset(offset);
+                self.save_offset(offset).await;
                 saved = offset;
             }
             if new == 0 && !updates.is_empty() {
@@ -293,13 +296,14 @@ impl Inner {
     }
 
     /// Keeps the offset (atomically), so a restart starts where this left off.
-    fn save_offset(&self, offset: Option<u32>) {
+    async fn save_offset(&self, offset: Option<u32>) {
         let Some(offset) = offset else { return };
-        let tmp = self.cursor_path.with_extension("offset.tmp");
-        let written = std::fs::write(&tmp, offset.to_string())
-            .and_then(|()| std::fs::rename(&tmp, &self.cursor_path));
+        let written = self
+            .state
+            .put(OFFSET_KEY, offset.to_string().into_bytes())
+            .await;
         if let Err(err) = written {
-            tracing::warn!(path = %self.cursor_path.display(), error = %err,
+            tracing::warn!(error = %err,
                 "could not keep the Telegram offset (updates may be fetched again after a restart; none is answered twice)");
         }
     }
@@ -357,12 +361,12 @@ impl Channel for TelegramChannel {
     /// A private chat's id is its person's: they must still be allowed (on `allow_from`
     /// by id or by the username they wrote with, or approved). A group was let in by an allowed member; revoking that member
     /// does not close it to the agent (remove the bot from the group).
-    fn may_notify(&self, chat: &switchboard_core::ChatId) -> bool {
+    async fn may_notify(&self, chat: &switchboard_core::ChatId) -> bool {
         let id = chat.as_str();
         if id.starts_with('-') {
             return true;
         }
-        self.inner.intake.allows(id)
+        self.inner.intake.allows(id).await
     }
 }
 
@@ -370,21 +374,28 @@ impl Channel for TelegramChannel {
 /// after [`RENUMBERED_AFTER`](crate::cursor::RENUMBERED_AFTER) without updates (Telegram renumbers after a week). Without it,
 /// the first poll gets every unconfirmed update, and the sessions' journals ignore the ones
 /// already answered.
-fn saved_offset(path: &Path) -> (Option<u32>, std::time::Instant) {
+async fn saved_offset(state: &dyn StateStore) -> (Option<u32>, std::time::Instant) {
     let now = std::time::Instant::now();
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return (None, now);
+    let stored = match state.get(OFFSET_KEY).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return (None, now),
+        Err(err) => {
+            tracing::warn!(error = %err, "the kept Telegram offset could not be read; polling from Telegram's oldest unconfirmed update");
+            return (None, now);
+        }
     };
-    let age = std::fs::metadata(path)
-        .and_then(|meta| meta.modified())
+    let age = stored.written.elapsed().unwrap_or_default();
+    let offset = std::str::from_utf8(&stored.bytes)
         .ok()
-        .and_then(|modified| modified.elapsed().ok())
-        .unwrap_or_default();
+        .and_then(|text| text.trim().parse().ok());
     match now.checked_sub(age) {
-        Some(since) => (text.trim().parse().ok(), since),
+        Some(since) => (offset, since),
         None => (None, now),
     }
 }
+
+/// The key the offset is kept under (in one process, `<state_dir>/telegram.offset`).
+pub const OFFSET_KEY: &str = "telegram.offset";
 
 /// After intake stopped, waits for the channel's own end (outbound still goes out).
 async fn wait(ctx: &ChannelContext) -> Result<(), CoreError> {

@@ -59,6 +59,22 @@ impl Cursor {
         }
     }
 
+    /// Moves to `base`, kept by the last poller (before a restart, or another gateway of the
+    /// cluster), when it is past this cursor's: what lies below it was confirmed.
+    pub fn catch_up(&mut self, base: Option<u32>, since: Instant) {
+        let Some(base) = base else { return };
+        if self.base.is_some_and(|mine| mine >= base) {
+            return;
+        }
+        self.base = Some(base);
+        self.pending.retain(|&id, _| id >= base);
+        self.last_update = if self.pending.is_empty() {
+            since
+        } else {
+            self.last_update.max(since)
+        };
+    }
+
     /// The offset to poll with at `now`.
     pub fn offset(&mut self, now: Instant) -> Option<u32> {
         let quiet = now.saturating_duration_since(self.last_update);

@@ -72,12 +72,15 @@ impl Intake {
             self.usernames
                 .note(received.sender.clone(), name.to_owned());
         }
-        let verdict = self.gate.verdict(Sender {
-            id: &received.sender,
-            username,
-            name: &received.name,
-            private: received.private,
-        });
+        let verdict = self
+            .gate
+            .verdict(Sender {
+                id: &received.sender,
+                username,
+                name: &received.name,
+                private: received.private,
+            })
+            .await;
         match verdict {
             Verdict::Allowed => self.publish(*received, settle).await,
             Verdict::Pair(text) => {
@@ -103,9 +106,9 @@ impl Intake {
 
     /// Whether the person with this id may talk: on the allow list (by id, or by the
     /// username they last wrote with) or approved.
-    pub(crate) fn allows(&self, sender: &str) -> bool {
+    pub(crate) async fn allows(&self, sender: &str) -> bool {
         let username = self.usernames.get(sender);
-        self.gate.allows(sender, username.as_deref())
+        self.gate.allows(sender, username.as_deref()).await
     }
 
     async fn publish(&self, received: Received, settle: impl FnOnce(Fate) + Send + 'static) {

@@ -1,0 +1,296 @@
+//! [`NatsState`]: the [`StateStore`] of a cluster — the documents every member shares
+//! (pairing, a platform's cursor, the scheduler's jobs, what was spent) as entries of the
+//! key-value bucket `{name}_state`, kept until removed.
+//!
+//! A key's segments become the entry's tokens (`scheduler/job/j3` is `scheduler.job.j3`,
+//! with `.` and `=` inside a segment written `=2E` and `=3D`), so [`StateStore::scan`] reads
+//! one prefix with a subject filter rather than every key. An update is compare-and-set on
+//! the entry's revision, tried again when another member wrote in between.
+
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream::{consumer, kv};
+use async_trait::async_trait;
+use futures::StreamExt;
+use switchboard_core::state::{Changer, MAX_SCAN, check_key, check_size};
+use switchboard_core::{Change, StateError, StateStore, Stored};
+
+use crate::cluster::Cluster;
+
+/// How long one call may take, tries included (NATS restarting), before it fails.
+const CALL_TIME: Duration = Duration::from_secs(30);
+
+/// How many times an update is tried when others keep writing the same document.
+const CONFLICTS: usize = 1_000;
+
+/// The cluster's shared documents.
+#[derive(Clone)]
+pub struct NatsState {
+    cluster: Cluster,
+    bucket: kv::Store,
+}
+
+impl std::fmt::Debug for NatsState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsState")
+            .field("bucket", &self.cluster.names.state_bucket())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NatsState {
+    /// The state bucket of `cluster` (made when it connected).
+    pub fn new(cluster: &Cluster) -> Self {
+        Self {
+            cluster: cluster.clone(),
+            bucket: cluster.state.clone(),
+        }
+    }
+
+    fn failed(&self, what: &str, key: &str) -> impl Fn(String) -> StateError + '_ {
+        let what = format!("{what} {key}");
+        move |why| StateError::Failed {
+            place: format!("NATS bucket {}", self.cluster.names.state_bucket()),
+            what: what.clone(),
+            why,
+        }
+    }
+
+    /// Runs `call` until it succeeds, fails for good, or [`CALL_TIME`] is spent.
+    async fn tried<T, F, Fut>(&self, what: &str, key: &str, call: F) -> Result<T, StateError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, String>>,
+    {
+        let fail = self.failed(what, key);
+        let deadline = tokio::time::Instant::now() + CALL_TIME;
+        let mut wait = Duration::from_millis(100);
+        loop {
+            let attempt = tokio::time::timeout(CALL_TIME / 3, call())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!("no answer within {} s", (CALL_TIME / 3).as_secs()))
+                });
+            match attempt {
+                Ok(value) => return Ok(value),
+                Err(why) if tokio::time::Instant::now() + wait >= deadline => {
+                    return Err(fail(why));
+                }
+                Err(why) => {
+                    tracing::debug!(key, error = %why, "a state call to NATS failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+
+    /// One compare-and-set try: `Ok(true)` once written (or nothing to write), `Ok(false)`
+    /// when another member wrote first.
+    async fn try_update(&self, key: &str, change: Changer<'_>) -> Result<bool, StateError> {
+        let entry_key = entry_key(key);
+        let entry = self
+            .tried("read", key, || async {
+                self.bucket
+                    .entry(&entry_key)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await?;
+        let live = entry
+            .as_ref()
+            .filter(|entry| entry.operation == kv::Operation::Put);
+        let decided = change(live.map(|entry| entry.value.as_ref()));
+        let revision = entry.as_ref().map(|entry| entry.revision);
+        let fail = self.failed("change", key);
+        let conflict = |err: String, lost: bool| if lost { Ok(false) } else { Err(fail(err)) };
+        match (decided, revision) {
+            (Change::Keep, _) => Ok(true),
+            (Change::Delete, None) => Ok(true),
+            (Change::Delete, Some(_)) if live.is_none() => Ok(true),
+            (Change::Delete, Some(revision)) => {
+                match self
+                    .bucket
+                    .delete_expect_revision(&entry_key, Some(revision))
+                    .await
+                {
+                    Ok(()) => Ok(true),
+                    Err(err) => conflict(err.to_string(), is_wrong_revision(&err.to_string())),
+                }
+            }
+            (Change::Put(bytes), revision) => {
+                check_size(key, &bytes)?;
+                let written = match revision {
+                    None => self
+                        .bucket
+                        .create(&entry_key, bytes.into())
+                        .await
+                        .map_err(|err| {
+                            let lost = err.kind() == kv::CreateErrorKind::AlreadyExists;
+                            (err.to_string(), lost)
+                        }),
+                    Some(revision) => self
+                        .bucket
+                        .update(&entry_key, bytes.into(), revision)
+                        .await
+                        .map_err(|err| {
+                            let lost = err.kind() == kv::UpdateErrorKind::WrongLastRevision;
+                            (err.to_string(), lost)
+                        }),
+                };
+                match written {
+                    Ok(_) => Ok(true),
+                    Err((err, lost)) => conflict(err, lost),
+                }
+            }
+        }
+    }
+}
+
+fn is_wrong_revision(text: &str) -> bool {
+    text.contains("wrong last sequence") || text.contains("10071")
+}
+
+#[async_trait]
+impl StateStore for NatsState {
+    fn place(&self) -> String {
+        format!("NATS bucket {}", self.cluster.names.state_bucket())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Stored>, StateError> {
+        check_key(key)?;
+        let entry_key = entry_key(key);
+        let entry = self
+            .tried("read", key, || async {
+                self.bucket
+                    .entry(&entry_key)
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await?;
+        Ok(entry
+            .filter(|entry| entry.operation == kv::Operation::Put)
+            .map(|entry| Stored {
+                bytes: entry.value.to_vec(),
+                written: SystemTime::from(entry.created),
+            }))
+    }
+
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StateError> {
+        check_key(key)?;
+        check_size(key, &bytes)?;
+        let entry_key = entry_key(key);
+        let bytes = bytes::Bytes::from(bytes);
+        self.tried("write", key, || async {
+            self.bucket
+                .put(&entry_key, bytes.clone())
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await
+    }
+
+    async fn update(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
+        check_key(key)?;
+        for _ in 0..CONFLICTS {
+            if self.try_update(key, change).await? {
+                return Ok(());
+            }
+        }
+        Err(self.failed("change", key)(format!(
+            "other members changed it {CONFLICTS} times in a row"
+        )))
+    }
+
+    async fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StateError> {
+        check_key(prefix)?;
+        let bucket = self.cluster.names.state_bucket();
+        let filter = format!("$KV.{bucket}.{}.>", entry_key(prefix));
+        let head = format!("$KV.{bucket}.");
+        let mut found = self
+            .tried("list", prefix, || async {
+                let stream = self
+                    .cluster
+                    .js
+                    .get_stream(format!("KV_{bucket}"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut reader = stream
+                    .create_consumer(consumer::pull::OrderedConfig {
+                        filter_subject: filter.clone(),
+                        deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let pending = reader.info().await.map_err(|e| e.to_string())?.num_pending;
+                let mut out = Vec::new();
+                if pending == 0 {
+                    return Ok(out);
+                }
+                let mut messages = reader.messages().await.map_err(|e| e.to_string())?;
+                while let Some(message) = messages.next().await {
+                    let message = message.map_err(|e| e.to_string())?;
+                    let left = message.info().map_err(|e| e.to_string())?.pending;
+                    let removed = message.headers.as_ref().is_some_and(|headers| {
+                        headers
+                            .get("KV-Operation")
+                            .is_some_and(|op| op.as_str() != "PUT")
+                    });
+                    if !removed && out.len() < MAX_SCAN {
+                        let key = message
+                            .subject
+                            .as_str()
+                            .strip_prefix(&head)
+                            .map(state_key)
+                            .unwrap_or_default();
+                        out.push((key, message.payload.to_vec()));
+                    }
+                    if left == 0 {
+                        break;
+                    }
+                }
+                Ok(out)
+            })
+            .await?;
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(found)
+    }
+}
+
+/// A state key as an entry's key: segments as tokens.
+fn entry_key(key: &str) -> String {
+    key.split('/')
+        .map(|segment| segment.replace('=', "=3D").replace('.', "=2E"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// An entry's key as the state key it was made of.
+fn state_key(entry: &str) -> String {
+    entry
+        .split('.')
+        .map(|token| token.replace("=2E", ".").replace("=3D", "="))
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_to_tokens_and_back() {
+        for key in [
+            "pairing.json",
+            "scheduler/job/j3",
+            "usage/2026-11-26/claude-3=2E5",
+            "a=3D.b",
+        ] {
+            let entry = entry_key(key);
+            assert_eq!(state_key(&entry), key, "{entry}");
+            assert_eq!(entry.split('.').count(), key.split('/').count(), "{entry}");
+        }
+    }
+}
