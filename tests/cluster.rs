@@ -124,6 +124,11 @@ async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
     out
 }
 
+/// How many partitions are held (leases `p.N`; others are connections and duties).
+fn partitions(held: &BTreeMap<String, String>) -> usize {
+    held.keys().filter(|key| key.starts_with("p.")).count()
+}
+
 /// Waits until all 8 partitions are held, `count` of them by each `(member, count)`.
 async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]) {
     wait_until("the partitions held as expected", || async {
@@ -410,7 +415,7 @@ async fn status_and_doctor_show_the_cluster() {
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
     wait_until("the worker holds every partition", || async {
-        holders(&nats).await.len() == 8
+        partitions(&holders(&nats).await) == 8
     })
     .await;
     // `status` shows the members, their roles and partitions, and what waits in each.
@@ -474,7 +479,7 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
         "one gateway holds the Telegram connection, the worker the partitions",
         || async {
             let held = holders(&nats).await;
-            held.contains_key("channel.telegram") && held.len() == 9
+            held.contains_key("channel.telegram") && partitions(&held) == 8
         },
     )
     .await;
@@ -501,6 +506,25 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
     })
     .await;
 
+    // A stranger gets a pairing code from the gateway that polls; the operator approves it
+    // with the config of another host (a worker's): pairing is the cluster's.
+    const STRANGER: i64 = 2001;
+    telegram.private_text(STRANGER as u64, "hello?");
+    let mut code = String::new();
+    wait_until("the stranger gets a code", || {
+        let sent = telegram.messages_to(STRANGER);
+        code = sent
+            .iter()
+            .find_map(|s| s.text.lines().nth(2).map(str::to_owned))
+            .unwrap_or_default();
+        std::future::ready(!code.is_empty())
+    })
+    .await;
+    let worker_config = root.path().join("w1/config.toml");
+    util::cli(&["pairing", "approve", &code], &worker_config).await;
+    let listed = util::cli(&["pairing", "list"], &worker_config).await;
+    assert!(listed.contains(&format!("telegram:{STRANGER}")), "{listed}");
+
     // The gateway that polls is killed; messages keep coming meanwhile.
     let (mut killed, standby) = if holder == "gw1" {
         (first, "gw2")
@@ -514,6 +538,7 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
     for person in &people {
         telegram.private_text(*person, "1");
     }
+    telegram.private_text(STRANGER as u64, "1");
     wait_until("the standby polls", || async {
         telegram.polls() > polls
             && holders(&nats)
@@ -532,8 +557,21 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
         people.iter().all(|person| answers(*person).len() >= 2)
     })
     .await;
+    // The standby polled from the offset the dead gateway kept, not from Telegram's oldest.
+    let offsets = telegram.poll_offsets();
+    assert!(
+        offsets[usize::try_from(polls).expect("count")..]
+            .iter()
+            .all(Option::is_some),
+        "the standby's polls carry the kept offset: {offsets:?}"
+    );
+    // The stranger, approved through another host, is answered by the standby.
+    wait_until("the approved stranger is answered", || async {
+        answers(STRANGER as u64) == ["re: 1"]
+    })
+    .await;
     // Anything answered twice would show by now: the chats' turns are done.
-    llm.wait_for_requests(2 * people.len(), CLUSTER_PATIENCE)
+    llm.wait_for_requests(2 * people.len() + 1, CLUSTER_PATIENCE)
         .await;
     for person in &people {
         assert_eq!(
@@ -544,7 +582,128 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
     }
     assert_eq!(
         llm.requests().len(),
-        2 * people.len(),
+        2 * people.len() + 1,
         "the model was asked once per message"
+    );
+}
+
+/// Reads frames until `count` messages in `chat` whose text holds `holding` came; returns
+/// how many.
+async fn messages_holding(client: &mut WsClient, chat: &str, holding: &str, count: usize) -> usize {
+    let mut seen = 0;
+    let deadline = Instant::now() + CLUSTER_PATIENCE;
+    while seen < count {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let Some(frame) = client.try_next_frame(wait).await else {
+            panic!("{seen} of {count} messages holding {holding:?} came");
+        };
+        if frame["type"] == "message"
+            && frame["chat_id"] == chat
+            && frame["content"]
+                .as_str()
+                .is_some_and(|text| text.contains(holding))
+        {
+            seen += 1;
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing(&llm);
+    let root = tempfile::tempdir().expect("tempdir");
+    let scheduler = "[scheduler]\nmin_interval_secs = 1\n";
+    let config = |role: &str, member: &str| {
+        member_config_with(root.path(), &llm, &nats, role, member, "", scheduler)
+    };
+    let gateway_config = config("gateway", "gw");
+    let (_gateway, addr) = util::spawn_daemon(&gateway_config).await;
+    let (w1, _) = util::spawn_daemon(&config("worker", "w1")).await;
+    let (w2, _) = util::spawn_daemon(&config("worker", "w2")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    let mut client = WsClient::connect(addr).await;
+    client.send("chat-a", "hi").await;
+    messages_holding(&mut client, "chat-a", "re: hi", 1).await;
+
+    // The operator adds a job on the gateway's host; a worker fires it.
+    let (ok, added) = crate::scheduler::cron(
+        &gateway_config,
+        &[
+            "add",
+            "--chat",
+            "websocket:chat-a",
+            "--every",
+            "2s",
+            "--name",
+            "tick",
+            "--message",
+            "tick",
+        ],
+    )
+    .await;
+    assert!(ok && added.starts_with("Added job j1"), "{added}");
+    let mut ticks = messages_holding(&mut client, "chat-a", "tick", 2).await;
+    let held = holders(&nats).await;
+    let leader = held
+        .get("duty.scheduler")
+        .cloned()
+        .expect("a worker fires the jobs");
+    let (mut killed, survivor) = match leader.as_str() {
+        "w1" => (w1, "w2"),
+        "w2" => (w2, "w1"),
+        other => panic!("the scheduler's lease is held by {other}"),
+    };
+
+    // The worker that fires the jobs is killed: the other takes the duty and the job goes on.
+    killed.start_kill().expect("kill -9");
+    killed.wait().await.expect("ended");
+    ticks += messages_holding(&mut client, "chat-a", "tick", 2).await;
+    assert_eq!(
+        holders(&nats)
+            .await
+            .get("duty.scheduler")
+            .map(String::as_str),
+        Some(survivor)
+    );
+
+    // Removed, it stops; every run recorded answered, each once (a run is one due time).
+    let (ok, removed) = crate::scheduler::cron(&gateway_config, &["rm", "j1"]).await;
+    assert!(ok, "{removed}");
+    let deadline = Instant::now() + CLUSTER_PATIENCE;
+    let runs = loop {
+        let (ok, listed) =
+            crate::scheduler::cron(&gateway_config, &["runs", "j1", "--limit", "20"]).await;
+        assert!(ok, "{listed}");
+        if !listed.contains("pending") {
+            break listed;
+        }
+        assert!(Instant::now() < deadline, "a run stays pending: {listed}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Replies of runs still on their way when the job was removed.
+    while let Some(frame) = client.try_next_frame(Duration::from_secs(1)).await {
+        if frame["type"] == "message"
+            && frame["content"]
+                .as_str()
+                .is_some_and(|t| t.contains("tick"))
+        {
+            ticks += 1;
+        }
+    }
+    let answered = runs
+        .lines()
+        .filter(|line| line.ends_with("answered"))
+        .count();
+    assert_eq!(
+        answered,
+        runs.lines().count() - 1,
+        "every run answered: {runs}"
+    );
+    assert_eq!(
+        ticks, answered,
+        "each run answered once in the chat: {runs}"
     );
 }

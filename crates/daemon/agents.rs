@@ -210,7 +210,10 @@ pub(crate) fn build_agents(
         .with_name(spec.name.clone())
         .with_slots(slots.clone())
         .with_tool_filter(filter)
-        .with_choices(Arc::new(FileChoices::new(&spec.state_dir)));
+        .with_choices(match place {
+            Some(place) => place.stores().choices(&spec.name, &spec.state_dir),
+            None => Arc::new(FileChoices::new(&spec.state_dir)),
+        });
         agent.set_models(catalog.models_for(model));
         if let Some(metrics) = &metrics {
             agent = agent.with_hook(metrics.clone());

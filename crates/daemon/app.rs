@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 use switchboard_adapter::{ChannelParts, Pairing};
-use switchboard_agent::scheduler::{FileJobStore, Scheduler, SystemClock};
+use switchboard_agent::scheduler::{Scheduler, SystemClock};
 use switchboard_agent::{Agents, Dispatcher};
 use switchboard_core::{Bus, Channel, ChannelRetry, LaneOptions, RetryingChannel, Shutdown};
 use switchboard_llm::Observer;
@@ -81,15 +81,14 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     llm_health.start_with(&config);
     let observer: Arc<dyn Observer> = llm_health.clone();
     let scheduler = (config.scheduler.enabled && place.runs_agents()).then(|| {
-        let store = FileJobStore::new(&config.path(&config.agent.state_dir));
         Scheduler::new(
-            Arc::new(store),
+            place.stores().jobs(),
             hub.clone(),
             Arc::new(SystemClock),
             config.scheduler.settings(),
         )
     });
-    let spending = crate::usage_config::spending(&config, &config.path(&config.agent.state_dir));
+    let spending = crate::usage_config::spending(&config, place.stores().usage());
     if let Some(scheduler) = &scheduler {
         scheduler.keep_to(spending.clone());
     }
@@ -146,12 +145,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     // Installed before anything records (the route is added once the channels are known).
     let recorder = config.http.metrics.then(metrics::recorder).flatten();
     let state_dir = config.path(&config.agent.state_dir);
-    let pairing = Arc::new(Pairing::new(place.state().clone()));
+    let pairing = Arc::new(Pairing::new(place.stores().state().clone()));
     let mut platforms = Platforms::new(platforms::Parts {
         channel: ChannelParts {
             hub: hub.clone(),
             pairing: pairing.clone(),
-            state: place.state().clone(),
+            state: place.stores().state().clone(),
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),
@@ -233,6 +232,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             agents: agents.clone(),
             hub: hub.clone(),
             pairing,
+            usage: spending.store().clone(),
             jobs: scheduler.as_ref().map(|scheduler| scheduler.jobs().clone()),
             path: config.source.path.clone(),
             config_text: text,

@@ -5,6 +5,9 @@
 
 use std::sync::Arc;
 
+use switchboard_agent::scheduler::{FileJobStore, JobStore, StateJobStore};
+use switchboard_agent::usage::{FileUsageStore, StateUsageStore, UsageStore};
+use switchboard_agent::{ChoiceStore, FileChoices, StateChoices};
 use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
 use switchboard_sessions::{FileState, SessionStore};
 use tokio_util::sync::CancellationToken;
@@ -54,10 +57,94 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 }
 
+/// Where the daemon keeps what is not a session: the small documents (pairing, a platform's
+/// cursor), the scheduler's jobs and what the models cost. Alone, each in its own files in
+/// the state directory; on a cluster, all of them in the cluster's state bucket, so every
+/// member sees one truth.
+#[derive(Clone)]
+pub(crate) struct Stores {
+    state: Arc<dyn StateStore>,
+    /// On a cluster's bucket.
+    shared: bool,
+    state_dir: std::path::PathBuf,
+}
+
+impl Stores {
+    /// The stores of the config's daemon, for the operator's commands (`pairing`, `cron`,
+    /// `usage`): on a cluster they connect to it with the config's `[cluster]` (whose
+    /// secrets must then be readable where the command runs).
+    pub(crate) async fn open(config: &Config) -> anyhow::Result<Self> {
+        let state_dir = config.path(&config.agent.state_dir);
+        #[cfg(feature = "cluster")]
+        if let Some(section) = &config.cluster {
+            let resolved = section
+                .resolve()
+                .map_err(|problem| config.source.problem("cluster", problem))?;
+            let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
+            return Ok(Self::of_cluster(&cluster, state_dir));
+        }
+        crate::pairing::check_owner(&state_dir)?;
+        Ok(Self::alone(state_dir))
+    }
+
+    fn alone(state_dir: std::path::PathBuf) -> Self {
+        Self {
+            state: Arc::new(FileState::new(&state_dir)),
+            shared: false,
+            state_dir,
+        }
+    }
+
+    #[cfg(feature = "cluster")]
+    fn of_cluster(cluster: &switchboard_nats::Cluster, state_dir: std::path::PathBuf) -> Self {
+        Self {
+            state: Arc::new(switchboard_nats::NatsState::new(cluster)),
+            shared: true,
+            state_dir,
+        }
+    }
+
+    /// The small documents.
+    pub(crate) fn state(&self) -> &Arc<dyn StateStore> {
+        &self.state
+    }
+
+    /// The scheduler's jobs.
+    pub(crate) fn jobs(&self) -> Arc<dyn JobStore> {
+        if self.shared {
+            Arc::new(StateJobStore::new(self.state.clone()))
+        } else {
+            Arc::new(FileJobStore::new(&self.state_dir))
+        }
+    }
+
+    /// What `agent`'s chats chose (`/model`); alone, in its state directory `agent_dir`.
+    pub(crate) fn choices(
+        &self,
+        agent: &AgentName,
+        agent_dir: &std::path::Path,
+    ) -> Arc<dyn ChoiceStore> {
+        if self.shared {
+            Arc::new(StateChoices::new(self.state.clone(), agent.as_str()))
+        } else {
+            Arc::new(FileChoices::new(agent_dir))
+        }
+    }
+
+    /// What the models cost.
+    pub(crate) fn usage(&self) -> Arc<dyn UsageStore> {
+        if self.shared {
+            Arc::new(StateUsageStore::new(self.state.clone()))
+        } else {
+            Arc::new(FileUsageStore::new(&self.state_dir))
+        }
+    }
+}
+
 /// What this process is, and the bus it is on.
 pub(crate) struct Place {
     bus: Arc<dyn Bus>,
-    state: Arc<dyn StateStore>,
+    stores: Stores,
     runs_channels: bool,
     runs_agents: bool,
     #[cfg(feature = "cluster")]
@@ -87,7 +174,7 @@ impl Place {
             let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
             return Ok(Self {
                 bus: Arc::new(bus.clone()),
-                state: Arc::new(switchboard_nats::NatsState::new(&cluster)),
+                stores: Stores::of_cluster(&cluster, config.path(&config.agent.state_dir)),
                 runs_channels: role.runs_channels(),
                 runs_agents: role.runs_agents(),
                 nats: Some((cluster, bus)),
@@ -95,7 +182,7 @@ impl Place {
         }
         Ok(Self {
             bus: Arc::new(ChatHub::new(capacity, intake.clone())),
-            state: Arc::new(FileState::new(&config.path(&config.agent.state_dir))),
+            stores: Stores::alone(config.path(&config.agent.state_dir)),
             runs_channels: true,
             runs_agents: true,
             #[cfg(feature = "cluster")]
@@ -108,10 +195,9 @@ impl Place {
         &self.bus
     }
 
-    /// Where the small documents are kept: the state directory alone, the cluster's bucket
-    /// on a cluster.
-    pub(crate) fn state(&self) -> &Arc<dyn StateStore> {
-        &self.state
+    /// Where what is not a session is kept.
+    pub(crate) fn stores(&self) -> &Stores {
+        &self.stores
     }
 
     /// Whether this process runs the channels (alone, or a gateway).
@@ -151,23 +237,6 @@ impl Place {
             bus.start_worker();
         }
     }
-}
-
-/// Where the operator's commands (`pairing`, `cron`) find the daemon's small documents: the
-/// state directory, or — on a cluster — the cluster's bucket, reached with the config's
-/// `[cluster]` (its secrets must then be readable where the command runs).
-pub(crate) async fn state_store(config: &Config) -> anyhow::Result<Arc<dyn StateStore>> {
-    #[cfg(feature = "cluster")]
-    if let Some(section) = &config.cluster {
-        let resolved = section
-            .resolve()
-            .map_err(|problem| config.source.problem("cluster", problem))?;
-        let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
-        return Ok(Arc::new(switchboard_nats::NatsState::new(&cluster)));
-    }
-    let state_dir = config.path(&config.agent.state_dir);
-    crate::pairing::check_owner(&state_dir)?;
-    Ok(Arc::new(FileState::new(&state_dir)))
 }
 
 /// `switchboard doctor`'s line about the cluster: NATS reached, JetStream's streams and

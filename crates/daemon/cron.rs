@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use switchboard_agent::scheduler::{
-    Asker, FileJobStore, Job, JobAction, JobStore, Jobs, NewJob, Run, SystemClock, When, describe,
-    duration,
+    Asker, Job, JobAction, JobStore, Jobs, NewJob, Run, SystemClock, When, describe, duration,
 };
 
 use crate::cli::{CronAction, resolve_config};
@@ -23,9 +22,7 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
     let path = resolve_config(config)?;
     // Only the state directory and `[scheduler]` are needed: no secret is resolved.
     let config = Config::load_with(&path, Secrets::Skip)?;
-    let state_dir = config.path(&config.agent.state_dir);
-    crate::pairing::check_owner(&state_dir)?;
-    let store: Arc<dyn JobStore> = Arc::new(FileJobStore::new(&state_dir));
+    let store: Arc<dyn JobStore> = crate::cluster::Stores::open(&config).await?.jobs();
     let jobs = Jobs::new(
         store.clone(),
         Arc::new(SystemClock),

@@ -18,7 +18,7 @@ pub async fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Resul
     // Only the state directory is needed: no secret is resolved (the operator's shell has
     // neither the service's environment nor its credentials) — but a cluster's.
     let config = Config::load_with(&path, Secrets::Skip)?;
-    let pairing = Pairing::new(crate::cluster::state_store(&config).await?);
+    let pairing = Pairing::new(crate::cluster::Stores::open(&config).await?.state().clone());
     let mut out = std::io::stdout().lock();
     match action {
         PairingAction::List => {

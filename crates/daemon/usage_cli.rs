@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use switchboard_agent::usage::{FileUsageStore, Spent, UsageStore};
+use switchboard_agent::usage::{Spent, UsageStore};
 
 use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};
@@ -37,8 +37,7 @@ pub struct Report {
 
 impl Report {
     /// The last `days` days' records of `config`'s state directory.
-    pub async fn read(config: &Config, days: u32) -> anyhow::Result<Self> {
-        let state_dir = config.path(&config.agent.state_dir);
+    pub async fn read(config: &Config, store: &dyn UsageStore, days: u32) -> anyhow::Result<Self> {
         let zone = config
             .limits_zone()
             .map(|name| switchboard_agent::scheduler::zone(&name))
@@ -50,7 +49,7 @@ impl Report {
         let from = today
             .checked_sub(jiff::Span::new().days(back))
             .unwrap_or(today);
-        let mut records = FileUsageStore::new(&state_dir).spent(from, today).await?;
+        let mut records = store.spent(from, today).await?;
         records.sort_by(|a, b| {
             (b.key.day, &a.key.agent, &a.key.session).cmp(&(
                 a.key.day,
@@ -102,7 +101,8 @@ impl Report {
 pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
     let config = Config::load_with(&path, Secrets::Skip)?;
-    let report = Report::read(&config, days).await?;
+    let stores = crate::cluster::Stores::open(&config).await?;
+    let report = Report::read(&config, &*stores.usage(), days).await?;
     let (from, today) = (report.from, report.to);
     let mut out = std::io::stdout().lock();
     if report.lines.is_empty() {

@@ -2,12 +2,11 @@
 //! the daemon's [`Spending`] built from them.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
 use switchboard_agent::scheduler::SystemClock;
-use switchboard_agent::usage::{FileUsageStore, Limits, Price, Prices, Spending};
+use switchboard_agent::usage::{Limits, Price, Prices, Spending, UsageStore};
 use toml::Spanned;
 
 use crate::config::{Config, ConfigError};
@@ -149,7 +148,7 @@ impl Config {
 
 /// The daemon's spending, recorded in `state_dir/usage/`; with caps but no price for a
 /// model, says that model's calls count nothing toward them.
-pub(crate) fn spending(config: &Config, state_dir: &Path) -> Arc<Spending> {
+pub(crate) fn spending(config: &Config, store: Arc<dyn UsageStore>) -> Arc<Spending> {
     let prices = config.prices();
     let limits = config.limits();
     if limits != Limits::default() {
@@ -165,7 +164,7 @@ pub(crate) fn spending(config: &Config, state_dir: &Path) -> Arc<Spending> {
         }
     }
     Arc::new(Spending::new(
-        Arc::new(FileUsageStore::new(state_dir)),
+        store,
         prices,
         limits,
         config.limits_zone(),

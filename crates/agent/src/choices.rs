@@ -1,7 +1,7 @@
 //! [`ChoiceStore`]: what a chat has chosen for itself (its model, with `/model`), kept across
 //! restarts; [`FileChoices`], the store of one agent's chats in one file of its state
-//! directory. The interface is async and knows no file, so a later store can keep the
-//! choices elsewhere (NATS for several hosts) without the agent knowing.
+//! directory; [`StateChoices`], a document per chat in a state store (a cluster's, so the
+//! choice holds on whichever worker answers the chat next).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -153,6 +153,68 @@ impl ChoiceStore for FileChoices {
     }
 }
 
+/// One agent's chats' choices as documents of a state store
+/// (`agents/<agent>/choices/<session>`), read at each turn.
+pub struct StateChoices {
+    state: std::sync::Arc<dyn switchboard_core::StateStore>,
+    agent: String,
+}
+
+impl StateChoices {
+    /// The choices of `agent`'s chats in `state`.
+    pub fn new(state: std::sync::Arc<dyn switchboard_core::StateStore>, agent: &str) -> Self {
+        Self {
+            state,
+            agent: switchboard_core::state::segment(agent),
+        }
+    }
+
+    fn key(&self, session: &SessionKey) -> String {
+        format!(
+            "agents/{}/choices/{}",
+            self.agent,
+            switchboard_core::state::segment(session.as_str())
+        )
+    }
+}
+
+#[async_trait]
+impl ChoiceStore for StateChoices {
+    async fn get(&self, session: &SessionKey) -> Choices {
+        match self.state.get(&self.key(session)).await {
+            Ok(Some(stored)) => serde_json::from_slice(&stored.bytes).unwrap_or_else(|err| {
+                tracing::warn!(%session, error = %err,
+                    "a chat's choices could not be read; it uses its agent's model");
+                Choices::default()
+            }),
+            Ok(None) => Choices::default(),
+            Err(err) => {
+                tracing::warn!(%session, error = %err,
+                    "a chat's choices could not be read; it uses its agent's model");
+                Choices::default()
+            }
+        }
+    }
+
+    async fn set(&self, session: &SessionKey, choices: Choices) -> Result<(), ChoiceStoreError> {
+        let fail = |err: &dyn std::fmt::Display| ChoiceStoreError {
+            place: self.state.place(),
+            message: err.to_string(),
+        };
+        let key = self.key(session);
+        if choices.is_empty() {
+            let mut forget = |_: Option<&[u8]>| switchboard_core::Change::Delete;
+            return self
+                .state
+                .update(&key, &mut forget)
+                .await
+                .map_err(|err| fail(&err));
+        }
+        let bytes = serde_json::to_vec(&choices).map_err(|err| fail(&err))?;
+        self.state.put(&key, bytes).await.map_err(|err| fail(&err))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +245,22 @@ mod tests {
             third.get(&SessionKey::from("telegram_2")).await,
             model("small")
         );
+    }
+
+    #[tokio::test]
+    async fn choices_in_a_state_store_are_seen_by_another_handle() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state: std::sync::Arc<dyn switchboard_core::StateStore> =
+            std::sync::Arc::new(switchboard_sessions::FileState::new(dir.path()));
+        let key = SessionKey::from("telegram_1");
+        let one = StateChoices::new(state.clone(), "default");
+        let other = StateChoices::new(state.clone(), "default");
+        let elsewhere = StateChoices::new(state, "helper");
+        one.set(&key, model("big")).await.expect("set");
+        assert_eq!(other.get(&key).await, model("big"));
+        assert_eq!(elsewhere.get(&key).await, Choices::default(), "per agent");
+        other.set(&key, Choices::default()).await.expect("forget");
+        assert_eq!(one.get(&key).await, Choices::default());
     }
 
     #[tokio::test]

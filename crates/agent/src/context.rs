@@ -1,6 +1,6 @@
 //! The system prompt: the configured opening, then the workspace's context files.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use switchboard_tools::{Workspace, skills};
@@ -17,15 +17,28 @@ pub(crate) struct ContextCache {
 }
 
 impl ContextCache {
-    /// The system prompt, rebuilt when older than [`REUSE_FOR`].
-    pub(crate) fn get(&self, opening: &str, workspace: &Workspace, max_bytes: usize) -> String {
+    /// The system prompt, rebuilt when older than [`REUSE_FOR`] (its files read on the
+    /// blocking threads).
+    pub(crate) async fn get(
+        &self,
+        opening: &str,
+        workspace: &Arc<Workspace>,
+        max_bytes: usize,
+    ) -> String {
         let now = Instant::now();
         if let Some((built, prompt)) = &*self.last.lock().unwrap_or_else(PoisonError::into_inner)
             && now.duration_since(*built) < REUSE_FOR
         {
             return prompt.clone();
         }
-        let prompt = system_prompt(opening, workspace, max_bytes);
+        let (opening_text, files) = (opening.to_owned(), workspace.clone());
+        let prompt =
+            tokio::task::spawn_blocking(move || system_prompt(&opening_text, &files, max_bytes))
+                .await
+                .unwrap_or_else(|err| {
+                    tracing::error!(error = %err, "the context files could not be read");
+                    opening.to_owned()
+                });
         *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, prompt.clone()));
         prompt
     }
@@ -92,19 +105,19 @@ mod tests {
         assert!(!prompt.contains("USER.md"));
     }
 
-    #[test]
-    fn the_cache_rereads_files_after_invalidation() {
+    #[tokio::test]
+    async fn the_cache_rereads_files_after_invalidation() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = ContextCache::default();
-        let ws = workspace(&dir);
-        assert!(!cache.get("", &ws, 100).contains("MEMORY.md"));
+        let ws = Arc::new(workspace(&dir));
+        assert!(!cache.get("", &ws, 100).await.contains("MEMORY.md"));
         std::fs::write(dir.path().join("MEMORY.md"), "new fact").expect("write");
         assert!(
-            !cache.get("", &ws, 100).contains("new fact"),
+            !cache.get("", &ws, 100).await.contains("new fact"),
             "reused within a second"
         );
         cache.invalidate();
-        assert!(cache.get("", &ws, 100).contains("new fact"));
+        assert!(cache.get("", &ws, 100).await.contains("new fact"));
     }
 
     #[test]

@@ -57,7 +57,9 @@ pub use agent::Agent;
 pub use agents::{Agents, Binding, UnknownAgent};
 pub use approval::Approvals;
 pub use ask::AskUserTool;
-pub use choices::{ChoiceStore, ChoiceStoreError, Choices, FileChoices, MemoryChoices};
+pub use choices::{
+    ChoiceStore, ChoiceStoreError, Choices, FileChoices, MemoryChoices, StateChoices,
+};
 pub use command::{Command, HELP};
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;

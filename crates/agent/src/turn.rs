@@ -207,12 +207,17 @@ impl Turn<'_> {
             messages = tracing::field::Empty,
             images = images.len()
         );
-        let mut request = context.in_scope(|| ChatRequest {
-            system: agent.context.get(
+        let system = agent
+            .context
+            .get(
                 &config.system_prompt,
                 &config.workspace,
                 config.context_file_max_bytes,
-            ),
+            )
+            .instrument(context.clone())
+            .await;
+        let mut request = context.in_scope(|| ChatRequest {
+            system,
             messages: self.session.history(),
             tools: tools.definitions(),
             stream: config.stream,

@@ -71,6 +71,22 @@ pub trait Bus: Send + Sync + 'static {
         tokio_util::sync::CancellationToken::new()
     }
 
+    /// Waits until this process is the one to do `duty` — work only one process may do at
+    /// a time, such as firing the scheduler's jobs — and returns what is cancelled when it
+    /// no longer is. On a cluster one member at a time holds each duty's lease (a standby
+    /// takes over within the lease when it dies); in one process: at once, never
+    /// cancelled.
+    async fn lead(&self, _duty: &str) -> tokio_util::sync::CancellationToken {
+        tokio_util::sync::CancellationToken::new()
+    }
+
+    /// Whether an inbound message's `Handled` fate means its turn has ended (in one
+    /// process, the worker's report), rather than that the bus stored it for a worker (a
+    /// cluster: how the turn ended is known only where it ran).
+    fn fates_are_turns(&self) -> bool {
+        true
+    }
+
     /// Closes the lanes of the channels this process delivers for, once they delivered what
     /// they hold, waiting up to `deadline` for each. Returns whether all finished.
     async fn close_outbound(&self, deadline: Duration) -> bool;

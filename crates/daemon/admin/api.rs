@@ -250,7 +250,7 @@ async fn usage(admin: &Admin, uri: &Uri) -> Answer {
         .clone();
     let config = Config::parse_with(&text, &admin.path, Secrets::Skip)
         .map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))?;
-    match Report::read(&config, days.days.unwrap_or(7).clamp(1, 366)).await {
+    match Report::read(&config, &*admin.usage, days.days.unwrap_or(7).clamp(1, 366)).await {
         Ok(report) => {
             let days: Vec<Value> = report
                 .days()

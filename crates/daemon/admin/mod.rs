@@ -39,6 +39,8 @@ pub(crate) struct Admin {
     pub agents: Agents,
     pub hub: Arc<dyn Bus>,
     pub pairing: Arc<Pairing>,
+    /// What the models cost.
+    pub usage: Arc<dyn switchboard_agent::usage::UsageStore>,
     /// `None` when the scheduler is off.
     pub jobs: Option<Jobs>,
     /// The config file.

@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     /// Whether this gateway holds each platform channel's connection (and what is cancelled
     /// when it no longer does).
     connections: DashMap<ChannelName, tokio::sync::watch::Receiver<Option<CancellationToken>>>,
+    /// Whether this member does each duty asked for (see [`Bus::lead`]).
+    duties: DashMap<String, tokio::sync::watch::Receiver<Option<CancellationToken>>>,
 }
 
 impl NatsBus {
@@ -94,6 +96,7 @@ impl NatsBus {
                 lanes: ChannelLanes::default(),
                 held: Mutex::new(Vec::new()),
                 connections: DashMap::new(),
+                duties: DashMap::new(),
             }),
         }
     }
@@ -323,7 +326,7 @@ impl Bus for NatsBus {
     }
 
     async fn connection(&self, channel: &ChannelName) -> CancellationToken {
-        let Some(mut holding) = self
+        let Some(holding) = self
             .inner
             .connections
             .get(channel)
@@ -331,17 +334,30 @@ impl Bus for NatsBus {
         else {
             return CancellationToken::new();
         };
-        loop {
-            if let Some(held) = holding.borrow_and_update().clone()
-                && !held.is_cancelled()
-            {
-                return held;
-            }
-            if holding.changed().await.is_err() {
-                // The bus stopped: never this gateway's.
-                return std::future::pending().await;
-            }
-        }
+        crate::lease::held(holding).await
+    }
+
+    async fn lead(&self, duty: &str) -> CancellationToken {
+        let holding = self
+            .inner
+            .duties
+            .entry(duty.to_owned())
+            .or_insert_with(|| {
+                let (held, holding) = tokio::sync::watch::channel(None);
+                let inner = self.inner.clone();
+                let key = crate::names::duty_key(duty);
+                let what = format!("the duty {duty}");
+                self.inner.tasks.spawn(async move {
+                    crate::lease::hold(&inner, &key, &what, held, |_| {}).await;
+                });
+                holding
+            })
+            .clone();
+        crate::lease::held(holding).await
+    }
+
+    fn fates_are_turns(&self) -> bool {
+        false
     }
 
     async fn may_notify(&self, channel: &ChannelName, chat: &ChatId) -> Result<bool, CoreError> {

@@ -257,68 +257,25 @@ async fn answer_notify(inner: Arc<Inner>, channel: ChannelName, lanes: Lanes) {
     }
 }
 
-/// Holds `channel`'s connection lease whenever it can: while held, `held` says so (with what
-/// is cancelled when it is lost) and this gateway delivers the channel's messages; when the
-/// bus stops, the lease is given up at once so a standby takes over without waiting it out.
+/// Holds `channel`'s connection lease whenever it can (see [`hold`]): while held, this
+/// gateway delivers the channel's messages and runs its connection.
 pub(crate) async fn hold_connection(
     inner: Arc<Inner>,
     channel: ChannelName,
     lanes: Lanes,
     held: tokio::sync::watch::Sender<Option<CancellationToken>>,
 ) {
-    let leases = inner.cluster.leases.clone();
     let key = crate::names::connection_key(channel.as_str());
-    let member = inner.cluster.config.member.clone();
-    let lease = inner.cluster.config.lease;
-    loop {
-        let mut revision = loop {
-            match leases.create(&key, member.clone().into()).await {
-                Ok(revision) => break revision,
-                Err(_) => tokio::select! {
-                    () = inner.stop.cancelled() => return,
-                    () = tokio::time::sleep(lease / 3) => {}
-                },
-            }
-        };
-        tracing::info!(%channel, "this gateway holds the channel's connection");
-        let holding = CancellationToken::new();
-        held.send_replace(Some(holding.clone()));
+    let what = format!("the connection of {channel}");
+    let deliverer = inner.clone();
+    crate::lease::hold(&inner, &key, &what, held, move |holding| {
         start(
-            inner.clone(),
+            deliverer.clone(),
             channel.clone(),
             ChannelScope::Platform,
             lanes.clone(),
-            holding.clone(),
+            holding,
         );
-        let mut renewed = tokio::time::Instant::now();
-        loop {
-            tokio::select! {
-                () = inner.stop.cancelled() => {
-                    holding.cancel();
-                    held.send_replace(None);
-                    let _ = leases.delete_expect_revision(&key, Some(revision)).await;
-                    return;
-                }
-                () = tokio::time::sleep(lease / 3) => {}
-            }
-            match leases.update(&key, member.clone().into(), revision).await {
-                Ok(next) => {
-                    revision = next;
-                    renewed = tokio::time::Instant::now();
-                }
-                Err(err)
-                    if err.kind()
-                        == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision =>
-                {
-                    break;
-                }
-                // Not renewed for a whole lease: it has lapsed, another may hold it.
-                Err(_) if renewed.elapsed() >= lease => break,
-                Err(_) => {}
-            }
-        }
-        tracing::warn!(%channel, "lost the channel's connection lease; standing by");
-        holding.cancel();
-        held.send_replace(None);
-    }
+    })
+    .await;
 }

@@ -9,6 +9,7 @@
 //! - `names`: what everything is called on the server; a session's partition.
 //! - `bus`: [`NatsBus`], the bus.
 //! - `partitions`: a worker's leases on partitions, and reading them.
+//! - `lease`: a lease held whenever it can be (a connection, a duty).
 //! - `deliver`: a gateway's delivery of its channels' outbound messages.
 //! - `store`: [`NatsStore`], the sessions.
 //! - `state`: [`NatsState`], the small documents every member shares.
@@ -19,6 +20,7 @@ mod cluster;
 mod config;
 mod deliver;
 mod error;
+mod lease;
 mod names;
 mod partitions;
 mod state;

@@ -153,11 +153,20 @@ pub(crate) fn partition_key(partition: u32) -> String {
     format!("p.{partition}")
 }
 
+/// The lease key of a duty only one member does at a time (`duty.scheduler`).
+pub(crate) fn duty_key(duty: &str) -> String {
+    format!("duty.{}", lease_token(duty))
+}
+
 /// The lease key of a platform channel's connection (a channel's name is letters, digits,
 /// `-` and `_`; anything else is written `_`).
 pub(crate) fn connection_key(channel: &str) -> String {
-    let name: String = channel
-        .chars()
+    format!("channel.{}", lease_token(channel))
+}
+
+/// A name as one token of a lease key: letters, digits and `-`; anything else `_`.
+fn lease_token(name: &str) -> String {
+    name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
                 c
@@ -165,8 +174,7 @@ pub(crate) fn connection_key(channel: &str) -> String {
                 '_'
             }
         })
-        .collect();
-    format!("channel.{name}")
+        .collect()
 }
 
 /// The partition a session's messages are on: a hash of its key that every build computes

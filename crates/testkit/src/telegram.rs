@@ -87,6 +87,8 @@ struct Inner {
     delivered: u64,
     /// `getUpdates` calls received.
     polls: u64,
+    /// The `offset` of each `getUpdates` call, in order.
+    offsets: Vec<Option<i64>>,
     /// The last methods called, oldest first (at most 32), for a failing wait to show.
     calls: std::collections::VecDeque<String>,
     /// Files by id: (path, bytes).
@@ -250,6 +252,11 @@ impl FakeTelegram {
     /// `getUpdates` calls received so far (a long poll counts when it arrives).
     pub fn polls(&self) -> u64 {
         self.shared.lock().polls
+    }
+
+    /// The `offset` each `getUpdates` call carried, in order (`None`: none).
+    pub fn poll_offsets(&self) -> Vec<Option<i64>> {
+        self.shared.lock().offsets.clone()
     }
 
     /// The webhook the bot set: (url, secret).

@@ -5,6 +5,7 @@
 //! - `job`: [`Job`], [`Run`] and [`Outcome`]: the records the store keeps.
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
+//! - `state_store`: [`StateJobStore`], jobs as documents of a state store (a cluster's).
 //! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
@@ -20,6 +21,7 @@ mod job;
 mod jobs;
 mod outcome;
 mod runner;
+mod state_store;
 mod store;
 #[cfg(test)]
 mod test_setup;
@@ -31,5 +33,6 @@ pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
 pub use runner::{Scheduler, SchedulerConfig};
+pub use state_store::StateJobStore;
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
 pub use tool::CronTool;

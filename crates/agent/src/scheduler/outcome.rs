@@ -25,7 +25,10 @@ fn backoff(attempt: u32) -> SignedDuration {
 }
 
 impl Scheduler {
-    /// Records what became of the run whose message is `id`.
+    /// Records what became of the run whose message is `id`, as its ack says. How a turn
+    /// ended is recorded by the [`Outcomes`] hook where the turn ran; here only what the
+    /// ack alone knows: a run dropped, and — where `Handled` means the turn is over (one
+    /// process) — a run handled without a turn (its answer was already in the journal).
     pub(super) async fn settle(&self, id: &str, fate: Fate) {
         let Some(flight) = self
             .inner
@@ -36,7 +39,7 @@ impl Scheduler {
         else {
             return;
         };
-        let ended = self
+        let recorded = self
             .inner
             .ended
             .lock()
@@ -48,9 +51,45 @@ impl Scheduler {
             Fate::Dropped => Outcome::Skipped {
                 why: "it was dropped (a /stop, or its chat had too many messages waiting)".into(),
             },
-            Fate::Handled => ended.unwrap_or(Outcome::Answered),
+            Fate::Handled if recorded || !self.inner.hub.fates_are_turns() => return,
+            Fate::Handled => Outcome::Answered,
         };
         self.record_end(flight, outcome).await;
+    }
+
+    /// The run whose message is `id`, as its job's last run says (`None`: not a run of a
+    /// job that is still there, or not its last).
+    async fn flight_of(&self, id: &str) -> Option<InFlight> {
+        let rest = id.strip_prefix("sched:")?;
+        // `sched:<job>:<due ms>` or `sched:<job>:<due ms>:<attempt>`; a job's id may hold
+        // a `:`, so each reading is checked against the job's last run.
+        let mut readings = Vec::new();
+        if let Some((head, attempt)) = rest.rsplit_once(':')
+            && attempt.parse::<u32>().is_ok()
+            && let Some(reading) = head.rsplit_once(':')
+        {
+            readings.push(reading);
+        }
+        readings.extend(rest.rsplit_once(':'));
+        for (job, due) in readings {
+            let Ok(due) = due.parse::<i64>() else {
+                continue;
+            };
+            let Ok(Some(stored)) = self.store().job(job).await else {
+                continue;
+            };
+            if let Some(last) = stored.last
+                && last.due.as_millisecond() == due
+                && Run::message_id(job, last.due, last.attempt) == id
+            {
+                return Some(InFlight {
+                    job: job.to_owned(),
+                    due: last.due,
+                    attempt: last.attempt,
+                });
+            }
+        }
+        None
     }
 
     /// Records how a run ended, on its runs and its job; a failed task is tried again
@@ -90,7 +129,7 @@ impl Scheduler {
                 Box::new(move |job| {
                     let ours = job.last.as_ref().is_some_and(|last| last.due == due);
                     if ours {
-                        job.last = Some(last);
+                        job.last = Some(last.clone());
                         job.retry = retry_of(job, due, attempt, now).filter(|_| failed);
                     }
                     ours
@@ -193,7 +232,8 @@ fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<R
     })
 }
 
-/// The hook that notes how a scheduled run's turn ended, for its ack to record.
+/// The hook that records how a scheduled run's turn ended, where the turn ran (on a
+/// cluster, that may be another member than the one that handed the run over).
 pub(super) struct Outcomes(pub(super) Arc<Inner>);
 
 #[async_trait]
@@ -218,11 +258,28 @@ impl Hook for Outcomes {
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
         };
-        self.0
-            .ended
+        let scheduler = Scheduler {
+            inner: self.0.clone(),
+        };
+        let Some(flight) = scheduler.flight_of(id).await else {
+            tracing::debug!(id, "a scheduled run ended that its job no longer waits for");
+            return;
+        };
+        scheduler.record_end(flight, outcome).await;
+        // Its ack, when it comes here, finds it recorded.
+        let ours = self
+            .0
+            .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.to_owned(), outcome);
+            .contains_key(id);
+        if ours {
+            self.0
+                .ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(id.to_owned());
+        }
     }
 }
 

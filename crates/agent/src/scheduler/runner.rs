@@ -90,8 +90,9 @@ pub(super) struct Inner {
     /// Runs handed to the agent and not settled yet, by their message id. Written by the
     /// loop; read by its pile-up check.
     pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
-    /// How the turns of runs ended (from the hook), by message id, until the run's ack.
-    pub(super) ended: Mutex<HashMap<String, Outcome>>,
+    /// Runs of this process whose turn's end the hook recorded, by message id, until the
+    /// run's ack.
+    pub(super) ended: Mutex<std::collections::HashSet<String>>,
     /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
     /// received by the loop, which records the outcome.
     settled: mpsc::UnboundedSender<(String, Fate)>,
@@ -133,6 +134,9 @@ impl Timing {
 /// The sender of scheduled messages, as their `sender` field says.
 const SENDER: &str = "scheduler";
 
+/// The duty of firing jobs: one process at a time does it (see [`Bus::lead`]).
+pub const DUTY: &str = "scheduler";
+
 impl Scheduler {
     /// A scheduler publishing due runs on `hub`, keeping jobs in `store`.
     pub fn new(
@@ -147,7 +151,7 @@ impl Scheduler {
                 jobs: Jobs::new(store, clock, config),
                 hub,
                 in_flight: Mutex::new(HashMap::new()),
-                ended: Mutex::new(HashMap::new()),
+                ended: Mutex::new(std::collections::HashSet::new()),
                 settled,
                 settled_rx: Mutex::new(Some(settled_rx)),
                 timings: Mutex::new(None),
@@ -205,8 +209,10 @@ impl Scheduler {
         self.inner.jobs.store()
     }
 
-    /// Runs until `stop` is cancelled: hands every due run to the agent. Runs pending from
-    /// before a restart are handed over again first.
+    /// Runs until `stop` is cancelled: hands every due run to the agent, while this process
+    /// leads the `scheduler` duty (always, alone; one member at a time on a cluster, the
+    /// others standing by). Runs left pending (by a restart, or a leader that died) are
+    /// handed over again first.
     pub async fn run(&self, stop: CancellationToken) {
         let Some(mut settled) = self
             .inner
@@ -218,11 +224,32 @@ impl Scheduler {
             tracing::error!("the scheduler runs once");
             return;
         };
+        loop {
+            let lead = tokio::select! {
+                () = stop.cancelled() => return,
+                lead = self.inner.hub.lead(DUTY) => lead,
+            };
+            self.lead(&stop, &lead, &mut settled).await;
+            if stop.is_cancelled() {
+                return;
+            }
+            tracing::warn!("another member fires the scheduled jobs now; standing by");
+        }
+    }
+
+    /// Hands due runs over until `stop`, or until `lead` says another process does.
+    async fn lead(
+        &self,
+        stop: &CancellationToken,
+        lead: &CancellationToken,
+        settled: &mut mpsc::UnboundedReceiver<(String, Fate)>,
+    ) {
         self.resume_pending().await;
         loop {
             let wait = self.tick().await;
             tokio::select! {
                 () = stop.cancelled() => return,
+                () = lead.cancelled() => return,
                 () = tokio::time::sleep(wait) => {}
                 () = self.inner.jobs.changed().notified() => {}
                 Some((id, fate)) = settled.recv() => self.settle(&id, fate).await,
@@ -369,7 +396,7 @@ impl Scheduler {
                             return false;
                         }
                         job.retry = None;
-                        job.last = Some(run);
+                        job.last = Some(run.clone());
                         true
                     }),
                 )
@@ -451,7 +478,7 @@ impl Scheduler {
                             return false;
                         }
                         now_job.next_due = next;
-                        now_job.last = Some(run);
+                        now_job.last = Some(run.clone());
                         // A retry of the run before is overtaken by this one.
                         now_job.retry = None;
                         true

@@ -34,8 +34,10 @@ pub struct JobStoreError {
     pub message: String,
 }
 
-/// A change to one job: it sees the job as stored and says whether to write it back.
-pub type JobChange = Box<dyn for<'j> FnOnce(&'j mut Job) -> bool + Send>;
+/// A change to one job: it sees the job as stored and says whether to write it back. It may
+/// be called more than once (a store shared by several hosts calls it again when another
+/// changed the job in between); only the last call's job is written.
+pub type JobChange = Box<dyn for<'j> FnMut(&'j mut Job) -> bool + Send>;
 
 /// Where jobs and their runs are kept.
 #[async_trait]
@@ -277,7 +279,7 @@ impl JobStore for FileJobStore {
         self.with(move |_| ((), vec![Record::Job(job)])).await
     }
 
-    async fn update(&self, id: &str, change: JobChange) -> Result<Option<Job>, JobStoreError> {
+    async fn update(&self, id: &str, mut change: JobChange) -> Result<Option<Job>, JobStoreError> {
         let id = id.to_owned();
         self.with(move |state| {
             let Some(mut job) = state.jobs.get(&id).cloned() else {
@@ -382,10 +384,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn jobs_and_runs_survive_a_restart_and_another_process_is_seen() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = FileJobStore::new(dir.path());
+    /// What every job store does: `store` and `other` are two handles on the same jobs
+    /// (two processes, or a restart).
+    pub(crate) async fn behaves_as_a_job_store(store: &dyn JobStore, other: &dyn JobStore) {
         let id = store.new_id().await.expect("id");
         assert_eq!(id, "j1");
         store.put(&job(&id)).await.expect("put");
@@ -405,8 +406,6 @@ mod tests {
             .await
             .expect("run");
 
-        // A second store on the same directory: another process, or the next start.
-        let other = FileJobStore::new(dir.path());
         let jobs = other.jobs().await.expect("jobs");
         assert_eq!(
             jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
@@ -426,6 +425,58 @@ mod tests {
         other.put(&job("j4")).await.expect("put");
         assert_ne!(store.version().await, before);
         assert_eq!(store.jobs().await.expect("jobs").len(), 2);
+
+        // A change sees the job as it is, and declining writes nothing.
+        let changed = other
+            .update(
+                "j4",
+                Box::new(|job| {
+                    job.enabled = false;
+                    true
+                }),
+            )
+            .await
+            .expect("update")
+            .expect("there");
+        assert!(!changed.enabled);
+        assert!(!store.job("j4").await.expect("job").expect("there").enabled);
+        assert_eq!(
+            store
+                .update("j4", Box::new(|_| false))
+                .await
+                .expect("update"),
+            None
+        );
+        assert_eq!(
+            store
+                .update("nope", Box::new(|_| true))
+                .await
+                .expect("update"),
+            None
+        );
+    }
+
+    #[tokio::test]
+    async fn jobs_and_runs_survive_a_restart_and_another_process_is_seen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A second store on the same directory: another process, or the next start.
+        behaves_as_a_job_store(
+            &FileJobStore::new(dir.path()),
+            &FileJobStore::new(dir.path()),
+        )
+        .await;
+    }
+
+    #[tokio::test]
+    async fn jobs_in_a_state_store_behave_the_same() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = || {
+            let files: Arc<dyn switchboard_core::StateStore> =
+                Arc::new(switchboard_sessions::FileState::new(dir.path()));
+            super::super::StateJobStore::new(files)
+        };
+        behaves_as_a_job_store(&state(), &state()).await;
+        assert!(dir.path().join("scheduler/job/j1").exists());
     }
 
     #[tokio::test]

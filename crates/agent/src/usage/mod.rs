@@ -11,14 +11,18 @@
 //! # Layout
 //! - `price`: [`Price`] and [`Prices`], dollars per million tokens.
 //! - `store`: [`UsageStore`], [`UsageRecord`], and [`FileUsageStore`] (a file per month).
+//! - `state_store`: [`StateUsageStore`], spending as documents of a state store (a
+//!   cluster's).
 //! - `spending`: [`Spending`], [`Limits`]: recording, the caps, `/usage`.
 
 mod price;
 mod spending;
+mod state_store;
 mod store;
 
 pub use price::{Price, Prices};
 pub use spending::{Limits, Spending, WARN_AT};
+pub use state_store::StateUsageStore;
 pub use store::{
     FileUsageStore, MemoryUsageStore, Spent, UsageKey, UsageRecord, UsageStore, UsageStoreError,
 };

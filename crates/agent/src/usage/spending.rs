@@ -53,6 +53,11 @@ struct Standing {
 }
 
 impl Spending {
+    /// Where the spending is kept.
+    pub fn store(&self) -> &Arc<dyn UsageStore> {
+        &self.store
+    }
+
     /// Spending kept in `store`, priced by `prices`, capped by `limits`; days begin at
     /// midnight in `zone` (an IANA name; the system's zone when `None`), by `clock`.
     pub fn new(

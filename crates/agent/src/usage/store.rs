@@ -399,10 +399,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn records_are_summed_per_key_kept_across_a_restart_and_read_by_day_range() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = FileUsageStore::new(dir.path());
+    /// What every usage store does: `store` and `again` are two handles on the same
+    /// records (a restart, or two workers).
+    async fn behaves_as_a_usage_store(store: &dyn UsageStore, again: &dyn UsageStore) {
         let (nov30, dec1) = (
             jiff::civil::date(2026, 11, 30),
             jiff::civil::date(2026, 12, 1),
@@ -422,7 +421,6 @@ mod tests {
         assert!(store.warn_once(dec1, "a").await.expect("warn"));
         assert!(!store.warn_once(dec1, "a").await.expect("once"));
 
-        let again = FileUsageStore::new(dir.path());
         let november = again.spent(nov30, nov30).await.expect("spent");
         assert_eq!(november.len(), 1);
         assert_eq!(november[0].spent.input, 15);
@@ -439,7 +437,29 @@ mod tests {
             (all - 2.75).abs() < 1e-9 && (a - 0.75).abs() < 1e-9,
             "{all} {a}"
         );
+    }
+
+    #[tokio::test]
+    async fn records_are_summed_per_key_kept_across_a_restart_and_read_by_day_range() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        behaves_as_a_usage_store(
+            &FileUsageStore::new(dir.path()),
+            &FileUsageStore::new(dir.path()),
+        )
+        .await;
         assert!(dir.path().join("usage/2026-12.jsonl").exists());
+    }
+
+    #[tokio::test]
+    async fn spending_in_a_state_store_behaves_the_same() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = || {
+            let files: std::sync::Arc<dyn switchboard_core::StateStore> =
+                std::sync::Arc::new(switchboard_sessions::FileState::new(dir.path()));
+            super::super::StateUsageStore::new(files)
+        };
+        behaves_as_a_usage_store(&state(), &state()).await;
+        assert!(dir.path().join("usage/day/2026-11-30").exists());
     }
 
     #[tokio::test]

@@ -126,7 +126,11 @@ async fn get_updates(shared: &Shared, params: &Value) -> Response {
     let limit = params["limit"].as_u64().unwrap_or(100).clamp(1, 100) as usize;
     let hold = Duration::from_secs(params["timeout"].as_u64().unwrap_or(0).min(60));
     let deadline = Instant::now() + hold;
-    shared.lock().polls += 1;
+    {
+        let mut inner = shared.lock();
+        inner.polls += 1;
+        inner.offsets.push(offset);
+    }
     shared.changed.notify_waiters();
     loop {
         let changed = shared.changed.notified();

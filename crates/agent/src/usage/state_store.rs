@@ -1,0 +1,182 @@
+//! [`StateUsageStore`]: spending kept as documents of a [`StateStore`] — on a cluster, its
+//! shared bucket, so every worker checks the caps against what all of them spent.
+//!
+//! A chat's day is one document (`usage/chat/<day>/<session>`: its sums per agent and model,
+//! and whether it was warned), the day's total another (`usage/day/<day>`), so the check
+//! after every call reads two small documents, and a report scans one prefix per day. Each
+//! change is one [`StateStore::update`]: two workers recording at once both count.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use jiff::civil::Date;
+use serde::{Deserialize, Serialize};
+use switchboard_core::state::{json_change, segment};
+use switchboard_core::{StateError, StateStore};
+
+use super::store::{Spent, UsageKey, UsageRecord, UsageStore, UsageStoreError};
+
+/// The most days one report reads (ten years).
+const MAX_DAYS: usize = 3_660;
+
+/// A chat's spending on one day.
+#[derive(Default, Serialize, Deserialize)]
+struct ChatDay {
+    session: String,
+    /// Sums per agent and model.
+    spent: Vec<Sum>,
+    #[serde(default)]
+    warned: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Sum {
+    agent: String,
+    model: String,
+    #[serde(flatten)]
+    spent: Spent,
+}
+
+/// A day's total, all chats together.
+#[derive(Default, Serialize, Deserialize)]
+struct DayTotal {
+    usd: f64,
+}
+
+/// Spending in a state store.
+#[derive(Clone, Debug)]
+pub struct StateUsageStore {
+    state: Arc<dyn StateStore>,
+}
+
+impl StateUsageStore {
+    /// The spending kept in `state`.
+    pub fn new(state: Arc<dyn StateStore>) -> Self {
+        Self { state }
+    }
+
+    fn fail(&self) -> impl Fn(StateError) -> UsageStoreError + '_ {
+        |err| UsageStoreError {
+            place: self.state.place(),
+            message: err.to_string(),
+        }
+    }
+
+    async fn chat_day(&self, day: Date, session: &str) -> Result<ChatDay, UsageStoreError> {
+        let stored = self
+            .state
+            .get(&chat_key(day, session))
+            .await
+            .map_err(self.fail())?;
+        Ok(stored
+            .and_then(|stored| serde_json::from_slice(&stored.bytes).ok())
+            .unwrap_or_default())
+    }
+}
+
+fn chat_key(day: Date, session: &str) -> String {
+    format!("usage/chat/{day}/{}", segment(session))
+}
+
+fn day_key(day: Date) -> String {
+    format!("usage/day/{day}")
+}
+
+#[async_trait]
+impl UsageStore for StateUsageStore {
+    async fn record(&self, record: &UsageRecord) -> Result<(), UsageStoreError> {
+        let key = &record.key;
+        let chat = chat_key(key.day, &key.session);
+        let mut change = json_change(&chat, |day: &mut ChatDay| {
+            day.session.clone_from(&key.session);
+            match day
+                .spent
+                .iter_mut()
+                .find(|sum| sum.agent == key.agent && sum.model == key.model)
+            {
+                Some(sum) => sum.spent += record.spent,
+                None => day.spent.push(Sum {
+                    agent: key.agent.clone(),
+                    model: key.model.clone(),
+                    spent: record.spent,
+                }),
+            }
+            true
+        });
+        self.state
+            .update(&chat, &mut change)
+            .await
+            .map_err(self.fail())?;
+        let total = day_key(key.day);
+        let mut change = json_change(&total, |day: &mut DayTotal| {
+            day.usd += record.spent.usd;
+            true
+        });
+        self.state
+            .update(&total, &mut change)
+            .await
+            .map_err(self.fail())
+    }
+
+    async fn spent(&self, from: Date, to: Date) -> Result<Vec<UsageRecord>, UsageStoreError> {
+        let mut out = Vec::new();
+        let mut day = from;
+        for _ in 0..MAX_DAYS {
+            if day > to {
+                break;
+            }
+            let found = self
+                .state
+                .scan(&format!("usage/chat/{day}"))
+                .await
+                .map_err(self.fail())?;
+            for (_, bytes) in found {
+                let Ok(chat) = serde_json::from_slice::<ChatDay>(&bytes) else {
+                    continue;
+                };
+                out.extend(chat.spent.into_iter().map(|sum| UsageRecord {
+                    key: UsageKey {
+                        day,
+                        agent: sum.agent,
+                        session: chat.session.clone(),
+                        model: sum.model,
+                    },
+                    spent: sum.spent,
+                }));
+            }
+            let Ok(next) = day.tomorrow() else { break };
+            day = next;
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError> {
+        let total: DayTotal = self
+            .state
+            .get(&day_key(day))
+            .await
+            .map_err(self.fail())?
+            .and_then(|stored| serde_json::from_slice(&stored.bytes).ok())
+            .unwrap_or_default();
+        let chat = self.chat_day(day, session).await?;
+        Ok((total.usd, chat.spent.iter().map(|sum| sum.spent.usd).sum()))
+    }
+
+    async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {
+        let key = chat_key(day, session);
+        let mut first = false;
+        let mut change = json_change(&key, |chat: &mut ChatDay| {
+            first = !chat.warned;
+            chat.session = session.to_owned();
+            chat.warned = true;
+            first
+        });
+        self.state
+            .update(&key, &mut change)
+            .await
+            .map_err(self.fail())?;
+        drop(change);
+        Ok(first)
+    }
+}
