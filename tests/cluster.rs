@@ -414,9 +414,13 @@ async fn status_and_doctor_show_the_cluster() {
             .expect("runs");
         String::from_utf8_lossy(&output.stdout).into_owned()
     };
-    wait_until("the worker holds every partition", || async {
-        partitions(&holders(&nats).await) == 8
-    })
+    wait_until(
+        "the worker holds every partition and the scheduler",
+        || async {
+            let held = holders(&nats).await;
+            partitions(&held) == 8 && held.contains_key("duty.scheduler")
+        },
+    )
     .await;
     // `status` shows the members, their roles and partitions, and what waits in each.
     let status = tokio::process::Command::new(util::BINARY)
@@ -433,6 +437,10 @@ async fn status_and_doctor_show_the_cluster() {
             && shown.contains("partitions 0 (0 waiting), 1 (0 waiting)"),
         "{shown}"
     );
+    assert!(
+        shown.contains("duty.scheduler") && shown.contains("held by w1"),
+        "{shown}"
+    );
     let said = doctor(config.clone()).await;
     assert!(said.contains("✓ cluster: NATS"), "{said}");
     assert!(said.contains("streams and buckets ready"), "{said}");
@@ -442,6 +450,50 @@ async fn status_and_doctor_show_the_cluster() {
     drop(nats);
     let said = doctor(config).await;
     assert!(said.contains("✗ cluster: cannot reach NATS"), "{said}");
+}
+
+/// Two gateways with the channel `table` (Telegram, Discord) and a worker, once one gateway
+/// holds the channel's connection and the worker every partition: the gateways, the worker,
+/// and which gateway holds the connection.
+async fn two_gateways(
+    root: &Path,
+    llm: &ScriptedLlm,
+    nats: &NatsServer,
+    table: &str,
+    channel: &str,
+) -> ([tokio::process::Child; 3], String) {
+    let gateway =
+        |name: &str| member_config_with(root, llm, nats, "gateway", name, "stream = false", table);
+    let (first, _) = util::spawn_daemon(&gateway("gw1")).await;
+    let (second, _) = util::spawn_daemon(&gateway("gw2")).await;
+    let (worker, _) = util::spawn_daemon(&member_config(root, llm, nats, "worker", "w1")).await;
+    let lease = format!("channel.{channel}");
+    wait_until(
+        "one gateway holds the connection, the worker the partitions",
+        || async {
+            let held = holders(nats).await;
+            held.contains_key(&lease) && partitions(&held) == 8
+        },
+    )
+    .await;
+    let holder = holders(nats).await[&lease].clone();
+    ([first, second, worker], holder)
+}
+
+/// Kills (-9) the gateway of `gateways` that is `holder`: the other, and its name.
+async fn kill_the_holder(
+    gateways: [tokio::process::Child; 2],
+    holder: &str,
+) -> (tokio::process::Child, &'static str) {
+    let [first, second] = gateways;
+    let (mut killed, standby) = if holder == "gw1" {
+        (first, (second, "gw2"))
+    } else {
+        (second, (first, "gw1"))
+    };
+    killed.start_kill().expect("kill -9");
+    killed.wait().await.expect("ended");
+    standby
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,30 +512,8 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
         allowed.join(", ")
     );
     let root = tempfile::tempdir().expect("tempdir");
-    let gateway = |name: &str| {
-        member_config_with(
-            root.path(),
-            &llm,
-            &nats,
-            "gateway",
-            name,
-            "stream = false",
-            &table,
-        )
-    };
-    let (first, _) = util::spawn_daemon(&gateway("gw1")).await;
-    let (second, _) = util::spawn_daemon(&gateway("gw2")).await;
-    let (_worker, _) =
-        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
-    wait_until(
-        "one gateway holds the Telegram connection, the worker the partitions",
-        || async {
-            let held = holders(&nats).await;
-            held.contains_key("channel.telegram") && partitions(&held) == 8
-        },
-    )
-    .await;
-    let holder = holders(&nats).await["channel.telegram"].clone();
+    let ([first, second, _worker], holder) =
+        two_gateways(root.path(), &llm, &nats, &table, "telegram").await;
     // The answers as the person sees them: each message the bot sent, as last edited.
     let answers = |person: u64| -> Vec<String> {
         let chat = i64::try_from(person).expect("id");
@@ -526,13 +556,7 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
     assert!(listed.contains(&format!("telegram:{STRANGER}")), "{listed}");
 
     // The gateway that polls is killed; messages keep coming meanwhile.
-    let (mut killed, standby) = if holder == "gw1" {
-        (first, "gw2")
-    } else {
-        (second, "gw1")
-    };
-    killed.start_kill().expect("kill -9");
-    killed.wait().await.expect("ended");
+    let (_standby, standby) = kill_the_holder([first, second], &holder).await;
     let polls = telegram.polls();
     let at = Instant::now();
     for person in &people {
@@ -705,5 +729,94 @@ async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
     assert_eq!(
         ticks, answered,
         "each run answered once in the chat: {runs}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_share_one_discord_bot_and_the_standby_resumes_the_dead_ones_session() {
+    use switchboard_testkit::FakeDiscord;
+    use switchboard_testkit::discord::TEST_TOKEN;
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing(&llm);
+    let discord = FakeDiscord::start().await.expect("fake Discord");
+    let people: Vec<u64> = (42..47).collect();
+    let allowed: Vec<String> = people.iter().map(|p| format!("\"{p}\"")).collect();
+    let table = format!(
+        "[channels.discord]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\n",
+        discord.api_url(),
+        allowed.join(", ")
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let ([first, second, _worker], holder) =
+        two_gateways(root.path(), &llm, &nats, &table, "discord").await;
+    discord
+        .wait_until(
+            CLUSTER_PATIENCE,
+            "the bot connected",
+            FakeDiscord::connected,
+        )
+        .await;
+    // What each person was answered, in order, as last edited.
+    let answers = |person: u64| -> Vec<String> {
+        discord
+            .messages_to(FakeDiscord::dm_channel(person))
+            .into_iter()
+            .map(|sent| {
+                discord
+                    .current_text(sent.channel, sent.message_id)
+                    .unwrap_or(sent.content)
+            })
+            .collect()
+    };
+    for person in &people {
+        discord.dm(*person, "0");
+    }
+    wait_until("every first message answered", || async {
+        people.iter().all(|person| answers(*person) == ["re: 0"])
+    })
+    .await;
+    eprintln!(
+        "DEBUG {:?}",
+        people.iter().map(|p| answers(*p)).collect::<Vec<_>>()
+    );
+
+    // The gateway connected to Discord is killed; people write before anyone reconnects.
+    let (_standby, standby) = kill_the_holder([first, second], &holder).await;
+    wait_until("Discord sees the connection gone", || {
+        std::future::ready(!discord.connected())
+    })
+    .await;
+    for person in &people {
+        discord.dm(*person, "1");
+    }
+    wait_until("the standby resumed the session", || async {
+        discord.resumes() == 1
+            && discord.connected()
+            && holders(&nats)
+                .await
+                .get("channel.discord")
+                .map(String::as_str)
+                == Some(standby)
+    })
+    .await;
+    wait_until("every second message answered", || async {
+        people.iter().all(|person| answers(*person).len() >= 2)
+    })
+    .await;
+    llm.wait_for_requests(2 * people.len(), CLUSTER_PATIENCE)
+        .await;
+    for person in &people {
+        assert_eq!(
+            answers(*person),
+            ["re: 0", "re: 1"],
+            "{person}: none lost, none twice"
+        );
+    }
+    assert_eq!(discord.identifies(), 1, "resumed, not identified anew");
+    assert_eq!(
+        llm.requests().len(),
+        2 * people.len(),
+        "the model was asked once per message"
     );
 }

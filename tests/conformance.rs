@@ -95,7 +95,7 @@ pub(crate) trait Platform: Sized {
     fn table(&self, interval: f64, extra: &str) -> String;
 
     /// How many sessions the channel opened with the fake so far (polls begun, gateway
-    /// sessions identified): one more means a (re)started daemon is listening.
+    /// sessions identified or resumed): one more means a (re)started daemon is listening.
     fn sessions(&self) -> u64;
 
     /// `person` writes `text` to the bot in a private chat.

@@ -340,6 +340,14 @@ pub(crate) async fn status(config: &Config) -> Option<String> {
     if !unheld.is_empty() {
         let _ = writeln!(out, "  ✗ no worker holds partitions {}", unheld.join(", "));
     }
+    // The platforms' connections and the duties: who runs each.
+    for (lease, member) in survey
+        .leases
+        .iter()
+        .filter(|(key, _)| !key.starts_with("p."))
+    {
+        let _ = writeln!(out, "  {lease:<24} held by {member}");
+    }
     Some(out)
 }
 

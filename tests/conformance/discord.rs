@@ -38,7 +38,8 @@ edit_interval_secs = {interval:?}
     }
 
     fn sessions(&self) -> u64 {
-        u64::from(self.0.identifies())
+        // A daemon started again after a kill -9 resumes the session it kept.
+        u64::from(self.0.identifies()) + u64::from(self.0.resumes())
     }
 
     fn dm(&self, person: u64, text: &str) -> Written {

@@ -65,6 +65,7 @@ impl ChannelSection for DiscordSection {
             self.settings()?,
             parts.hub.clone(),
             &parts.state_dir,
+            parts.state.clone(),
             &parts.workspace,
             parts.pairing.clone(),
         )?;
@@ -74,11 +75,13 @@ impl ChannelSection for DiscordSection {
 
 impl DiscordChannel {
     /// A channel with `settings`, publishing on `hub`; files go under `workspace`, its
-    /// inbox under `state_dir`, pairing is `pairing`.
+    /// inbox under `state_dir`, where its session may be resumed in `state`, pairing is
+    /// `pairing`.
     pub fn new(
         settings: DiscordSettings,
         hub: Arc<dyn Bus>,
         state_dir: &Path,
+        state: Arc<dyn switchboard_core::StateStore>,
         workspace: &Path,
         pairing: Arc<Pairing>,
     ) -> Result<Self, CoreError> {
@@ -117,7 +120,7 @@ impl DiscordChannel {
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                gateway: Gateway::new(rest, settings.token.clone(), intents()),
+                gateway: Gateway::new(rest, settings.token.clone(), intents(), state),
                 replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval),
                 gate,
                 chats,

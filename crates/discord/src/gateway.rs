@@ -10,17 +10,21 @@
 //! the socket, does the handshake and reads the session.
 //!
 //! A session that drops (network, zombie, op 7) is resumed where it left off — Discord
-//! replays what was missed — so no message is lost while the daemon runs. A close that
+//! replays what was missed — so no message is lost while the daemon runs. Its resume state
+//! is also kept in the state store (at READY, then at each heartbeat with the sequence of
+//! the heartbeat before), so a daemon killed and started again — or, on a cluster, the
+//! gateway that takes the connection over — resumes it too, and what was said meanwhile
+//! comes. A normal close (the daemon stopping) ends the session and forgets it. A close that
 //! means the config is wrong (token, intents) ends with an error naming the fix.
 
 use std::collections::VecDeque;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use switchboard_core::{CoreError, error_chain};
+use switchboard_core::{Change, CoreError, StateStore, error_chain};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -47,6 +51,9 @@ const IDENTIFY_SPAN: Duration = Duration::from_secs(600);
 const IDENTIFY_EVERY: Duration = Duration::from_secs(120);
 /// The query every gateway URL gets.
 const QUERY: &str = "v=10&encoding=json";
+/// Where the session's resume state is kept (in one process,
+/// `<state_dir>/discord.session`).
+pub(crate) const SESSION_KEY: &str = "discord.session";
 
 /// What the channel is handed, in order.
 #[derive(Debug)]
@@ -74,7 +81,7 @@ pub(crate) enum Ended {
 }
 
 /// Where a session can be resumed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, Deserialize)]
 struct Resume {
     session: String,
     url: String,
@@ -98,6 +105,12 @@ pub(crate) struct Gateway {
     token: String,
     intents: u64,
     resume: Mutex<Option<Resume>>,
+    /// Where the resume state is kept for whoever connects next: this process after a
+    /// crash, or — on a cluster — the gateway that takes the connection over.
+    kept: Arc<dyn StateStore>,
+    /// Whether the kept state was read (once: a session this process ended or Discord
+    /// refused is not tried again).
+    read_kept: std::sync::atomic::AtomicBool,
     /// When Discord last refused the config, and why.
     refused: Mutex<Option<(Instant, String)>>,
     /// When the last IDENTIFYs were sent (at most [`IDENTIFY_WINDOW`] of them kept).
@@ -114,12 +127,14 @@ impl Gateway {
         Ok(me["username"].as_str().unwrap_or("(unnamed)").to_owned())
     }
 
-    pub(crate) fn new(rest: Rest, token: String, intents: u64) -> Self {
+    pub(crate) fn new(rest: Rest, token: String, intents: u64, kept: Arc<dyn StateStore>) -> Self {
         Self {
             rest,
             token,
             intents,
             resume: Mutex::new(None),
+            kept,
+            read_kept: std::sync::atomic::AtomicBool::new(false),
             refused: Mutex::new(None),
             identified: Mutex::new(VecDeque::new()),
         }
@@ -127,6 +142,42 @@ impl Gateway {
 
     fn resume(&self) -> std::sync::MutexGuard<'_, Option<Resume>> {
         self.resume.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The session the last connection kept, if any.
+    async fn kept_session(&self) -> Option<Resume> {
+        match self.kept.get(SESSION_KEY).await {
+            Ok(Some(stored)) => serde_json::from_slice(&stored.bytes).ok(),
+            Ok(None) => None,
+            Err(err) => {
+                tracing::warn!(error = %err, "Discord: the kept session could not be read; starting a new one");
+                None
+            }
+        }
+    }
+
+    /// Keeps the session, resumable from `seq`, for whoever connects next.
+    async fn keep(&self, seq: u64) {
+        let Some(mut resume) = self.resume().clone() else {
+            return;
+        };
+        resume.seq = resume.seq.min(seq);
+        let Ok(bytes) = serde_json::to_vec(&resume) else {
+            return;
+        };
+        if let Err(err) = self.kept.put(SESSION_KEY, bytes).await {
+            tracing::warn!(error = %err, "Discord: the session could not be kept (the next connection starts a new one)");
+        }
+    }
+
+    /// Forgets the kept session (it was closed: no one can resume it).
+    async fn unkeep(&self) {
+        let mut forget = |_: Option<&[u8]>| Change::Delete;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.kept.update(SESSION_KEY, &mut forget),
+        )
+        .await;
     }
 
     /// One connection, until it ends; events go to `events` in order; `live` is called
@@ -137,6 +188,15 @@ impl Gateway {
         stop: &CancellationToken,
         live: impl Fn(),
     ) -> Result<Ended, CoreError> {
+        if self.resume().is_none()
+            && !self
+                .read_kept
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            && let Some(kept) = self.kept_session().await
+        {
+            tracing::info!("Discord: resuming the session kept by the last connection");
+            *self.resume() = Some(kept);
+        }
         let resume = self.resume().clone();
         if let Some(ended) = self.admit(resume.is_none(), stop).await? {
             return Ok(ended);
@@ -303,11 +363,17 @@ impl Gateway {
         let handshake = tokio::time::sleep(HANDSHAKE_TIMEOUT);
         tokio::pin!(handshake);
         let mut live_yet = false;
+        // The sequence seen at the last heartbeat: what is kept at the next one. An event
+        // is in the inbox (or on the cluster's bus) long before a heartbeat interval has
+        // passed, so whoever resumes from there misses none (and the journal answers the
+        // ones it is sent again once).
+        let mut settled_seq = None;
         loop {
             let envelope = tokio::select! {
                 () = stop.cancelled() => {
                     // A normal close ends the session: the next start identifies anew.
                     *self.resume() = None;
+                    self.unkeep().await;
                     let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
                     let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
                     return Ok(Ended::Stopped);
@@ -324,6 +390,10 @@ impl Gateway {
                     if self.heartbeat(socket).await.is_err() {
                         return Ok(Ended::Reconnect);
                     }
+                    if let Some(seq) = settled_seq {
+                        self.keep(seq).await;
+                    }
+                    settled_seq = self.resume().as_ref().map(|resume| resume.seq);
                     continue;
                 }
                 envelope = next_envelope(socket) => envelope,
@@ -347,7 +417,15 @@ impl Gateway {
                     if matches!(envelope.t.as_deref(), Some("READY" | "RESUMED")) {
                         live_yet = true;
                     }
-                    let Some(event) = self.dispatch(envelope, live) else {
+                    let ready = (envelope.t.as_deref() == Some("READY"))
+                        .then(|| envelope.s.unwrap_or_default());
+                    let event = self.dispatch(envelope, live);
+                    if let Some(seq) = ready {
+                        // Kept at once from READY's sequence: nothing came before it.
+                        settled_seq = Some(seq);
+                        self.keep(seq).await;
+                    }
+                    let Some(event) = event else {
                         continue;
                     };
                     if events.send(event).await.is_err() {

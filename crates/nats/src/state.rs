@@ -85,18 +85,23 @@ impl NatsState {
         }
     }
 
+    /// The entry of `key` as the server has it (a removal is an entry too).
+    async fn entry(&self, key: &str) -> Result<Option<kv::Entry>, StateError> {
+        let entry_key = entry_key(key);
+        self.tried("read", key, || async {
+            self.bucket
+                .entry(&entry_key)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await
+    }
+
     /// One compare-and-set try: `Ok(true)` once written (or nothing to write), `Ok(false)`
     /// when another member wrote first.
     async fn try_update(&self, key: &str, change: Changer<'_>) -> Result<bool, StateError> {
         let entry_key = entry_key(key);
-        let entry = self
-            .tried("read", key, || async {
-                self.bucket
-                    .entry(&entry_key)
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-            .await?;
+        let entry = self.entry(key).await?;
         let live = entry
             .as_ref()
             .filter(|entry| entry.operation == kv::Operation::Put);
@@ -159,16 +164,9 @@ impl StateStore for NatsState {
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StateError> {
         check_key(key)?;
-        let entry_key = entry_key(key);
-        let entry = self
-            .tried("read", key, || async {
-                self.bucket
-                    .entry(&entry_key)
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-            .await?;
-        Ok(entry
+        Ok(self
+            .entry(key)
+            .await?
             .filter(|entry| entry.operation == kv::Operation::Put)
             .map(|entry| Stored {
                 bytes: entry.value.to_vec(),

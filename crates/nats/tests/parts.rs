@@ -1,5 +1,5 @@
-//! The cluster's pieces against a real `nats-server`: the session store seen from two
-//! members, inbound in order through a worker's partitions, outbound delivered by the
+//! The cluster's pieces against a real `nats-server`: the session store and the shared
+//! documents seen from two members, inbound in order through a worker's partitions, outbound delivered by the
 //! gateway with its receipt, and partitions taken over when a worker leaves.
 
 use std::sync::{Arc, Mutex};
@@ -9,7 +9,7 @@ use switchboard_core::{
     Bus, Channel, ChannelContext, ChannelName, ChatMessage, CoreError, Fate, InboundMessage,
     LaneOptions, OutboundKind, OutboundMessage, SessionKey, TurnEnd,
 };
-use switchboard_nats::{Cluster, ClusterConfig, NatsBus, NatsStore, Role};
+use switchboard_nats::{Cluster, ClusterConfig, NatsBus, NatsState, NatsStore, Role};
 use switchboard_sessions::{Batch, InboundState, SessionStore, Snapshot};
 use switchboard_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
@@ -296,4 +296,91 @@ async fn a_worker_that_leaves_hands_its_partitions_and_unsettled_messages_on() {
     second.close().await;
     gateway.close().await;
     drop(first_taken);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_documents_are_one_truth_for_every_member() {
+    use switchboard_core::{Change, StateStore};
+    let server = NatsServer::start();
+    let one: Arc<dyn StateStore> =
+        Arc::new(NatsState::new(&join(&server, Role::Worker, "one").await));
+    let two: Arc<dyn StateStore> =
+        Arc::new(NatsState::new(&join(&server, Role::Gateway, "two").await));
+    assert_eq!(one.get("pairing.json").await.expect("get"), None);
+    one.put("pairing.json", b"{}".to_vec()).await.expect("put");
+    assert_eq!(
+        two.get("pairing.json")
+            .await
+            .expect("get")
+            .expect("there")
+            .bytes,
+        b"{}"
+    );
+
+    // Members counting at once: compare-and-set loses no one's change.
+    let mut tasks = Vec::new();
+    for n in 0..20 {
+        let store = if n % 2 == 0 { one.clone() } else { two.clone() };
+        tasks.push(tokio::spawn(async move {
+            let mut count = |bytes: Option<&[u8]>| {
+                let n: u64 = bytes
+                    .and_then(|b| std::str::from_utf8(b).ok()?.parse().ok())
+                    .unwrap_or(0);
+                Change::Put((n + 1).to_string().into_bytes())
+            };
+            store
+                .update("usage/day/2026-11-26", &mut count)
+                .await
+                .expect("update");
+        }));
+    }
+    for task in tasks {
+        within("the counts", task).await.expect("task");
+    }
+    let counted = one
+        .get("usage/day/2026-11-26")
+        .await
+        .expect("get")
+        .expect("there");
+    assert_eq!(counted.bytes, b"20");
+
+    // A prefix is read with its keys as written (dots and all), nothing beside it.
+    for key in [
+        "scheduler/job/j1",
+        "scheduler/job/a.b=c",
+        "scheduler/runs/j1",
+    ] {
+        two.put(key, key.as_bytes().to_vec()).await.expect("put");
+    }
+    let jobs = one.scan("scheduler/job").await.expect("scan");
+    assert_eq!(
+        jobs.iter().map(|(key, _)| key.as_str()).collect::<Vec<_>>(),
+        ["scheduler/job/a.b=c", "scheduler/job/j1"]
+    );
+    assert!(one.scan("nothing").await.expect("scan").is_empty());
+
+    // Removed, it is gone for both, and made again from nothing.
+    let mut remove = |_: Option<&[u8]>| Change::Delete;
+    two.update("scheduler/job/j1", &mut remove)
+        .await
+        .expect("delete");
+    assert_eq!(one.get("scheduler/job/j1").await.expect("get"), None);
+    assert_eq!(one.scan("scheduler/job").await.expect("scan").len(), 1);
+    let mut seen = None;
+    let mut again = |bytes: Option<&[u8]>| {
+        seen = Some(bytes.map(<[u8]>::to_vec));
+        Change::Put(b"again".to_vec())
+    };
+    one.update("scheduler/job/j1", &mut again)
+        .await
+        .expect("again");
+    assert_eq!(seen, Some(None), "a removed document reads as none");
+    assert_eq!(
+        two.get("scheduler/job/j1")
+            .await
+            .expect("get")
+            .expect("there")
+            .bytes,
+        b"again"
+    );
 }
