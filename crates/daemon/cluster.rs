@@ -66,6 +66,8 @@ pub(crate) struct Stores {
     state: Arc<dyn StateStore>,
     /// On a cluster's bucket.
     shared: bool,
+    /// This process's name among the members (alone: `local`).
+    member: String,
     state_dir: std::path::PathBuf,
 }
 
@@ -91,6 +93,7 @@ impl Stores {
         Self {
             state: Arc::new(FileState::new(&state_dir)),
             shared: false,
+            member: "local".into(),
             state_dir,
         }
     }
@@ -100,6 +103,7 @@ impl Stores {
         Self {
             state: Arc::new(switchboard_nats::NatsState::new(cluster)),
             shared: true,
+            member: cluster.member().to_owned(),
             state_dir,
         }
     }
@@ -134,7 +138,7 @@ impl Stores {
     /// What the models cost.
     pub(crate) fn usage(&self) -> Arc<dyn UsageStore> {
         if self.shared {
-            Arc::new(StateUsageStore::new(self.state.clone()))
+            Arc::new(StateUsageStore::new(self.state.clone(), &self.member))
         } else {
             Arc::new(FileUsageStore::new(&self.state_dir))
         }

@@ -7,6 +7,7 @@
 //! one prefix with a subject filter rather than every key. An update is compare-and-set on
 //! the entry's revision, tried again when another member wrote in between.
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::{consumer, kv};
@@ -28,7 +29,28 @@ const CONFLICTS: usize = 1_000;
 pub struct NatsState {
     cluster: Cluster,
     bucket: kv::Store,
+    /// Updates of one key from this process queue here (a lock per stripe of keys) rather
+    /// than race each other's compare-and-set over the network.
+    stripes: std::sync::Arc<[tokio::sync::Mutex<()>]>,
+    /// The entries this process last wrote, by key: an update tries them first (a document
+    /// one member writes — its day's total, a chat its worker answers — needs no read), and
+    /// reads the server's when another wrote since.
+    known: std::sync::Arc<std::sync::Mutex<HashMap<String, Seen>>>,
 }
+
+/// An entry as last seen: its revision (`None`: never written) and its value (`None`:
+/// removed, or never written).
+#[derive(Clone)]
+struct Seen {
+    revision: Option<u64>,
+    value: Option<bytes::Bytes>,
+}
+
+/// Entries kept in [`NatsState::known`]; all are forgotten when it is full.
+const KNOWN: usize = 10_000;
+
+/// Stripes of [`NatsState::stripes`].
+const STRIPES: usize = 64;
 
 impl std::fmt::Debug for NatsState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -44,6 +66,8 @@ impl NatsState {
         Self {
             cluster: cluster.clone(),
             bucket: cluster.state.clone(),
+            stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
+            known: std::sync::Arc::default(),
         }
     }
 
@@ -97,38 +121,78 @@ impl NatsState {
         .await
     }
 
-    /// One compare-and-set try: `Ok(true)` once written (or nothing to write), `Ok(false)`
-    /// when another member wrote first.
+    /// The entry as this process last wrote it, or as the server has it now.
+    async fn seen(&self, key: &str) -> Result<Seen, StateError> {
+        if let Some(seen) = self.known().get(key).cloned() {
+            return Ok(seen);
+        }
+        let entry = self.entry(key).await?;
+        Ok(Seen {
+            revision: entry.as_ref().map(|entry| entry.revision),
+            value: entry
+                .filter(|entry| entry.operation == kv::Operation::Put)
+                .map(|entry| entry.value),
+        })
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
+        self.known
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Notes what this process wrote (`None`: forget the key).
+    fn note(&self, key: &str, seen: Option<Seen>) {
+        let mut known = self.known();
+        match seen {
+            Some(seen) => {
+                if known.len() >= KNOWN {
+                    known.clear();
+                }
+                known.insert(key.to_owned(), seen);
+            }
+            None => {
+                known.remove(key);
+            }
+        }
+    }
+
+    /// One compare-and-set try, against the entry as this process last wrote it (most often
+    /// still the server's: one round trip) or as read: `Ok(true)` once written (or nothing to
+    /// write), `Ok(false)` when another member wrote first.
     async fn try_update(&self, key: &str, change: Changer<'_>) -> Result<bool, StateError> {
         let entry_key = entry_key(key);
-        let entry = self.entry(key).await?;
-        let live = entry
-            .as_ref()
-            .filter(|entry| entry.operation == kv::Operation::Put);
-        let decided = change(live.map(|entry| entry.value.as_ref()));
-        let revision = entry.as_ref().map(|entry| entry.revision);
+        let Seen { revision, value } = self.seen(key).await?;
+        let decided = change(value.as_deref());
         let fail = self.failed("change", key);
-        let conflict = |err: String, lost: bool| if lost { Ok(false) } else { Err(fail(err)) };
+        let lost = |err: String, lost: bool| {
+            self.note(key, None);
+            if lost { Ok(false) } else { Err(fail(err)) }
+        };
         match (decided, revision) {
             (Change::Keep, _) => Ok(true),
             (Change::Delete, None) => Ok(true),
-            (Change::Delete, Some(_)) if live.is_none() => Ok(true),
+            (Change::Delete, Some(_)) if value.is_none() => Ok(true),
             (Change::Delete, Some(revision)) => {
                 match self
                     .bucket
                     .delete_expect_revision(&entry_key, Some(revision))
                     .await
                 {
-                    Ok(()) => Ok(true),
-                    Err(err) => conflict(err.to_string(), is_wrong_revision(&err.to_string())),
+                    Ok(()) => {
+                        self.note(key, None);
+                        Ok(true)
+                    }
+                    Err(err) => lost(err.to_string(), is_wrong_revision(&err.to_string())),
                 }
             }
             (Change::Put(bytes), revision) => {
                 check_size(key, &bytes)?;
+                let bytes = bytes::Bytes::from(bytes);
                 let written = match revision {
                     None => self
                         .bucket
-                        .create(&entry_key, bytes.into())
+                        .create(&entry_key, bytes.clone())
                         .await
                         .map_err(|err| {
                             let lost = err.kind() == kv::CreateErrorKind::AlreadyExists;
@@ -136,7 +200,7 @@ impl NatsState {
                         }),
                     Some(revision) => self
                         .bucket
-                        .update(&entry_key, bytes.into(), revision)
+                        .update(&entry_key, bytes.clone(), revision)
                         .await
                         .map_err(|err| {
                             let lost = err.kind() == kv::UpdateErrorKind::WrongLastRevision;
@@ -144,8 +208,17 @@ impl NatsState {
                         }),
                 };
                 match written {
-                    Ok(_) => Ok(true),
-                    Err((err, lost)) => conflict(err, lost),
+                    Ok(revision) => {
+                        self.note(
+                            key,
+                            Some(Seen {
+                                revision: Some(revision),
+                                value: Some(bytes),
+                            }),
+                        );
+                        Ok(true)
+                    }
+                    Err((err, conflict)) => lost(err, conflict),
                 }
             }
         }
@@ -179,6 +252,7 @@ impl StateStore for NatsState {
         check_size(key, &bytes)?;
         let entry_key = entry_key(key);
         let bytes = bytes::Bytes::from(bytes);
+        self.note(key, None);
         self.tried("write", key, || async {
             self.bucket
                 .put(&entry_key, bytes.clone())
@@ -191,6 +265,12 @@ impl StateStore for NatsState {
 
     async fn update(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
         check_key(key)?;
+        let stripe = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let _queued = self.stripes[(stripe % STRIPES as u64) as usize]
+            .lock()
+            .await;
         for _ in 0..CONFLICTS {
             if self.try_update(key, change).await? {
                 return Ok(());

@@ -2,9 +2,11 @@
 //! shared bucket, so every worker checks the caps against what all of them spent.
 //!
 //! A chat's day is one document (`usage/chat/<day>/<session>`: its sums per agent and model,
-//! and whether it was warned), the day's total another (`usage/day/<day>`), so the check
-//! after every call reads two small documents, and a report scans one prefix per day. Each
-//! change is one [`StateStore::update`]: two workers recording at once both count.
+//! and whether it was warned); the day's total is one document per writer
+//! (`usage/day/<day>/<member>`), so workers recording at once never wait on each other's
+//! total, and the check after a call reads the chat's document and the day's few totals. A
+//! report scans one prefix per day. Each change is one [`StateStore::update`]: two workers
+//! recording in one chat at once both count.
 
 use std::sync::Arc;
 
@@ -37,7 +39,7 @@ struct Sum {
     spent: Spent,
 }
 
-/// A day's total, all chats together.
+/// A day's total of one writer, all its chats together.
 #[derive(Default, Serialize, Deserialize)]
 struct DayTotal {
     usd: f64,
@@ -47,12 +49,18 @@ struct DayTotal {
 #[derive(Clone, Debug)]
 pub struct StateUsageStore {
     state: Arc<dyn StateStore>,
+    /// The key segment of this writer's day totals (a cluster's member).
+    writer: String,
 }
 
 impl StateUsageStore {
-    /// The spending kept in `state`.
-    pub fn new(state: Arc<dyn StateStore>) -> Self {
-        Self { state }
+    /// The spending kept in `state`, whose day totals this process adds to as `writer`
+    /// (its member name; any name, for a process that only reads).
+    pub fn new(state: Arc<dyn StateStore>, writer: &str) -> Self {
+        Self {
+            state,
+            writer: segment(writer),
+        }
     }
 
     fn fail(&self) -> impl Fn(StateError) -> UsageStoreError + '_ {
@@ -78,7 +86,7 @@ fn chat_key(day: Date, session: &str) -> String {
     format!("usage/chat/{day}/{}", segment(session))
 }
 
-fn day_key(day: Date) -> String {
+fn day_prefix(day: Date) -> String {
     format!("usage/day/{day}")
 }
 
@@ -107,7 +115,7 @@ impl UsageStore for StateUsageStore {
             .update(&chat, &mut change)
             .await
             .map_err(self.fail())?;
-        let total = day_key(key.day);
+        let total = format!("{}/{}", day_prefix(key.day), self.writer);
         let mut change = json_change(&total, |day: &mut DayTotal| {
             day.usd += record.spent.usd;
             true
@@ -152,15 +160,17 @@ impl UsageStore for StateUsageStore {
     }
 
     async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError> {
-        let total: DayTotal = self
+        let all: f64 = self
             .state
-            .get(&day_key(day))
+            .scan(&day_prefix(day))
             .await
             .map_err(self.fail())?
-            .and_then(|stored| serde_json::from_slice(&stored.bytes).ok())
-            .unwrap_or_default();
+            .iter()
+            .filter_map(|(_, bytes)| serde_json::from_slice::<DayTotal>(bytes).ok())
+            .map(|total| total.usd)
+            .sum();
         let chat = self.chat_day(day, session).await?;
-        Ok((total.usd, chat.spent.iter().map(|sum| sum.spent.usd).sum()))
+        Ok((all, chat.spent.iter().map(|sum| sum.spent.usd).sum()))
     }
 
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {

@@ -456,10 +456,24 @@ mod tests {
         let state = || {
             let files: std::sync::Arc<dyn switchboard_core::StateStore> =
                 std::sync::Arc::new(switchboard_sessions::FileState::new(dir.path()));
-            super::super::StateUsageStore::new(files)
+            super::super::StateUsageStore::new(files, "one")
         };
         behaves_as_a_usage_store(&state(), &state()).await;
-        assert!(dir.path().join("usage/day/2026-11-30").exists());
+        assert!(dir.path().join("usage/day/2026-11-30/one").exists());
+        // Another writer's totals count toward the day's.
+        let files: std::sync::Arc<dyn switchboard_core::StateStore> =
+            std::sync::Arc::new(switchboard_sessions::FileState::new(dir.path()));
+        let other = super::super::StateUsageStore::new(files, "two");
+        let nov30 = jiff::civil::date(2026, 11, 30);
+        other
+            .record(&record(nov30, "c", 1, 1.0))
+            .await
+            .expect("record");
+        let (all, c) = state().day_cost(nov30, "c").await.expect("cost");
+        assert!(
+            (all - 3.75).abs() < 1e-9 && (c - 1.0).abs() < 1e-9,
+            "{all} {c}"
+        );
     }
 
     #[tokio::test]
