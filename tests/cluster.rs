@@ -612,14 +612,22 @@ async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9
 }
 
 /// Reads frames until `count` messages in `chat` whose text holds `holding` came; returns
-/// how many.
-async fn messages_holding(client: &mut WsClient, chat: &str, holding: &str, count: usize) -> usize {
-    let mut seen = 0;
+/// their texts.
+async fn messages_holding(
+    client: &mut WsClient,
+    chat: &str,
+    holding: &str,
+    count: usize,
+) -> Vec<String> {
+    let mut seen = Vec::new();
     let deadline = Instant::now() + CLUSTER_PATIENCE;
-    while seen < count {
+    while seen.len() < count {
         let wait = deadline.saturating_duration_since(Instant::now());
         let Some(frame) = client.try_next_frame(wait).await else {
-            panic!("{seen} of {count} messages holding {holding:?} came");
+            panic!(
+                "{seen:?}: {} of {count} messages holding {holding:?} came",
+                seen.len()
+            );
         };
         if frame["type"] == "message"
             && frame["chat_id"] == chat
@@ -627,7 +635,7 @@ async fn messages_holding(client: &mut WsClient, chat: &str, holding: &str, coun
                 .as_str()
                 .is_some_and(|text| text.contains(holding))
         {
-            seen += 1;
+            seen.push(frame["content"].as_str().unwrap_or_default().to_owned());
         }
     }
     seen
@@ -684,7 +692,7 @@ async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
     // The worker that fires the jobs is killed: the other takes the duty and the job goes on.
     killed.start_kill().expect("kill -9");
     killed.wait().await.expect("ended");
-    ticks += messages_holding(&mut client, "chat-a", "tick", 2).await;
+    ticks.extend(messages_holding(&mut client, "chat-a", "tick", 2).await);
     assert_eq!(
         holders(&nats)
             .await
@@ -714,7 +722,7 @@ async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
                 .as_str()
                 .is_some_and(|t| t.contains("tick"))
         {
-            ticks += 1;
+            ticks.push(frame["content"].as_str().unwrap_or_default().to_owned());
         }
     }
     let answered = runs
@@ -727,8 +735,9 @@ async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
         "every run answered: {runs}"
     );
     assert_eq!(
-        ticks, answered,
-        "each run answered once in the chat: {runs}"
+        ticks.len(),
+        answered,
+        "each run answered once in the chat: {ticks:?}\n{runs}"
     );
 }
 
