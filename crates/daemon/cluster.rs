@@ -5,9 +5,11 @@
 
 use std::sync::Arc;
 
-use switchboard_agent::scheduler::{FileJobStore, JobStore, StateJobStore};
-use switchboard_agent::usage::{FileUsageStore, StateUsageStore, UsageStore};
-use switchboard_agent::{ChoiceStore, FileChoices, StateChoices};
+use switchboard_agent::scheduler::{FileJobStore, JobStore};
+use switchboard_agent::usage::{FileUsageStore, UsageStore};
+use switchboard_agent::{ChoiceStore, FileChoices};
+#[cfg(feature = "cluster")]
+use switchboard_agent::{StateChoices, scheduler::StateJobStore, usage::StateUsageStore};
 use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
 use switchboard_sessions::{FileState, SessionStore};
 use tokio_util::sync::CancellationToken;
@@ -64,10 +66,10 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
 #[derive(Clone)]
 pub(crate) struct Stores {
     state: Arc<dyn StateStore>,
-    /// On a cluster's bucket.
-    shared: bool,
-    /// This process's name among the members (alone: `local`).
-    member: String,
+    /// On a cluster: this process's name among its members (the documents are in its
+    /// bucket). Without the feature the bucket's stores are not even built in.
+    #[cfg(feature = "cluster")]
+    member: Option<String>,
     state_dir: std::path::PathBuf,
 }
 
@@ -92,8 +94,8 @@ impl Stores {
     fn alone(state_dir: std::path::PathBuf) -> Self {
         Self {
             state: Arc::new(FileState::new(&state_dir)),
-            shared: false,
-            member: "local".into(),
+            #[cfg(feature = "cluster")]
+            member: None,
             state_dir,
         }
     }
@@ -102,8 +104,7 @@ impl Stores {
     fn of_cluster(cluster: &switchboard_nats::Cluster, state_dir: std::path::PathBuf) -> Self {
         Self {
             state: Arc::new(switchboard_nats::NatsState::new(cluster)),
-            shared: true,
-            member: cluster.member().to_owned(),
+            member: Some(cluster.member().to_owned()),
             state_dir,
         }
     }
@@ -115,11 +116,11 @@ impl Stores {
 
     /// The scheduler's jobs.
     pub(crate) fn jobs(&self) -> Arc<dyn JobStore> {
-        if self.shared {
-            Arc::new(StateJobStore::new(self.state.clone()))
-        } else {
-            Arc::new(FileJobStore::new(&self.state_dir))
+        #[cfg(feature = "cluster")]
+        if self.member.is_some() {
+            return Arc::new(StateJobStore::new(self.state.clone()));
         }
+        Arc::new(FileJobStore::new(&self.state_dir))
     }
 
     /// What `agent`'s chats chose (`/model`); alone, in its state directory `agent_dir`.
@@ -128,20 +129,21 @@ impl Stores {
         agent: &AgentName,
         agent_dir: &std::path::Path,
     ) -> Arc<dyn ChoiceStore> {
-        if self.shared {
-            Arc::new(StateChoices::new(self.state.clone(), agent.as_str()))
-        } else {
-            Arc::new(FileChoices::new(agent_dir))
+        #[cfg(feature = "cluster")]
+        if self.member.is_some() {
+            return Arc::new(StateChoices::new(self.state.clone(), agent.as_str()));
         }
+        let _ = agent;
+        Arc::new(FileChoices::new(agent_dir))
     }
 
     /// What the models cost.
     pub(crate) fn usage(&self) -> Arc<dyn UsageStore> {
-        if self.shared {
-            Arc::new(StateUsageStore::new(self.state.clone(), &self.member))
-        } else {
-            Arc::new(FileUsageStore::new(&self.state_dir))
+        #[cfg(feature = "cluster")]
+        if let Some(member) = &self.member {
+            return Arc::new(StateUsageStore::new(self.state.clone(), member));
         }
+        Arc::new(FileUsageStore::new(&self.state_dir))
     }
 }
 
