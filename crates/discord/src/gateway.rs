@@ -24,7 +24,7 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use switchboard_core::{Change, CoreError, StateStore, error_chain};
+use switchboard_core::{CoreError, StateStore, error_chain};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -32,6 +32,8 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message as Frame};
 use tokio_util::sync::CancellationToken;
 
+use crate::identify::{IDENTIFY_WINDOW, identify_wait};
+use crate::kept::{KeptSession, Resume};
 use crate::model::Message;
 use crate::rest::{CHANNEL_NAME, Rest, channel_error};
 
@@ -42,18 +44,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(20);
 /// After Discord refused the config (token, intents), the next attempt waits this long
 /// since the refusal: Discord resets a token that identifies more than 1,000 times a day.
 const AFTER_REFUSAL: Duration = Duration::from_secs(300);
-/// IDENTIFYs remembered; more than this many in [`IDENTIFY_SPAN`] and the next one waits.
-const IDENTIFY_WINDOW: usize = 5;
-/// The span [`IDENTIFY_WINDOW`] IDENTIFYs may take before the next one waits.
-const IDENTIFY_SPAN: Duration = Duration::from_secs(600);
-/// The least time between two IDENTIFYs once the window is full: at most 720 a day,
-/// under Discord's 1,000.
-const IDENTIFY_EVERY: Duration = Duration::from_secs(120);
 /// The query every gateway URL gets.
 const QUERY: &str = "v=10&encoding=json";
-/// Where the session's resume state is kept (in one process,
-/// `<state_dir>/discord.session`).
-pub(crate) const SESSION_KEY: &str = "discord.session";
 
 /// What the channel is handed, in order.
 #[derive(Debug)]
@@ -80,14 +72,6 @@ pub(crate) enum Ended {
     Reconnect,
 }
 
-/// Where a session can be resumed.
-#[derive(Clone, Debug, serde::Serialize, Deserialize)]
-struct Resume {
-    session: String,
-    url: String,
-    seq: u64,
-}
-
 /// A gateway frame.
 #[derive(Deserialize)]
 struct Envelope {
@@ -105,12 +89,8 @@ pub(crate) struct Gateway {
     token: String,
     intents: u64,
     resume: Mutex<Option<Resume>>,
-    /// Where the resume state is kept for whoever connects next: this process after a
-    /// crash, or — on a cluster — the gateway that takes the connection over.
-    kept: Arc<dyn StateStore>,
-    /// Whether the kept state was read (once: a session this process ended or Discord
-    /// refused is not tried again).
-    read_kept: std::sync::atomic::AtomicBool,
+    /// The resume state kept for whoever connects next.
+    kept: KeptSession,
     /// When Discord last refused the config, and why.
     refused: Mutex<Option<(Instant, String)>>,
     /// When the last IDENTIFYs were sent (at most [`IDENTIFY_WINDOW`] of them kept).
@@ -133,8 +113,7 @@ impl Gateway {
             token,
             intents,
             resume: Mutex::new(None),
-            kept,
-            read_kept: std::sync::atomic::AtomicBool::new(false),
+            kept: KeptSession::new(kept),
             refused: Mutex::new(None),
             identified: Mutex::new(VecDeque::new()),
         }
@@ -144,40 +123,12 @@ impl Gateway {
         self.resume.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The session the last connection kept, if any.
-    async fn kept_session(&self) -> Option<Resume> {
-        match self.kept.get(SESSION_KEY).await {
-            Ok(Some(stored)) => serde_json::from_slice(&stored.bytes).ok(),
-            Ok(None) => None,
-            Err(err) => {
-                tracing::warn!(error = %err, "Discord: the kept session could not be read; starting a new one");
-                None
-            }
-        }
-    }
-
     /// Keeps the session, resumable from `seq`, for whoever connects next.
     async fn keep(&self, seq: u64) {
-        let Some(mut resume) = self.resume().clone() else {
-            return;
-        };
-        resume.seq = resume.seq.min(seq);
-        let Ok(bytes) = serde_json::to_vec(&resume) else {
-            return;
-        };
-        if let Err(err) = self.kept.put(SESSION_KEY, bytes).await {
-            tracing::warn!(error = %err, "Discord: the session could not be kept (the next connection starts a new one)");
+        let resume = self.resume().clone();
+        if let Some(resume) = resume {
+            self.kept.keep(resume, seq).await;
         }
-    }
-
-    /// Forgets the kept session (it was closed: no one can resume it).
-    async fn unkeep(&self) {
-        let mut forget = |_: Option<&[u8]>| Change::Delete;
-        let _ = tokio::time::timeout(
-            Duration::from_secs(2),
-            self.kept.update(SESSION_KEY, &mut forget),
-        )
-        .await;
     }
 
     /// One connection, until it ends; events go to `events` in order; `live` is called
@@ -189,10 +140,7 @@ impl Gateway {
         live: impl Fn(),
     ) -> Result<Ended, CoreError> {
         if self.resume().is_none()
-            && !self
-                .read_kept
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            && let Some(kept) = self.kept_session().await
+            && let Some(kept) = self.kept.take().await
         {
             tracing::info!("Discord: resuming the session kept by the last connection");
             *self.resume() = Some(kept);
@@ -373,7 +321,7 @@ impl Gateway {
                 () = stop.cancelled() => {
                     // A normal close ends the session: the next start identifies anew.
                     *self.resume() = None;
-                    self.unkeep().await;
+                    self.kept.forget().await;
                     let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
                     let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
                     return Ok(Ended::Stopped);
@@ -538,23 +486,6 @@ impl Gateway {
     }
 }
 
-/// How long to wait before the next IDENTIFY, given when the last ones were sent (oldest
-/// first): nothing while fewer than [`IDENTIFY_WINDOW`] were sent in [`IDENTIFY_SPAN`];
-/// else until [`IDENTIFY_EVERY`] after the last. A reconnect loop that Discord keeps
-/// refusing (op 9, closes) then identifies at most 720 times a day.
-fn identify_wait(sent: &VecDeque<Instant>, now: Instant) -> Duration {
-    let recent = sent
-        .iter()
-        .filter(|at| now.saturating_duration_since(**at) < IDENTIFY_SPAN)
-        .count();
-    match sent.back() {
-        Some(last) if recent >= IDENTIFY_WINDOW => {
-            (*last + IDENTIFY_EVERY).saturating_duration_since(now)
-        }
-        _ => Duration::ZERO,
-    }
-}
-
 type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -619,41 +550,5 @@ pub(crate) fn snowflake(value: &Value) -> Option<u64> {
         Value::String(text) => text.parse().ok(),
         Value::Number(number) => number.as_u64(),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifies_stay_within_discords_daily_budget() {
-        let start = Instant::now();
-        let mut sent = VecDeque::new();
-        let mut now = start;
-        // A loop that reconnects as fast as it can for a day.
-        let day = start + Duration::from_secs(86_400);
-        let mut count = 0;
-        while now < day {
-            now += identify_wait(&sent, now);
-            if sent.len() >= IDENTIFY_WINDOW {
-                sent.pop_front();
-            }
-            sent.push_back(now);
-            count += 1;
-            // Discord refuses it at once (op 9): the next attempt a second later.
-            now += Duration::from_secs(1);
-        }
-        assert!(count <= 1_000, "{count} identifies in a day");
-        assert!(count >= 700, "not slower than needed: {count}");
-        // A few restarts in a row are not held up.
-        let mut few = VecDeque::new();
-        for i in 0..IDENTIFY_WINDOW as u64 - 1 {
-            few.push_back(start + Duration::from_secs(i));
-        }
-        assert_eq!(
-            identify_wait(&few, start + Duration::from_secs(5)),
-            Duration::ZERO
-        );
     }
 }

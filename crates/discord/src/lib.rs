@@ -14,6 +14,8 @@
 //! - `convert`: messages ⇄ switchboard's types, without a network.
 //! - `model`: the parts of Discord's payloads the channel reads.
 //! - `gateway`: the gateway connection, its events in order.
+//! - `identify`: the budget of new sessions (IDENTIFYs).
+//! - `kept`: the gateway session kept in the state store, for the next connection.
 //! - `intake`: from an event to the hub (who may talk, files, slash commands).
 //! - `rest`: REST calls with their errors mapped for delivery; Discord as a `Surface`.
 //! - `channel`: [`DiscordChannel`]: start, reconnects, shutdown.
@@ -22,7 +24,9 @@ mod channel;
 mod config;
 mod convert;
 mod gateway;
+mod identify;
 mod intake;
+mod kept;
 mod model;
 mod rest;
 
