@@ -10,6 +10,7 @@
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
 //! - `clock`: [`Clock`], what "now" is (the system's, or tokio's paused one in tests).
+//! - `message`: what a run tells the agent (a task's message, the heartbeat's instructions).
 //! - `runner`: [`Scheduler`], the loop that hands due runs to the agent.
 //! - `outcome`: what becomes of a run handed over: recorded, tried again, told.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
@@ -19,6 +20,7 @@ mod due;
 mod isolated;
 mod job;
 mod jobs;
+mod message;
 mod outcome;
 mod runner;
 mod state_store;
