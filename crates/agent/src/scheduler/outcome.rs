@@ -14,6 +14,7 @@ use switchboard_core::{
 use super::isolated;
 use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::runner::{InFlight, Inner, Scheduler};
+use super::store::RUNS_KEPT;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
 
 /// How often a failed run is tried in all.
@@ -57,8 +58,9 @@ impl Scheduler {
         self.record_end(flight, outcome).await;
     }
 
-    /// The run whose message is `id`, as its job's last run says (`None`: not a run of a
-    /// job that is still there, or not its last).
+    /// The run whose message is `id`, as its job's runs say — its last, or (a run that
+    /// outlasted its job's interval, on a cluster) one before (`None`: not a run of a job
+    /// that is still there).
     async fn flight_of(&self, id: &str) -> Option<InFlight> {
         let rest = id.strip_prefix("sched:")?;
         // `sched:<job>:<due ms>` or `sched:<job>:<due ms>:<attempt>`; a job's id may hold
@@ -78,14 +80,23 @@ impl Scheduler {
             let Ok(Some(stored)) = self.store().job(job).await else {
                 continue;
             };
-            if let Some(last) = stored.last
-                && last.due.as_millisecond() == due
-                && Run::message_id(job, last.due, last.attempt) == id
-            {
+            let ours = |run: &Run| {
+                run.due.as_millisecond() == due && Run::message_id(job, run.due, run.attempt) == id
+            };
+            let found = match stored.last.filter(ours) {
+                Some(last) => Some(last),
+                None => self
+                    .store()
+                    .runs(job, RUNS_KEPT)
+                    .await
+                    .ok()
+                    .and_then(|runs| runs.into_iter().find(ours)),
+            };
+            if let Some(run) = found {
                 return Some(InFlight {
                     job: job.to_owned(),
-                    due: last.due,
-                    attempt: last.attempt,
+                    due: run.due,
+                    attempt: run.attempt,
                 });
             }
         }
