@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::util::{self, Extra, WsClient};
 
 /// A member's lease, short so that failover is quick to see.
-const LEASE_SECS: f64 = 2.0;
+pub(crate) const LEASE_SECS: f64 = 2.0;
 
 /// The lease of the runs where no member dies: long enough that a busy machine renews it in
 /// time (a lease that lapses under load moves its partition, and the turns under way there
@@ -21,11 +21,11 @@ const LEASE_SECS: f64 = 2.0;
 const STEADY_LEASE_SECS: f64 = 10.0;
 
 /// How long the whole of a cluster test may wait for what it expects.
-const CLUSTER_PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const CLUSTER_PATIENCE: Duration = Duration::from_secs(120);
 
 /// Writes the config of one member (its own directory, as on a host of its own; the
 /// workspace made, as a mounted shared volume would be).
-fn member_config(
+pub(crate) fn member_config(
     root: &Path,
     llm: &ScriptedLlm,
     nats: &NatsServer,
@@ -54,7 +54,7 @@ fn steady_member(
 }
 
 /// [`member_config`] with `agent` lines in `[agent]` and `tables` added.
-fn member_config_with(
+pub(crate) fn member_config_with(
     root: &Path,
     llm: &ScriptedLlm,
     nats: &NatsServer,
@@ -84,7 +84,7 @@ fn member_config_with(
 }
 
 /// Replies that name the message they answer.
-fn echoing(llm: &ScriptedLlm) {
+pub(crate) fn echoing(llm: &ScriptedLlm) {
     llm.respond_with(|request| Reply::text(format!("re: {}", last_user_text(request))));
 }
 
@@ -109,7 +109,7 @@ async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<String, Vec<St
 }
 
 /// Which member holds each partition, read off the cluster's leases bucket.
-async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
+pub(crate) async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
     let client = async_nats::connect(nats.url()).await.expect("connect");
     let js = async_nats::jetstream::new(client);
     let leases = js.get_key_value("sb_leases").await.expect("bucket");
@@ -125,7 +125,7 @@ async fn holders(nats: &NatsServer) -> BTreeMap<String, String> {
 }
 
 /// How many partitions are held (leases `p.N`; others are connections and duties).
-fn partitions(held: &BTreeMap<String, String>) -> usize {
+pub(crate) fn partitions(held: &BTreeMap<String, String>) -> usize {
     held.keys().filter(|key| key.starts_with("p.")).count()
 }
 
@@ -199,7 +199,7 @@ async fn assert_answered_once(
     );
 }
 
-async fn wait_until<F, Fut>(what: &str, mut check: F)
+pub(crate) async fn wait_until<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -452,165 +452,6 @@ async fn status_and_doctor_show_the_cluster() {
     assert!(said.contains("✗ cluster: cannot reach NATS"), "{said}");
 }
 
-/// Two gateways with the channel `table` (Telegram, Discord) and a worker, once one gateway
-/// holds the channel's connection and the worker every partition: the gateways, the worker,
-/// and which gateway holds the connection.
-async fn two_gateways(
-    root: &Path,
-    llm: &ScriptedLlm,
-    nats: &NatsServer,
-    table: &str,
-    channel: &str,
-) -> ([tokio::process::Child; 3], String) {
-    let gateway =
-        |name: &str| member_config_with(root, llm, nats, "gateway", name, "stream = false", table);
-    let (first, _) = util::spawn_daemon(&gateway("gw1")).await;
-    let (second, _) = util::spawn_daemon(&gateway("gw2")).await;
-    let (worker, _) = util::spawn_daemon(&member_config(root, llm, nats, "worker", "w1")).await;
-    let lease = format!("channel.{channel}");
-    wait_until(
-        "one gateway holds the connection, the worker the partitions",
-        || async {
-            let held = holders(nats).await;
-            held.contains_key(&lease) && partitions(&held) == 8
-        },
-    )
-    .await;
-    let holder = holders(nats).await[&lease].clone();
-    ([first, second, worker], holder)
-}
-
-/// Kills (-9) the gateway of `gateways` that is `holder`: the other, and its name.
-async fn kill_the_holder(
-    gateways: [tokio::process::Child; 2],
-    holder: &str,
-) -> (tokio::process::Child, &'static str) {
-    let [first, second] = gateways;
-    let (mut killed, standby) = if holder == "gw1" {
-        (first, (second, "gw2"))
-    } else {
-        (second, (first, "gw1"))
-    };
-    killed.start_kill().expect("kill -9");
-    killed.wait().await.expect("ended");
-    standby
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_share_one_telegram_bot_and_the_standby_takes_over_a_kill_9() {
-    use switchboard_testkit::FakeTelegram;
-    use switchboard_testkit::telegram::TEST_TOKEN;
-    let nats = NatsServer::start();
-    let llm = ScriptedLlm::start().await.expect("llm");
-    echoing(&llm);
-    let telegram = FakeTelegram::start().await.expect("fake Telegram");
-    let people: Vec<u64> = (1001..1011).collect();
-    let allowed: Vec<String> = people.iter().map(|p| format!("\"{p}\"")).collect();
-    let table = format!(
-        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\npoll_timeout_secs = 1\n",
-        telegram.api_url(),
-        allowed.join(", ")
-    );
-    let root = tempfile::tempdir().expect("tempdir");
-    let ([first, second, _worker], holder) =
-        two_gateways(root.path(), &llm, &nats, &table, "telegram").await;
-    // The answers as the person sees them: each message the bot sent, as last edited.
-    let answers = |person: u64| -> Vec<String> {
-        let chat = i64::try_from(person).expect("id");
-        let mut ids: Vec<i64> = Vec::new();
-        for sent in telegram.messages_to(chat) {
-            if !ids.contains(&sent.message_id) {
-                ids.push(sent.message_id);
-            }
-        }
-        ids.into_iter()
-            .filter_map(|id| telegram.current_text(chat, id))
-            .filter(|text| text.starts_with("re: "))
-            .collect()
-    };
-    for person in &people {
-        telegram.private_text(*person, "0");
-    }
-    wait_until("every first message answered", || async {
-        people.iter().all(|person| answers(*person) == ["re: 0"])
-    })
-    .await;
-
-    // A stranger gets a pairing code from the gateway that polls; the operator approves it
-    // with the config of another host (a worker's): pairing is the cluster's.
-    const STRANGER: i64 = 2001;
-    telegram.private_text(STRANGER as u64, "hello?");
-    let mut code = String::new();
-    wait_until("the stranger gets a code", || {
-        let sent = telegram.messages_to(STRANGER);
-        code = sent
-            .iter()
-            .find_map(|s| s.text.lines().nth(2).map(str::to_owned))
-            .unwrap_or_default();
-        std::future::ready(!code.is_empty())
-    })
-    .await;
-    let worker_config = root.path().join("w1/config.toml");
-    util::cli(&["pairing", "approve", &code], &worker_config).await;
-    let listed = util::cli(&["pairing", "list"], &worker_config).await;
-    assert!(listed.contains(&format!("telegram:{STRANGER}")), "{listed}");
-
-    // The gateway that polls is killed; messages keep coming meanwhile.
-    let (_standby, standby) = kill_the_holder([first, second], &holder).await;
-    let polls = telegram.polls();
-    let at = Instant::now();
-    for person in &people {
-        telegram.private_text(*person, "1");
-    }
-    telegram.private_text(STRANGER as u64, "1");
-    wait_until("the standby polls", || async {
-        telegram.polls() > polls
-            && holders(&nats)
-                .await
-                .get("channel.telegram")
-                .map(String::as_str)
-                == Some(standby)
-    })
-    .await;
-    let took_over = at.elapsed();
-    assert!(
-        took_over < Duration::from_secs_f64(LEASE_SECS * 3.0),
-        "the standby polled {took_over:?} after the kill"
-    );
-    wait_until("every second message answered", || async {
-        people.iter().all(|person| answers(*person).len() >= 2)
-    })
-    .await;
-    // The standby polled from the offset the dead gateway kept, not from Telegram's oldest.
-    let offsets = telegram.poll_offsets();
-    assert!(
-        offsets[usize::try_from(polls).expect("count")..]
-            .iter()
-            .all(Option::is_some),
-        "the standby's polls carry the kept offset: {offsets:?}"
-    );
-    // The stranger, approved through another host, is answered by the standby.
-    wait_until("the approved stranger is answered", || async {
-        answers(STRANGER as u64) == ["re: 1"]
-    })
-    .await;
-    // Anything answered twice would show by now: the chats' turns are done.
-    llm.wait_for_requests(2 * people.len() + 1, CLUSTER_PATIENCE)
-        .await;
-    for person in &people {
-        assert_eq!(
-            answers(*person),
-            ["re: 0", "re: 1"],
-            "{person}: none lost, none twice"
-        );
-    }
-    assert_eq!(
-        llm.requests().len(),
-        2 * people.len() + 1,
-        "the model was asked once per message"
-    );
-}
-
 /// Reads frames until `count` messages in `chat` whose text holds `holding` came; returns
 /// their texts.
 async fn messages_holding(
@@ -738,94 +579,5 @@ async fn jobs_are_the_clusters_and_fire_once_across_the_leaders_kill_9() {
         ticks.len(),
         answered,
         "each run answered once in the chat: {ticks:?}\n{runs}"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_share_one_discord_bot_and_the_standby_resumes_the_dead_ones_session() {
-    use switchboard_testkit::FakeDiscord;
-    use switchboard_testkit::discord::TEST_TOKEN;
-    let nats = NatsServer::start();
-    let llm = ScriptedLlm::start().await.expect("llm");
-    echoing(&llm);
-    let discord = FakeDiscord::start().await.expect("fake Discord");
-    let people: Vec<u64> = (42..47).collect();
-    let allowed: Vec<String> = people.iter().map(|p| format!("\"{p}\"")).collect();
-    let table = format!(
-        "[channels.discord]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\n",
-        discord.api_url(),
-        allowed.join(", ")
-    );
-    let root = tempfile::tempdir().expect("tempdir");
-    let ([first, second, _worker], holder) =
-        two_gateways(root.path(), &llm, &nats, &table, "discord").await;
-    discord
-        .wait_until(
-            CLUSTER_PATIENCE,
-            "the bot connected",
-            FakeDiscord::connected,
-        )
-        .await;
-    // What each person was answered, in order, as last edited.
-    let answers = |person: u64| -> Vec<String> {
-        discord
-            .messages_to(FakeDiscord::dm_channel(person))
-            .into_iter()
-            .map(|sent| {
-                discord
-                    .current_text(sent.channel, sent.message_id)
-                    .unwrap_or(sent.content)
-            })
-            .collect()
-    };
-    for person in &people {
-        discord.dm(*person, "0");
-    }
-    wait_until("every first message answered", || async {
-        people.iter().all(|person| answers(*person) == ["re: 0"])
-    })
-    .await;
-    eprintln!(
-        "DEBUG {:?}",
-        people.iter().map(|p| answers(*p)).collect::<Vec<_>>()
-    );
-
-    // The gateway connected to Discord is killed; people write before anyone reconnects.
-    let (_standby, standby) = kill_the_holder([first, second], &holder).await;
-    wait_until("Discord sees the connection gone", || {
-        std::future::ready(!discord.connected())
-    })
-    .await;
-    for person in &people {
-        discord.dm(*person, "1");
-    }
-    wait_until("the standby resumed the session", || async {
-        discord.resumes() == 1
-            && discord.connected()
-            && holders(&nats)
-                .await
-                .get("channel.discord")
-                .map(String::as_str)
-                == Some(standby)
-    })
-    .await;
-    wait_until("every second message answered", || async {
-        people.iter().all(|person| answers(*person).len() >= 2)
-    })
-    .await;
-    llm.wait_for_requests(2 * people.len(), CLUSTER_PATIENCE)
-        .await;
-    for person in &people {
-        assert_eq!(
-            answers(*person),
-            ["re: 0", "re: 1"],
-            "{person}: none lost, none twice"
-        );
-    }
-    assert_eq!(discord.identifies(), 1, "resumed, not identified anew");
-    assert_eq!(
-        llm.requests().len(),
-        2 * people.len(),
-        "the model was asked once per message"
     );
 }

@@ -26,6 +26,9 @@ mod chat;
 /// A cluster on a real nats-server: a gateway and workers as separate processes, failover.
 #[cfg(feature = "cluster")]
 mod cluster;
+/// One bot on two gateways of a cluster: the standby takes a killed gateway's connection over.
+#[cfg(feature = "cluster")]
+mod cluster_gateways;
 /// One suite run for every chat platform against its fake: replies, splits, streaming,
 /// pairing, 429s held per chat, /stop, commands, files, kill -9.
 mod conformance;
