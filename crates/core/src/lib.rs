@@ -19,6 +19,8 @@
 //! - `lanes`: [`Lanes`], outbound delivery in one bounded lane per chat.
 //! - `retry`: [`RetryingChannel`], retries of rate-limited or failed sends around any channel.
 //! - `shutdown`: [`Shutdown`], the one shutdown pattern (tokens + task tracker).
+//! - `tenure`: [`Tenure`], a holding of a lease (a worker's partition), checked without asking
+//!   the server.
 //! - `wire`: the versioned JSON form of what crosses between processes.
 //! - `error`: [`CoreError`].
 
@@ -37,6 +39,7 @@ mod origin;
 mod retry;
 mod shutdown;
 pub mod state;
+mod tenure;
 pub mod wire;
 
 pub use ack::{Ack, Fate};
@@ -58,3 +61,4 @@ pub use origin::{Origin, QUIET_TOKEN, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;
 pub use state::{Change, StateError, StateStore, Stored};
+pub use tenure::Tenure;
