@@ -89,7 +89,7 @@ pub(crate) fn echoing(llm: &ScriptedLlm) {
 }
 
 /// Reads `message` frames until `count` arrived; by chat, in the order they came.
-async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<String, Vec<String>> {
+pub(crate) async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<String, Vec<String>> {
     let mut by_chat: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut seen = 0;
     let deadline = Instant::now() + CLUSTER_PATIENCE;
@@ -130,7 +130,7 @@ pub(crate) fn partitions(held: &BTreeMap<String, String>) -> usize {
 }
 
 /// Waits until all 8 partitions are held, `count` of them by each `(member, count)`.
-async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]) {
+pub(crate) async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]) {
     wait_until("the partitions held as expected", || async {
         let held = holders(nats).await;
         let partitions: Vec<&String> = held
@@ -166,7 +166,7 @@ async fn gateway_and_two_workers(
 }
 
 /// Sends round `round` (its number as the text) to each of `chats` chats.
-async fn send_round(client: &mut WsClient, chats: usize, round: usize) {
+pub(crate) async fn send_round(client: &mut WsClient, chats: usize, round: usize) {
     for chat in 0..chats {
         client
             .send(&format!("chat-{chat}"), &format!("{round}"))

@@ -26,6 +26,10 @@ mod chat;
 /// A cluster on a real nats-server: a gateway and workers as separate processes, failover.
 #[cfg(feature = "cluster")]
 mod cluster;
+/// The cluster's fencing: a partition taken back, a worker paused past its lease — no
+/// stale session answered from or written to.
+#[cfg(feature = "cluster")]
+mod cluster_faults;
 /// One bot on two gateways of a cluster: the standby takes a killed gateway's connection over.
 #[cfg(feature = "cluster")]
 mod cluster_gateways;

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{AgentName, ChannelName, ChatId, MessageId, Origin, SessionKey};
+use switchboard_core::{
+    AgentName, ChannelName, ChatId, ChatMessage, MessageId, Origin, SessionKey,
+};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
 use switchboard_tools::{SubAgents, ToolFilter, ToolRegistry, ToolSources, TurnSlot};
@@ -435,9 +437,54 @@ impl Agent {
 
     /// Archives the session's history and empties it (`/new`).
     pub async fn reset_session(&self, session: &mut Session) -> Result<(), StoreError> {
-        self.store.archive(session.key()).await?;
+        if session.is_stale() {
+            return Err(StoreError::Stale);
+        }
+        let archived = self.store.archive(session.key(), session.revision()).await;
+        session.note_write(archived)?;
         session.clear();
         Ok(())
+    }
+
+    /// Writes `batch` to the session's record, after what the session last saw of it. A
+    /// session found stale ([`Session::is_stale`]) is not written again: whoever holds it
+    /// reads it afresh and decides anew.
+    pub(crate) async fn save(
+        &self,
+        session: &mut Session,
+        batch: &Batch<'_>,
+    ) -> Result<(), StoreError> {
+        if session.is_stale() {
+            return Err(StoreError::Stale);
+        }
+        let written = self
+            .store
+            .append(session.key(), session.revision(), batch)
+            .await;
+        session.note_write(written)
+    }
+
+    /// Rewrites the session's record with its window, when it has grown enough. A failure
+    /// is logged: the record stays as it was, only longer.
+    pub(crate) async fn compact_if_due(&self, session: &mut Session) {
+        if !session.needs_compaction() || session.is_stale() {
+            return;
+        }
+        let messages: Vec<ChatMessage> = session.messages().iter().map(|m| (**m).clone()).collect();
+        let written = self
+            .store
+            .compact(
+                session.key(),
+                session.revision(),
+                &session.snapshot(&messages),
+            )
+            .await;
+        match session.note_write(written) {
+            Ok(()) => session.compacted(),
+            Err(StoreError::Stale) => stale(session),
+            Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
+                error = %err, "could not compact session file"),
+        }
     }
 
     /// Runs one turn answering `input`: every message is saved as it is produced, the
@@ -456,17 +503,26 @@ impl Agent {
 
     /// Notes in the session's file (and in memory) how far an inbound message got. A
     /// failure is logged: the worst it costs is answering the message again after a crash.
+    /// A session found stale is left so ([`Session::is_stale`]) for its worker to read again.
     pub async fn journal(&self, session: &mut Session, id: &MessageId, state: InboundState) {
         let batch = Batch {
             inbound: Some((id, &state)),
             ..Batch::default()
         };
-        match self.store.append(session.key(), &batch).await {
+        match self.save(session, &batch).await {
             Ok(()) => session.note_inbound(id.clone(), state),
+            Err(StoreError::Stale) => stale(session),
             Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
                 error = %err, "could not note an inbound message's progress"),
         }
     }
+}
+
+/// Logs that a write found `session` out of date (another worker wrote it since it was
+/// read): nothing more is written from it, and its message is decided anew.
+pub(crate) fn stale(session: &Session) {
+    tracing::warn!(session = %session.key(), "the session was written elsewhere since it was \
+        read (its partition moved meanwhile); nothing more is written from it, it is read again");
 }
 
 /// How deep a session is among sub-agents: 0 for a chat, 1 for a child of a chat's turn, ….

@@ -13,6 +13,12 @@
 //! is saved. When a save fails, the turn goes on (the person still gets an answer) and the
 //! chat is told, once, that the conversation is not being kept.
 //!
+//! A save refused as *stale* is different: another worker wrote the session since this one
+//! read it (on a cluster, its partition moved while this worker was paused). The turn is
+//! then **superseded**: it ends at once, saves nothing more, sends no reply and runs no
+//! end-of-turn hooks; its worker reads the session again and decides anew what the message
+//! needs.
+//!
 //! The LLM call is one call of the provider: retries, the call's deadline and "still
 //! waiting" status lines belong to the provider's retry layer, whose events reach the chat.
 
@@ -20,9 +26,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use switchboard_core::{ChatMessage, MessageId, TurnEnd, Usage, make_call_ids_unique};
-use switchboard_llm::{ChatRequest, ChatResponse, LlmError, StreamEvent};
-use switchboard_sessions::{Batch, InboundState, Session};
-use switchboard_tools::{ToolContext, User};
+use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StreamEvent};
+use switchboard_sessions::{Batch, InboundState, Session, StoreError};
+use switchboard_tools::{ToolContext, ToolRegistry, User};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -104,11 +110,14 @@ pub(crate) async fn run(
         let (kind, text) = match &end {
             End::Reply(reply, end) => (Some(*end), reply.clone()),
             End::Failed(message) => (None, message.clone()),
+            End::Superseded => (None, String::new()),
         };
         let usage = turn.usage;
         let key = turn.session.key().clone();
         let inbound = turn.inbound.clone();
-        turn.finish(end).await;
+        if !turn.finish(end).await {
+            return;
+        }
         let info = TurnInfo {
             session: &key,
             iteration: 0,
@@ -143,6 +152,8 @@ fn failed_note(message: &str) -> String {
 enum End {
     Reply(String, TurnEnd),
     Failed(String),
+    /// A save found the session stale: nothing more is saved or sent (see the module doc).
+    Superseded,
 }
 
 /// Why an LLM call gave no response.
@@ -170,37 +181,127 @@ struct Turn<'a> {
     model: Option<String>,
 }
 
+/// A final answer under check: the question it answers, and which attempt it is.
+struct Answer<'q> {
+    question: &'q str,
+    attempt: usize,
+}
+
+/// One round of tool calls: the turn's tools and what they are given.
+struct Step<'t> {
+    tools: &'t ToolRegistry,
+    ctx: &'t ToolContext,
+    iteration: usize,
+}
+
 impl Turn<'_> {
     async fn drive(
         &mut self,
-        input: TurnInput,
+        mut input: TurnInput,
         cancel: &CancellationToken,
         max_turn_tokens: Option<u64>,
     ) -> End {
-        let events = self.events;
         let agent = self.agent;
-        let config = &agent.config;
         let question = input.text.clone();
         // The tools of this turn (a reload may replace the agent's meanwhile).
         let tools = agent.turn_tools(self.session.key(), &input.origin);
-        let mut budget = ImageBudget::default();
-        let images = if input.resume {
-            Vec::new()
-        } else {
-            show_images(&config.workspace, &input.images, &mut budget).await
-        };
-        if !input.resume {
-            let received = InboundState::Received;
-            let id = self.inbound.clone();
-            let batch_inbound = id.as_ref().map(|id| (id, &received));
-            let message = ChatMessage::User {
-                content: input.text,
-                images: input.images,
-                origin: input.origin,
-            };
-            self.save_with(vec![message], batch_inbound).await;
+        let mut images = ImageBudget::default();
+        let shown = self.receive(&mut input, &mut images).await;
+        if self.session.is_stale() {
+            return End::Superseded;
         }
+        let (mut request, ctx) = self.prepare(input, &tools, shown, cancel).await;
+        let mut failures = 0;
+        // Final answers the model gave so far (each checked, see `conclude`).
+        let mut answers = 0;
+        for iteration in 1..=agent.config.max_iterations {
+            let response = match self.call_llm(&request, cancel, iteration).await {
+                Ok(response) => response,
+                Err(CallFailed::Stopped(end)) => return end,
+                Err(CallFailed::Llm(err)) => {
+                    failures += 1;
+                    if err.is_bad_output() && failures < MAX_LLM_FAILURES {
+                        self.ask_again(&err);
+                        continue;
+                    }
+                    return End::Failed(if failures > 1 {
+                        format!("The model failed {failures} times in a row: {err}")
+                    } else {
+                        format!("The model call failed: {err}")
+                    });
+                }
+            };
+            failures = 0;
+            self.spend(&response).await;
+            if response.tool_calls.is_empty() {
+                answers += 1;
+                let answer = Answer {
+                    question: &question,
+                    attempt: answers,
+                };
+                match self.conclude(answer, response, &mut request, cancel).await {
+                    Some(end) => return end,
+                    None => continue,
+                }
+            }
+            if let Some(end) = self.over_budget(max_turn_tokens) {
+                return end;
+            }
+            let step = Step {
+                tools: &tools,
+                ctx: &ctx,
+                iteration,
+            };
+            let cancelled = self
+                .run_tools(step, response, &mut request, &mut images)
+                .await;
+            if self.session.is_stale() {
+                return End::Superseded;
+            }
+            if cancelled {
+                return self.stopped();
+            }
+        }
+        let max = agent.config.max_iterations;
+        let reply = format!(
+            "I stopped after {max} rounds of tool calls without a final answer \
+             (the limit is agent.max_iterations = {max}). Ask me to continue if you want more."
+        );
+        End::Reply(reply, TurnEnd::IterationLimit)
+    }
 
+    /// Takes the message in (its text and images, out of `input`): reads the images it
+    /// shows the model and saves it, journaled received — not again when a crash interrupted
+    /// its turn and this one takes it up.
+    async fn receive(&mut self, input: &mut TurnInput, images: &mut ImageBudget) -> Vec<ImageData> {
+        if input.resume {
+            return Vec::new();
+        }
+        let config = &self.agent.config;
+        let shown = show_images(&config.workspace, &input.images, images).await;
+        let received = InboundState::Received;
+        let id = self.inbound.clone();
+        let message = ChatMessage::User {
+            content: std::mem::take(&mut input.text),
+            images: std::mem::take(&mut input.images),
+            origin: input.origin.clone(),
+        };
+        self.save_with(vec![message], id.as_ref().map(|id| (id, &received)))
+            .await;
+        shown
+    }
+
+    /// The first request — the system prompt from the workspace's files, the history, this
+    /// turn's message — and what the turn's tools are given.
+    async fn prepare(
+        &self,
+        input: TurnInput,
+        tools: &ToolRegistry,
+        images: Vec<ImageData>,
+        cancel: &CancellationToken,
+    ) -> (ChatRequest, ToolContext) {
+        let agent = self.agent;
+        let config = &agent.config;
         let context = tracing::info_span!(
             "context",
             system_bytes = tracing::field::Empty,
@@ -227,143 +328,157 @@ impl Turn<'_> {
         context.record("system_bytes", request.system.len());
         context.record("messages", request.messages.len());
         drop(context);
+        let key = self.session.key();
         let ctx = ToolContext {
             workspace: config.workspace.clone(),
-            session: self.session.key().clone(),
+            session: key.clone(),
             agent: agent.name().clone(),
             cancel: cancel.clone(),
             user: self.user.clone(),
             slot: input.slot.clone(),
-            subagents: agent.children_of_turn(self.session.key(), cancel, input.slot.clone()),
+            subagents: agent.children_of_turn(key, cancel, input.slot),
         };
+        (request, ctx)
+    }
 
-        let mut failures = 0;
-        let mut rejected = 0;
-        for iteration in 1..=config.max_iterations {
-            let response = match self.call_llm(&request, cancel, iteration).await {
-                Ok(response) => response,
-                Err(CallFailed::Stopped(end)) => return end,
-                Err(CallFailed::Llm(err)) => {
-                    failures += 1;
-                    if err.is_bad_output() && failures < MAX_LLM_FAILURES {
-                        // The model's own output was at fault: a new call may go better.
-                        let _ = events.send(AgentEvent::TextReset);
-                        let _ = events.send(AgentEvent::Status(format!(
-                            "The model's answer could not be used ({}); asking again.",
-                            err.summary()
-                        )));
-                        continue;
-                    }
-                    return End::Failed(if failures > 1 {
-                        format!("The model failed {failures} times in a row: {err}")
-                    } else {
-                        format!("The model call failed: {err}")
-                    });
-                }
-            };
-            failures = 0;
-            self.usage += response.usage;
-            if let Some(spending) = agent.spending() {
-                let session = self.session.key();
-                let model = &*response.model;
-                if let Some(warning) = spending
-                    .record(agent.name(), session, model, &response.usage)
-                    .await
-                {
-                    let _ = events.send(AgentEvent::Notice(warning));
-                }
-            }
-            if response.tool_calls.is_empty() {
-                let reply = verify::strip_thinking(&response.content);
-                let check = verify::Check {
-                    question: &question,
-                    reply: &reply,
-                    attempt: rejected + 1,
-                };
-                let verdict =
-                    verify::check(&config.verify, check, events, &mut self.usage, cancel).await;
-                let reason = match verdict {
-                    Some(Verdict::Pass) if reply.is_empty() => {
-                        return End::Reply(
-                            "(the model returned an empty reply)".to_owned(),
-                            TurnEnd::Answered,
-                        );
-                    }
-                    Some(Verdict::Pass) => return End::Reply(reply, TurnEnd::Answered),
-                    Some(Verdict::Fail(reason)) => reason,
-                    None => return self.stopped(),
-                };
-                rejected += 1;
-                let max = config.verify.max_attempts.max(1);
-                // The rejected text was a draft at most: it is void now.
-                let _ = events.send(AgentEvent::TextReset);
-                if rejected >= max {
-                    tracing::warn!(attempts = rejected, "no reply passed verification");
-                    return End::Reply(verify::graceful_failure(rejected), TurnEnd::Unverified);
-                }
-                // The rejected reply and the feedback go to the model, not into history.
-                request
-                    .messages
-                    .push(Arc::new(ChatMessage::assistant(response.content)));
-                request
-                    .messages
-                    .push(Arc::new(ChatMessage::user(verify::feedback(
-                        &reason, rejected, max,
-                    ))));
-                continue;
-            }
-            let total = self.usage.input_tokens + self.usage.output_tokens;
-            if let Some(max) = max_turn_tokens
-                && total >= max
-            {
-                tracing::warn!(total, max, "turn used up its token budget");
-                return End::Reply(
-                    format!(
-                        "I stopped: this turn used {total} tokens, its budget is {max} \
-                         (agent.max_turn_tokens). Ask me to continue if you want more."
-                    ),
-                    TurnEnd::TokenLimit,
-                );
-            }
+    /// The model's output could not be used, but a new call may go better: the draft is
+    /// void, and the person is told the model is asked again.
+    fn ask_again(&self, err: &LlmError) {
+        let _ = self.events.send(AgentEvent::TextReset);
+        let _ = self.events.send(AgentEvent::Status(format!(
+            "The model's answer could not be used ({}); asking again.",
+            err.summary()
+        )));
+    }
 
-            let assistant = response.to_message();
-            let outcome = batch::run(
-                self.agent,
-                &tools,
-                &response.tool_calls,
-                &ctx,
-                events,
-                iteration,
+    /// Adds a call's usage to the turn and records what it cost, passing on a warning of
+    /// a cap drawing near.
+    async fn spend(&mut self, response: &ChatResponse) {
+        self.usage += response.usage;
+        let agent = self.agent;
+        let Some(spending) = agent.spending() else {
+            return;
+        };
+        let recorded = spending
+            .record(
+                agent.name(),
+                self.session.key(),
+                &response.model,
+                &response.usage,
             )
             .await;
-            agent.context.invalidate();
-            tracing::info!(
-                iteration,
-                calls = response.tool_calls.len(),
-                cancelled = outcome.cancelled,
-                "tool batch done"
-            );
-            for result in &outcome.results {
-                let shown = show_images(&config.workspace, result.images(), &mut budget).await;
-                request.images.extend(shown);
-            }
-            let mut step = Vec::with_capacity(outcome.results.len() + 1);
-            step.push(assistant);
-            step.extend(outcome.results);
-            request
-                .messages
-                .extend(self.save(step).await.iter().cloned());
-            if outcome.cancelled {
-                return self.stopped();
-            }
+        if let Some(warning) = recorded {
+            let _ = self.events.send(AgentEvent::Notice(warning));
         }
+    }
 
-        let max = config.max_iterations;
-        let reply = format!(
-            "I stopped after {max} rounds of tool calls without a final answer \
-             (the limit is agent.max_iterations = {max}). Ask me to continue if you want more."
+    /// A response without tool calls: the answer, if it passes its checks (`verify`); when
+    /// it does not, it goes back to the model with the feedback (`None`: ask again) until the
+    /// attempts are used up.
+    async fn conclude(
+        &mut self,
+        answer: Answer<'_>,
+        response: ChatResponse,
+        request: &mut ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Option<End> {
+        let config = &self.agent.config;
+        let reply = verify::strip_thinking(&response.content);
+        let check = verify::Check {
+            question: answer.question,
+            reply: &reply,
+            attempt: answer.attempt,
+        };
+        let verdict =
+            verify::check(&config.verify, check, self.events, &mut self.usage, cancel).await;
+        let reason = match verdict {
+            Some(Verdict::Pass) if reply.is_empty() => {
+                return Some(End::Reply(
+                    "(the model returned an empty reply)".to_owned(),
+                    TurnEnd::Answered,
+                ));
+            }
+            Some(Verdict::Pass) => return Some(End::Reply(reply, TurnEnd::Answered)),
+            Some(Verdict::Fail(reason)) => reason,
+            None => return Some(self.stopped()),
+        };
+        let max = config.verify.max_attempts.max(1);
+        // The rejected text was a draft at most: it is void now.
+        let _ = self.events.send(AgentEvent::TextReset);
+        if answer.attempt >= max {
+            tracing::warn!(attempts = answer.attempt, "no reply passed verification");
+            return Some(End::Reply(
+                verify::graceful_failure(answer.attempt),
+                TurnEnd::Unverified,
+            ));
+        }
+        // The rejected reply and the feedback go to the model, not into history.
+        request
+            .messages
+            .push(Arc::new(ChatMessage::assistant(response.content)));
+        request
+            .messages
+            .push(Arc::new(ChatMessage::user(verify::feedback(
+                &reason,
+                answer.attempt,
+                max,
+            ))));
+        None
+    }
+
+    /// Whether the turn used up its token budget (checked before its tools run).
+    fn over_budget(&self, max_turn_tokens: Option<u64>) -> Option<End> {
+        let total = self.usage.input_tokens + self.usage.output_tokens;
+        let max = max_turn_tokens.filter(|max| total >= *max)?;
+        tracing::warn!(total, max, "turn used up its token budget");
+        Some(End::Reply(
+            format!(
+                "I stopped: this turn used {total} tokens, its budget is {max} \
+                 (agent.max_turn_tokens). Ask me to continue if you want more."
+            ),
+            TurnEnd::TokenLimit,
+        ))
+    }
+
+    /// Runs the response's tool calls (together, see `batch`) and saves the assistant
+    /// message with all their results in one write; the next request gets both, and the
+    /// images the results show. Whether the turn was stopped meanwhile.
+    async fn run_tools(
+        &mut self,
+        step: Step<'_>,
+        response: ChatResponse,
+        request: &mut ChatRequest,
+        images: &mut ImageBudget,
+    ) -> bool {
+        let agent = self.agent;
+        let assistant = response.to_message();
+        let outcome = batch::run(
+            agent,
+            step.tools,
+            &response.tool_calls,
+            step.ctx,
+            self.events,
+            step.iteration,
+        )
+        .await;
+        agent.context.invalidate();
+        tracing::info!(
+            iteration = step.iteration,
+            calls = response.tool_calls.len(),
+            cancelled = outcome.cancelled,
+            "tool batch done"
         );
-        End::Reply(reply, TurnEnd::IterationLimit)
+        for result in &outcome.results {
+            let shown = show_images(&agent.config.workspace, result.images(), images).await;
+            request.images.extend(shown);
+        }
+        let mut step = Vec::with_capacity(outcome.results.len() + 1);
+        step.push(assistant);
+        step.extend(outcome.results);
+        request
+            .messages
+            .extend(self.save(step).await.iter().cloned());
+        outcome.cancelled
     }
 
     /// Calls the model once (its retry layer retries); a failure ends the turn with the
@@ -492,7 +607,7 @@ impl Turn<'_> {
             usage: None,
             inbound,
         };
-        let saved = self.agent.store.append(self.session.key(), &batch).await;
+        let saved = self.agent.save(self.session, &batch).await;
         let ok = saved.is_ok();
         self.check_saved(saved);
         if ok && let Some((id, state)) = inbound {
@@ -503,9 +618,14 @@ impl Turn<'_> {
         &self.new[start..]
     }
 
-    /// Logs a failed save and tells the chat, once per turn.
-    fn check_saved(&mut self, saved: Result<(), switchboard_sessions::StoreError>) {
+    /// Logs a failed save and tells the chat, once per turn (a stale one supersedes the
+    /// turn instead: the chat hears nothing of it).
+    fn check_saved(&mut self, saved: Result<(), StoreError>) {
         let Err(err) = saved else { return };
+        if let StoreError::Stale = err {
+            crate::agent::stale(self.session);
+            return;
+        }
         tracing::error!(session = %self.session.key(), path = ?err.path(), error = %err,
             "could not save session messages");
         if !self.unsaved {
@@ -518,9 +638,14 @@ impl Turn<'_> {
     }
 
     /// Saves the final message with the turn's usage (one write, before the reply is
-    /// published), moves the turn into the session, compacts when due, and reports.
-    async fn finish(mut self, end: End) {
+    /// published), moves the turn into the session, compacts when due, and reports; whether
+    /// the turn ended so (not when it was superseded: nothing is saved or reported).
+    async fn finish(mut self, end: End) -> bool {
         let last = match &end {
+            End::Superseded => {
+                tracing::warn!("the turn was superseded: its session was written elsewhere");
+                return false;
+            }
             End::Reply(reply, TurnEnd::Cancelled) if reply == STOPPED_REPLY => {
                 ChatMessage::assistant(STOPPED_NOTE)
             }
@@ -540,6 +665,7 @@ impl Turn<'_> {
                 end: TurnEnd::Failed,
                 error: Some(message.clone()),
             },
+            End::Superseded => return false,
         };
         let inbound = self.inbound.clone();
         let batch = Batch {
@@ -547,9 +673,12 @@ impl Turn<'_> {
             usage: spent,
             inbound: inbound.as_ref().map(|id| (id, &answered)),
         };
-        let saved = self.agent.store.append(self.session.key(), &batch).await;
+        let saved = self.agent.save(self.session, &batch).await;
         let ok = saved.is_ok();
         self.check_saved(saved);
+        if self.session.is_stale() {
+            return false;
+        }
         if ok && let Some(id) = inbound {
             self.session.note_inbound(id, answered);
         }
@@ -566,19 +695,7 @@ impl Turn<'_> {
         if let Some(usage) = spent {
             session.add_usage(usage);
         }
-        if session.needs_compaction() {
-            let messages: Vec<ChatMessage> =
-                session.messages().iter().map(|m| (**m).clone()).collect();
-            match agent
-                .store
-                .compact(session.key(), &session.snapshot(&messages))
-                .await
-            {
-                Ok(()) => session.compacted(),
-                Err(err) => tracing::error!(session = %session.key(), path = ?err.path(),
-                    error = %err, "could not compact session file"),
-            }
-        }
+        agent.compact_if_due(session).await;
         let event = match end {
             End::Reply(reply, end) => {
                 tracing::info!(
@@ -593,7 +710,9 @@ impl Turn<'_> {
                 tracing::warn!(%message, "turn failed");
                 AgentEvent::Failed { message }
             }
+            End::Superseded => return false,
         };
         let _ = events.send(event);
+        true
     }
 }

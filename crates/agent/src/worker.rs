@@ -10,6 +10,19 @@
 //! runs on from the saved history; answered → the saved answer is sent; delivered →
 //! ignored. The one window left is between the platform accepting the answer and the
 //! *delivered* record that follows it (microseconds: a crash there sends the answer twice).
+//!
+//! # On a cluster: fenced
+//! A message read from a partition carries the worker's [`Tenure`] of it. Nothing is started
+//! for a message unless its tenure is confirmed (a worker that was paused past its lease
+//! learns from its next renewal whether it still holds the partition; one that lost it hands
+//! the message back untouched). A session read under another holding of the partition is
+//! read again before use — the partition's other holders may have written it meanwhile. A
+//! turn under way is abandoned — nothing more saved or sent — once its tenure is lost. And
+//! a write the store refuses as stale (another worker wrote the session since it was read)
+//! makes the worker read the session again and handle the message anew, which the journal
+//! makes safe: a message already answered elsewhere is not answered twice.
+//!
+//! [`Tenure`]: switchboard_core::Tenure
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -18,7 +31,7 @@ use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
     AgentName, Bus, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
-    Shutdown, ToolActivity, ToolStatus, TurnEnd,
+    Shutdown, Tenure, ToolActivity, ToolStatus, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -49,9 +62,37 @@ pub(crate) struct Worker {
     pub(crate) control: SharedControl,
 }
 
+/// How often a message is handled anew after a write found its session stale, before it
+/// is handed back to be delivered again (a session another writer keeps moving).
+const DECIDE_ANEW: usize = 3;
+
+/// The chat's session as the worker holds it between messages.
+#[derive(Default)]
+struct Cached {
+    session: Option<Session>,
+    /// The epoch of the tenure it was read under (`None`: a session that is this process's
+    /// for good).
+    epoch: Option<u64>,
+}
+
+impl Cached {
+    /// Forgets a session that must not be used for `message`: found stale, or read under
+    /// another holding of its partition than the one `message` comes with.
+    fn refresh_for(&mut self, message: &InboundMessage) {
+        let epoch = message.tenure.as_ref().map(Tenure::epoch);
+        let stale = self.session.as_ref().is_some_and(Session::is_stale);
+        if stale || (self.session.is_some() && self.epoch != epoch) {
+            self.session = None;
+        }
+        if self.session.is_none() {
+            self.epoch = epoch;
+        }
+    }
+}
+
 impl Worker {
     pub(crate) async fn run(self, mut rx: mpsc::Receiver<Queued>) {
-        let mut session: Option<Session> = None;
+        let mut cached = Cached::default();
         // Messages dropped by a `/stop` and not yet reported to the chat.
         let mut dropped = 0usize;
         while let Some(queued) = self.next(&mut rx).await {
@@ -60,11 +101,15 @@ impl Worker {
                 refuse_shutting_down(&self.hub, &message).await;
                 continue;
             }
+            if !self.may_start(&message).await {
+                continue;
+            }
             // A `/stop` is queued behind what it stopped: answered after the turn's `done`
             // and what it dropped, whatever its stamp (a later `/stop` may have bumped it).
             if command_of(&message) == Some(Command::Stop) {
                 let dropped = std::mem::take(&mut dropped);
-                if let Some(session) = self.session(&mut session, &message).await {
+                cached.refresh_for(&message);
+                if let Some(session) = self.session(&mut cached.session, &message).await {
                     self.answer_stop(session, message, dropped).await;
                 }
                 continue;
@@ -86,12 +131,71 @@ impl Worker {
             if dropped > 0 {
                 report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
             }
-            if self.session(&mut session, &message).await.is_none() {
-                control(&self.control).running = None;
-                continue;
-            }
-            self.handle_guarded(&mut session, message, token).await;
+            self.decide(&mut cached, message, token).await;
+            control(&self.control).running = None;
         }
+    }
+
+    /// Whether anything may be started for `message`: its tenure, if it has one, is
+    /// confirmed. One whose tenure was lost is handed back untouched (its partition's new
+    /// holder answers it).
+    async fn may_start(&self, message: &InboundMessage) -> bool {
+        let Some(tenure) = &message.tenure else {
+            return true;
+        };
+        let confirmed = tokio::select! {
+            confirmed = tenure.confirmed() => confirmed,
+            () = self.shutdown.intake().cancelled() => false,
+        };
+        if !confirmed {
+            tracing::info!(session = %self.key, id = ?message.id,
+                "its partition is no longer this worker's; the message is handed back");
+            message.settle(Fate::Unprocessed);
+        }
+        confirmed
+    }
+
+    /// Handles `message` on a picture of its session that is current: read again when it
+    /// was read under another holding of the partition, and — at most [`DECIDE_ANEW`] times
+    /// — whenever a write found it stale; abandoned once the tenure is lost.
+    async fn decide(&self, cached: &mut Cached, message: InboundMessage, token: CancellationToken) {
+        for _ in 0..DECIDE_ANEW {
+            cached.refresh_for(&message);
+            if self.session(&mut cached.session, &message).await.is_none() {
+                return;
+            }
+            let lost = async {
+                match &message.tenure {
+                    Some(tenure) => tenure.lost().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = lost => {
+                    tracing::warn!(session = %self.key, id = ?message.id,
+                        "the partition was lost mid-turn; the turn is abandoned to its new holder");
+                    cached.session = None;
+                    return;
+                }
+                () = self.handle_guarded(&mut cached.session, message.clone(), token.clone()) => {}
+            }
+            if !cached.session.as_ref().is_some_and(Session::is_stale) {
+                return;
+            }
+            if !self.may_start(&message).await {
+                return;
+            }
+            tracing::info!(session = %self.key, id = ?message.id,
+                "the session is read again and the message handled anew");
+            if command_of(&message).is_none() {
+                control(&self.control).running = Some(token.clone());
+            }
+        }
+        tracing::warn!(session = %self.key, id = ?message.id,
+            "the session kept changing elsewhere; the message is handed back to come again");
+        cached.session = None;
+        message.settle(Fate::Unprocessed);
     }
 
     /// The next queued message; `None` once the worker should exit (intake stopped and what
@@ -209,7 +313,6 @@ impl Worker {
         let handled = AssertUnwindSafe(self.handle(session, message, token))
             .catch_unwind()
             .await;
-        control(&self.control).running = None;
         if handled.is_ok() {
             return;
         }
@@ -308,6 +411,9 @@ impl Worker {
                 "Nothing is waiting for your approval.".to_owned()
             }
         };
+        if session.is_stale() {
+            return;
+        }
         reply(&self.hub, &message, OutboundKind::Message(text)).await;
         self.close(session, &message, TurnEnd::NotATurn).await;
     }
@@ -327,6 +433,10 @@ impl Worker {
                 self.agent
                     .journal(session, id, InboundState::Delivered)
                     .await;
+                if session.is_stale() {
+                    // Not settled: the message is handled anew on the session read again.
+                    return;
+                }
             }
             None => {
                 if let Err(err) = self.hub.publish_outbound(done).await {
@@ -370,6 +480,10 @@ impl Worker {
             drop(events);
         };
         let ((), end) = tokio::join!(run, self.forward(&message, rx));
+        if session.is_stale() {
+            // Superseded: handled anew on the session read again.
+            return;
+        }
         self.close(session, &message, end).await;
     }
 

@@ -66,6 +66,12 @@ pub struct InboundMessage {
     /// parent was stopped): its turn stops, or never starts. Stays in the process.
     #[serde(skip)]
     pub cancel: Option<tokio_util::sync::CancellationToken>,
+    /// The holding under which this process answers it (a worker's lease on the message's
+    /// partition, on a cluster): nothing is started for it unless the holding is confirmed,
+    /// and what is under way is abandoned once it is lost. `None`: the session is this
+    /// process's for good. Stays in the process.
+    #[serde(skip)]
+    pub tenure: Option<crate::Tenure>,
 }
 
 impl InboundMessage {
@@ -89,6 +95,7 @@ impl InboundMessage {
             origin: Origin::Person,
             agent: None,
             cancel: None,
+            tenure: None,
         }
     }
 

@@ -456,7 +456,7 @@ fn count_out(message: &OutboundMessage) {
 }
 
 /// A unique id (the client's inbox ids are unique per process and time).
-fn nuid() -> String {
+pub(crate) fn nuid() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()

@@ -8,6 +8,13 @@
 //! joined) stops reading the extra ones, lets their running turns end, and then gives them
 //! up. A worker that takes a partition starts its consumer afresh: everything not yet
 //! acknowledged comes again, in order, and the shared journal answers each message once.
+//!
+//! Each holding of a partition is a [`Tenure`] whose epoch is the lease's revision when it
+//! was taken, sure until the lease could first have lapsed on the server (see core's
+//! `tenure`): every message read from the partition carries it, so the worker starts nothing
+//! for a message whose partition it may have lost, reads a session again when it was read
+//! under another holding, and abandons a turn once the holding is lost. A holding dropped
+//! here — lost, given up, or the worker stopping — is lost for good.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,7 +23,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{AckKind, consumer};
 use futures::StreamExt;
-use switchboard_core::{Ack, Fate, InboundMessage, wire};
+use switchboard_core::{Ack, Fate, InboundMessage, Tenure, wire};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Inner, NatsBus, pull_config};
@@ -26,12 +34,29 @@ use crate::names::partition_key;
 struct Held {
     /// The lease's revision (what the next renewal must match).
     revision: u64,
+    /// This holding, as the messages read from it carry it.
+    tenure: Tenure,
     /// Stops reading it.
     reading: CancellationToken,
     /// Its messages handed to the dispatcher and not yet settled.
     in_flight: Arc<AtomicUsize>,
     /// Being given up: not read, renewed until its running turns end.
     leaving: bool,
+}
+
+impl Drop for Held {
+    /// However the holding ends, what still runs under it learns so at once.
+    fn drop(&mut self) {
+        self.reading.cancel();
+        self.tenure.lose();
+    }
+}
+
+/// Until when a lease renewed (or taken) by a request sent at `sent` is sure: the server
+/// cannot let it lapse before `sent` plus the lease. A tenth is kept back for clocks that do
+/// not run at quite the same rate.
+fn sure_until(inner: &Inner, sent: Instant) -> Instant {
+    sent + inner.cluster.config.lease.mul_f64(0.9)
 }
 
 /// What a member says of itself in the members bucket.
@@ -91,6 +116,7 @@ async fn hold_partitions(inner: Arc<Inner>) {
             .leases
             .delete_expect_revision(partition_key(number), Some(partition.revision))
             .await;
+        drop(partition);
     }
     publish_held(&inner, &BTreeMap::new());
 }
@@ -158,6 +184,7 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
         if held.contains_key(&number) {
             continue;
         }
+        let sent = Instant::now();
         let Ok(revision) = cluster
             .leases
             .create(partition_key(number), cluster.config.member.clone().into())
@@ -165,7 +192,7 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
         else {
             continue;
         };
-        match take(inner, number, revision).await {
+        match take(inner, number, revision, sent).await {
             Ok(partition) => {
                 tracing::info!(partition = number, "took a partition");
                 held.insert(number, partition);
@@ -194,18 +221,20 @@ async fn renew(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) {
         let member = member.clone();
         let (number, revision) = (*number, partition.revision);
         async move {
+            let sent = Instant::now();
             let renewed = leases
                 .update(partition_key(number), member.into(), revision)
                 .await;
-            (number, renewed)
+            (number, sent, renewed)
         }
     });
     let mut lost = Vec::new();
-    for (number, renewed) in futures::future::join_all(renewals).await {
+    for (number, sent, renewed) in futures::future::join_all(renewals).await {
         match renewed {
             Ok(revision) => {
                 if let Some(partition) = held.get_mut(&number) {
                     partition.revision = revision;
+                    partition.tenure.renew(sure_until(inner, sent));
                 }
             }
             Err(err)
@@ -218,12 +247,11 @@ async fn renew(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) {
         }
     }
     for number in lost {
-        if let Some(partition) = held.remove(&number) {
+        if held.remove(&number).is_some() {
             tracing::warn!(
                 partition = number,
-                "lost the lease of a partition (it lapsed); stopped reading it"
+                "lost the lease of a partition (it lapsed); stopped reading it and abandoned its turns"
             );
-            partition.reading.cancel();
         }
     }
 }
@@ -270,19 +298,36 @@ async fn workers(inner: &Arc<Inner>) -> Result<u32, Failure> {
     Ok(count)
 }
 
-/// Starts reading a partition just taken.
-async fn take(inner: &Arc<Inner>, number: u32, revision: u64) -> Result<Held, Failure> {
+/// Starts reading a partition just taken with the lease revision `revision`, by a request
+/// sent at `sent`.
+async fn take(
+    inner: &Arc<Inner>,
+    number: u32,
+    revision: u64,
+    sent: Instant,
+) -> Result<Held, Failure> {
+    let tenure = Tenure::new(revision, sure_until(inner, sent));
     let messages = open(inner, number).await?;
     let reading = CancellationToken::new();
     let in_flight = Arc::new(AtomicUsize::new(0));
     let task_inner = inner.clone();
+    let task_tenure = tenure.clone();
     let task_reading = reading.clone();
     let task_in_flight = in_flight.clone();
     inner.tasks.spawn(async move {
-        read(task_inner, number, messages, task_reading, task_in_flight).await;
+        read(
+            task_inner,
+            number,
+            messages,
+            task_reading,
+            task_tenure,
+            task_in_flight,
+        )
+        .await;
     });
     Ok(Held {
         revision,
+        tenure,
         reading,
         in_flight,
         leaving: false,
@@ -311,11 +356,14 @@ async fn open(inner: &Arc<Inner>, number: u32) -> Result<consumer::pull::Stream,
 /// How long a reader waits before opening its partition again after the server went away.
 const REOPEN_WAIT: Duration = Duration::from_millis(500);
 
+/// Reads a held partition into the dispatcher's queue, each message carrying `tenure`
+/// (counted in `in_flight` until it is settled), until `reading` is cancelled.
 async fn read(
     inner: Arc<Inner>,
     number: u32,
     mut messages: consumer::pull::Stream,
     reading: CancellationToken,
+    tenure: Tenure,
     in_flight: Arc<AtomicUsize>,
 ) {
     let mut reconnects = inner.cluster.reconnects.clone();
@@ -369,6 +417,7 @@ async fn read(
                 continue;
             }
         };
+        inbound.tenure = Some(tenure.clone());
         in_flight.fetch_add(1, Ordering::AcqRel);
         let settled = in_flight.clone();
         let runtime = tokio::runtime::Handle::current();

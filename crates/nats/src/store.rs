@@ -5,6 +5,17 @@
 //! with a subject rollup, which makes the server drop everything before it on that subject
 //! in the same step; `/new` copies the session to an archive subject and rolls it up empty.
 //! A load reads the subject's messages in order with an ordered consumer.
+//!
+//! # Fencing
+//! A session's [`Revision`] is the stream sequence of the last message on its subject (0: none
+//! yet). Every write — an append, a compaction's rollup, `/new`'s empty rollup — is published
+//! with `Nats-Expected-Last-Subject-Sequence` set to the revision its writer last saw, so the
+//! server refuses it if anyone wrote the subject since: a worker that lost its partition while
+//! paused cannot add to a session another worker now answers, and a compaction can never drop
+//! a record its writer has not read. The refusal is [`StoreError::Stale`], never retried here.
+//! Each message also carries a `Nats-Msg-Id` of its own, so a try repeated after a lost
+//! acknowledgement is recognised by the server as the same message (its first sequence comes
+//! back) rather than refused as stale.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,8 +27,8 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use switchboard_core::{AgentName, ChatMessage, SessionKey};
 use switchboard_sessions::{
-    Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreError, StoreHealth, batch_lines,
-    read_lines, snapshot_lines,
+    Batch, Loaded, Revision, SessionInfo, SessionStore, Snapshot, StoreError, StoreHealth,
+    batch_lines, read_lines, snapshot_lines,
 };
 
 use crate::cluster::Cluster;
@@ -78,13 +89,14 @@ impl NatsStore {
             .map_err(failed)
     }
 
-    /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]).
-    async fn read(&self, subject: &str) -> Result<Vec<u8>, StoreError> {
+    /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
+    /// the subject's revision when they were read.
+    async fn read(&self, subject: &str) -> Result<(Vec<u8>, Revision), StoreError> {
         let stream = self.stream().await?;
         let last = match stream.get_last_raw_message_by_subject(subject).await {
             Ok(message) => message.sequence,
             Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), Revision(0)));
             }
             Err(err) => return Err(failed(err)),
         };
@@ -121,33 +133,76 @@ impl NatsStore {
         for chunk in chunks {
             text.extend_from_slice(&chunk);
         }
-        Ok(text)
+        Ok((text, Revision(last)))
     }
 
-    /// Publishes `lines` on `subject` in messages of whole lines, the first with `headers`;
-    /// each is stored before the next is sent.
+    /// Publishes `lines` on `subject` after `revision`, in messages of whole lines (each
+    /// stored before the next is sent; the first a rollup when `rollup`), and returns the
+    /// subject's revision after the last. Each try of the whole is one call of [`tried`].
+    ///
+    /// [`tried`]: NatsStore::tried
     async fn write(
         &self,
         subject: &str,
+        revision: Revision,
         lines: &[u8],
-        headers: HeaderMap,
-    ) -> Result<(), StoreError> {
-        let mut first = Some(headers);
-        for chunk in chunks(lines) {
-            let headers = first.take().unwrap_or_default();
-            let ack = self
-                .cluster
-                .js
-                .publish_with_headers(
-                    subject.to_owned(),
-                    headers,
-                    bytes::Bytes::copy_from_slice(chunk),
-                )
-                .await
-                .map_err(failed)?;
-            ack.await.map_err(failed)?;
+        rollup: bool,
+    ) -> Result<Revision, StoreError> {
+        let pieces = chunks(lines);
+        // Ids chosen once, so every try of a piece is the same message to the server.
+        let ids: Vec<String> = pieces.iter().map(|_| crate::bus::nuid()).collect();
+        self.tried(|| async {
+            let mut after = revision;
+            for (number, (piece, id)) in pieces.iter().zip(&ids).enumerate() {
+                after = self
+                    .publish(subject, after, id, rollup && number == 0, piece)
+                    .await?;
+            }
+            Ok(after)
+        })
+        .await
+    }
+
+    /// Publishes one message of records on `subject` after `revision`; its sequence is the
+    /// subject's new revision.
+    async fn publish(
+        &self,
+        subject: &str,
+        revision: Revision,
+        id: &str,
+        rollup: bool,
+        piece: &[u8],
+    ) -> Result<Revision, StoreError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            revision.0.to_string().as_str(),
+        );
+        headers.insert("Nats-Msg-Id", id);
+        if rollup {
+            headers.insert("Nats-Rollup", "sub");
         }
-        Ok(())
+        let stored = self
+            .cluster
+            .js
+            .publish_with_headers(
+                subject.to_owned(),
+                headers,
+                bytes::Bytes::copy_from_slice(piece),
+            )
+            .await
+            .map_err(failed)?
+            .await;
+        match stored {
+            Ok(ack) => Ok(Revision(ack.sequence)),
+            Err(err)
+                if err.kind()
+                    == async_nats::jetstream::context::PublishErrorKind::WrongLastSequence =>
+            {
+                Err(StoreError::Stale)
+            }
+            Err(err) => Err(failed(err)),
+        }
     }
 
     /// Runs `call` until it succeeds or [`CALL_TIME`] is spent (NATS restarting), noting the
@@ -167,6 +222,8 @@ impl NatsStore {
                 });
             match attempt {
                 Ok(value) => break Ok(value),
+                // Decided by the server: trying again would not change it.
+                Err(StoreError::Stale) => break Err(StoreError::Stale),
                 Err(err) if tokio::time::Instant::now() + wait >= deadline => break Err(err),
                 Err(err) => {
                     tracing::debug!(error = %err, "a session call to NATS failed; trying again");
@@ -180,7 +237,7 @@ impl NatsStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         match &result {
-            Ok(_) => *last = None,
+            Ok(_) | Err(StoreError::Stale) => *last = None,
             Err(err) => {
                 self.failed_writes.fetch_add(1, Ordering::Relaxed);
                 *last = Some(err.to_string());
@@ -194,53 +251,58 @@ impl NatsStore {
 impl SessionStore for NatsStore {
     async fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError> {
         let subject = self.subject(key);
-        let text = self.tried(|| self.read(&subject)).await?;
-        Ok(read_lines(&text, key))
+        let (text, revision) = self.tried(|| self.read(&subject)).await?;
+        Ok(Loaded {
+            revision,
+            ..read_lines(&text, key)
+        })
     }
 
-    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
+    async fn append(
+        &self,
+        key: &SessionKey,
+        revision: Revision,
+        batch: &Batch<'_>,
+    ) -> Result<Revision, StoreError> {
         let lines = batch_lines(batch)?;
-        let subject = self.subject(key);
-        self.tried(|| self.write(&subject, &lines, HeaderMap::new()))
+        self.write(&self.subject(key), revision, &lines, false)
             .await
     }
 
-    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+    async fn compact(
+        &self,
+        key: &SessionKey,
+        revision: Revision,
+        snapshot: &Snapshot<'_>,
+    ) -> Result<Revision, StoreError> {
         let lines = snapshot_lines(snapshot)?;
-        let subject = self.subject(key);
-        self.tried(|| self.write(&subject, &lines, rollup())).await
+        self.write(&self.subject(key), revision, &lines, true).await
     }
 
     async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
         let subject = self.subject(key);
-        let text = self.tried(|| self.read(&subject)).await?;
+        let (text, _) = self.tried(|| self.read(&subject)).await?;
         Ok(read_lines(&text, key).messages)
     }
 
-    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+    async fn archive(&self, key: &SessionKey, revision: Revision) -> Result<Revision, StoreError> {
         let subject = self.subject(key);
-        let text = self.tried(|| self.read(&subject)).await?;
+        let (text, read) = self.tried(|| self.read(&subject)).await?;
+        if read != revision {
+            // What would be archived is not what its writer knows.
+            return Err(StoreError::Stale);
+        }
         if text.is_empty() {
-            return Ok(());
+            return Ok(revision);
         }
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
         let archive = self.cluster.names.archive_subject(&self.agent, key, millis);
-        self.tried(|| self.write(&archive, &text, HeaderMap::new()))
-            .await?;
+        self.write(&archive, Revision(0), &text, false).await?;
         // An empty rollup: the session starts afresh.
-        self.tried(|| async {
-            let ack = self
-                .cluster
-                .js
-                .publish_with_headers(subject.clone(), rollup(), bytes::Bytes::new())
-                .await
-                .map_err(failed)?;
-            ack.await.map(drop).map_err(failed)
-        })
-        .await
+        self.write(&subject, revision, &[], true).await
     }
 
     async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
@@ -302,13 +364,6 @@ impl SessionStore for NatsStore {
             },
         }
     }
-}
-
-/// The header that makes a message replace everything before it on its subject.
-fn rollup() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    headers.insert("Nats-Rollup", "sub");
-    headers
 }
 
 /// `lines` cut into pieces of whole lines of at most [`CHUNK_BYTES`] (a longer line is a

@@ -10,7 +10,9 @@ use switchboard_core::{
     LaneOptions, OutboundKind, OutboundMessage, SessionKey, TurnEnd,
 };
 use switchboard_nats::{Cluster, ClusterConfig, NatsBus, NatsState, NatsStore, Role};
-use switchboard_sessions::{Batch, InboundState, SessionStore, Snapshot};
+use switchboard_sessions::{
+    Batch, InboundState, Revision, SessionStore, Snapshot, StoreError, StoreHealth,
+};
 use switchboard_testkit::NatsServer;
 use tokio_util::sync::CancellationToken;
 
@@ -48,37 +50,43 @@ async fn a_session_written_on_one_member_is_read_alike_on_another() {
         &"default".into(),
     );
     let key = SessionKey::from("telegram_4.2");
-    assert!(one.load(&key).await.expect("load").messages.is_empty());
+    let first = one.load(&key).await.expect("load");
+    assert!(first.messages.is_empty());
 
     let asked = [ChatMessage::user("q1"), ChatMessage::assistant("a1")];
     let state = InboundState::Received;
     let id = "m1".into();
-    one.append(
-        &key,
-        &Batch {
-            messages: &asked,
-            usage: None,
-            inbound: Some((&id, &state)),
-        },
-    )
-    .await
-    .expect("append");
+    let revision = one
+        .append(
+            &key,
+            first.revision,
+            &Batch {
+                messages: &asked,
+                usage: None,
+                inbound: Some((&id, &state)),
+            },
+        )
+        .await
+        .expect("append");
     let loaded = two.load(&key).await.expect("load");
     assert_eq!(loaded.messages, asked);
     assert_eq!(loaded.inbound, vec![(id.clone(), InboundState::Received)]);
+    assert_eq!(loaded.revision, revision, "both see the same record");
 
     // Compaction replaces what came before, in one step.
     let window = [ChatMessage::user("q2"), ChatMessage::assistant("a2")];
-    one.compact(
-        &key,
-        &Snapshot {
-            messages: &window,
-            usage: Default::default(),
-            inbound: &[(id.clone(), InboundState::Delivered)],
-        },
-    )
-    .await
-    .expect("compact");
+    let revision = one
+        .compact(
+            &key,
+            revision,
+            &Snapshot {
+                messages: &window,
+                usage: Default::default(),
+                inbound: &[(id.clone(), InboundState::Delivered)],
+            },
+        )
+        .await
+        .expect("compact");
     let loaded = two.load(&key).await.expect("load");
     assert_eq!(loaded.messages, window);
     assert_eq!(loaded.inbound, vec![(id, InboundState::Delivered)]);
@@ -92,15 +100,101 @@ async fn a_session_written_on_one_member_is_read_alike_on_another() {
     let long: Vec<ChatMessage> = (0..40)
         .map(|i| ChatMessage::user(format!("{i}:{}", "x".repeat(30_000))))
         .collect();
-    one.append(&key, &Batch::messages(&long))
+    one.append(&key, revision, &Batch::messages(&long))
         .await
         .expect("append long");
-    assert_eq!(two.load(&key).await.expect("load").messages.len(), 42);
+    let loaded = two.load(&key).await.expect("load");
+    assert_eq!(loaded.messages.len(), 42);
 
-    two.archive(&key).await.expect("archive");
+    two.archive(&key, loaded.revision).await.expect("archive");
     assert!(one.load(&key).await.expect("load").messages.is_empty());
     assert!(!one.has_history(&key).await);
     assert!(one.list().await.expect("list").is_empty());
+}
+
+/// The fence of the cluster's sessions: a member whose picture of a session is out of date
+/// (it lost the session's partition while paused, and another wrote the session since)
+/// can neither add to it nor compact away what it never saw — every such write is refused
+/// as stale and lands nothing — and it writes again once it has read the session afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_with_an_out_of_date_picture_is_refused_and_lands_nothing() {
+    let server = NatsServer::start();
+    let old = NatsStore::new(&join(&server, Role::Worker, "old").await, &"default".into());
+    let new = NatsStore::new(&join(&server, Role::Worker, "new").await, &"default".into());
+    let key = SessionKey::from("websocket_chat-1");
+    let m0 = [ChatMessage::user("m0"), ChatMessage::assistant("re: m0")];
+    let seen_by_old = old
+        .append(&key, Revision(0), &Batch::messages(&m0))
+        .await
+        .expect("the first owner writes");
+
+    // The partition moved: the new owner reads the session and answers m1 on it.
+    let read = new.load(&key).await.expect("load");
+    assert_eq!(read.revision, seen_by_old);
+    let m1 = [ChatMessage::user("m1"), ChatMessage::assistant("re: m1")];
+    let state = InboundState::Delivered;
+    let id = "m1".into();
+    let after_m1 = new
+        .append(
+            &key,
+            read.revision,
+            &Batch {
+                messages: &m1,
+                usage: None,
+                inbound: Some((&id, &state)),
+            },
+        )
+        .await
+        .expect("the new owner writes");
+
+    // The old owner wakes with its picture of before m1.
+    let stale = [
+        ChatMessage::user("m1"),
+        ChatMessage::assistant("a second answer"),
+    ];
+    assert!(matches!(
+        old.append(&key, seen_by_old, &Batch::messages(&stale))
+            .await,
+        Err(StoreError::Stale)
+    ));
+    let window = [m0[0].clone(), m0[1].clone()];
+    let compacted = old
+        .compact(
+            &key,
+            seen_by_old,
+            &Snapshot {
+                messages: &window,
+                usage: Default::default(),
+                inbound: &[],
+            },
+        )
+        .await;
+    assert!(
+        matches!(compacted, Err(StoreError::Stale)),
+        "a compaction never drops a record its writer has not read"
+    );
+    assert!(matches!(
+        old.archive(&key, seen_by_old).await,
+        Err(StoreError::Stale)
+    ));
+    assert_eq!(
+        old.health(),
+        StoreHealth::Ok,
+        "a refusal is not a failing store"
+    );
+
+    let now = new.load(&key).await.expect("load");
+    assert_eq!(now.revision, after_m1, "nothing landed");
+    assert_eq!(now.messages, [m0.to_vec(), m1.to_vec()].concat());
+    assert_eq!(now.inbound, vec![(id, InboundState::Delivered)]);
+
+    // Read afresh, its writes land again.
+    let again = old.load(&key).await.expect("load");
+    let m2 = [ChatMessage::user("m2")];
+    old.append(&key, again.revision, &Batch::messages(&m2))
+        .await
+        .expect("a writer that read the session afresh writes");
+    assert_eq!(new.load(&key).await.expect("load").messages.len(), 5);
 }
 
 /// A channel that records what it is sent.

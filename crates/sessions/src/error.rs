@@ -25,6 +25,11 @@ pub enum StoreError {
         /// Why the test write failed.
         source: std::io::Error,
     },
+    /// Another writer changed the session since this one last read it (a worker that lost
+    /// its partition to another, on a cluster): nothing was written. Read the session again
+    /// and decide anew.
+    #[error("the conversation was changed elsewhere since it was read")]
+    Stale,
     /// A message could not be encoded (never expected; kept so it is not a panic).
     #[error("could not encode a session record: {0}")]
     Encode(#[from] serde_json::Error),
@@ -41,7 +46,7 @@ impl StoreError {
         match self {
             Self::Io { path, .. } => Some(path),
             Self::Unwritable { dir, .. } => Some(dir),
-            Self::Encode(_) => None,
+            Self::Stale | Self::Encode(_) => None,
         }
     }
 }

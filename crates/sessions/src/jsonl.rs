@@ -23,7 +23,7 @@ use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::{file_stem, key_of};
 use crate::record::{self, batch_lines, snapshot_lines};
-use crate::store::{Batch, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
+use crate::store::{Batch, Loaded, Revision, SessionInfo, SessionStore, Snapshot, StoreHealth};
 
 /// At most this many session files are kept open between appends (one per active session);
 /// past it, appends open and close the file each time.
@@ -334,11 +334,17 @@ impl SessionStore for JsonlStore {
         .await
     }
 
-    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError> {
+    async fn append(
+        &self,
+        key: &SessionKey,
+        _: Revision,
+        batch: &Batch<'_>,
+    ) -> Result<Revision, StoreError> {
         let lines = batch_lines(batch)?;
         let key = key.clone();
         self.blocking(move |files| files.append_lines(&key, &lines))
-            .await
+            .await?;
+        Ok(Revision::default())
     }
 
     fn release(&self, key: &SessionKey) {
@@ -349,16 +355,23 @@ impl SessionStore for JsonlStore {
         self.blocking(Files::list).await
     }
 
-    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError> {
+    async fn compact(
+        &self,
+        key: &SessionKey,
+        _: Revision,
+        snapshot: &Snapshot<'_>,
+    ) -> Result<Revision, StoreError> {
         let lines = snapshot_lines(snapshot)?;
         let key = key.clone();
         self.blocking(move |files| files.compact(&key, &lines))
-            .await
+            .await?;
+        Ok(Revision::default())
     }
 
-    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError> {
+    async fn archive(&self, key: &SessionKey, _: Revision) -> Result<Revision, StoreError> {
         let key = key.clone();
-        self.blocking(move |files| files.archive(&key)).await
+        self.blocking(move |files| files.archive(&key)).await?;
+        Ok(Revision::default())
     }
 
     fn health(&self) -> StoreHealth {

@@ -3,7 +3,7 @@
 
 use switchboard_core::{MessageId, ToolCall, Usage};
 
-use crate::store::{Batch, InboundState, Snapshot};
+use crate::store::{Batch, InboundState, Revision, Snapshot};
 
 use super::*;
 use crate::file_name::MAX_STEM;
@@ -33,7 +33,7 @@ async fn appended_messages_load_back_in_order() {
         ChatMessage::assistant("a"),
     ];
     store
-        .append(&key, &Batch::messages(&messages[..1]))
+        .append(&key, Revision::default(), &Batch::messages(&messages[..1]))
         .await
         .expect("append");
     let batch = Batch {
@@ -41,7 +41,10 @@ async fn appended_messages_load_back_in_order() {
         usage: Some(Usage::new(5, 2)),
         inbound: None,
     };
-    store.append(&key, &batch).await.expect("append");
+    store
+        .append(&key, Revision::default(), &batch)
+        .await
+        .expect("append");
     let loaded = store.load(&key).await.expect("load");
     assert_eq!(loaded.messages, messages);
     assert_eq!(loaded.usage.input_tokens, 5);
@@ -73,7 +76,10 @@ async fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
             usage: None,
             inbound: Some((id, state)),
         };
-        store.append(&key, &batch).await.expect("append");
+        store
+            .append(&key, Revision::default(), &batch)
+            .await
+            .expect("append");
     }
     let loaded = store.load(&key).await.expect("load");
     let expected = vec![
@@ -88,7 +94,10 @@ async fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
         usage: loaded.usage,
         inbound: &loaded.inbound,
     };
-    store.compact(&key, &snapshot).await.expect("compact");
+    store
+        .compact(&key, Revision::default(), &snapshot)
+        .await
+        .expect("compact");
     let again = store.load(&key).await.expect("load");
     assert_eq!(again.inbound, expected);
     assert_eq!(again.messages, loaded.messages[2..]);
@@ -110,6 +119,7 @@ async fn a_torn_last_line_is_skipped_and_the_file_repaired() {
     store
         .append(
             &key,
+            Revision::default(),
             &Batch::messages(&[ChatMessage::user("q"), ChatMessage::assistant("a")]),
         )
         .await
@@ -127,7 +137,11 @@ async fn a_torn_last_line_is_skipped_and_the_file_repaired() {
 
     // The next append must not be glued onto the torn line.
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("next")]),
+        )
         .await
         .expect("append");
     let again = store.load(&key).await.expect("load");
@@ -140,7 +154,11 @@ async fn a_corrupt_middle_line_is_skipped() {
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("q")]),
+        )
         .await
         .expect("append");
     let path = store.path_of(&key);
@@ -148,7 +166,11 @@ async fn a_corrupt_middle_line_is_skipped() {
     file.write_all(b"not json\n").expect("write");
     drop(file);
     store
-        .append(&key, &Batch::messages(&[ChatMessage::assistant("a")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::assistant("a")]),
+        )
         .await
         .expect("append");
     let loaded = store.load(&key).await.expect("load");
@@ -166,6 +188,7 @@ async fn compaction_replaces_the_file_atomically() {
         store
             .append(
                 &key,
+                Revision::default(),
                 &Batch::messages(&[ChatMessage::user(format!("q{i}"))]),
             )
             .await
@@ -177,7 +200,10 @@ async fn compaction_replaces_the_file_atomically() {
         usage: Usage::new(1, 1),
         inbound: &[],
     };
-    store.compact(&key, &snapshot).await.expect("compact");
+    store
+        .compact(&key, Revision::default(), &snapshot)
+        .await
+        .expect("compact");
     let loaded = store.load(&key).await.expect("load");
     assert_eq!(loaded.messages, keep);
     assert_eq!(loaded.usage.input_tokens, 1);
@@ -191,7 +217,11 @@ async fn appends_after_compaction_and_archive_reach_the_new_file() {
     // The first append keeps the file open; compaction and archive replace the file,
     // so a later append must not go to the old, unlinked one.
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("1")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("1")]),
+        )
         .await
         .expect("append");
     let snapshot = Snapshot {
@@ -199,9 +229,16 @@ async fn appends_after_compaction_and_archive_reach_the_new_file() {
         usage: Usage::default(),
         inbound: &[],
     };
-    store.compact(&key, &snapshot).await.expect("compact");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("2")]))
+        .compact(&key, Revision::default(), &snapshot)
+        .await
+        .expect("compact");
+    store
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("2")]),
+        )
         .await
         .expect("append");
     let loaded = store.load(&key).await.expect("load");
@@ -210,9 +247,16 @@ async fn appends_after_compaction_and_archive_reach_the_new_file() {
         vec![ChatMessage::user("1"), ChatMessage::user("2")]
     );
 
-    store.archive(&key).await.expect("archive");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("3")]))
+        .archive(&key, Revision::default())
+        .await
+        .expect("archive");
+    store
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("3")]),
+        )
         .await
         .expect("append");
     assert_eq!(
@@ -226,10 +270,17 @@ async fn archive_starts_the_session_afresh() {
     let (dir, store) = store();
     let key = SessionKey::from("s");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("q")]),
+        )
         .await
         .expect("append");
-    store.archive(&key).await.expect("archive");
+    store
+        .archive(&key, Revision::default())
+        .await
+        .expect("archive");
     assert!(store.load(&key).await.expect("load").messages.is_empty());
     let archived = fs::read_dir(dir.path().join("sessions/archive"))
         .expect("dir")
@@ -242,7 +293,11 @@ async fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append()
     let (_dir, store) = store();
     let key = SessionKey::from("s");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("q")]),
+        )
         .await
         .expect("append");
     // A partial record that a failed append could not remove.
@@ -257,7 +312,11 @@ async fn a_damaged_file_is_cut_to_its_last_whole_record_before_the_next_append()
     lock(&store.files.damaged).insert(key.clone());
 
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("next")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("next")]),
+        )
         .await
         .expect("append");
     let loaded = store.load(&key).await.expect("load");
@@ -275,7 +334,11 @@ async fn a_write_that_fails_degrades_health_until_one_succeeds() {
     // /dev/full fails every write with ENOSPC, as a full disk does.
     std::os::unix::fs::symlink("/dev/full", store.path_of(&key)).expect("symlink");
     let err = store
-        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("q")]),
+        )
         .await
         .expect_err("the disk is full");
     assert!(err.to_string().contains("No space left"), "{err}");
@@ -294,7 +357,11 @@ async fn a_write_that_fails_degrades_health_until_one_succeeds() {
 
     fs::remove_file(store.path_of(&key)).expect("remove symlink");
     store
-        .append(&key, &Batch::messages(&[ChatMessage::user("q")]))
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("q")]),
+        )
         .await
         .expect("the disk has room again");
     assert_eq!(store.health(), StoreHealth::Ok);
@@ -343,10 +410,17 @@ async fn long_keys_get_fixed_length_names_that_do_not_collide() {
     assert_eq!(names[2], "websocket_c.jsonl");
     for key in [&euro, &euro_too] {
         store
-            .append(key, &Batch::messages(&[ChatMessage::user(key.as_str())]))
+            .append(
+                key,
+                Revision::default(),
+                &Batch::messages(&[ChatMessage::user(key.as_str())]),
+            )
             .await
             .expect("a long key works");
-        store.archive(key).await.expect("and archives");
+        store
+            .archive(key, Revision::default())
+            .await
+            .expect("and archives");
     }
 }
 
@@ -369,17 +443,22 @@ async fn sessions_are_listed_by_key_newest_first_without_archives() {
     let long = SessionKey::from(format!("websocket_{}", "x".repeat(300)));
     for key in [&SessionKey::from("websocket_a"), &odd, &long] {
         store
-            .append(key, &Batch::messages(&[ChatMessage::user("hi")]))
+            .append(
+                key,
+                Revision::default(),
+                &Batch::messages(&[ChatMessage::user("hi")]),
+            )
             .await
             .expect("append");
     }
     store
-        .archive(&SessionKey::from("websocket_a"))
+        .archive(&SessionKey::from("websocket_a"), Revision::default())
         .await
         .expect("archive");
     store
         .append(
             &SessionKey::from("websocket_a"),
+            Revision::default(),
             &Batch::messages(&[ChatMessage::user("again")]),
         )
         .await

@@ -31,5 +31,7 @@ pub use jsonl::JsonlStore;
 pub use record::{INBOUND_MEMORY, batch_lines, read_lines, snapshot_lines};
 pub use session::Session;
 pub use state::FileState;
-pub use store::{Batch, InboundState, Loaded, SessionInfo, SessionStore, Snapshot, StoreHealth};
+pub use store::{
+    Batch, InboundState, Loaded, Revision, SessionInfo, SessionStore, Snapshot, StoreHealth,
+};
 pub use trim::{MISSING_RESULT, repair, trim};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use switchboard_core::{ChatMessage, MessageId, SessionKey, Usage};
 
 use crate::record::note_inbound;
-use crate::store::{InboundState, Loaded, Snapshot};
+use crate::store::{InboundState, Loaded, Revision, Snapshot};
 use crate::trim::{repair, trim};
 
 /// The last `limit` messages of one chat, always valid to send to a provider.
@@ -21,6 +21,11 @@ pub struct Session {
     inbound: Vec<(MessageId, InboundState)>,
     /// Records in the session's file; compaction is due when it outgrows the window.
     records: usize,
+    /// Where the record stood after the last read or write: the next write is made after it.
+    revision: Revision,
+    /// A write was refused because another writer changed the record (see [`Revision`]):
+    /// this picture of the session is out of date, and only a fresh read may be used.
+    stale: bool,
 }
 
 impl Session {
@@ -33,6 +38,8 @@ impl Session {
             usage: Usage::default(),
             inbound: Vec::new(),
             records: 0,
+            revision: Revision::default(),
+            stale: false,
         }
     }
 
@@ -44,7 +51,37 @@ impl Session {
         session.usage = loaded.usage;
         session.inbound = loaded.inbound;
         session.records = loaded.records;
+        session.revision = loaded.revision;
         session
+    }
+
+    /// Where the record stood after the last read or write.
+    pub fn revision(&self) -> Revision {
+        self.revision
+    }
+
+    /// Notes the result of a write made after [`Session::revision`]: its new revision, or —
+    /// when the store refused it as stale — that this session must be read again.
+    pub fn note_write(
+        &mut self,
+        written: Result<Revision, crate::StoreError>,
+    ) -> Result<(), crate::StoreError> {
+        match written {
+            Ok(revision) => {
+                self.revision = revision;
+                Ok(())
+            }
+            Err(crate::StoreError::Stale) => {
+                self.stale = true;
+                Err(crate::StoreError::Stale)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Whether a write was refused as stale: what this session holds is out of date.
+    pub fn is_stale(&self) -> bool {
+        self.stale
     }
 
     /// How far the inbound message `id` got, if this chat has seen it recently.
@@ -164,6 +201,7 @@ mod tests {
             usage: Usage::new(3, 4),
             inbound: Vec::new(),
             records: 5,
+            revision: Revision(7),
         };
         let session = Session::from_loaded("s".into(), 2, loaded);
         assert_eq!(
@@ -174,6 +212,31 @@ mod tests {
             ]
         );
         assert_eq!(session.usage().output_tokens, 4);
+        assert_eq!(
+            session.revision(),
+            Revision(7),
+            "the next write is made after it"
+        );
+    }
+
+    #[test]
+    fn a_stale_write_marks_the_session_out_of_date_and_others_do_not() {
+        let mut session = Session::new("s".into(), 4);
+        assert!(session.note_write(Ok(Revision(3))).is_ok());
+        assert_eq!(session.revision(), Revision(3));
+        let failed = std::io::Error::other("disk full");
+        let io = crate::StoreError::Io {
+            path: "f".into(),
+            source: failed,
+        };
+        assert!(session.note_write(Err(io)).is_err());
+        assert!(!session.is_stale(), "a failed write is not a stale one");
+        assert!(matches!(
+            session.note_write(Err(crate::StoreError::Stale)),
+            Err(crate::StoreError::Stale)
+        ));
+        assert!(session.is_stale());
+        assert_eq!(session.revision(), Revision(3));
     }
 
     #[test]

@@ -57,6 +57,19 @@ pub struct Snapshot<'a> {
     pub inbound: &'a [(MessageId, InboundState)],
 }
 
+/// Where a session's record stood when its writer last read or wrote it: every write is
+/// made *after* a revision, and returns the next.
+///
+/// A store that several processes write (a cluster's) refuses a write whose revision is no
+/// longer the record's last — another writer moved it on meanwhile — with
+/// [`StoreError::Stale`]: the writer's picture of the session is out of date, and it must
+/// read it again and decide anew, never write again blindly. So a worker that lost its
+/// partition while paused cannot add a turn, or compact away records it never saw. A store
+/// one process writes (the files of one host) keeps no revisions: it returns and ignores
+/// [`Revision::default`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Revision(pub u64);
+
 /// What [`SessionStore::load`] read back.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Loaded {
@@ -68,6 +81,8 @@ pub struct Loaded {
     pub inbound: Vec<(MessageId, InboundState)>,
     /// How many records the file holds; the caller compacts when it grows.
     pub records: usize,
+    /// Where the record stood when it was read: the next write is made after it.
+    pub revision: Revision,
 }
 
 /// Whether the store is saving what it is given, for `/healthz`.
@@ -105,18 +120,32 @@ pub struct SessionInfo {
 /// Calls are async: a store on files does its reads, writes and fsyncs on the runtime's
 /// blocking threads, a store on the network awaits its server, and neither holds up the
 /// runtime's threads meanwhile. A session is written only by its own worker, one call at a
-/// time.
+/// time — and on a cluster, where a worker may not know yet that its session moved to
+/// another, every write is conditional on the [`Revision`] it was made after.
 #[async_trait::async_trait]
 pub trait SessionStore: Send + Sync + 'static {
     /// Reads a session back; a session never written loads empty.
     async fn load(&self, key: &SessionKey) -> Result<Loaded, StoreError>;
 
-    /// Appends a batch in one write; it is with the OS (or the server) before this returns.
-    /// When it fails, the session holds no part of it.
-    async fn append(&self, key: &SessionKey, batch: &Batch<'_>) -> Result<(), StoreError>;
+    /// Appends a batch in one write, after `revision`; it is with the OS (or the server)
+    /// before this returns, and the session's new revision is returned. When it fails, the
+    /// session holds no part of it; [`StoreError::Stale`] when the session moved past
+    /// `revision`.
+    async fn append(
+        &self,
+        key: &SessionKey,
+        revision: Revision,
+        batch: &Batch<'_>,
+    ) -> Result<Revision, StoreError>;
 
-    /// Replaces the session's records with a snapshot, atomically.
-    async fn compact(&self, key: &SessionKey, snapshot: &Snapshot<'_>) -> Result<(), StoreError>;
+    /// Replaces the session's records with a snapshot, atomically, after `revision`: it
+    /// never drops a record the writer has not seen ([`StoreError::Stale`] instead).
+    async fn compact(
+        &self,
+        key: &SessionKey,
+        revision: Revision,
+        snapshot: &Snapshot<'_>,
+    ) -> Result<Revision, StoreError>;
 
     /// The session left memory (its worker exited): drop what is kept open for it.
     fn release(&self, _key: &SessionKey) {}
@@ -132,8 +161,8 @@ pub trait SessionStore: Send + Sync + 'static {
             .is_ok_and(|messages| !messages.is_empty())
     }
 
-    /// Moves the session aside (for `/new`); the next load starts empty.
-    async fn archive(&self, key: &SessionKey) -> Result<(), StoreError>;
+    /// Moves the session aside (for `/new`), after `revision`; the next load starts empty.
+    async fn archive(&self, key: &SessionKey, revision: Revision) -> Result<Revision, StoreError>;
 
     /// The sessions on record, most recently written first (for the operator's panel). A
     /// store that cannot list says none.

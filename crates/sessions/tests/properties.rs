@@ -10,7 +10,7 @@ use std::io::Write;
 
 use proptest::prelude::*;
 use switchboard_core::{ChatMessage, ImagePart, SessionKey, ToolCall, Usage};
-use switchboard_sessions::{Batch, JsonlStore, SessionStore, repair, trim};
+use switchboard_sessions::{Batch, JsonlStore, Revision, SessionStore, repair, trim};
 use switchboard_testkit::strict::{WireMessage, check_conversation};
 
 /// Ids from a small pool, so repeats, clashes and orphans are common; "" is a missing id.
@@ -101,7 +101,7 @@ proptest! {
         let repaired = repair(loaded.messages);
         prop_assert!(strict(&repaired).is_ok());
         // And the file takes the next record whole.
-        block(store.append(&key, &Batch::messages(&[ChatMessage::user("next")]))).expect("append");
+        block(store.append(&key, Revision::default(), &Batch::messages(&[ChatMessage::user("next")]))).expect("append");
         let again = block(store.load(&key)).expect("load");
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("next")));
     }
@@ -115,10 +115,10 @@ proptest! {
         let store = JsonlStore::open(dir.path()).expect("open");
         let key = SessionKey::from("s");
         for message in &history {
-            block(store.append(&key, &Batch::messages(std::slice::from_ref(message)))).expect("append");
+            block(store.append(&key, Revision::default(), &Batch::messages(std::slice::from_ref(message)))).expect("append");
         }
         let usage = Batch { usage: Some(Usage::new(1, 1)), ..Batch::default() };
-        block(store.append(&key, &usage)).expect("usage");
+        block(store.append(&key, Revision::default(), &usage)).expect("usage");
         let path = store.path_of(&key);
         let bytes = std::fs::read(&path).expect("read");
         let at = cut.index(bytes.len() + 1);
@@ -140,7 +140,7 @@ proptest! {
         let kept = whole_lines + usize::from(record_without_newline);
         prop_assert_eq!(loaded.messages.len(), kept.min(history.len()));
 
-        block(store.append(&key, &Batch::messages(&[ChatMessage::user("after")]))).expect("append");
+        block(store.append(&key, Revision::default(), &Batch::messages(&[ChatMessage::user("after")]))).expect("append");
         let again = block(store.load(&key)).expect("load");
         prop_assert_eq!(again.messages.len(), loaded.messages.len() + 1);
         prop_assert_eq!(again.messages.last(), Some(&ChatMessage::user("after")));

@@ -1,0 +1,236 @@
+//! The cluster's fencing, end to end: a worker that gets a partition back, and a worker
+//! paused past its lease, against a real `nats-server` with the binary as gateway and
+//! workers. What the model is sent shows whether a worker answered from a stale session, or
+//! a stale worker wrote into one: every request must carry the chat's whole history — each
+//! message and each answer once, in order, nothing missing.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use switchboard_core::{ChatMessage, SessionKey};
+use switchboard_nats::{Cluster, ClusterConfig, NatsStore, Role};
+use switchboard_sessions::SessionStore;
+use switchboard_testkit::{NatsServer, Reply, ScriptedLlm, last_user_text};
+
+use crate::cluster::{CLUSTER_PATIENCE, member_config, partitions_held, replies};
+use crate::util::{self, WsClient};
+
+/// The conversation of a request the model was sent: each message as `role: text`.
+fn conversation(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|message| message["role"] != "system")
+        .map(|message| {
+            let text = message["content"].as_str().unwrap_or_default();
+            format!("{}: {text}", message["role"].as_str().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Asserts that every request the model was sent holds its chat's history whole: `<chat>
+/// m000`, its answer, `<chat> m001`, … up to the message it answers — nothing missing,
+/// nothing twice.
+fn assert_histories_whole(llm: &ScriptedLlm) {
+    let mut stale = Vec::new();
+    for request in llm.requests() {
+        let said = conversation(&request);
+        let last = last_user_text(&request);
+        let Some((chat, round)) = last.rsplit_once(" m") else {
+            continue;
+        };
+        let round: usize = round.parse().expect("a round number");
+        let mut whole = Vec::new();
+        for n in 0..=round {
+            whole.push(format!("user: {chat} m{n:03}"));
+            if n < round {
+                whole.push(format!("assistant: re: {chat} m{n:03}"));
+            }
+        }
+        if said != whole {
+            stale.push(said);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "{} requests were sent a history that is not the chat's whole: {stale:?}",
+        stale.len()
+    );
+}
+
+/// Asserts that the session of each of `chats` chats, as stored on the cluster, holds
+/// `rounds` messages and their answers — nothing missing, nothing twice, in order.
+async fn assert_transcripts_whole(nats: &NatsServer, chats: usize, rounds: usize) {
+    let cluster = Cluster::connect(ClusterConfig {
+        nats_url: nats.url(),
+        credentials: None,
+        token: None,
+        name: "sb".into(),
+        partitions: 8,
+        role: Role::Gateway,
+        lease: Duration::from_secs(10),
+        member: "checker".into(),
+    })
+    .await
+    .expect("connects");
+    let store = NatsStore::new(&cluster, &"default".into());
+    for chat in 0..chats {
+        let chat = format!("chat-{chat}");
+        let key = SessionKey::from(format!("websocket_{chat}").as_str());
+        let stored: Vec<String> = store
+            .transcript(&key)
+            .await
+            .expect("read")
+            .iter()
+            .map(|message| match message {
+                ChatMessage::User { content, .. } => format!("user: {content}"),
+                ChatMessage::Assistant { content, .. } => format!("assistant: {content}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        let whole: Vec<String> = (0..rounds)
+            .flat_map(|n| {
+                [
+                    format!("user: {chat} m{n:03}"),
+                    format!("assistant: re: {chat} m{n:03}"),
+                ]
+            })
+            .collect();
+        assert_eq!(stored, whole, "{chat}: the stored transcript is whole");
+    }
+}
+
+/// Sends round `round` to each of `chats` chats, the text naming both.
+async fn send_named_round(client: &mut WsClient, chats: usize, round: usize) {
+    for chat in 0..chats {
+        let id = format!("chat-{chat}");
+        client.send(&id, &format!("{id} m{round:03}")).await;
+    }
+}
+
+/// Replies that name the message they answer: `re: <chat> mNNN`.
+fn echoing_names(llm: &ScriptedLlm, delay: Duration) {
+    llm.respond_with(move |request| {
+        Reply::text(format!("re: {}", last_user_text(request))).delayed(delay)
+    });
+}
+
+/// Asserts that no further answer comes.
+async fn assert_nothing_more(client: &mut WsClient) {
+    let extra = client.try_next_frame(Duration::from_millis(500)).await;
+    assert!(
+        extra
+            .as_ref()
+            .is_none_or(|frame| frame["type"] != "message"),
+        "nothing is answered twice: {extra:?}"
+    );
+}
+
+/// Every chat answered `re: <chat> m000` … once each, in order.
+fn assert_named_answers(by_chat: &BTreeMap<String, Vec<String>>, chats: usize, rounds: usize) {
+    assert_eq!(by_chat.len(), chats, "{by_chat:?}");
+    for (chat, said) in by_chat {
+        let expected: Vec<String> = (0..rounds).map(|n| format!("re: {chat} m{n:03}")).collect();
+        assert_eq!(
+            said, &expected,
+            "{chat}: each message answered once, in order"
+        );
+    }
+}
+
+/// The rolling restart that used to send the model a history with holes: the second worker
+/// answers the first round alone, the first joins and answers three rounds of its half, and
+/// is killed; the second takes its partitions back, and must read their sessions again
+/// rather than answer from what it held in memory before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_taken_back_is_answered_from_the_whole_history() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing_names(&llm, Duration::ZERO);
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = |role: &str, member: &str| member_config(root.path(), &llm, &nats, role, member);
+    let (_gateway, addr) = util::spawn_daemon(&config("gateway", "gw")).await;
+    let (_w2, _) = util::spawn_daemon(&config("worker", "w2")).await;
+    partitions_held(&nats, &[("w2", 8)]).await;
+
+    const CHATS: usize = 16;
+    let mut client = WsClient::connect(addr).await;
+    send_named_round(&mut client, CHATS, 0).await;
+    let mut by_chat = replies(&mut client, CHATS).await;
+
+    let (mut w1, _) = util::spawn_daemon(&config("worker", "w1")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    for round in 1..=3 {
+        send_named_round(&mut client, CHATS, round).await;
+    }
+    for (chat, said) in replies(&mut client, 3 * CHATS).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+
+    w1.start_kill().expect("kill -9");
+    w1.wait().await.expect("ended");
+    partitions_held(&nats, &[("w2", 8)]).await;
+    send_named_round(&mut client, CHATS, 4).await;
+    for (chat, said) in replies(&mut client, CHATS).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+    assert_named_answers(&by_chat, CHATS, 5);
+    assert_nothing_more(&mut client).await;
+    assert_histories_whole(&llm);
+    assert_transcripts_whole(&nats, CHATS, 5).await;
+    assert_eq!(
+        llm.requests().len(),
+        5 * CHATS,
+        "one model call per message"
+    );
+}
+
+/// Stops (SIGSTOP) or continues (SIGCONT) a member's process.
+fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("running").to_string();
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// A worker paused past its lease while its turns are under way: the other takes its
+/// partitions and answers those messages; when the paused one wakes, it neither sends its
+/// own answers nor writes them into the sessions — every message answered once at the
+/// client, and the next round is answered from whole histories.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_paused_past_its_lease_wakes_without_answering_or_writing_anything() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing_names(&llm, Duration::from_millis(800));
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = |role: &str, member: &str| member_config(root.path(), &llm, &nats, role, member);
+    let (_gateway, addr) = util::spawn_daemon(&config("gateway", "gw")).await;
+    let (paused, _) = util::spawn_daemon(&config("worker", "w1")).await;
+    let (_w2, _) = util::spawn_daemon(&config("worker", "w2")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+
+    const CHATS: usize = 16;
+    let mut client = WsClient::connect(addr).await;
+    send_named_round(&mut client, CHATS, 0).await;
+    // Both workers' turns are under way (each waits on the model) when one is paused.
+    llm.wait_for_requests(CHATS, CLUSTER_PATIENCE).await;
+    signal(&paused, "-STOP");
+    partitions_held(&nats, &[("w2", 8)]).await;
+    let mut by_chat = replies(&mut client, CHATS).await;
+    // Awake again, with its answers to messages the other worker answered in hand; it
+    // learns it lost its partitions, and takes half of them again.
+    signal(&paused, "-CONT");
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    send_named_round(&mut client, CHATS, 1).await;
+    for (chat, said) in replies(&mut client, CHATS).await {
+        by_chat.entry(chat).or_default().extend(said);
+    }
+    assert_named_answers(&by_chat, CHATS, 2);
+    assert_nothing_more(&mut client).await;
+    assert_histories_whole(&llm);
+    assert_transcripts_whole(&nats, CHATS, 2).await;
+}
