@@ -72,12 +72,15 @@ pub trait Bus: Send + Sync + 'static {
     }
 
     /// Waits until this process is the one to do `duty` — work only one process may do at
-    /// a time, such as firing the scheduler's jobs — and returns what is cancelled when it
-    /// no longer is. On a cluster one member at a time holds each duty's lease (a standby
-    /// takes over within the lease when it dies); in one process: at once, never
-    /// cancelled.
-    async fn lead(&self, _duty: &str) -> tokio_util::sync::CancellationToken {
-        tokio_util::sync::CancellationToken::new()
+    /// a time, such as firing the scheduler's jobs — and returns its [`Tenure`] of it: its
+    /// epoch names this holding, and it says when the holding may have lapsed or is lost.
+    /// On a cluster one member at a time holds each duty's lease (a standby takes over
+    /// within the lease when it dies); in one process: at once, for good, with an epoch of
+    /// this start's own.
+    ///
+    /// [`Tenure`]: crate::Tenure
+    async fn lead(&self, _duty: &str) -> crate::Tenure {
+        crate::Tenure::for_good()
     }
 
     /// Whether an inbound message's `Handled` fate means its turn has ended (in one

@@ -76,6 +76,29 @@ impl Tenure {
         self.inner.lost.cancelled().await;
     }
 
+    /// A token cancelled once the holding is lost, for what stops on a token.
+    pub fn token(&self) -> CancellationToken {
+        self.inner.lost.child_token()
+    }
+
+    /// A holding that is never lost, of an epoch of this process's own: what a process
+    /// alone holds (nobody else could take it).
+    pub fn for_good() -> Self {
+        /// One epoch per process start (its milliseconds), so what one start claimed is
+        /// told apart from the next's.
+        static EPOCH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let epoch = *EPOCH.get_or_init(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |since| {
+                    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+                })
+        });
+        // Thirty years: as good as never, and well inside what an `Instant` can hold.
+        let never = Instant::now() + std::time::Duration::from_secs(30 * 365 * 24 * 3600);
+        Self::new(epoch, never)
+    }
+
     /// Whether the holding is this process's: at once while it is sure; otherwise once the
     /// holder's next renewal says (true) or the holding is lost (false).
     pub async fn confirmed(&self) -> bool {

@@ -21,7 +21,7 @@ use dashmap::DashMap;
 use futures::StreamExt;
 use switchboard_core::{
     Bus, Channel, ChannelLanes, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage,
-    LaneOptions, Lanes, MessageId, OutboundKind, OutboundMessage, wire,
+    LaneOptions, Lanes, MessageId, OutboundKind, OutboundMessage, Tenure, wire,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -73,11 +73,11 @@ pub(crate) struct Inner {
     lanes: ChannelLanes,
     /// The partitions this worker reads now.
     pub(crate) held: Mutex<Vec<u32>>,
-    /// Whether this gateway holds each platform channel's connection (and what is cancelled
-    /// when it no longer does).
-    connections: DashMap<ChannelName, tokio::sync::watch::Receiver<Option<CancellationToken>>>,
+    /// Whether this gateway holds each platform channel's connection (its tenure while it
+    /// does).
+    connections: DashMap<ChannelName, tokio::sync::watch::Receiver<Option<Tenure>>>,
     /// Whether this member does each duty asked for (see [`Bus::lead`]).
-    duties: DashMap<String, tokio::sync::watch::Receiver<Option<CancellationToken>>>,
+    duties: DashMap<String, tokio::sync::watch::Receiver<Option<Tenure>>>,
 }
 
 impl NatsBus {
@@ -334,10 +334,10 @@ impl Bus for NatsBus {
         else {
             return CancellationToken::new();
         };
-        crate::lease::held(holding).await
+        crate::lease::held(holding).await.token()
     }
 
-    async fn lead(&self, duty: &str) -> CancellationToken {
+    async fn lead(&self, duty: &str) -> Tenure {
         let holding = self
             .inner
             .duties

@@ -263,7 +263,7 @@ pub(crate) async fn hold_connection(
     inner: Arc<Inner>,
     channel: ChannelName,
     lanes: Lanes,
-    held: tokio::sync::watch::Sender<Option<CancellationToken>>,
+    held: tokio::sync::watch::Sender<Option<switchboard_core::Tenure>>,
 ) {
     let key = crate::names::connection_key(channel.as_str());
     let what = format!("the connection of {channel}");
@@ -274,7 +274,7 @@ pub(crate) async fn hold_connection(
             channel.clone(),
             ChannelScope::Platform,
             lanes.clone(),
-            holding,
+            holding.token(),
         );
     })
     .await;

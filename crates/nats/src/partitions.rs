@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::{Inner, NatsBus, pull_config};
+use crate::lease::sure_until;
 use crate::names::partition_key;
 
 /// A partition this worker holds.
@@ -50,13 +51,6 @@ impl Drop for Held {
         self.reading.cancel();
         self.tenure.lose();
     }
-}
-
-/// Until when a lease renewed (or taken) by a request sent at `sent` is sure: the server
-/// cannot let it lapse before `sent` plus the lease. A tenth is kept back for clocks that do
-/// not run at quite the same rate.
-fn sure_until(inner: &Inner, sent: Instant) -> Instant {
-    sent + inner.cluster.config.lease.mul_f64(0.9)
 }
 
 /// What a member says of itself in the members bucket.
