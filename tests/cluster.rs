@@ -454,7 +454,7 @@ async fn status_and_doctor_show_the_cluster() {
 
 /// Reads frames until `count` messages in `chat` whose text holds `holding` came; returns
 /// their texts.
-async fn messages_holding(
+pub(crate) async fn messages_holding(
     client: &mut WsClient,
     chat: &str,
     holding: &str,

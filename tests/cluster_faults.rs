@@ -13,7 +13,10 @@ use switchboard_nats::{Cluster, ClusterConfig, NatsStore, Role};
 use switchboard_sessions::SessionStore;
 use switchboard_testkit::{NatsServer, Reply, ScriptedLlm, last_user_text};
 
-use crate::cluster::{CLUSTER_PATIENCE, member_config, partitions_held, replies};
+use crate::cluster::{
+    CLUSTER_PATIENCE, holders, member_config, messages_holding, partitions_held, replies,
+    wait_until,
+};
 use crate::util::{self, WsClient};
 
 /// The conversation of a request the model was sent: each message as `role: text`.
@@ -233,4 +236,134 @@ async fn a_worker_paused_past_its_lease_wakes_without_answering_or_writing_anyth
     assert_nothing_more(&mut client).await;
     assert_histories_whole(&llm);
     assert_transcripts_whole(&nats, CHATS, 2).await;
+}
+
+/// The runs `switchboard cron runs JOB` lists: each due time (to the second) and the word
+/// its outcome starts with, oldest first.
+async fn runs_of(config: &std::path::Path, job: &str) -> Vec<(String, String)> {
+    let (ok, listed) = crate::scheduler::cron(config, &["runs", job, "--limit", "20"]).await;
+    assert!(ok, "{listed}");
+    let mut runs: Vec<(String, String)> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            Some((
+                words.first()?.to_string(),
+                words.get(3)?.trim_end_matches(':').to_owned(),
+            ))
+        })
+        .collect();
+    runs.reverse();
+    runs
+}
+
+/// A job every 2 s, while the worker that fires the jobs is paused past its lease: the other
+/// takes the duty, and the paused one, awake, fires nothing more. Every due time from the
+/// first to the last is accounted for — answered once at the chat, or recorded skipped with
+/// why (folded while nobody fired, or the run before still going) — none twice, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_due_time_runs_once_or_is_recorded_skipped_when_the_jobs_leader_is_paused() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing_names(&llm, Duration::ZERO);
+    let root = tempfile::tempdir().expect("tempdir");
+    let scheduler = "[scheduler]\nmin_interval_secs = 1\n";
+    let config = |role: &str, member: &str| {
+        crate::cluster::member_config_with(root.path(), &llm, &nats, role, member, "", scheduler)
+    };
+    let gateway_config = config("gateway", "gw");
+    let (_gateway, addr) = util::spawn_daemon(&gateway_config).await;
+    let (w1, _) = util::spawn_daemon(&config("worker", "w1")).await;
+    let (w2, _) = util::spawn_daemon(&config("worker", "w2")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+    let mut client = WsClient::connect(addr).await;
+    client.send("chat-a", "hi").await;
+    messages_holding(&mut client, "chat-a", "re: hi", 1).await;
+    let args = [
+        "add",
+        "--chat",
+        "websocket:chat-a",
+        "--every",
+        "2s",
+        "--name",
+        "tick",
+        "--message",
+        "tick",
+    ];
+    let (ok, added) = crate::scheduler::cron(&gateway_config, &args).await;
+    assert!(ok && added.starts_with("Added job j1"), "{added}");
+    let mut ticks = messages_holding(&mut client, "chat-a", "tick", 2).await;
+
+    let leader = holders(&nats)
+        .await
+        .get("duty.scheduler")
+        .cloned()
+        .expect("a leader");
+    let (paused, other) = match leader.as_str() {
+        "w1" => (&w1, "w2"),
+        _ => (&w2, "w1"),
+    };
+    signal(paused, "-STOP");
+    wait_until("the other worker fires the jobs", || async {
+        holders(&nats)
+            .await
+            .get("duty.scheduler")
+            .map(String::as_str)
+            == Some(other)
+    })
+    .await;
+    ticks.extend(messages_holding(&mut client, "chat-a", "tick", 2).await);
+    signal(paused, "-CONT");
+    ticks.extend(messages_holding(&mut client, "chat-a", "tick", 2).await);
+
+    let (ok, removed) = crate::scheduler::cron(&gateway_config, &["rm", "j1"]).await;
+    assert!(ok, "{removed}");
+    let deadline = tokio::time::Instant::now() + CLUSTER_PATIENCE;
+    let runs = loop {
+        let runs = runs_of(&gateway_config, "j1").await;
+        if runs.iter().all(|(_, outcome)| outcome != "pending") {
+            break runs;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a run stays pending: {runs:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    // Replies of runs still on their way when the job was removed.
+    while let Some(frame) = client.try_next_frame(Duration::from_secs(1)).await {
+        if frame["type"] == "message"
+            && frame["content"]
+                .as_str()
+                .is_some_and(|t| t.contains("tick"))
+        {
+            ticks.push(frame["content"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    let dues: Vec<jiff::Timestamp> = runs
+        .iter()
+        .map(|(due, _)| due.parse().expect("a due time"))
+        .collect();
+    for pair in dues.windows(2) {
+        assert_eq!(
+            pair[1].duration_since(pair[0]),
+            jiff::SignedDuration::from_secs(2),
+            "every due time accounted for, each once: {runs:?}"
+        );
+    }
+    assert!(
+        runs.iter()
+            .all(|(_, outcome)| outcome == "answered" || outcome == "skipped"),
+        "{runs:?}"
+    );
+    let answered = runs
+        .iter()
+        .filter(|(_, outcome)| outcome == "answered")
+        .count();
+    assert_eq!(
+        ticks.len(),
+        answered,
+        "each run answered once in the chat: {ticks:?}\n{runs:?}"
+    );
 }

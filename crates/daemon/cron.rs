@@ -181,6 +181,7 @@ mod tests {
                 why: "the model was unreachable".into(),
             },
             attempt: 1,
+            epoch: Some(7),
         };
         assert_eq!(
             run_line(&run),

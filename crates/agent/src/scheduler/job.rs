@@ -230,6 +230,10 @@ pub struct Run {
     /// Which try this is: 1, then 2 and 3 for a failed run tried again.
     #[serde(default = "first", skip_serializing_if = "is_first")]
     pub attempt: u32,
+    /// The epoch of the scheduler that claimed it (its hold on the firing duty): a run still
+    /// pending under an epoch that is over lost its scheduler, and the next takes it over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 fn first() -> u32 {
@@ -345,6 +349,7 @@ mod tests {
                     why: "LLM down".into(),
                 },
                 attempt: 1,
+                epoch: Some(3),
             }),
             declared: Some("{}".into()),
             kind: JobKind::Task,

@@ -3,6 +3,8 @@
 //!
 //! # Layout
 //! - `job`: [`Job`], [`Run`] and [`Outcome`]: the records the store keeps.
+//! - `runs`: a job's runs as every store keeps them: a due time claimed once, a run settled
+//!   once.
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
 //! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
 //! - `state_store`: [`StateJobStore`], jobs as documents of a state store (a cluster's).
@@ -11,18 +13,25 @@
 //!   own to their jobs' chats.
 //! - `clock`: [`Clock`], what "now" is (the system's, or tokio's paused one in tests).
 //! - `message`: what a run tells the agent (a task's message, the heartbeat's instructions).
-//! - `runner`: [`Scheduler`], the loop that hands due runs to the agent.
+//! - `runner`: [`Scheduler`], the loop that leads the firing duty and hands due runs to the
+//!   agent.
+//! - `firing`: what happens at a due time — its verdict, its claim, the due times it folds,
+//!   a retry — and the claims a lost scheduler left, taken over.
 //! - `outcome`: what becomes of a run handed over: recorded, tried again, told.
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
 
 mod clock;
 mod due;
+mod firing;
 mod isolated;
 mod job;
 mod jobs;
 mod message;
+#[cfg(test)]
+mod once_tests;
 mod outcome;
 mod runner;
+mod runs;
 mod state_store;
 mod store;
 #[cfg(test)]
@@ -35,6 +44,7 @@ pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
 pub use runner::{Scheduler, SchedulerConfig};
+pub use runs::RUNS_KEPT;
 pub use state_store::StateJobStore;
-pub use store::{FileJobStore, JobChange, JobStore, JobStoreError, RUNS_KEPT};
+pub use store::{FileJobStore, JobChange, JobStore, JobStoreError};
 pub use tool::CronTool;

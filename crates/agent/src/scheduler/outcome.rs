@@ -1,142 +1,147 @@
-//! What becomes of a run once it is handed to the agent: its turn's end (noted by the
-//! [`Outcomes`] hook) and its message's ack are recorded on its runs and its job; a failed
-//! task is tried again with backoff while that is within its window; a one-shot that ran is
-//! removed; a failure nobody saw (a job in a session of its own) is told to its chat.
+//! What becomes of a run once it is handed to the agent: the [`Settler`] settles it — from
+//! the [`Outcomes`] hook where its turn ended (on a cluster, any worker), or from its
+//! message's ack (dropped; or, in one process, handled without a turn) — and what follows a
+//! settled run: a failed task is tried again with backoff while that is within its window, a
+//! one-shot that ran is removed, a failure nobody saw (a job in a session of its own) is told
+//! to its chat.
+//!
+//! A run is settled once, wherever that happens first (`runs::settle`: only while it is
+//! pending), so the hook and the ack, or two workers, never record two ends of one run. The
+//! settler keeps nothing in memory: whatever it needs is in the job store, which every
+//! member shares.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    ChannelName, ChatId, Fate, MessageId, OutboundKind, OutboundMessage, TurnEnd, is_quiet,
+    Bus, ChannelName, ChatId, Fate, MessageId, OutboundKind, OutboundMessage, TurnEnd, is_quiet,
 };
 
 use super::isolated;
 use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
-use super::runner::{InFlight, Inner, Scheduler};
-use super::store::RUNS_KEPT;
+use super::jobs::Jobs;
+use super::store::JobStore;
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
 
 /// How often a failed run is tried in all.
 pub const MAX_ATTEMPTS: u32 = 3;
+
+/// How long a settle is tried while the store does not answer (NATS restarting): a run left
+/// pending holds its job's later due times back until its catch-up has passed.
+const SETTLE_TRIES: [Duration; 5] = [
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+];
 
 /// How long after failed try `attempt` the next one starts: 30 s, then 2 min.
 fn backoff(attempt: u32) -> SignedDuration {
     SignedDuration::from_secs(30 * 4_i64.pow(attempt.saturating_sub(1).min(4)))
 }
 
-impl Scheduler {
-    /// Records what became of the run whose message is `id`, as its ack says. How a turn
-    /// ended is recorded by the [`Outcomes`] hook where the turn ran; here only what the
-    /// ack alone knows: a run dropped, and — where `Handled` means the turn is over (one
-    /// process) — a run handled without a turn (its answer was already in the journal).
-    pub(super) async fn settle(&self, id: &str, fate: Fate) {
-        let Some(flight) = self
-            .inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id)
-        else {
-            return;
-        };
-        let recorded = self
-            .inner
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
+/// Settles runs and does what follows. Cloning shares it.
+#[derive(Clone)]
+pub(super) struct Settler {
+    pub(super) jobs: Jobs,
+    pub(super) hub: Arc<dyn Bus>,
+}
+
+/// Which run of which job a message was.
+struct RunId<'a> {
+    job: &'a str,
+    due: Timestamp,
+    attempt: u32,
+}
+
+impl Settler {
+    fn store(&self) -> &Arc<dyn JobStore> {
+        self.jobs.store()
+    }
+
+    /// Settles what a run's message came to, as its ack says: only what the ack alone
+    /// knows — a run dropped, and (where `Handled` means the turn is over: one process) one
+    /// handled without a turn, its answer already in the journal. How a turn ended is the
+    /// hook's to settle, before the ack comes.
+    pub(super) async fn on_ack(&self, id: &str, fate: Fate) {
         let outcome = match fate {
-            // Stopping: it stays pending, and the next start takes it up.
+            // The daemon stops: it stays pending, and the next scheduler takes it over.
             Fate::Unprocessed => return,
             Fate::Dropped => Outcome::Skipped {
                 why: "it was dropped (a /stop, or its chat had too many messages waiting)".into(),
             },
-            Fate::Handled if recorded || !self.inner.hub.fates_are_turns() => return,
-            Fate::Handled => Outcome::Answered,
+            Fate::Handled if self.hub.fates_are_turns() => Outcome::Answered,
+            Fate::Handled => return,
         };
-        self.record_end(flight, outcome).await;
+        self.settle_message(id, outcome).await;
     }
 
-    /// The run whose message is `id`, as its job's runs say — its last, or (a run that
-    /// outlasted its job's interval, on a cluster) one before (`None`: not a run of a job
-    /// that is still there).
-    async fn flight_of(&self, id: &str) -> Option<InFlight> {
-        let rest = id.strip_prefix("sched:")?;
-        // `sched:<job>:<due ms>` or `sched:<job>:<due ms>:<attempt>`; a job's id may hold
-        // a `:`, so each reading is checked against the job's last run.
-        let mut readings = Vec::new();
-        if let Some((head, attempt)) = rest.rsplit_once(':')
-            && attempt.parse::<u32>().is_ok()
-            && let Some(reading) = head.rsplit_once(':')
-        {
-            readings.push(reading);
-        }
-        readings.extend(rest.rsplit_once(':'));
-        for (job, due) in readings {
-            let Ok(due) = due.parse::<i64>() else {
-                continue;
-            };
-            let Ok(Some(stored)) = self.store().job(job).await else {
-                continue;
-            };
-            let ours = |run: &Run| {
-                run.due.as_millisecond() == due && Run::message_id(job, run.due, run.attempt) == id
-            };
-            let found = match stored.last.filter(ours) {
-                Some(last) => Some(last),
-                None => self
-                    .store()
-                    .runs(job, RUNS_KEPT)
-                    .await
-                    .ok()
-                    .and_then(|runs| runs.into_iter().find(ours)),
-            };
-            if let Some(run) = found {
-                return Some(InFlight {
-                    job: job.to_owned(),
-                    due: run.due,
-                    attempt: run.attempt,
-                });
+    /// Settles the run whose message is `id` with `outcome`.
+    pub(super) async fn settle_message(&self, id: &str, outcome: Outcome) {
+        for run in readings(id) {
+            if self
+                .settle(run.job, run.due, run.attempt, outcome.clone())
+                .await
+            {
+                return;
             }
         }
-        None
+        tracing::debug!(id, "a scheduled run ended that its job no longer waits for");
     }
 
-    /// Records how a run ended, on its runs and its job; a failed task is tried again
-    /// (see [`backoff`]) while that is within its window — before its next due time and
-    /// within its catch-up of its due time — else the chat of a job in its own session is
-    /// told (one in the chat's session showed each failure there).
-    pub(super) async fn record_end(&self, flight: InFlight, outcome: Outcome) {
-        let InFlight {
-            job: job_id,
-            due,
-            attempt,
-        } = flight;
-        let now = self.inner.jobs.now();
-        let started = self.store().runs(&job_id, 1).await.ok().and_then(|runs| {
-            runs.into_iter()
-                .find(|run| run.due == due)
-                .and_then(|run| run.started)
-        });
-        let run = Run {
-            job: job_id.clone(),
-            due,
-            started,
-            finished: Some(now),
-            outcome,
-            attempt,
+    /// Settles try `attempt` of `job`'s run due at `due` with `outcome`, if it is still
+    /// pending, and does what follows (see the module doc). Whether it was settled here.
+    pub(super) async fn settle(
+        &self,
+        job: &str,
+        due: Timestamp,
+        attempt: u32,
+        outcome: Outcome,
+    ) -> bool {
+        let now = self.jobs.now();
+        let mut tries = SETTLE_TRIES.iter();
+        let settled = loop {
+            match self.store().settle(job, due, attempt, &outcome, now).await {
+                Ok(settled) => break settled,
+                Err(err) => match tries.next() {
+                    Some(wait) => {
+                        tracing::warn!(job, error = %err, "a scheduled run's end could not be recorded; trying again");
+                        tokio::time::sleep(*wait).await;
+                    }
+                    None => {
+                        tracing::error!(job, error = %err, "a scheduled run's end could not be recorded; it stays pending until its catch-up has passed");
+                        return false;
+                    }
+                },
+            }
         };
-        tracing::info!(job = %job_id, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
-        if let Err(err) = self.store().record(&run).await {
-            tracing::error!(job = %job_id, error = %err, "a scheduled run's outcome could not be recorded");
-        }
+        let Some(run) = settled else {
+            return false;
+        };
+        tracing::info!(job, %due, outcome = run.outcome.as_str(), "a scheduled run ended");
+        self.followed(run).await;
+        true
+    }
+
+    /// What follows a settled run: noted on its job (its last run; a retry when a task failed
+    /// within its window), counted, a job that is done removed, a failure told.
+    async fn followed(&self, run: Run) {
+        let Run {
+            job: ref job_id,
+            due,
+            attempt,
+            ..
+        } = run;
+        let now = self.jobs.now();
         let last = run.clone();
         let failed = matches!(run.outcome, Outcome::Failed { .. });
         let noted = self
             .store()
             .update(
-                &job_id,
+                job_id,
                 Box::new(move |job| {
                     let ours = job.last.as_ref().is_some_and(|last| last.due == due);
                     if ours {
@@ -204,10 +209,42 @@ impl Scheduler {
             reply_to: None,
             kind,
         };
-        if let Err(err) = self.inner.hub.publish_outbound(message).await {
+        if let Err(err) = self.hub.publish_outbound(message).await {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
         }
     }
+}
+
+/// The runs a message id may name: `sched:<job>:<due ms>` or `sched:<job>:<due ms>:<try>`.
+/// A job's id may hold a `:`, so both readings are offered; the store settles the one that
+/// is on record.
+fn readings(id: &str) -> Vec<RunId<'_>> {
+    let Some(rest) = id.strip_prefix("sched:") else {
+        return Vec::new();
+    };
+    let due = |ms: &str| {
+        ms.parse::<i64>()
+            .ok()
+            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
+    };
+    let mut found = Vec::new();
+    if let Some((head, attempt)) = rest.rsplit_once(':')
+        && let Ok(attempt) = attempt.parse::<u32>()
+        && let Some((job, ms)) = head.rsplit_once(':')
+        && let Some(due) = due(ms)
+    {
+        found.push(RunId { job, due, attempt });
+    }
+    if let Some((job, ms)) = rest.rsplit_once(':')
+        && let Some(due) = due(ms)
+    {
+        found.push(RunId {
+            job,
+            due,
+            attempt: 1,
+        });
+    }
+    found
 }
 
 /// Counts a run in `/metrics`: how it ended, and — when it starts — how late.
@@ -226,8 +263,8 @@ pub(super) fn count(run: &Run) {
 }
 
 /// The retry of `job`'s run due at `due` after try `attempt` failed at `now`: `None` when
-/// it had its tries, is not a task, or the next would fall outside its window (see
-/// [`Scheduler::record_end`]).
+/// it had its tries, is not a task, or the next would fall outside its window — before its
+/// next due time and within its catch-up of its due time.
 fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<Retry> {
     if job.kind != JobKind::Task || attempt >= MAX_ATTEMPTS {
         return None;
@@ -243,9 +280,9 @@ fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<R
     })
 }
 
-/// The hook that records how a scheduled run's turn ended, where the turn ran (on a
-/// cluster, that may be another member than the one that handed the run over).
-pub(super) struct Outcomes(pub(super) Arc<Inner>);
+/// The hook that settles a scheduled run where its turn ended (on a cluster, that may be
+/// another member than the one that handed the run over).
+pub(super) struct Outcomes(pub(super) Settler);
 
 #[async_trait]
 impl Hook for Outcomes {
@@ -269,28 +306,7 @@ impl Hook for Outcomes {
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
         };
-        let scheduler = Scheduler {
-            inner: self.0.clone(),
-        };
-        let Some(flight) = scheduler.flight_of(id).await else {
-            tracing::debug!(id, "a scheduled run ended that its job no longer waits for");
-            return;
-        };
-        scheduler.record_end(flight, outcome).await;
-        // Its ack, when it comes here, finds it recorded.
-        let ours = self
-            .0
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(id);
-        if ours {
-            self.0
-                .ended
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id.to_owned());
-        }
+        self.0.settle_message(id, outcome).await;
     }
 }
 

@@ -46,6 +46,8 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
         finished: None,
         outcome: Outcome::Pending,
         attempt: 1,
+        // Recorded by a version before claims: no epoch, and only on the job.
+        epoch: None,
     });
     store.put(&pending).await.expect("put");
     let late_due = base.checked_sub(SignedDuration::from_hours(2)).expect("ts");

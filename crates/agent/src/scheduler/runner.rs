@@ -3,28 +3,41 @@
 //! ordering per chat, same journal, same `/stop`), with [`Origin::Schedule`] and the id
 //! `sched:<job>:<due>`.
 //!
-//! # Exactly once
-//! A run is recorded `pending` (and the job's next due time moved past it) *before* its
-//! message is published; its message's ack reports what became of it, and the run is
-//! recorded again with its outcome (`outcome.rs`). After a crash, a run still `pending` is published again
-//! with the same id, and the chat's session journal decides: not seen → it runs; received →
-//! its turn runs on; answered or delivered → it is not answered twice. A due time that was
-//! never recorded runs when the daemon is back, if it is at most its job's `catch_up` late;
-//! otherwise it is recorded skipped, with why, and the chat is told — never silently.
+//! # Each due time once
+//! The scheduler fires while it leads the `scheduler` duty ([`Bus::lead`]), under a
+//! [`Tenure`] of it: one process alone, one member at a time on a cluster. Nothing is
+//! fired or handed over unless the tenure is confirmed, so a leader paused past its lease
+//! wakes to learn it no longer leads before it acts.
+//!
+//! A due time is **claimed** in the job store before anything else (`runs::claim`: a run of
+//! that due time, pending and carrying the tenure's epoch, added only if none is on record),
+//! then the job's next due time is moved past it, then its message is published. A claim
+//! somebody else holds is never handed over again by this scheduler — unless its epoch is
+//! over (its scheduler lost the duty), when it is **taken over**: published again with the
+//! same id, on taking the duty and whenever the due time comes up. The chat's session
+//! journal answers one id once, so a run handed over twice is not answered twice.
+//!
+//! A run is settled once, wherever its turn ended (`outcome.rs`). A run that never settles
+//! holds its job's later due times back ("the run before it was still going", recorded) only
+//! until its catch-up has passed; then it is settled failed and the job goes on.
+//!
+//! Every due time runs or is recorded skipped, with why: too late after the daemon was down
+//! (the chat is told), the run before still going, a cost cap reached, or folded — the due
+//! times that passed while no scheduler fired (down, or changing leaders) are recorded as
+//! folded into the one that caught up.
 //!
 //! # Time
 //! Due times are instants; "now" is a [`Clock`] (the system's, or tokio's paused clock in
 //! tests). The loop sleeps until the soonest due time but never longer than `poll`, so a wall
 //! clock that jumps forward is noticed, and so are jobs the operator's CLI changed.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use switchboard_core::{
     Ack, AgentName, Bus, ChannelName, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
-    OutboundKind, SenderId, SessionKey,
+    SenderId, SessionKey, Tenure,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -32,10 +45,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
 use super::isolated;
-use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
+use super::job::{Job, Run, SessionMode};
 use super::jobs::Jobs;
-use super::message::message_of;
-use super::outcome::{Outcomes, count};
+use super::outcome::{Outcomes, Settler};
 use super::store::JobStore;
 use crate::hooks::Hook;
 use crate::usage::Spending;
@@ -70,35 +82,23 @@ impl Default for SchedulerConfig {
     }
 }
 
-/// A run with the agent.
-#[derive(Clone, Debug)]
-pub(super) struct InFlight {
-    pub(super) job: String,
-    pub(super) due: Timestamp,
-    pub(super) attempt: u32,
-}
-
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]
 pub struct Scheduler {
-    pub(super) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
-pub(super) struct Inner {
+struct Inner {
     /// The jobs, their store, clock and config; its `changed` wakes the loop.
-    pub(super) jobs: Jobs,
-    pub(super) hub: Arc<dyn Bus>,
-    /// Runs handed to the agent and not settled yet, by their message id. Written by the
-    /// loop; read by its pile-up check.
-    pub(super) in_flight: Mutex<HashMap<String, InFlight>>,
-    /// Runs of this process whose turn's end the hook recorded, by message id, until the
-    /// run's ack.
-    pub(super) ended: Mutex<std::collections::HashSet<String>>,
+    jobs: Jobs,
+    hub: Arc<dyn Bus>,
+    /// Settles runs (shared with the hook that the agent's turns call).
+    settler: Settler,
     /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
-    /// received by the loop, which records the outcome.
-    settled: mpsc::UnboundedSender<(String, Fate)>,
-    /// The loop's end of `settled`, taken when it starts.
-    settled_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    /// received by the loop, which settles what they say.
+    acks: mpsc::UnboundedSender<(String, Fate)>,
+    /// The loop's end of `acks`, taken when it starts.
+    acks_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
     /// The workspace the heartbeat's instructions are read in (set by the daemon once it
     /// opened it).
     workspace: std::sync::OnceLock<Arc<Workspace>>,
@@ -146,15 +146,18 @@ impl Scheduler {
         clock: Arc<dyn Clock>,
         config: SchedulerConfig,
     ) -> Self {
-        let (settled, settled_rx) = mpsc::unbounded_channel();
+        let (acks, acks_rx) = mpsc::unbounded_channel();
+        let jobs = Jobs::new(store, clock, config);
         Self {
             inner: Arc::new(Inner {
-                jobs: Jobs::new(store, clock, config),
+                settler: Settler {
+                    jobs: jobs.clone(),
+                    hub: hub.clone(),
+                },
+                jobs,
                 hub,
-                in_flight: Mutex::new(HashMap::new()),
-                ended: Mutex::new(std::collections::HashSet::new()),
-                settled,
-                settled_rx: Mutex::new(Some(settled_rx)),
+                acks,
+                acks_rx: Mutex::new(Some(acks_rx)),
                 timings: Mutex::new(None),
                 isolated: std::sync::OnceLock::new(),
                 workspace: std::sync::OnceLock::new(),
@@ -163,9 +166,9 @@ impl Scheduler {
         }
     }
 
-    /// The hook that tells the scheduler how its runs' turns ended (add it to the agent).
+    /// The hook that settles its runs where their turns end (add it to the agent).
     pub fn hook(&self) -> Arc<dyn Hook> {
-        Arc::new(Outcomes(self.inner.clone()))
+        Arc::new(Outcomes(self.inner.settler.clone()))
     }
 
     /// Skips a run that comes due while a daily cost cap of `spending` is reached (set once;
@@ -176,7 +179,7 @@ impl Scheduler {
 
     /// Why a run of `job` may not start now for its cost: a cap its chat (or the daemon)
     /// reached.
-    async fn over_budget(&self, job: &Job) -> Option<String> {
+    pub(super) async fn over_budget(&self, job: &Job) -> Option<String> {
         let spending = self.inner.spending.get()?;
         let session = match job.session {
             SessionMode::Chat => SessionKey::of(
@@ -197,7 +200,7 @@ impl Scheduler {
         let _ = self.inner.workspace.set(workspace);
     }
 
-    fn workspace(&self) -> Option<Arc<Workspace>> {
+    pub(super) fn workspace(&self) -> Option<Arc<Workspace>> {
         self.inner.workspace.get().cloned()
     }
 
@@ -210,14 +213,18 @@ impl Scheduler {
         self.inner.jobs.store()
     }
 
-    /// Runs until `stop` is cancelled: hands every due run to the agent, while this process
+    /// What settles its runs.
+    pub(super) fn settler(&self) -> &Settler {
+        &self.inner.settler
+    }
+
+    /// Runs until `stop` is cancelled: hands every due run to the agent while this process
     /// leads the `scheduler` duty (always, alone; one member at a time on a cluster, the
-    /// others standing by). Runs left pending (by a restart, or a leader that died) are
-    /// handed over again first.
+    /// others standing by), and settles what its runs' acks say meanwhile.
     pub async fn run(&self, stop: CancellationToken) {
-        let Some(mut settled) = self
+        let Some(mut acks) = self
             .inner
-            .settled_rx
+            .acks_rx
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
@@ -226,11 +233,15 @@ impl Scheduler {
             return;
         };
         loop {
-            let lead = tokio::select! {
+            let tenure = tokio::select! {
                 () = stop.cancelled() => return,
-                lead = self.inner.hub.lead(DUTY) => lead,
+                tenure = self.inner.hub.lead(DUTY) => tenure,
+                Some((id, fate)) = acks.recv() => {
+                    self.inner.settler.on_ack(&id, fate).await;
+                    continue;
+                }
             };
-            self.lead(&stop, &lead, &mut settled).await;
+            self.lead(&stop, &tenure, &mut acks).await;
             if stop.is_cancelled() {
                 return;
             }
@@ -238,59 +249,35 @@ impl Scheduler {
         }
     }
 
-    /// Hands due runs over until `stop`, or until `lead` says another process does.
+    /// Hands due runs over until `stop`, or until the duty's `tenure` is lost.
     async fn lead(
         &self,
         stop: &CancellationToken,
-        lead: &CancellationToken,
-        settled: &mut mpsc::UnboundedReceiver<(String, Fate)>,
+        tenure: &Tenure,
+        acks: &mut mpsc::UnboundedReceiver<(String, Fate)>,
     ) {
-        self.resume_pending().await;
+        tracing::info!(
+            epoch = tenure.epoch(),
+            "this member fires the scheduled jobs"
+        );
+        self.take_over(tenure).await;
         loop {
-            let wait = self.tick().await;
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = lead.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
-                () = self.inner.jobs.changed().notified() => {}
-                Some((id, fate)) = settled.recv() => self.settle(&id, fate).await,
-            }
-            // Settle whatever else arrived meanwhile before looking at what is due.
-            while let Ok((id, fate)) = settled.try_recv() {
-                self.settle(&id, fate).await;
-            }
-        }
-    }
-
-    /// Hands over again the runs a crash (or a stop) left pending; removes the jobs it
-    /// left done but not removed.
-    async fn resume_pending(&self) {
-        let jobs = match self.store().jobs().await {
-            Ok(jobs) => jobs,
-            Err(err) => {
-                tracing::error!(error = %err, "the scheduler cannot read its jobs");
+            // Paused past the lease, it learns from the next renewal whether it still leads
+            // before it fires anything.
+            if !tenure.confirmed().await {
                 return;
             }
-        };
-        for job in jobs {
-            self.forget_if_done(&job).await;
-            if let Some(run) = job
-                .last
-                .clone()
-                .filter(|run| run.outcome == Outcome::Pending)
-            {
-                tracing::info!(job = %job.id, due = %run.due, "taking up a scheduled run left pending");
-                let flight = InFlight {
-                    job: job.id.clone(),
-                    due: run.due,
-                    attempt: run.attempt,
-                };
-                match message_of(&job, self.workspace()).await {
-                    Ok(message) => self.publish(&job, flight, message).await,
-                    Err(why) => {
-                        self.record_end(flight, Outcome::Skipped { why }).await;
-                    }
-                }
+            let wait = self.tick(tenure).await;
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tenure.lost() => return,
+                () = tokio::time::sleep(wait) => {}
+                () = self.inner.jobs.changed().notified() => {}
+                Some((id, fate)) = acks.recv() => self.inner.settler.on_ack(&id, fate).await,
+            }
+            // Settle whatever else arrived meanwhile before looking at what is due.
+            while let Ok((id, fate)) = acks.try_recv() {
+                self.inner.settler.on_ack(&id, fate).await;
             }
         }
     }
@@ -318,7 +305,7 @@ impl Scheduler {
     }
 
     /// Starts what is due; returns how long to wait before looking again.
-    async fn tick(&self) -> Duration {
+    async fn tick(&self, tenure: &Tenure) -> Duration {
         let poll = self.inner.jobs.config().poll;
         let timings = match self.timings().await {
             Ok(timings) => timings,
@@ -348,7 +335,7 @@ impl Scheduler {
             };
             if let Some(retry) = job.retry.clone() {
                 if retry.at <= now {
-                    self.retry(&job, retry, now).await;
+                    self.retry(&job, retry, now, tenure).await;
                 } else {
                     soonest = earliest(soonest, Some(retry.at));
                 }
@@ -357,7 +344,7 @@ impl Scheduler {
                 continue;
             };
             if due <= now {
-                let next = self.fire(job, due, now).await;
+                let next = self.fire(job, due, now, tenure).await;
                 soonest = earliest(soonest, next);
             } else {
                 soonest = earliest(soonest, Some(due));
@@ -369,182 +356,15 @@ impl Scheduler {
         until.min(poll)
     }
 
-    /// Tries a failed run again: recorded pending (and the retry taken off the job) before
-    /// it is published, as a first try is.
-    async fn retry(&self, job: &Job, retry: Retry, now: Timestamp) {
-        let message = match message_of(job, self.workspace()).await {
-            Ok(message) => message,
-            Err(why) => {
-                tracing::warn!(job = %job.id, %why, "a failed run is not tried again");
-                return;
-            }
-        };
-        let run = Run {
-            job: job.id.clone(),
-            due: retry.due,
-            started: Some(now),
-            finished: None,
-            outcome: Outcome::Pending,
-            attempt: retry.attempt,
-        };
-        let written = {
-            let (run, retry) = (run.clone(), retry.clone());
-            self.store()
-                .update(
-                    &job.id,
-                    Box::new(move |job| {
-                        if !job.enabled || job.retry.as_ref() != Some(&retry) {
-                            return false;
-                        }
-                        job.retry = None;
-                        job.last = Some(run.clone());
-                        true
-                    }),
-                )
-                .await
-        };
-        match written {
-            Ok(Some(updated)) => {
-                if let Err(err) = self.store().record(&run).await {
-                    tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
-                }
-                tracing::info!(job = %job.id, due = %retry.due, attempt = retry.attempt,
-                    "trying a failed scheduled run again");
-                let flight = InFlight {
-                    job: job.id.clone(),
-                    due: retry.due,
-                    attempt: retry.attempt,
-                };
-                self.publish(&updated, flight, message).await;
-            }
-            Ok(None) => {}
-            Err(err) => {
-                tracing::error!(job = %job.id, error = %err, "a retry could not be recorded; it waits");
-            }
+    /// Hands `run` of `job` to the agent, as a message of its chat (or, for a job in a
+    /// session of its own, of the `cron` channel) — unless the duty's `tenure` is lost
+    /// meanwhile: then its claim is the next scheduler's to take over.
+    pub(super) async fn publish(&self, job: &Job, run: &Run, text: String, tenure: &Tenure) {
+        if !tenure.confirmed().await {
+            tracing::warn!(job = %job.id, due = %run.due, "the duty was lost before the run was handed over; the next scheduler takes it over");
+            return;
         }
-    }
-
-    /// A job whose time `due` has come, at `now`: runs it, or records why not. Returns its
-    /// next due time.
-    async fn fire(&self, mut job: Job, due: Timestamp, now: Timestamp) -> Option<Timestamp> {
-        let next = job
-            .next_after(now.max(due))
-            .unwrap_or_else(|err| {
-                tracing::error!(job = %job.id, error = %err, "a job's schedule cannot be computed; it stops");
-                None
-            });
-        let late = now.duration_since(due);
-        let catch_up = SignedDuration::from_secs(job.catch_up_secs as i64);
-        let running = self.running(&job.id);
-        let skipped = if late > catch_up {
-            Some(format!(
-                "it was due at {due}, and {:#} late is more than its catch-up of {:#} (was \
-                 switchboard down?)",
-                late.round(jiff::Unit::Second).unwrap_or(late),
-                catch_up
-            ))
-        } else if running {
-            Some("the run before it was still going".to_owned())
-        } else {
-            self.over_budget(&job).await
-        };
-        let (skipped, message) = match skipped {
-            Some(why) => (Some(why), String::new()),
-            None => match message_of(&job, self.workspace()).await {
-                Ok(message) => (None, message),
-                Err(why) => (Some(why), String::new()),
-            },
-        };
-        let run = Run {
-            job: job.id.clone(),
-            due,
-            started: skipped.is_none().then_some(now),
-            finished: skipped.is_some().then_some(now),
-            outcome: match &skipped {
-                Some(why) => Outcome::Skipped { why: why.clone() },
-                None => Outcome::Pending,
-            },
-            attempt: 1,
-        };
-        // Recorded before anything is published: a crash from here on takes the run up
-        // again (pending) or knows it was skipped. Only if the job is still as it was read:
-        // removed, paused or moved meanwhile, it is left as it is now.
-        let written = {
-            let run = run.clone();
-            self.store()
-                .update(
-                    &job.id,
-                    Box::new(move |now_job| {
-                        if !now_job.enabled || now_job.next_due != Some(due) {
-                            return false;
-                        }
-                        now_job.next_due = next;
-                        now_job.last = Some(run.clone());
-                        // A retry of the run before is overtaken by this one.
-                        now_job.retry = None;
-                        true
-                    }),
-                )
-                .await
-        };
-        match written {
-            Ok(Some(updated)) => job = updated,
-            Ok(None) => return None,
-            Err(err) => {
-                tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded; it waits");
-                return Some(due);
-            }
-        }
-        if let Err(err) = self.store().record(&run).await {
-            tracing::error!(job = %job.id, error = %err, "a scheduled run could not be recorded");
-        }
-        count(&run);
-        match skipped {
-            Some(why) => {
-                tracing::warn!(job = %job.id, %due, %why, "a scheduled run was skipped");
-                // The chat is told of a task it will miss; not of each beat of the heartbeat.
-                if late > catch_up && job.kind == JobKind::Task {
-                    let text = format!(
-                        "The scheduled task \"{}\" (job {}) did not run: {why}.",
-                        job.name, job.id
-                    );
-                    self.tell(&job, OutboundKind::Notice(text)).await;
-                }
-                self.forget_if_done(&job).await;
-            }
-            None => {
-                let flight = InFlight {
-                    job: job.id.clone(),
-                    due,
-                    attempt: 1,
-                };
-                self.publish(&job, flight, message).await;
-            }
-        }
-        next
-    }
-
-    /// Whether a run of `job` is with the agent now.
-    fn running(&self, job: &str) -> bool {
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .any(|flight| flight.job == job)
-    }
-
-    /// Hands the run of `job` due at `due` to the agent, as a message of its chat (or, for
-    /// a job in a session of its own, of the `cron` channel).
-    async fn publish(&self, job: &Job, flight: InFlight, text: String) {
-        let id = Run::message_id(&job.id, flight.due, flight.attempt);
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone(), flight);
-        let settled = self.inner.settled.clone();
-        let ack_id = id.clone();
+        let id = Run::message_id(&job.id, run.due, run.attempt);
         let (channel, chat) = match job.session {
             SessionMode::Chat => (job.channel.as_str(), job.chat_id.as_str()),
             SessionMode::Isolated => {
@@ -561,11 +381,12 @@ impl Scheduler {
         message.id = Some(MessageId::from(id.as_str()));
         message.origin = job.origin();
         message.agent = job.agent.as_deref().map(AgentName::from);
+        let acks = self.inner.acks.clone();
         message.ack = Some(Ack::new(move |fate| {
-            let _ = settled.send((ack_id, fate));
+            let _ = acks.send((id, fate));
         }));
         if let Err(err) = self.inner.hub.publish_inbound(message).await {
-            // The daemon is stopping: the run stays pending and is taken up at the next start.
+            // The daemon is stopping: the run stays pending and is taken over at the next start.
             tracing::info!(job = %job.id, error = %err, "a scheduled run was not handed over");
         }
     }

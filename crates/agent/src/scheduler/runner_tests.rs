@@ -2,9 +2,11 @@
 //! the heartbeat, daylight saving and a wall clock that jumps.
 use std::str::FromStr;
 
+use jiff::SignedDuration;
 use switchboard_core::Origin;
 
 use super::*;
+use crate::scheduler::job::Outcome;
 use crate::scheduler::clock::{Clock, TokioClock};
 use crate::scheduler::due::Schedule;
 use crate::scheduler::job::{JobKind, SessionMode};

@@ -13,8 +13,9 @@ use serde::{Deserialize, Serialize};
 use switchboard_core::state::{json_change, segment};
 use switchboard_core::{Change, StateError, StateStore};
 
-use super::job::{Job, Run};
-use super::store::{JobChange, JobStore, JobStoreError, RUNS_KEPT};
+use super::job::{Job, Outcome, Run};
+use super::runs;
+use super::store::{JobChange, JobStore, JobStoreError};
 
 const COUNTER: &str = "scheduler/counter";
 
@@ -155,16 +156,52 @@ impl JobStore for StateJobStore {
 
     async fn record(&self, run: &Run) -> Result<(), JobStoreError> {
         let key = runs_key(&run.job);
-        let mut change = json_change(&key, |runs: &mut Vec<Run>| {
-            runs.retain(|r| r.due != run.due);
-            runs.insert(0, run.clone());
-            runs.truncate(RUNS_KEPT);
+        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
+            runs::record(kept, run.clone());
             true
         });
         self.state
             .update(&key, &mut change)
             .await
             .map_err(self.fail())
+    }
+
+    async fn claim(&self, run: &Run) -> Result<Option<Run>, JobStoreError> {
+        let key = runs_key(&run.job);
+        let mut taken = None;
+        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
+            // Run again when another wrote first: only the last call's verdict counts.
+            taken = runs::claim(kept, run);
+            taken.is_none()
+        });
+        self.state
+            .update(&key, &mut change)
+            .await
+            .map_err(self.fail())?;
+        drop(change);
+        Ok(taken)
+    }
+
+    async fn settle(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        outcome: &Outcome,
+        finished: jiff::Timestamp,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let key = runs_key(job);
+        let mut settled = None;
+        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
+            settled = runs::settle(kept, due, attempt, outcome, finished);
+            settled.is_some()
+        });
+        self.state
+            .update(&key, &mut change)
+            .await
+            .map_err(self.fail())?;
+        drop(change);
+        Ok(settled)
     }
 
     async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError> {

@@ -9,7 +9,7 @@
 //! records than it needs. Every operation reads the file again first when another process
 //! wrote it since ([`JobStore::version`] tells the scheduler so too).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -19,10 +19,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use switchboard_sessions::durable;
 
-use super::job::{Job, Run};
-
-/// Runs kept per job.
-pub const RUNS_KEPT: usize = 20;
+use super::job::{Job, Outcome, Run};
+use super::runs;
 
 /// A job store that could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -57,7 +55,25 @@ pub trait JobStore: Send + Sync {
     async fn remove(&self, id: &str) -> Result<bool, JobStoreError>;
     /// Records a run: a later record of the same run (job and due time) replaces it.
     async fn record(&self, run: &Run) -> Result<(), JobStoreError>;
-    /// A job's last runs, newest first, at most `limit` (and at most [`RUNS_KEPT`]).
+    /// Claims a run's due time before the run is handed over, in one step against every
+    /// other scheduler (see `runs`): `Ok(None)` when it is this caller's, else the run
+    /// already on record.
+    async fn claim(&self, run: &Run) -> Result<Option<Run>, JobStoreError>;
+    /// Settles try `attempt` of `job`'s run due at `due` with `outcome` at `finished`, if it
+    /// is still pending (see `runs`): the run as settled, or `None` when it was not pending
+    /// (settled already, wherever its turn ended).
+    async fn settle(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        outcome: &Outcome,
+        finished: jiff::Timestamp,
+    ) -> Result<Option<Run>, JobStoreError>;
+    /// A job's last runs, newest first, at most `limit` (and at most [`RUNS_KEPT`] besides
+    /// those still pending).
+    ///
+    /// [`RUNS_KEPT`]: runs::RUNS_KEPT
     async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError>;
     /// An id no job has had yet.
     async fn new_id(&self) -> Result<String, JobStoreError>;
@@ -84,7 +100,7 @@ enum Record {
 #[derive(Default)]
 struct State {
     jobs: BTreeMap<String, Job>,
-    runs: BTreeMap<String, VecDeque<Run>>,
+    runs: BTreeMap<String, Vec<Run>>,
     next: u64,
     /// Records in the file (to know when to rewrite it).
     records: usize,
@@ -103,12 +119,7 @@ impl State {
             Record::Removed { id } => {
                 self.jobs.remove(&id);
             }
-            Record::Run(run) => {
-                let runs = self.runs.entry(run.job.clone()).or_default();
-                runs.retain(|r| r.due != run.due);
-                runs.push_front(run);
-                runs.truncate(RUNS_KEPT);
-            }
+            Record::Run(run) => runs::record(self.runs.entry(run.job.clone()).or_default(), run),
             Record::Counter { next } => self.next = self.next.max(next),
         }
     }
@@ -201,8 +212,7 @@ impl FileJobStore {
                 durable::append_whole(&file, &line).map_err(|failure| failure.error)?;
                 file.sync_data()?;
             }
-            let needed =
-                1 + state.jobs.len() + state.runs.values().map(VecDeque::len).sum::<usize>();
+            let needed = 1 + state.jobs.len() + state.runs.values().map(Vec::len).sum::<usize>();
             if state.records > 2 * needed + 64 {
                 let mut bytes = Vec::new();
                 for record in state.records() {
@@ -310,6 +320,37 @@ impl JobStore for FileJobStore {
         self.with(move |_| ((), vec![Record::Run(run)])).await
     }
 
+    async fn claim(&self, run: &Run) -> Result<Option<Run>, JobStoreError> {
+        let run = run.clone();
+        self.with(move |state| {
+            let mut kept = state.runs.get(&run.job).cloned().unwrap_or_default();
+            match runs::claim(&mut kept, &run) {
+                None => (None, vec![Record::Run(run)]),
+                taken => (taken, Vec::new()),
+            }
+        })
+        .await
+    }
+
+    async fn settle(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        outcome: &Outcome,
+        finished: jiff::Timestamp,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let (job, outcome) = (job.to_owned(), outcome.clone());
+        self.with(move |state| {
+            let mut kept = state.runs.get(&job).cloned().unwrap_or_default();
+            match runs::settle(&mut kept, due, attempt, &outcome, finished) {
+                Some(settled) => (Some(settled.clone()), vec![Record::Run(settled)]),
+                None => (None, Vec::new()),
+            }
+        })
+        .await
+    }
+
     async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError> {
         let job = job.to_owned();
         self.with(move |state| {
@@ -346,6 +387,7 @@ mod tests {
     use super::*;
     use crate::scheduler::due::Schedule;
     use crate::scheduler::job::{JobKind, Outcome, SessionMode};
+    use crate::scheduler::runs::RUNS_KEPT;
 
     fn job(id: &str) -> Job {
         Job {
@@ -381,6 +423,7 @@ mod tests {
             finished: None,
             outcome,
             attempt: 1,
+            epoch: None,
         }
     }
 
@@ -419,6 +462,30 @@ mod tests {
         );
         // Ids are not reused after a removal.
         assert_eq!(other.new_id().await.expect("id"), "j3");
+
+        // A due time is claimed once, whichever handle asks; a run is settled once.
+        let claimed = run("j1", 180, Outcome::Pending);
+        assert_eq!(store.claim(&claimed).await.expect("claim"), None);
+        let taken = other.claim(&claimed).await.expect("claim");
+        assert_eq!(taken.map(|run| run.outcome), Some(Outcome::Pending));
+        let ended = Timestamp::from_second(190).expect("ts");
+        let settled = other
+            .settle("j1", claimed.due, 1, &Outcome::Answered, ended)
+            .await
+            .expect("settle");
+        assert_eq!(settled.map(|run| run.finished), Some(Some(ended)));
+        assert_eq!(
+            store
+                .settle("j1", claimed.due, 1, &Outcome::Quiet, ended)
+                .await
+                .expect("settle"),
+            None,
+            "settled already"
+        );
+        assert_eq!(
+            store.runs("j1", 1).await.expect("runs")[0].outcome,
+            Outcome::Answered
+        );
 
         // What one writes, the other reads (and its version moves).
         let before = store.version().await;

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use jiff::Timestamp;
 use switchboard_core::{
     Bus, Channel, ChannelContext, ChannelName, ChatHub, ChatId, CoreError, InboundMessage,
-    LaneOptions, OutboundKind, OutboundMessage,
+    LaneOptions, Lanes, OutboundKind, OutboundMessage, Tenure,
 };
 use tokio::sync::mpsc::Receiver;
 use tokio_util::sync::CancellationToken;
@@ -119,6 +119,95 @@ pub(super) fn start_on(
         stop,
         store,
     }
+}
+
+/// The bus of one process, whose firing duty is held as the test says: `lead` waits until
+/// the test hands it a tenure (as a member of a cluster waits for the lease), then returns
+/// that.
+pub(super) struct Duty {
+    hub: ChatHub,
+    tenure: tokio::sync::watch::Receiver<Option<Tenure>>,
+}
+
+impl Duty {
+    /// The bus, and what hands it the duty.
+    pub(super) fn new() -> (Self, tokio::sync::watch::Sender<Option<Tenure>>) {
+        let (give, tenure) = tokio::sync::watch::channel(None);
+        let hub = ChatHub::new(64, CancellationToken::new());
+        (Self { hub, tenure }, give)
+    }
+}
+
+#[async_trait]
+impl Bus for Duty {
+    async fn publish_inbound(&self, message: InboundMessage) -> Result<(), CoreError> {
+        self.hub.publish_inbound(message).await
+    }
+    fn is_accepting(&self) -> bool {
+        self.hub.is_accepting()
+    }
+    fn take_inbound(&self) -> Result<Receiver<InboundMessage>, CoreError> {
+        self.hub.take_inbound()
+    }
+    fn register_channel(&self, channel: Arc<dyn Channel>, options: LaneOptions) -> Lanes {
+        self.hub.register_channel(channel, options)
+    }
+    fn channels(&self) -> Vec<ChannelName> {
+        self.hub.channels()
+    }
+    async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.hub.publish_outbound(message).await
+    }
+    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.hub.deliver_outbound(message).await
+    }
+    async fn may_notify(&self, channel: &ChannelName, chat: &ChatId) -> Result<bool, CoreError> {
+        self.hub.may_notify(channel, chat).await
+    }
+    fn has_person(&self, channel: &ChannelName) -> bool {
+        self.hub.has_person(channel)
+    }
+    async fn lead(&self, _duty: &str) -> Tenure {
+        let mut tenure = self.tenure.clone();
+        loop {
+            if let Some(held) = tenure.borrow_and_update().clone()
+                && !held.is_lost()
+            {
+                return held;
+            }
+            if tenure.changed().await.is_err() {
+                return std::future::pending().await;
+            }
+        }
+    }
+    async fn close_outbound(&self, deadline: Duration) -> bool {
+        self.hub.close_outbound(deadline).await
+    }
+}
+
+/// A scheduler on `bus` over the jobs in `dir`, starting at `now` (paused time), running.
+pub(super) fn start_on_bus(
+    now: &str,
+    dir: &std::path::Path,
+    bus: Arc<dyn Bus>,
+) -> (Scheduler, Receiver<InboundMessage>, CancellationToken) {
+    let clock = Arc::new(TokioClock::starting_at(
+        Timestamp::from_str(now).expect("ts"),
+    ));
+    let config = SchedulerConfig {
+        min_interval: Duration::from_secs(1),
+        ..SchedulerConfig::default()
+    };
+    let sent = Arc::new(Collect(Mutex::new(Vec::new())));
+    bus.register_channel(sent, LaneOptions::default());
+    let inbound = bus.take_inbound().expect("inbound");
+    let store = Arc::new(FileJobStore::new(dir));
+    let scheduler = Scheduler::new(store, bus, clock, config);
+    let stop = CancellationToken::new();
+    let running = scheduler.clone();
+    let until = stop.clone();
+    tokio::spawn(async move { running.run(until).await });
+    (scheduler, inbound, stop)
 }
 
 pub(super) fn chat() -> (ChannelName, ChatId) {
