@@ -261,3 +261,84 @@ async fn two_gateways_share_one_discord_bot_and_the_standby_resumes_the_dead_one
         "the model was asked once per message"
     );
 }
+
+/// A web page's socket on one gateway, mid-answer, when that gateway is killed: the client
+/// reconnects to the other gateway and subscribes again naming the last frame it had. It
+/// gets the rest of the answer — every frame after that one, none it had, and exactly one
+/// `done` — though the other gateway kept every frame of the chat, having had no socket on
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_web_client_that_moves_to_the_other_gateway_gets_only_what_it_had_not_seen() {
+    use switchboard_testkit::Reply;
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let words: Vec<String> = (0..30).map(|n| format!("w{n}")).collect();
+    let answer = words.join(" ");
+    let paced = answer.clone();
+    llm.respond_with(move |_| Reply::paced(paced.clone(), Duration::from_millis(60)));
+    let root = tempfile::tempdir().expect("tempdir");
+    let gateway = |name: &str| member_config(root.path(), &llm, &nats, "gateway", name);
+    let (mut first, first_addr) = util::spawn_daemon(&gateway("gw1")).await;
+    let (_second, second_addr) = util::spawn_daemon(&gateway("gw2")).await;
+    let (_worker, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    wait_until("the worker holds the partitions", || async {
+        partitions(&holders(&nats).await) == 8
+    })
+    .await;
+
+    let mut page = util::WsClient::connect(first_addr).await;
+    page.send("c", "tell me a long story").await;
+    let mut had = Vec::new();
+    while had
+        .iter()
+        .filter(|frame: &&serde_json::Value| frame["type"] == "delta")
+        .count()
+        < 5
+    {
+        had.push(page.next_frame().await);
+    }
+    let last = had
+        .last()
+        .and_then(|frame| frame["seq"].as_u64())
+        .expect("frames are numbered");
+    first.start_kill().expect("kill -9");
+    first.wait().await.expect("ended");
+
+    let mut moved = util::WsClient::connect(second_addr).await;
+    moved
+        .send_json(serde_json::json!({"type": "subscribe", "chat_id": "c", "after": last}))
+        .await;
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + CLUSTER_PATIENCE;
+    loop {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        let frame = moved
+            .try_next_frame(wait)
+            .await
+            .expect("the rest of the answer");
+        let done = frame["type"] == "done";
+        rest.push(frame);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        rest.iter()
+            .all(|frame| frame["seq"].as_u64().is_some_and(|seq| seq > last)),
+        "only frames after the last it had: {rest:?}"
+    );
+    let streamed: String = had
+        .iter()
+        .chain(&rest)
+        .filter(|frame| frame["type"] == "delta")
+        .filter_map(|frame| frame["text"].as_str())
+        .collect();
+    assert_eq!(streamed, answer, "every piece once, in order");
+    assert!(
+        rest.iter()
+            .any(|frame| frame["type"] == "message" && frame["content"] == answer.as_str())
+    );
+    let extra = moved.try_next_frame(Duration::from_millis(500)).await;
+    assert!(extra.is_none(), "nothing after its one `done`: {extra:?}");
+}

@@ -74,6 +74,7 @@ impl Outbox for HubOutbox {
             chat_id,
             reply_to: None,
             kind: OutboundKind::Post(text.to_owned()),
+            cursor: None,
         };
         self.hub
             .deliver_outbound(message)

@@ -93,6 +93,7 @@ pub async fn say(
             chat_id: chat.clone(),
             reply_to: reply_to.clone(),
             kind,
+            cursor: None,
         };
         if let Err(err) = hub.publish_outbound(message).await {
             tracing::warn!(channel, error = %err, "could not answer outside a turn");

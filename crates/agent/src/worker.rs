@@ -330,6 +330,7 @@ impl Worker {
                 chat_id: chat_id.clone(),
                 reply_to: reply_to.clone(),
                 kind,
+                cursor: None,
             };
             if let Err(err) = self.hub.publish_outbound(outbound).await {
                 tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");

@@ -261,6 +261,7 @@ mod tests {
             chat_id: "c".into(),
             reply_to: None,
             kind: OutboundKind::Done(crate::TurnEnd::NotATurn),
+            cursor: None,
         };
         hub.deliver_outbound(message("b")).await.expect("route b");
         hub.deliver_outbound(message("a")).await.expect("route a");

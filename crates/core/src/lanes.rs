@@ -347,6 +347,7 @@ mod tests {
             chat_id: chat.into(),
             reply_to: None,
             kind: OutboundKind::Message(text.into()),
+            cursor: None,
         }
     }
 

@@ -295,6 +295,12 @@ pub struct OutboundMessage {
     pub reply_to: Option<MessageId>,
     /// What it says.
     pub kind: OutboundKind,
+    /// Where it stands among its channel's outbound messages, when a bus numbers them the
+    /// same for every process that delivers them (a cluster's outbound stream: its sequence
+    /// there): a client that moves from one gateway to another says the last it had, and
+    /// gets only what came after. `None` in one process. Set by the bus, not sent on.
+    #[serde(skip)]
+    pub cursor: Option<u64>,
 }
 
 impl OutboundMessage {
@@ -310,6 +316,7 @@ impl OutboundMessage {
                 .then(|| inbound.id.clone())
                 .flatten(),
             kind,
+            cursor: None,
         }
     }
 }

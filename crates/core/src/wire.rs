@@ -149,6 +149,7 @@ mod tests {
                 chat_id: "9".into(),
                 reply_to: Some("5".into()),
                 kind,
+                cursor: None,
             };
             let read: OutboundMessage = decode(&encode(&message).expect("encode")).expect("decode");
             assert_eq!(read, message);

@@ -211,9 +211,14 @@ impl Until {
     }
 }
 
+/// The outbound message a stream message carries, numbered with its place in the stream
+/// (the same on every gateway: see [`OutboundMessage::cursor`]).
 fn decode(message: &jetstream::Message) -> Option<OutboundMessage> {
-    match wire::decode(&message.payload) {
-        Ok(outbound) => Some(outbound),
+    match wire::decode::<OutboundMessage>(&message.payload) {
+        Ok(mut outbound) => {
+            outbound.cursor = message.info().ok().map(|info| info.stream_sequence);
+            Some(outbound)
+        }
         Err(err) => {
             tracing::error!(subject = %message.subject, error = %err, "an outbound message could not be read; dropped");
             None

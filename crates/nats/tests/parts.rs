@@ -272,6 +272,7 @@ async fn messages_reach_the_worker_in_order_and_replies_the_gateway_with_receipt
         chat_id: "42".into(),
         reply_to: None,
         kind,
+        cursor: None,
     };
     worker
         .publish_outbound(reply(OutboundKind::Message("hello".into())))

@@ -43,6 +43,9 @@ let awaitingHistory = true;
 const turns = new Map();
 /** A turn the history said runs, until its first frame names it. */
 let placeholder = null;
+/** The `seq` of the last frame seen of each chat: named when subscribing again (after a
+ * reconnect, to this server or another of a cluster), so nothing comes twice. */
+const seen = new Map();
 /** Messages typed and not yet handled by the server: {id, chat_id, content, attachments}. */
 let outbox = loadOutbox();
 /** Files attached to the message being written. */
@@ -352,6 +355,9 @@ function onFrame(frame) {
       if (!frame.chat_id) return showHint(frame.message);
       break;
   }
+  if (frame.chat_id && typeof frame.seq === "number" && frame.seq > (seen.get(frame.chat_id) || 0)) {
+    seen.set(frame.chat_id, frame.seq);
+  }
   if (frame.chat_id !== chatId || awaitingHistory) return;
   const key = frame.reply_to || "";
   if (frame.type === "post") return add(replyBubble(frame.content));
@@ -642,7 +648,7 @@ function openChat(id, reconnected) {
   renderList();
   closeSidebar();
   updateStop();
-  if (send({ type: "subscribe", chat_id: id })) {
+  if (send({ type: "subscribe", chat_id: id, after: seen.get(id) })) {
     send({ type: "history", chat_id: id });
   } else {
     for (const entry of outbox) if (entry.chat_id === id) entry.el = add(userBubble(entry));

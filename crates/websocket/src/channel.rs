@@ -69,6 +69,10 @@ pub(crate) struct Shared {
     /// reloaded mid-answer). Locked only while a `subscribers` guard of the same chat is
     /// held, so a frame is either held and then replayed, or delivered — never lost between.
     pub held: DashMap<ChatId, Held>,
+    /// The `seq` of the next frame that comes without a cursor of the bus's (one process):
+    /// counted from the start's microseconds since the Unix epoch, so a client's last `seq`
+    /// from before a restart is below every frame after it.
+    pub next_seq: AtomicU64,
     pub next_conn: AtomicU64,
     pub open: AtomicUsize,
     /// Cancelled by [`WebSocketChannel::close`]: each socket sends what is queued,
@@ -89,29 +93,36 @@ const HELD_BYTES: usize = 64 * 1024;
 /// The most chats with frames kept at once.
 const HELD_CHATS: usize = 256;
 
-/// A chat's frames kept while no socket is on it.
+/// A chat's frames kept while no socket is on it, each with its `seq`.
 pub(crate) struct Held {
-    frames: VecDeque<Utf8Bytes>,
+    frames: VecDeque<(u64, Utf8Bytes)>,
     bytes: usize,
     since: Instant,
 }
 
 impl Shared {
+    /// Puts `subscriber` on `chat` (once per socket). The first socket back on a chat gets
+    /// what was kept for it — only the frames after `after`, the last its client has (none
+    /// twice when it comes from another server of a cluster) — before anything newer.
     pub(crate) fn subscribe(
         &self,
         chats: &Mutex<HashSet<ChatId>>,
         subscriber: &Subscriber,
         chat: ChatId,
+        after: Option<u64>,
     ) {
         let mut chats = chats.lock().unwrap_or_else(PoisonError::into_inner);
         if chats.insert(chat.clone()) {
             let mut sockets = self.subscribers.entry(chat.clone()).or_default();
-            // The first socket back on a chat gets what it missed, before anything newer.
             if sockets.is_empty()
                 && let Some((_, held)) = self.held.remove(&chat)
                 && held.since.elapsed() < HOLD_FOR
             {
-                for frame in held.frames {
+                let missed = held
+                    .frames
+                    .into_iter()
+                    .filter(|(seq, _)| after.is_none_or(|after| *seq > after));
+                for (_, frame) in missed {
                     let _ = subscriber.tx.try_send(Box::new(frame));
                 }
             }
@@ -119,9 +130,9 @@ impl Shared {
         }
     }
 
-    /// Keeps a frame for a chat with no socket (bounded; see [`Held`]). Called with the
+    /// Keeps frame `seq` for a chat with no socket (bounded; see [`Held`]). Called with the
     /// chat's `subscribers` shard locked.
-    fn hold(&self, chat: &ChatId, frame: Utf8Bytes) {
+    fn hold(&self, chat: &ChatId, seq: u64, frame: Utf8Bytes) {
         if frame.len() > HELD_BYTES {
             return;
         }
@@ -145,9 +156,9 @@ impl Shared {
             };
         }
         held.bytes += frame.len();
-        held.frames.push_back(frame);
+        held.frames.push_back((seq, frame));
         while held.bytes > HELD_BYTES {
-            let Some(oldest) = held.frames.pop_front() else {
+            let Some((_, oldest)) = held.frames.pop_front() else {
                 break;
             };
             held.bytes -= oldest.len();
@@ -221,6 +232,7 @@ impl WebSocketChannel {
                 history: None,
                 subscribers: DashMap::new(),
                 held: DashMap::new(),
+                next_seq: AtomicU64::new(start_seq()),
                 next_conn: AtomicU64::new(1),
                 open: AtomicUsize::new(0),
                 closing: CancellationToken::new(),
@@ -268,6 +280,15 @@ impl WebSocketChannel {
             .await
             .is_ok()
     }
+}
+
+/// Where a process's own frame numbers start: its start's microseconds since the Unix epoch.
+fn start_seq() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |since| {
+            u64::try_from(since.as_micros()).unwrap_or(u64::MAX / 2)
+        })
 }
 
 /// Refuses requests whose Host is not a loopback name when auth is off (DNS rebinding).
@@ -344,7 +365,10 @@ impl Channel for WebSocketChannel {
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let chat = message.chat_id.clone();
         self.shared.live.note(&chat, &message.kind);
-        let frame: Utf8Bytes = ServerFrame::outbound_json(message).into();
+        let seq = message
+            .cursor
+            .unwrap_or_else(|| self.shared.next_seq.fetch_add(1, Ordering::Relaxed));
+        let frame: Utf8Bytes = ServerFrame::outbound_json(message, seq).into();
         let subscribers = match self.shared.subscribers.get(&chat) {
             Some(subscribers) => subscribers,
             None => {
@@ -352,7 +376,7 @@ impl Channel for WebSocketChannel {
                 // shard lock, so a socket subscribing now either sees it held or gets it.
                 match self.shared.subscribers.entry(chat.clone()) {
                     dashmap::Entry::Vacant(_vacant) => {
-                        self.shared.hold(&chat, frame);
+                        self.shared.hold(&chat, seq, frame);
                         return Ok(());
                     }
                     dashmap::Entry::Occupied(occupied) => occupied.into_ref().downgrade(),

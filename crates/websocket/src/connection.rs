@@ -233,7 +233,7 @@ async fn handle(
             attachments,
         } => {
             let chat = ChatId::from(chat_id.as_str());
-            shared.subscribe(chats, subscriber, chat.clone());
+            shared.subscribe(chats, subscriber, chat.clone(), None);
             let mut files = Vec::with_capacity(attachments.len());
             for reference in &attachments {
                 match upload::resolve(shared.config.workspace.as_deref(), &chat_id, reference).await
@@ -267,8 +267,8 @@ async fn handle(
                 reply(subscriber, frame).await;
             }
         }
-        ClientFrame::Subscribe { chat_id } => {
-            shared.subscribe(chats, subscriber, ChatId::from(chat_id));
+        ClientFrame::Subscribe { chat_id, after } => {
+            shared.subscribe(chats, subscriber, ChatId::from(chat_id), after);
         }
         ClientFrame::Unsubscribe { chat_id } => {
             let chat = ChatId::from(chat_id);

@@ -24,10 +24,16 @@ pub enum ClientFrame {
         #[serde(default)]
         attachments: Vec<AttachmentRef>,
     },
-    /// Receive a chat's frames without sending to it (e.g. a second tab).
+    /// Receive a chat's frames without sending to it (e.g. a second tab), or again after a
+    /// reconnect.
     Subscribe {
         /// The chat.
         chat_id: String,
+        /// The `seq` of the last frame of the chat this client has: of the frames kept while
+        /// no socket was on the chat, only later ones are sent (none twice after moving to
+        /// another server of a cluster). Without it, all that were kept.
+        #[serde(default)]
+        after: Option<u64>,
     },
     /// Stop receiving a chat's frames.
     Unsubscribe {
@@ -115,7 +121,7 @@ impl ClientFrame {
                     ));
                 }
             }
-            Self::Subscribe { chat_id }
+            Self::Subscribe { chat_id, .. }
             | Self::Unsubscribe { chat_id }
             | Self::History { chat_id }
             | Self::DeleteConversation { chat_id } => check_chat_id(chat_id)?,
@@ -375,23 +381,28 @@ impl ServerFrame {
         }
     }
 
-    /// The frame an outbound message becomes, as JSON text: with `reply_to`, the id of the
-    /// client message it answers, when it answers one that had an id (so a client with
+    /// The frame an outbound message becomes, as JSON text, numbered `seq` (its place among
+    /// the chat's frames, which a client names to resubscribe): with `reply_to`, the id of
+    /// the client message it answers, when it answers one that had an id (so a client with
     /// several messages in flight in a chat knows which turn a frame belongs to).
-    pub fn outbound_json(message: OutboundMessage) -> String {
+    pub fn outbound_json(message: OutboundMessage, seq: u64) -> String {
         let reply_to = message.reply_to.clone();
         let mut json = Self::from_outbound(message).to_json();
-        // The frame is a JSON object: the field goes in before its closing brace (cheaper
+        // The frame is a JSON object: the fields go in before its closing brace (cheaper
         // than serde's flattening, on every frame of every turn).
+        if !json.ends_with('}') {
+            return json;
+        }
+        json.pop();
         if let Some(id) = reply_to
-            && json.ends_with('}')
             && let Ok(id) = serde_json::to_string(id.as_str())
         {
-            json.pop();
             json.push_str(",\"reply_to\":");
             json.push_str(&id);
-            json.push('}');
         }
+        json.push_str(",\"seq\":");
+        json.push_str(&seq.to_string());
+        json.push('}');
         json
     }
 
@@ -560,22 +571,23 @@ mod tests {
     }
 
     #[test]
-    fn a_frame_answering_a_message_with_an_id_names_it() {
+    fn a_frame_answering_a_message_with_an_id_names_it_and_every_frame_its_place() {
         let message = |reply_to: Option<&str>| OutboundMessage {
             channel: "websocket".into(),
             chat_id: "c".into(),
             reply_to: reply_to.map(Into::into),
             kind: OutboundKind::Delta("t".into()),
+            cursor: None,
         };
         assert_eq!(
-            ServerFrame::outbound_json(message(Some("m-1"))),
-            r#"{"type":"delta","chat_id":"c","text":"t","reply_to":"m-1"}"#
+            ServerFrame::outbound_json(message(Some("m-1")), 7),
+            r#"{"type":"delta","chat_id":"c","text":"t","reply_to":"m-1","seq":7}"#
         );
         assert_eq!(
-            ServerFrame::outbound_json(message(None)),
-            r#"{"type":"delta","chat_id":"c","text":"t"}"#
+            ServerFrame::outbound_json(message(None), 8),
+            r#"{"type":"delta","chat_id":"c","text":"t","seq":8}"#
         );
-        let quoted = ServerFrame::outbound_json(message(Some("m\"1")));
+        let quoted = ServerFrame::outbound_json(message(Some("m\"1")), 9);
         assert_eq!(
             serde_json::from_str::<serde_json::Value>(&quoted).expect("JSON")["reply_to"],
             "m\"1"

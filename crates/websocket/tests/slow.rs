@@ -59,6 +59,7 @@ async fn a_client_too_slow_to_read_gets_a_close_frame_saying_so() {
             chat_id: ChatId::from("c"),
             reply_to: None,
             kind: OutboundKind::Post(big.clone()),
+            cursor: None,
         };
         channel.send(post).await.expect("send never fails");
     }

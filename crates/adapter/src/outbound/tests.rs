@@ -114,6 +114,7 @@ fn out_to(chat: &str, kind: OutboundKind) -> OutboundMessage {
         chat_id: chat.into(),
         reply_to: Some(MessageId::from("u1")),
         kind,
+        cursor: None,
     }
 }
 

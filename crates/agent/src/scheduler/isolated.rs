@@ -70,6 +70,7 @@ impl Channel for IsolatedRuns {
             chat_id: ChatId::from(job.chat_id.as_str()),
             reply_to: None,
             kind,
+            cursor: None,
         };
         // Delivered before this returns: the run's `done` (behind this in its lane) then
         // means its answer reached the chat.

@@ -208,6 +208,7 @@ impl Settler {
             chat_id: ChatId::from(job.chat_id.as_str()),
             reply_to: None,
             kind,
+            cursor: None,
         };
         if let Err(err) = self.hub.publish_outbound(message).await {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");

@@ -6,9 +6,9 @@ use jiff::SignedDuration;
 use switchboard_core::Origin;
 
 use super::*;
-use crate::scheduler::job::Outcome;
 use crate::scheduler::clock::{Clock, TokioClock};
 use crate::scheduler::due::Schedule;
+use crate::scheduler::job::Outcome;
 use crate::scheduler::job::{JobKind, SessionMode};
 use crate::scheduler::jobs::{Asker, NewJob};
 use crate::scheduler::test_setup::*;
