@@ -342,3 +342,81 @@ async fn a_web_client_that_moves_to_the_other_gateway_gets_only_what_it_had_not_
     let extra = moved.try_next_frame(Duration::from_millis(500)).await;
     assert!(extra.is_none(), "nothing after its one `done`: {extra:?}");
 }
+
+/// A Telegram answer streaming into its draft when the gateway that polls is killed: the
+/// standby takes the connection and the rest of the turn's frames, finds the draft the dead
+/// gateway kept in the cluster's state, and edits that same message to the whole answer —
+/// the person sees one message, finished, not a stray fragment and the answer again beside
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_answer_streaming_when_its_gateway_dies_is_finished_in_its_own_draft() {
+    use switchboard_testkit::telegram::TEST_TOKEN;
+    use switchboard_testkit::{FakeTelegram, Reply};
+    const PERSON: i64 = 1001;
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let answer: String = (0..40)
+        .map(|n| format!("w{n} "))
+        .collect::<String>()
+        .trim()
+        .to_owned();
+    let paced = answer.clone();
+    llm.respond_with(move |_| Reply::paced(paced.clone(), Duration::from_millis(100)));
+    let telegram = FakeTelegram::start().await.expect("fake Telegram");
+    let table = format!(
+        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [\"{PERSON}\"]\npoll_timeout_secs = 1\nedit_interval_secs = 0.2\n",
+        telegram.api_url(),
+    );
+    let root = tempfile::tempdir().expect("tempdir");
+    let gateway =
+        |name: &str| member_config_with(root.path(), &llm, &nats, "gateway", name, "", &table);
+    let (first, _) = util::spawn_daemon(&gateway("gw1")).await;
+    let (second, _) = util::spawn_daemon(&gateway("gw2")).await;
+    let (_worker, _) =
+        util::spawn_daemon(&member_config(root.path(), &llm, &nats, "worker", "w1")).await;
+    wait_until(
+        "a gateway polls, the worker holds the partitions",
+        || async {
+            let held = holders(&nats).await;
+            held.contains_key("channel.telegram") && partitions(&held) == 8
+        },
+    )
+    .await;
+    let holder = holders(&nats).await["channel.telegram"].clone();
+
+    telegram.private_text(PERSON as u64, "tell me a long story");
+    // The draft is out and has been edited at least once when its gateway dies.
+    wait_until("the draft streams", || {
+        let drafts = telegram.messages_to(PERSON);
+        let edited = drafts
+            .first()
+            .and_then(|draft| telegram.current_text(PERSON, draft.message_id));
+        std::future::ready(edited.is_some_and(|text| text.starts_with("w0 w1 w2")))
+    })
+    .await;
+    let (_standby, _) = kill_the_holder([first, second], &holder).await;
+    let shown = || -> Vec<String> {
+        telegram
+            .messages_to(PERSON)
+            .iter()
+            .filter_map(|sent| telegram.current_text(PERSON, sent.message_id))
+            .collect()
+    };
+    wait_until("the whole answer is shown", || {
+        std::future::ready(shown().contains(&answer))
+    })
+    .await;
+    // The chat's next turn: whatever of the first could still come (a frame the dead gateway
+    // took and did not deliver) comes before it, in the chat's order.
+    telegram.private_text(PERSON as u64, "and another");
+    wait_until("the second answer is shown", || {
+        std::future::ready(shown().iter().filter(|text| **text == answer).count() == 2)
+    })
+    .await;
+    assert_eq!(
+        shown(),
+        [answer.clone(), answer],
+        "one message per answer, the first the draft it started in: {:?}",
+        telegram.messages_to(PERSON)
+    );
+}

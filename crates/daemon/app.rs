@@ -154,6 +154,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),
+            handed_over: place.is_cluster(),
             transcripts: Some(Arc::new(crate::history::SessionHistory(agents.clone()))),
         },
         health: health.clone(),

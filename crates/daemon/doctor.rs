@@ -373,6 +373,7 @@ fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),
+            handed_over: false,
             transcripts: None,
         },
         health: Health::new(),

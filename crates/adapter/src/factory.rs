@@ -34,10 +34,24 @@ pub struct ChannelParts {
     /// Where small documents are kept (a platform's cursor): the state directory's files,
     /// or the cluster's bucket.
     pub state: Arc<dyn switchboard_core::StateStore>,
+    /// Whether a platform connection may move to another gateway (a cluster): then each
+    /// chat's delivery is kept in `state` for the one that takes it over ([`KeptChats`]).
+    ///
+    /// [`KeptChats`]: crate::KeptChats
+    pub handed_over: bool,
     /// The HTTP listener.
     pub http: HttpFacts,
     /// Where a chat's conversation so far is read from, for channels that show it again.
     pub transcripts: Option<Arc<dyn Transcripts>>,
+}
+
+impl ChannelParts {
+    /// Where `channel`'s chats' delivery is kept for a gateway that takes the connection
+    /// over: in `state` on a cluster, nowhere alone.
+    pub fn kept(&self, channel: &str) -> Option<crate::KeptChats> {
+        self.handed_over
+            .then(|| crate::KeptChats::new(self.state.clone(), channel))
+    }
 }
 
 /// A number read when `/healthz` or `/metrics` is asked.

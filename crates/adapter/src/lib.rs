@@ -17,6 +17,7 @@
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `holds`: a chat held for a platform's `retry_after`, every call to it waiting.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
+//! - `kept`: [`KeptChats`], each chat's draft and delivery kept for a standby gateway.
 //! - `factory`: [`ChannelSection`], a channel built from its config section.
 //! - `inbox`: [`Inbox`], what a push platform delivered, on disk until its fate is known.
 
@@ -25,6 +26,7 @@ mod factory;
 mod holds;
 mod inbox;
 mod intake;
+mod kept;
 mod markdown;
 pub mod media;
 mod outbound;
@@ -40,6 +42,7 @@ pub use factory::{
 };
 pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
+pub use kept::{Kept, KeptChats};
 pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface};
 pub use pairing::{

@@ -15,6 +15,12 @@
 //! `retry_after` (see [`Holds`]) — draft edits and "typing…" are skipped meanwhile, the final
 //! reply and notices wait — while other chats go on. Platforms escalate the waits of bots
 //! that ignore them.
+//!
+//! On a cluster, where a standby gateway takes the connection over from one that died, each
+//! chat's draft, the parts of its final reply that went out and the last frame delivered are
+//! kept in shared state ([`KeptChats`]): the standby edits the same draft on, sends only the
+//! parts still missing, and skips the frames the stream offers it again that went out
+//! before. A turn that starts again (its worker changed) finishes its draft too.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::draft::{Draft, Step};
 use crate::holds::Holds;
+use crate::kept::{Kept, KeptChats};
 use crate::split::{Measure, split};
 
 /// A turn that never ends stops showing "typing…" after this.
@@ -98,6 +105,13 @@ struct ChatOut {
     delivered_parts: usize,
     /// Cancels the turn's "typing…" keepalive.
     typing: Option<CancellationToken>,
+    /// The turn it is of: the id of the message it answers.
+    turn: Option<MessageId>,
+    /// Frames of the chat up to this stream position went out before (kept by whichever
+    /// gateway held the connection then): skipped when the stream offers them again.
+    kept_until: u64,
+    /// Whether what is kept of the chat was read (once per turn; with shared state only).
+    recalled: bool,
 }
 
 impl ChatOut {
@@ -107,6 +121,22 @@ impl ChatOut {
             started: Instant::now(),
             delivered_parts: 0,
             typing: None,
+            turn: None,
+            kept_until: 0,
+            recalled: false,
+        }
+    }
+
+    /// What to keep of the chat now that the frame at `cursor` went out.
+    fn kept(&self, cursor: u64) -> Kept {
+        Kept {
+            cursor,
+            turn: self.turn.as_ref().map(|turn| turn.as_str().to_owned()),
+            draft: self
+                .draft
+                .as_ref()
+                .and_then(|draft| draft.finish(Duration::ZERO).0.map(str::to_owned)),
+            delivered: self.delivered_parts,
         }
     }
 }
@@ -129,6 +159,8 @@ pub struct Replies<S: Surface> {
     chats: DashMap<ChatId, Arc<tokio::sync::Mutex<ChatOut>>>,
     /// Chats the platform asked to slow down.
     holds: Arc<Holds>,
+    /// Where each chat's delivery is kept for a standby gateway (a cluster's); `None` alone.
+    kept: Option<KeptChats>,
 }
 
 impl<S: Surface> Replies<S> {
@@ -141,7 +173,15 @@ impl<S: Surface> Replies<S> {
             edit_interval,
             chats: DashMap::new(),
             holds: Arc::default(),
+            kept: None,
         }
+    }
+
+    /// Keeps each chat's delivery in `kept` (when there is one), for a standby gateway to go
+    /// on from: see [`ChannelParts::kept`](crate::ChannelParts::kept).
+    pub fn keeping(mut self, kept: Option<KeptChats>) -> Self {
+        self.kept = kept;
+        self
     }
 
     /// The surface.
@@ -158,7 +198,20 @@ impl<S: Surface> Replies<S> {
         match &message.kind {
             OutboundKind::Done(_) => {
                 // The turn is over: drop its state (and stop "typing…").
-                self.chats.remove(&message.chat_id);
+                let ended = self.chats.remove(&message.chat_id);
+                if let (Some(kept), Some(cursor)) = (&self.kept, message.cursor) {
+                    let until = match ended {
+                        Some((_, out)) => out.lock().await.kept_until,
+                        None => kept.get(chat).await.map_or(0, |kept| kept.cursor),
+                    };
+                    if cursor > until {
+                        let done = Kept {
+                            cursor,
+                            ..Kept::default()
+                        };
+                        kept.put(chat, &done).await;
+                    }
+                }
                 return Ok(());
             }
             OutboundKind::Error(text) => {
@@ -201,9 +254,30 @@ impl<S: Surface> Replies<S> {
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(ChatOut::new())))
             .clone();
         let mut out = state.lock().await;
+        self.recall(&mut out, chat, answering).await;
+        if message
+            .cursor
+            .is_some_and(|cursor| cursor <= out.kept_until)
+        {
+            // It went out before, from the gateway that held the connection then.
+            return Ok(());
+        }
+        let cursor = message.cursor.unwrap_or_default();
         match message.kind {
             OutboundKind::TurnStarted => {
+                // The same turn started again (its worker changed): its draft is finished,
+                // not left behind beside a new one.
+                let again = out.turn.as_ref() == answering;
+                let mut draft = out.draft.take().filter(|_| again);
+                if let Some(draft) = &mut draft {
+                    draft.reset();
+                }
+                let (kept_until, recalled) = (out.kept_until, out.recalled);
                 *out = ChatOut::new();
+                out.draft = draft;
+                out.turn = answering.cloned();
+                out.kept_until = kept_until;
+                out.recalled = recalled;
                 out.typing = Some(self.typing(chat.clone(), place));
                 Ok(())
             }
@@ -214,8 +288,12 @@ impl<S: Surface> Replies<S> {
                     .draft
                     .get_or_insert_with(|| Draft::new(self.edit_interval, limit, measure));
                 let step = draft.push(&piece, now);
+                let sends = matches!(step, Step::Send(_));
                 self.draft_step(&mut out, step, chat, place, answering)
                     .await;
+                if sends && let Some(kept) = &self.kept {
+                    kept.put(chat, &out.kept(cursor)).await;
+                }
                 Ok(())
             }
             OutboundKind::DraftReset => {
@@ -225,8 +303,13 @@ impl<S: Surface> Replies<S> {
                 Ok(())
             }
             OutboundKind::Message(text) => {
-                self.deliver_reply(&mut out, chat, place, answering, &text)
-                    .await
+                let delivered = self
+                    .deliver_reply(&mut out, chat, place, answering, &text)
+                    .await;
+                if let Some(kept) = &self.kept {
+                    kept.put(chat, &out.kept(cursor)).await;
+                }
+                delivered
             }
             OutboundKind::Error(_)
             | OutboundKind::Notice(_)
@@ -235,6 +318,34 @@ impl<S: Surface> Replies<S> {
             | OutboundKind::Status(_)
             | OutboundKind::Tool(_)
             | OutboundKind::Done(_) => Ok(()),
+        }
+    }
+
+    /// Reads what is kept of `chat` once per turn (with shared state): frames up to the kept
+    /// cursor went out before; and when the turn `answering` is the one kept, its draft is
+    /// edited on and only the parts of its reply still missing are sent.
+    async fn recall(&self, out: &mut ChatOut, chat: &ChatId, answering: Option<&MessageId>) {
+        let Some(kept) = &self.kept else {
+            return;
+        };
+        if out.recalled {
+            return;
+        }
+        out.recalled = true;
+        let Some(record) = kept.get(chat).await else {
+            return;
+        };
+        out.kept_until = record.cursor;
+        if record.turn.as_deref() != answering.map(MessageId::as_str) {
+            return;
+        }
+        out.turn = answering.cloned();
+        out.delivered_parts = record.delivered;
+        if let Some(message) = record.draft {
+            let (limit, measure) = self.surface.limit();
+            let mut draft = Draft::new(self.edit_interval, limit, measure);
+            draft.sent(message, String::new(), out.started.elapsed());
+            out.draft = Some(draft);
         }
     }
 

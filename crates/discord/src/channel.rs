@@ -2,17 +2,16 @@
 //! cleanly on shutdown), its events taken in order by one intake task, and replies through
 //! the shared [`Replies`] over REST.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_adapter::{
-    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Pairing,
-    PerChat, Replies,
+    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, PerChat,
+    Replies,
 };
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage,
 };
 use tokio::sync::mpsc;
 
@@ -61,30 +60,21 @@ impl ChannelSection for DiscordSection {
     }
 
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
-        let channel = DiscordChannel::new(
-            self.settings()?,
-            parts.hub.clone(),
-            &parts.state_dir,
-            parts.state.clone(),
-            &parts.workspace,
-            parts.pairing.clone(),
-        )?;
+        let channel = DiscordChannel::new(self.settings()?, parts)?;
         Ok(BuiltChannel::new(Arc::new(channel)))
     }
 }
 
 impl DiscordChannel {
-    /// A channel with `settings`, publishing on `hub`; files go under `workspace`, its
-    /// inbox under `state_dir`, where its session may be resumed in `state`, pairing is
-    /// `pairing`.
-    pub fn new(
-        settings: DiscordSettings,
-        hub: Arc<dyn Bus>,
-        state_dir: &Path,
-        state: Arc<dyn switchboard_core::StateStore>,
-        workspace: &Path,
-        pairing: Arc<Pairing>,
-    ) -> Result<Self, CoreError> {
+    /// A channel with `settings`, publishing on the parts' hub; files go under its
+    /// workspace, its inbox under its state directory, where its session may be resumed in
+    /// its state, pairing is its pairing.
+    pub fn new(settings: DiscordSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
+        let hub = parts.hub.clone();
+        let state_dir = parts.state_dir.as_path();
+        let state = parts.state.clone();
+        let workspace = parts.workspace.as_path();
+        let pairing = parts.pairing.clone();
         let rest = Rest::new(&settings.api_url, &settings.token)?;
         let authors = Arc::new(Authors::new(MAX_KNOWN_AUTHORS));
         let gate = Arc::new(Gate::new(
@@ -121,7 +111,8 @@ impl DiscordChannel {
         Ok(Self {
             inner: Arc::new(Inner {
                 gateway: Gateway::new(rest, settings.token.clone(), intents(), state),
-                replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval),
+                replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval)
+                    .keeping(parts.kept(CHANNEL_NAME)),
                 gate,
                 chats,
                 intake: tokio::sync::Mutex::new(intake),

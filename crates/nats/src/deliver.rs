@@ -45,12 +45,18 @@ pub(crate) fn start(
     inner.tasks.spawn(async move {
         // A process channel's reader, opened again, goes on after the last message it read.
         let mut after = None;
+        // A platform channel's first read of a holding takes over from the last holder.
+        let mut taking_over = true;
         loop {
             let read = match scope {
                 ChannelScope::Process => {
                     read_every_new(&reader, &channel, &lanes, &mut after, &stop).await
                 }
-                _ => read_durably(&reader, &channel, &lanes, &stop).await,
+                _ => {
+                    let read = read_durably(&reader, &channel, &lanes, &stop, taking_over).await;
+                    taking_over = false;
+                    read
+                }
             };
             if let Err(err) = read {
                 tracing::warn!(%channel, error = %err, "reading the channel's messages from NATS failed; again in 1 s");
@@ -66,15 +72,17 @@ pub(crate) fn start(
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-/// A platform channel: one durable consumer, each message acknowledged once delivered.
+/// A platform channel: one durable consumer, each message acknowledged once delivered; at
+/// the start of a holding (`taking_over`) made afresh from where the last holder left it.
 async fn read_durably(
     inner: &Arc<Inner>,
     channel: &ChannelName,
     lanes: &Lanes,
     stop: &CancellationToken,
+    taking_over: bool,
 ) -> Result<(), Failure> {
     let names = &inner.cluster.names;
-    let stream = inner
+    let mut stream = inner
         .cluster
         .js
         .get_stream(names.outbound_stream_name())
@@ -82,8 +90,18 @@ async fn read_durably(
     let name = names.outbound_consumer(channel.as_str());
     let mut config = pull_config(name.clone(), names.outbound_subject(channel.as_str()));
     config.ack_wait = DELIVERY_WAIT;
-    config.deliver_policy = consumer::DeliverPolicy::New;
-    let consumer: consumer::PullConsumer = stream.get_or_create_consumer(&name, config).await?;
+    let existing = if taking_over {
+        None
+    } else {
+        stream
+            .get_consumer::<consumer::pull::Config>(&name)
+            .await
+            .ok()
+    };
+    let consumer: consumer::PullConsumer = match existing {
+        Some(consumer) => consumer,
+        None => take_over_consumer(&mut stream, config).await?,
+    };
     let mut messages = consumer.messages().await?;
     let mut until = Until::new(inner, stop);
     loop {
@@ -121,6 +139,32 @@ async fn read_durably(
             }
         });
     }
+}
+
+/// The durable consumer of a platform channel for a holding that just began. What the last
+/// holder took and never delivered would otherwise come again only after the delivery wait,
+/// behind frames of the same chats that came later (a turn's draft fragments after its
+/// end); so the consumer is made afresh from the first message the last holder did not
+/// acknowledge, and that comes at once, in order. (One it acknowledged out of order above
+/// that comes again too: the channel skips what its kept state says went out.) The first
+/// consumer starts at the stream's next message, and says so in its config.
+async fn take_over_consumer(
+    stream: &mut jetstream::stream::Stream,
+    mut config: consumer::pull::Config,
+) -> Result<consumer::PullConsumer, Failure> {
+    let name = config.durable_name.clone().unwrap_or_default();
+    let start_sequence = match stream.consumer_info(&name).await {
+        Ok(info) if info.ack_floor.consumer_sequence > 0 => info.ack_floor.stream_sequence + 1,
+        // Nothing acknowledged yet: from where it started.
+        Ok(info) => match info.config.deliver_policy {
+            consumer::DeliverPolicy::ByStartSequence { start_sequence } => start_sequence,
+            _ => info.delivered.stream_sequence + 1,
+        },
+        Err(_) => stream.info().await?.state.last_sequence + 1,
+    };
+    let _ = stream.delete_consumer(&name).await;
+    config.deliver_policy = consumer::DeliverPolicy::ByStartSequence { start_sequence };
+    Ok(stream.create_consumer(config).await?)
 }
 
 /// A process channel: every gateway reads what is new (after `after`, the last stream

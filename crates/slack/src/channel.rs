@@ -11,7 +11,7 @@
 //! strangers, silence in channels), files fetched from Slack with the bot token, the hub.
 //! A `disconnect` from Slack (every few hours) makes slack-morphism reconnect.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,7 +21,7 @@ use slack_morphism::prelude::*;
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{
     AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Inbox,
-    InboxEntry, InboxError, Pairing, PerChat, Remembered, Replies, Sender, Verdict, say,
+    InboxEntry, InboxError, PerChat, Remembered, Replies, Sender, Verdict, say,
 };
 use switchboard_core::{
     Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, InboundMessage,
@@ -57,13 +57,7 @@ impl ChannelSection for SlackSection {
     }
 
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
-        let channel = SlackChannel::new(
-            self.settings()?,
-            parts.hub.clone(),
-            &parts.state_dir,
-            &parts.workspace,
-            parts.pairing.clone(),
-        )?;
+        let channel = SlackChannel::new(self.settings()?, parts)?;
         Ok(BuiltChannel::new(Arc::new(channel)))
     }
 }
@@ -119,15 +113,13 @@ struct Dispatch {
 }
 
 impl SlackChannel {
-    /// A channel with `settings`, publishing on `hub`; files go under `workspace`, its inbox
-    /// under `state_dir`, pairing is `pairing`.
-    pub fn new(
-        settings: SlackSettings,
-        hub: Arc<dyn Bus>,
-        state_dir: &Path,
-        workspace: &Path,
-        pairing: Arc<Pairing>,
-    ) -> Result<Self, CoreError> {
+    /// A channel with `settings`, publishing on the parts' hub; files go under its
+    /// workspace, its inbox under its state directory, pairing is its pairing.
+    pub fn new(settings: SlackSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
+        let hub = parts.hub.clone();
+        let state_dir = parts.state_dir.as_path();
+        let workspace = parts.workspace.as_path();
+        let pairing = parts.pairing.clone();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()
@@ -161,7 +153,8 @@ impl SlackChannel {
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval),
+                replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval)
+                    .keeping(parts.kept(CHANNEL_NAME)),
                 settings,
                 client,
                 bot,

@@ -9,7 +9,6 @@
 //! A watchdog ends `run` when no poll completed for `watchdog_secs`, so the supervisor
 //! restarts the channel (and `/healthz` shows it) rather than letting polling stall silently.
 
-use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -21,11 +20,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use subtle::ConstantTimeEq;
 use switchboard_adapter::{
-    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Pairing,
-    PerChat, Remembered, Replies,
+    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, PerChat,
+    Remembered, Replies,
 };
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage,
     StateStore,
 };
 use teloxide::Bot;
@@ -87,13 +86,7 @@ impl ChannelSection for TelegramSection {
     }
 
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
-        let channel = TelegramChannel::new(
-            self.settings()?,
-            parts.hub.clone(),
-            parts.state.clone(),
-            &parts.workspace,
-            parts.pairing.clone(),
-        )?;
+        let channel = TelegramChannel::new(self.settings()?, parts)?;
         let router = channel.router();
         Ok(BuiltChannel {
             router,
@@ -103,15 +96,13 @@ impl ChannelSection for TelegramSection {
 }
 
 impl TelegramChannel {
-    /// A channel with `settings`, publishing on `hub`; files go under `workspace`, the
-    /// offset in `state`, pairing is `pairing`.
-    pub fn new(
-        settings: TelegramSettings,
-        hub: Arc<dyn Bus>,
-        state: Arc<dyn StateStore>,
-        workspace: &Path,
-        pairing: Arc<Pairing>,
-    ) -> Result<Self, CoreError> {
+    /// A channel with `settings`, publishing on the parts' hub; files go under its
+    /// workspace, the offset in its state, pairing is its pairing.
+    pub fn new(settings: TelegramSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
+        let hub = parts.hub.clone();
+        let state = parts.state.clone();
+        let workspace = parts.workspace.as_path();
+        let pairing = parts.pairing.clone();
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
             // Long enough for a long poll; other calls have their own timeout.
@@ -139,7 +130,8 @@ impl TelegramChannel {
                     Arc::new(Telegram { bot: bot.clone() }),
                     settings.stream,
                     settings.edit_interval,
-                ),
+                )
+                .keeping(parts.kept(CHANNEL_NAME)),
                 bot,
                 settings,
                 me: RwLock::new(None),

@@ -338,3 +338,102 @@ async fn a_reply_whose_draft_is_gone_is_sent_anew() {
         Some(&("send", "m1".into(), "the answer".into(), true))
     );
 }
+
+/// Two gateways' replies over one platform and one shared state: the first sends the draft
+/// and dies mid-answer; the second, given the turn's later frames (and, as the stream offers
+/// them again, the ones it had not acknowledged), edits the same draft to the whole reply,
+/// sends nothing twice, and skips what the first kept as gone out.
+#[tokio::test(start_paused = true)]
+async fn a_standby_finishes_the_draft_the_dead_gateway_kept_and_skips_what_went_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state: Arc<dyn switchboard_core::StateStore> =
+        Arc::new(switchboard_sessions::FileState::new(dir.path()));
+    let platform = Arc::new(Recorder::default());
+    let gateway = || {
+        Replies::new(platform.clone(), true, Duration::from_secs(1))
+            .keeping(Some(KeptChats::new(state.clone(), "test")))
+    };
+    let at = |cursor: u64, kind: OutboundKind| OutboundMessage {
+        cursor: Some(cursor),
+        ..out(kind)
+    };
+    let dead = gateway();
+    dead.send(at(1, OutboundKind::TurnStarted))
+        .await
+        .expect("started");
+    dead.send(at(2, OutboundKind::Delta("Once ".into())))
+        .await
+        .expect("draft");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    dead.send(at(3, OutboundKind::Delta("upon ".into())))
+        .await
+        .expect("edit");
+    drop(dead);
+
+    let standby = gateway();
+    // Frame 3 the dead one delivered but never acknowledged comes again, then the rest.
+    for (cursor, kind) in [
+        (3, OutboundKind::Delta("upon ".into())),
+        (4, OutboundKind::Delta("a time".into())),
+        (5, OutboundKind::Message("Once upon a time".into())),
+        (6, OutboundKind::Done(TurnEnd::Answered)),
+    ] {
+        standby.send(at(cursor, kind)).await.expect("delivered");
+    }
+    // A third holder is offered the turn's end again: it went out, so nothing is sent.
+    let third = gateway();
+    third
+        .send(at(5, OutboundKind::Message("Once upon a time".into())))
+        .await
+        .expect("skipped");
+    third
+        .send(at(6, OutboundKind::Done(TurnEnd::Answered)))
+        .await
+        .expect("skipped");
+
+    let calls = platform
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let sends: Vec<&Call> = calls.iter().filter(|call| call.0 == "send").collect();
+    assert_eq!(sends.len(), 1, "one message, the draft: {calls:?}");
+    let last = calls.last().expect("calls");
+    assert_eq!(
+        (last.0, last.1.as_str(), last.2.as_str()),
+        ("edit", "m0", "Once upon a time"),
+        "the draft finished: {calls:?}"
+    );
+}
+
+/// A turn that starts again before it ended (its worker lost the partition and another runs
+/// it anew) streams into the draft it had, not a second one beside it.
+#[tokio::test(start_paused = true)]
+async fn a_turn_started_again_finishes_its_own_draft() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    for kind in [
+        OutboundKind::TurnStarted,
+        OutboundKind::Delta("Once upon".into()),
+        OutboundKind::TurnStarted,
+        OutboundKind::Delta("Once upon a time".into()),
+        OutboundKind::Message("Once upon a time".into()),
+        OutboundKind::Done(TurnEnd::Answered),
+    ] {
+        replies.send(out(kind)).await.expect("delivered");
+    }
+    let calls = replies
+        .surface()
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(
+        calls.iter().filter(|call| call.0 == "send").count(),
+        1,
+        "{calls:?}"
+    );
+    assert_eq!(
+        calls.last().map(|call| call.2.as_str()),
+        Some("Once upon a time")
+    );
+}
