@@ -68,8 +68,8 @@ fn assert_histories_whole(llm: &ScriptedLlm) {
 async fn assert_transcripts_whole(nats: &NatsServer, chats: usize, rounds: usize) {
     let cluster = Cluster::connect(ClusterConfig {
         nats_url: nats.url(),
-        credentials: None,
-        token: None,
+        auth: Default::default(),
+        tls: None,
         name: "sb".into(),
         partitions: 8,
         role: Role::Gateway,

@@ -33,6 +33,10 @@ mod cluster_faults;
 /// One bot on two gateways of a cluster: the standby takes a killed gateway's connection over.
 #[cfg(feature = "cluster")]
 mod cluster_gateways;
+/// The bus authenticated and encrypted: the example server config with a user per role and
+/// TLS, strangers and forgeries refused, no password shown.
+#[cfg(feature = "cluster")]
+mod cluster_secure;
 /// One suite run for every chat platform against its fake: replies, splits, streaming,
 /// pairing, 429s held per chat, /stop, commands, files, kill -9.
 mod conformance;

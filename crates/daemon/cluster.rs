@@ -173,10 +173,16 @@ impl Place {
                     .map_err(|why: String| config.source.error_at(None, "--role".into(), why))?;
             }
             let role = resolved.role;
+            if let Some(server) = resolved.in_the_clear() {
+                tracing::warn!(%server, auth = resolved.auth.kind(),
+                    "the bus to a server on another host is not encrypted: set [cluster.tls] \
+                     (or a tls:// URL) so credentials and chats do not cross the network in \
+                     the clear");
+            }
             let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
             tracing::info!(member = cluster.member(), role = role.as_str(),
                 cluster = %cluster.config().name, partitions = cluster.config().partitions,
-                "joined the cluster");
+                auth = cluster.config().auth.kind(), "joined the cluster");
             let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
             return Ok(Self {
                 bus: Arc::new(bus.clone()),

@@ -44,18 +44,25 @@ fn resolve_bind(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| unresolved("no addresses".into()))
 }
 
-/// Whether a key's value is a secret (`api_key`, and every `…token` and `…_secret`: a
-/// channel's `token`, Slack's `bot_token` and `app_token`, Telegram's `webhook_secret`,
-/// `[http]`'s `metrics_token` and `admin_token`): its `${…}` references are resolved where
+/// Whether a key's value is a secret (`api_key`, `[cluster]`'s `credentials`, `nkey` and
+/// `password`, and every `…token` and `…_secret`: a channel's `token`, Slack's `bot_token`
+/// and `app_token`, Telegram's `webhook_secret`, `[http]`'s `metrics_token` and
+/// `admin_token`): its `${…}` references are resolved where
 /// they are used (an unresolvable LLM key is reported per message, a disabled channel's
 /// token not at all), so they are left as written here.
 fn is_secret_key(key: &str) -> bool {
-    key == "api_key" || key == "credentials" || key.ends_with("token") || key.ends_with("_secret")
+    key == "api_key"
+        || key == "credentials"
+        || key == "nkey"
+        || key == "password"
+        || key.ends_with("token")
+        || key.ends_with("_secret")
 }
 
 /// Config `text` with every secret written in it replaced by `"********"`: the values of the
-/// secret keys, of keys that look like one (`…token`, `…secret`, `…password`, `…key`), and
-/// of `env` and `headers` tables (an MCP server's). A `${NAME}` reference only names where
+/// secret keys, of keys that look like one (`…token`, `…secret`, `…password`, `…key`), of
+/// `env` and `headers` tables (an MCP server's), and a URL with a password in it
+/// (`nats://user:password@…`). A `${NAME}` reference only names where
 /// the secret is, and is kept. Comments and layout are kept. Text that does not parse is
 /// not shown at all.
 pub(crate) fn masked(text: &str) -> String {
@@ -73,7 +80,7 @@ pub(crate) fn masked(text: &str) -> String {
         out: &mut Vec<std::ops::Range<usize>>,
     ) {
         match value.get_ref() {
-            DeValue::String(text) if secret => {
+            DeValue::String(text) if secret || has_password(text) => {
                 let reference_only = text.starts_with("${")
                     && text.ends_with('}')
                     && text.matches("${").count() == 1;
@@ -112,6 +119,18 @@ pub(crate) fn masked(text: &str) -> String {
         }
     }
     masked
+}
+
+/// Whether `text` holds a URL with a password (`scheme://user:password@host`).
+fn has_password(text: &str) -> bool {
+    text.split(',').any(|url| {
+        url.split_once("://").is_some_and(|(_, rest)| {
+            let authority = rest.split('/').next().unwrap_or_default();
+            authority
+                .rsplit_once('@')
+                .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+        })
+    })
 }
 
 /// The environment variables the secret keys of config `text` refer to (`${NAME}`, not
@@ -246,9 +265,17 @@ mod tests {
         let text = "# keep this comment\n[llm]\nbase_url = \"http://x\"\napi_key = \"sk-live-123\"\n\
                     [channels.telegram]\ntoken = \"${TELEGRAM_TOKEN}\"\n\
                     [mcp.servers.gh]\ncommand = \"gh\"\nenv = { GITHUB_PAT = \"ghp_secret\" }\n\
-                    [http]\nadmin_token = 'admin-token-0123456789'\n";
+                    [http]\nadmin_token = 'admin-token-0123456789'\n\
+                    [cluster]\nnats_url = \"nats://gw:pw-in-url@10.0.0.5:4222\"\n\
+                    nkey = \"SUAMLK2ZNL35WSMW37E7UD4VZ7ELPKW7DHC3BWBSD2GCZ7IUQQXZIORRBU\"\n";
         let masked = masked(text);
-        for secret in ["sk-live-123", "ghp_secret", "admin-token-0123456789"] {
+        for secret in [
+            "sk-live-123",
+            "ghp_secret",
+            "admin-token-0123456789",
+            "pw-in-url",
+            "SUAMLK2Z",
+        ] {
             assert!(!masked.contains(secret), "{masked}");
         }
         for kept in [

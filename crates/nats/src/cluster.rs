@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, kv, stream};
 
-use crate::config::ClusterConfig;
+use crate::config::{Auth, ClusterConfig};
 use crate::error::ClusterError;
 use crate::names::Names;
 
@@ -75,13 +75,25 @@ impl Cluster {
                     }
                 }
             });
-        if let Some(token) = &config.token {
-            options = options.token(token.clone());
-        }
-        if let Some(credentials) = &config.credentials {
-            options = options
-                .credentials(credentials)
-                .map_err(|err| ClusterError::Credentials(err.to_string()))?;
+        options = match &config.auth {
+            Auth::None => options,
+            Auth::Credentials(creds) => options
+                .credentials(creds)
+                .map_err(|err| ClusterError::Credentials(err.to_string()))?,
+            Auth::Nkey(seed) => options.nkey(seed.clone()),
+            Auth::Token(token) => options.token(token.clone()),
+            Auth::UserPassword(user, password) => {
+                options.user_and_password(user.clone(), password.clone())
+            }
+        };
+        if let Some(tls) = &config.tls {
+            options = options.require_tls(true);
+            if let Some(ca) = &tls.ca_file {
+                options = options.add_root_certificates(ca.clone());
+            }
+            if let Some((cert, key)) = &tls.client {
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
         }
         let unreachable = |why: String| ClusterError::Unreachable {
             url: config.nats_url.clone(),

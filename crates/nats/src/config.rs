@@ -57,12 +57,26 @@ impl std::str::FromStr for Role {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
-    /// The NATS servers, comma-separated (`nats://10.0.0.5:4222,nats://10.0.0.6:4222`).
+    /// The NATS servers, comma-separated (`tls://10.0.0.5:4222,tls://10.0.0.6:4222`); a
+    /// `user:password@` in them is taken as `user` and `password`.
     pub nats_url: Spanned<String>,
-    /// A NATS credentials file's text (`${credential:nats}`), for servers that want one.
+    /// A NATS credentials file's text (`${credential:nats.creds}`): a user's JWT and nkey
+    /// seed, for servers run with an operator (`nsc`).
     pub credentials: Option<Spanned<String>>,
+    /// An nkey seed (`${credential:nats.nk}`, `SU…`), for servers that list users by nkey.
+    pub nkey: Option<Spanned<String>>,
     /// A NATS token (`${NATS_TOKEN}`), for servers that want one.
     pub token: Option<Spanned<String>>,
+    /// A user name, with `password`.
+    pub user: Option<Spanned<String>>,
+    /// The user's password (`${credential:nats-password}`).
+    pub password: Option<Spanned<String>>,
+    /// TLS to the servers: the CA that signed their certificates, this member's own.
+    pub tls: Option<TlsSection>,
+    /// Allows servers on another host without credentials (anyone who reaches them could
+    /// read and forge every chat): refused unless this says so.
+    #[serde(default)]
+    pub insecure: bool,
     /// The prefix of every stream, subject and bucket: clusters sharing a NATS differ by it.
     #[serde(default = "default_name")]
     pub name: Spanned<String>,
@@ -81,6 +95,19 @@ pub struct ClusterSection {
     pub member: Option<Spanned<String>>,
 }
 
+/// `[cluster.tls]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSection {
+    /// The CA certificate (PEM) that signed the servers' certificates, when it is not one
+    /// the system trusts.
+    pub ca_file: Option<Spanned<String>>,
+    /// This member's certificate (PEM), for servers that verify clients.
+    pub cert_file: Option<Spanned<String>>,
+    /// Its private key (PEM).
+    pub key_file: Option<Spanned<String>>,
+}
+
 fn default_name() -> Spanned<String> {
     Spanned::new(0..0, "switchboard".to_owned())
 }
@@ -96,15 +123,63 @@ fn default_lease_secs() -> Spanned<f64> {
 /// The most partitions (each is a consumer on the server).
 pub const MAX_PARTITIONS: u32 = 1024;
 
+/// How a member proves who it is to the servers.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// Not at all (servers on this host, or `insecure = true`).
+    #[default]
+    None,
+    /// A credentials file's text (JWT and nkey seed).
+    Credentials(String),
+    /// An nkey seed.
+    Nkey(String),
+    /// A token.
+    Token(String),
+    /// A user and password.
+    UserPassword(String, String),
+}
+
+impl Auth {
+    /// What it is, without the secret (for `status` and logs).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Credentials(_) => "credentials",
+            Self::Nkey(_) => "nkey",
+            Self::Token(_) => "token",
+            Self::UserPassword(..) => "user and password",
+        }
+    }
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::UserPassword(user, _) => write!(f, "UserPassword({user:?}, \"********\")"),
+            other => f.write_str(other.kind()),
+        }
+    }
+}
+
+/// TLS to the servers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// The CA certificate (PEM) the servers' certificates are checked against, besides the
+    /// system's.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// This member's certificate and key (PEM).
+    pub client: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
 /// `[cluster]`, resolved.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
-    /// The servers.
+    /// The servers, without any password the config wrote in them (safe to show).
     pub nats_url: String,
-    /// A credentials file's text.
-    pub credentials: Option<String>,
-    /// A token.
-    pub token: Option<String>,
+    /// How this member proves who it is.
+    pub auth: Auth,
+    /// TLS to the servers, when asked for (a `tls://` server asks for it by itself).
+    pub tls: Option<Tls>,
     /// The prefix of everything on the server.
     pub name: String,
     /// How many partitions.
@@ -157,27 +232,211 @@ impl ClusterSection {
                 "must be between 1 and 300 seconds",
             ));
         }
-        let secret = |value: &Option<Spanned<String>>, key: &str| {
-            value
-                .as_ref()
-                .map(|value| {
-                    expand_env(value.get_ref()).map_err(|why| problem(value, key, &why.to_string()))
-                })
-                .transpose()
-        };
         let member = match &self.member {
             Some(member) => member.get_ref().clone(),
             None => default_member(),
         };
+        let servers = servers(&self.nats_url)?;
+        let auth = self.auth(&servers)?;
+        let nats_url = servers
+            .iter()
+            .map(|server| server.shown.clone())
+            .collect::<Vec<_>>()
+            .join(",");
+        if auth == Auth::None
+            && !self.insecure
+            && let Some(remote) = servers.iter().find(|server| !server.loopback)
+        {
+            return Err(problem(
+                &self.nats_url,
+                "nats_url",
+                &format!(
+                    "{} is not on this host and no credentials are set: anyone who reaches it \
+                     could read and forge every chat. Set credentials, nkey, token or user and \
+                     password (docs/deployment.md has a server config with a user per role), \
+                     or insecure = true",
+                    remote.shown
+                ),
+            ));
+        }
         Ok(ClusterConfig {
-            nats_url: url.to_owned(),
-            credentials: secret(&self.credentials, "credentials")?,
-            token: secret(&self.token, "token")?,
+            nats_url,
+            auth,
+            tls: self.tls.as_ref().map(TlsSection::resolve).transpose()?,
             name: name.clone(),
             partitions,
             role: self.role,
             lease: Duration::from_secs_f64(lease),
             member,
+        })
+    }
+
+    /// The one way of proving who it is the section names (two are refused).
+    fn auth(&self, servers: &[Server]) -> Result<Auth, ConfigProblem> {
+        let in_url = servers.iter().find_map(|server| server.user.clone());
+        let mut found: Vec<(&str, Auth)> = Vec::new();
+        if let Some(creds) = secret(&self.credentials, "credentials")? {
+            found.push(("credentials", Auth::Credentials(creds)));
+        }
+        if let Some(seed) = secret(&self.nkey, "nkey")? {
+            found.push(("nkey", Auth::Nkey(seed)));
+        }
+        if let Some(token) = secret(&self.token, "token")? {
+            found.push(("token", Auth::Token(token)));
+        }
+        match (&self.user, &self.password) {
+            (Some(user), Some(_)) => {
+                let password = secret(&self.password, "password")?.unwrap_or_default();
+                found.push(("user", Auth::UserPassword(user.get_ref().clone(), password)));
+            }
+            (Some(user), None) => {
+                return Err(problem(user, "user", "needs a password (cluster.password)"));
+            }
+            (None, Some(password)) => {
+                return Err(problem(password, "password", "needs a user (cluster.user)"));
+            }
+            (None, None) => {}
+        }
+        if let Some((user, password)) = in_url {
+            found.push(("nats_url", Auth::UserPassword(user, password)));
+        }
+        if found.len() > 1 {
+            let keys: Vec<&str> = found.iter().map(|(key, _)| *key).collect();
+            return Err(problem(
+                &self.nats_url,
+                "nats_url",
+                &format!(
+                    "[cluster] names more than one way to log in ({}): keep one",
+                    keys.join(", ")
+                ),
+            ));
+        }
+        Ok(found.pop().map(|(_, auth)| auth).unwrap_or_default())
+    }
+}
+
+impl TlsSection {
+    fn resolve(&self) -> Result<Tls, ConfigProblem> {
+        let file = |value: &Option<Spanned<String>>, key: &str| {
+            value
+                .as_ref()
+                .map(|value| {
+                    let path = std::path::PathBuf::from(value.get_ref());
+                    if path.is_file() {
+                        Ok(path)
+                    } else {
+                        Err(problem(
+                            value,
+                            key,
+                            &format!("{} is not a readable file", path.display()),
+                        ))
+                    }
+                })
+                .transpose()
+        };
+        let client = match (
+            file(&self.cert_file, "tls.cert_file")?,
+            file(&self.key_file, "tls.key_file")?,
+        ) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => {
+                let at = self.cert_file.as_ref().map(Spanned::span);
+                return Err(ConfigProblem::new(
+                    at,
+                    "tls.key_file",
+                    "is needed with tls.cert_file",
+                ));
+            }
+            (None, Some(_)) => {
+                let at = self.key_file.as_ref().map(Spanned::span);
+                return Err(ConfigProblem::new(
+                    at,
+                    "tls.cert_file",
+                    "is needed with tls.key_file",
+                ));
+            }
+        };
+        Ok(Tls {
+            ca_file: file(&self.ca_file, "tls.ca_file")?,
+            client,
+        })
+    }
+}
+
+/// A secret's value, its `${…}` references resolved.
+fn secret(value: &Option<Spanned<String>>, key: &str) -> Result<Option<String>, ConfigProblem> {
+    value
+        .as_ref()
+        .map(|value| {
+            expand_env(value.get_ref()).map_err(|why| problem(value, key, &why.to_string()))
+        })
+        .transpose()
+}
+
+/// One server of `nats_url`, as the config wrote it.
+struct Server {
+    /// Its URL without a password, to show.
+    shown: String,
+    /// Whether it is on this host.
+    loopback: bool,
+    /// The user and password written in its URL.
+    user: Option<(String, String)>,
+}
+
+/// The servers of `nats_url`.
+fn servers(nats_url: &Spanned<String>) -> Result<Vec<Server>, ConfigProblem> {
+    nats_url
+        .get_ref()
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(|url| {
+            let addr: async_nats::ServerAddr = url.parse().map_err(|err: std::io::Error| {
+                // The error must not repeat the URL: it may hold a password.
+                problem(
+                    nats_url,
+                    "nats_url",
+                    &format!("a server is not a URL: {err}"),
+                )
+            })?;
+            let loopback = is_loopback(addr.host());
+            let user = addr.username().map(|user| {
+                (
+                    user.to_owned(),
+                    addr.password().unwrap_or_default().to_owned(),
+                )
+            });
+            let mut shown = addr.into_inner();
+            let _ = shown.set_password(None);
+            let _ = shown.set_username("");
+            Ok(Server {
+                shown: shown.to_string().trim_end_matches('/').to_owned(),
+                loopback,
+                user,
+            })
+        })
+        .collect()
+}
+
+/// Whether `host` names this host.
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+impl ClusterConfig {
+    /// A server on another host the bus would reach without TLS, if there is one.
+    pub fn in_the_clear(&self) -> Option<&str> {
+        if self.tls.is_some() {
+            return None;
+        }
+        self.nats_url.split(',').find(|url| {
+            url.parse::<async_nats::ServerAddr>()
+                .is_ok_and(|addr| !addr.tls_required() && !is_loopback(addr.host()))
         })
     }
 }
@@ -197,4 +456,100 @@ fn default_member() -> String {
         host
     };
     format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(text: &str) -> ClusterSection {
+        toml::from_str(text).expect("parses")
+    }
+
+    fn refused(text: &str) -> ConfigProblem {
+        section(text).resolve().expect_err("refused")
+    }
+
+    #[test]
+    fn a_password_in_the_url_logs_in_and_is_never_shown() {
+        let config = section(
+            "nats_url = \"nats://worker:s3cret@10.0.0.5:4222, nats://worker:s3cret@10.0.0.6:4222\"",
+        )
+        .resolve()
+        .expect("resolves");
+        assert_eq!(
+            config.auth,
+            Auth::UserPassword("worker".into(), "s3cret".into())
+        );
+        assert_eq!(config.nats_url, "nats://10.0.0.5:4222,nats://10.0.0.6:4222");
+        assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
+    }
+
+    #[test]
+    fn a_server_on_another_host_without_credentials_is_refused_unless_insecure() {
+        let problem = refused("nats_url = \"nats://10.0.0.5:4222\"");
+        assert_eq!(problem.key, "nats_url");
+        assert!(
+            problem.message.contains("could read and forge every chat"),
+            "{}",
+            problem.message
+        );
+        for allowed in [
+            "nats_url = \"nats://10.0.0.5:4222\"\ninsecure = true",
+            "nats_url = \"nats://127.0.0.1:4222\"",
+            "nats_url = \"nats://localhost:4222\"",
+            "nats_url = \"nats://10.0.0.5:4222\"\ntoken = \"t0ken\"",
+            "nats_url = \"nats://10.0.0.5:4222\"\nuser = \"gw\"\npassword = \"pw\"",
+        ] {
+            assert!(section(allowed).resolve().is_ok(), "{allowed}");
+        }
+    }
+
+    #[test]
+    fn one_way_to_log_in_and_each_complete() {
+        let two = refused("nats_url = \"nats://10.0.0.5:4222\"\ntoken = \"t\"\nnkey = \"SU\"");
+        assert!(
+            two.message
+                .contains("more than one way to log in (nkey, token)"),
+            "{}",
+            two.message
+        );
+        let lone = refused("nats_url = \"nats://10.0.0.5:4222\"\nuser = \"gw\"");
+        assert_eq!(lone.key, "user");
+        let url_and_user =
+            refused("nats_url = \"nats://a:b@10.0.0.5:4222\"\nuser = \"gw\"\npassword = \"pw\"");
+        assert!(
+            url_and_user.message.contains("user, nats_url"),
+            "{}",
+            url_and_user.message
+        );
+        assert!(
+            !url_and_user.message.contains(":b@"),
+            "no password in the message"
+        );
+    }
+
+    #[test]
+    fn tls_files_are_checked_where_the_config_names_them() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "pem").expect("write");
+        let config = section(&format!(
+            "nats_url = \"tls://10.0.0.5:4222\"\ntoken = \"t\"\n[tls]\nca_file = \"{}\"\n",
+            ca.display()
+        ))
+        .resolve()
+        .expect("resolves");
+        assert_eq!(config.tls.and_then(|tls| tls.ca_file), Some(ca.clone()));
+        let missing = refused(&format!(
+            "nats_url = \"tls://10.0.0.5:4222\"\ntoken = \"t\"\n[tls]\nca_file = \"{}\"\n",
+            dir.path().join("nope.pem").display()
+        ));
+        assert_eq!(missing.key, "tls.ca_file");
+        let half = refused(&format!(
+            "nats_url = \"tls://10.0.0.5:4222\"\ntoken = \"t\"\n[tls]\ncert_file = \"{}\"\n",
+            ca.display()
+        ));
+        assert_eq!(half.key, "tls.key_file");
+    }
 }

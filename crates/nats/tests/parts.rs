@@ -19,8 +19,8 @@ use tokio_util::sync::CancellationToken;
 fn config(server: &NatsServer, role: Role, member: &str) -> ClusterConfig {
     ClusterConfig {
         nats_url: server.url(),
-        credentials: None,
-        token: None,
+        auth: Default::default(),
+        tls: None,
         name: "t".into(),
         partitions: 4,
         role,

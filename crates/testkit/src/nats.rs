@@ -13,6 +13,16 @@ pub struct NatsServer {
     port: u16,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// A config file of the test's own (accounts, TLS), and the environment it reads.
+    configured: Option<Configured>,
+}
+
+/// A server run with a config file.
+#[derive(Debug)]
+struct Configured {
+    file: PathBuf,
+    env: Vec<(String, String)>,
+    tls: bool,
 }
 
 /// Where the server program is: `$NATS_SERVER`, else `nats-server` on the `PATH` or in
@@ -40,6 +50,39 @@ impl NatsServer {
             port,
             dir,
             child: None,
+            configured: None,
+        };
+        server.resume();
+        server
+    }
+
+    /// Starts a server with the config `make` writes for a free port and a directory of
+    /// its own (`make(port, dir)`), its environment `env` (the passwords a config names as
+    /// `$VAR`); `tls`: clients reach it with `tls://`.
+    ///
+    /// # Panics
+    /// When there is no `nats-server` or it does not start.
+    pub fn start_configured(
+        make: impl FnOnce(u16, &Path) -> String,
+        env: &[(&str, &str)],
+        tls: bool,
+    ) -> Self {
+        let port = free_port();
+        let dir = tempfile::tempdir().expect("a directory for nats-server");
+        let file = dir.path().join("server.conf");
+        std::fs::write(&file, make(port, dir.path())).expect("the server's config");
+        let mut server = Self {
+            port,
+            dir,
+            child: None,
+            configured: Some(Configured {
+                file,
+                env: env
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+                    .collect(),
+                tls,
+            }),
         };
         server.resume();
         server
@@ -47,7 +90,11 @@ impl NatsServer {
 
     /// The URL clients connect to.
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        let scheme = match &self.configured {
+            Some(configured) if configured.tls => "tls",
+            _ => "nats",
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Where it keeps its streams.
@@ -72,16 +119,26 @@ impl NatsServer {
         let program = program()
             .expect("nats-server is not installed (apt-get install nats-server; .ci/run does it)");
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
-        let child = Command::new(program)
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(self.dir.path().join("jetstream"))
+        let mut command = Command::new(program);
+        match &self.configured {
+            Some(configured) => {
+                command.arg("-c").arg(&configured.file);
+                command.envs(configured.env.iter().map(|(name, value)| (name, value)));
+            }
+            None => {
+                command
+                    .args([
+                        "-js",
+                        "-a",
+                        "127.0.0.1",
+                        "-p",
+                        &self.port.to_string(),
+                        "-sd",
+                    ])
+                    .arg(self.dir.path().join("jetstream"));
+            }
+        }
+        let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
