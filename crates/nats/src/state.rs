@@ -121,18 +121,20 @@ impl NatsState {
         .await
     }
 
-    /// The entry as this process last wrote it, or as the server has it now.
-    async fn seen(&self, key: &str) -> Result<Seen, StateError> {
+    /// The entry as this process last wrote it (`true`: from memory, maybe out of date), or
+    /// as the server has it now.
+    async fn seen(&self, key: &str) -> Result<(Seen, bool), StateError> {
         if let Some(seen) = self.known().get(key).cloned() {
-            return Ok(seen);
+            return Ok((seen, true));
         }
         let entry = self.entry(key).await?;
-        Ok(Seen {
+        let seen = Seen {
             revision: entry.as_ref().map(|entry| entry.revision),
             value: entry
                 .filter(|entry| entry.operation == kv::Operation::Put)
                 .map(|entry| entry.value),
-        })
+        };
+        Ok((seen, false))
     }
 
     fn known(&self) -> std::sync::MutexGuard<'_, HashMap<String, Seen>> {
@@ -162,13 +164,25 @@ impl NatsState {
     /// write), `Ok(false)` when another member wrote first.
     async fn try_update(&self, key: &str, change: Changer<'_>) -> Result<bool, StateError> {
         let entry_key = entry_key(key);
-        let Seen { revision, value } = self.seen(key).await?;
+        let (Seen { revision, value }, from_memory) = self.seen(key).await?;
         let decided = change(value.as_deref());
         let fail = self.failed("change", key);
         let lost = |err: String, lost: bool| {
             self.note(key, None);
             if lost { Ok(false) } else { Err(fail(err)) }
         };
+        let writes = match &decided {
+            Change::Keep => false,
+            Change::Delete => value.is_some(),
+            Change::Put(_) => true,
+        };
+        if !writes && from_memory {
+            // A decision to write nothing holds only for the entry as the server has it: what
+            // this process wrote last may have been changed by another member since (a write
+            // would have been refused then; nothing is, so read it and decide again).
+            self.note(key, None);
+            return Ok(false);
+        }
         match (decided, revision) {
             (Change::Keep, _) => Ok(true),
             (Change::Delete, None) => Ok(true),

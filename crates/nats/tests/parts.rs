@@ -479,3 +479,51 @@ async fn shared_documents_are_one_truth_for_every_member() {
         b"again"
     );
 }
+
+/// A member that wrote a document keeps it in memory to save a read on its next change —
+/// but a change that decides to write nothing (a claim already taken, a run settled, a job
+/// not yet due) is decided on the document as the server has it, not on that memory:
+/// another member may have changed it since, and nothing would tell the first otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_that_writes_nothing_is_decided_on_the_servers_document() {
+    use switchboard_core::{Change, StateStore};
+    let server = NatsServer::start();
+    let one: Arc<dyn StateStore> =
+        Arc::new(NatsState::new(&join(&server, Role::Worker, "one").await));
+    let two: Arc<dyn StateStore> =
+        Arc::new(NatsState::new(&join(&server, Role::Worker, "two").await));
+    let set = |value: &'static [u8]| move |_: Option<&[u8]>| Change::Put(value.to_vec());
+    one.update("scheduler/job/j9", &mut set(b"due 10:00"))
+        .await
+        .expect("one writes");
+    two.update("scheduler/job/j9", &mut set(b"due 10:05"))
+        .await
+        .expect("two moves it on");
+    // One moves the job past 10:05 only if it is due at 10:05: as it last wrote it, it is
+    // not — as it is, it is.
+    let mut decided_on = Vec::new();
+    let mut move_past = |bytes: Option<&[u8]>| {
+        decided_on.push(bytes.map(<[u8]>::to_vec));
+        if bytes == Some(b"due 10:05".as_slice()) {
+            Change::Put(b"due 10:10".to_vec())
+        } else {
+            Change::Keep
+        }
+    };
+    one.update("scheduler/job/j9", &mut move_past)
+        .await
+        .expect("update");
+    assert_eq!(
+        decided_on.last(),
+        Some(&Some(b"due 10:05".to_vec())),
+        "decided on the server's document"
+    );
+    assert_eq!(
+        two.get("scheduler/job/j9")
+            .await
+            .expect("get")
+            .expect("there")
+            .bytes,
+        b"due 10:10"
+    );
+}
