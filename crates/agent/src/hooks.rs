@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchboard_core::{ImagePart, SessionKey, ToolCall, TurnEnd, Usage};
+use switchboard_core::{ImagePart, MessageId, SessionKey, ToolCall, TurnEnd, Usage};
 use switchboard_llm::{ChatRequest, ChatResponse};
 use switchboard_tools::User;
 
@@ -123,6 +123,17 @@ pub trait Hook: Send + Sync + 'static {
 
     /// When the turn ended (after its last message was saved).
     async fn on_turn_end(&self, _turn: TurnInfo<'_>, _summary: TurnSummary<'_>) {}
+
+    /// When a message delivered again was handled without a turn here: its answer was on
+    /// record already (its turn ended elsewhere, or before a crash) and was sent again
+    /// (`end` is how that turn ended) or had gone out (`None`).
+    async fn on_handled_again(
+        &self,
+        _session: &SessionKey,
+        _inbound: &MessageId,
+        _end: Option<TurnEnd>,
+    ) {
+    }
 }
 
 /// The hooks of an agent, in order.
@@ -186,6 +197,17 @@ impl Hooks {
     ) {
         for hook in &self.0 {
             hook.after_tool(turn, call, outcome).await;
+        }
+    }
+
+    pub(crate) async fn on_handled_again(
+        &self,
+        session: &SessionKey,
+        inbound: &MessageId,
+        end: Option<TurnEnd>,
+    ) {
+        for hook in &self.0 {
+            hook.on_handled_again(session, inbound, end).await;
         }
     }
 

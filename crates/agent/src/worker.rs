@@ -357,6 +357,7 @@ impl Worker {
             Some(InboundState::Delivered) => {
                 tracing::info!(session = %self.key, id = ?message.id,
                     "a message delivered again was answered already; ignored");
+                self.handled_again(&message, None).await;
                 message.settle(Fate::Handled);
                 return;
             }
@@ -366,6 +367,9 @@ impl Worker {
                 let kind = resent_answer(session, end, error);
                 reply(&self.hub, &message, kind).await;
                 self.close(session, &message, end).await;
+                if !session.is_stale() {
+                    self.handled_again(&message, Some(end)).await;
+                }
                 return;
             }
             Some(InboundState::Received) => {
@@ -417,6 +421,17 @@ impl Worker {
         }
         reply(&self.hub, &message, OutboundKind::Message(text)).await;
         self.close(session, &message, TurnEnd::NotATurn).await;
+    }
+
+    /// Tells the hooks that `message` was handled without a turn here (its answer was on
+    /// record): what settles a scheduled run whose turn ended where its hook could not.
+    async fn handled_again(&self, message: &InboundMessage, end: Option<TurnEnd>) {
+        let Some(id) = &message.id else {
+            return;
+        };
+        if !self.agent.hooks.is_empty() {
+            self.agent.hooks.on_handled_again(&self.key, id, end).await;
+        }
     }
 
     /// Closes an exchange: sends its `done` — for a message with a platform id, waiting

@@ -16,7 +16,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Bus, ChannelName, ChatId, Fate, MessageId, OutboundKind, OutboundMessage, TurnEnd, is_quiet,
+    Bus, ChannelName, ChatId, Fate, MessageId, OutboundKind, OutboundMessage, SessionKey, TurnEnd,
+    is_quiet,
 };
 
 use super::isolated;
@@ -306,6 +307,28 @@ impl Hook for Outcomes {
             },
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
+        };
+        self.0.settle_message(id, outcome).await;
+    }
+
+    /// A run's message handled again without a turn: its turn ended, on another worker or
+    /// before a crash, and may not have been settled there (it died first).
+    async fn on_handled_again(
+        &self,
+        _session: &SessionKey,
+        inbound: &MessageId,
+        end: Option<TurnEnd>,
+    ) {
+        let id = inbound.as_str();
+        if !id.starts_with("sched:") {
+            return;
+        }
+        let outcome = match end {
+            Some(TurnEnd::Cancelled) => Outcome::Stopped,
+            Some(TurnEnd::Failed) => Outcome::Failed {
+                why: "its turn failed (the answer was sent again after a restart)".into(),
+            },
+            _ => Outcome::Answered,
         };
         self.0.settle_message(id, outcome).await;
     }

@@ -188,3 +188,27 @@ async fn a_failed_run_is_not_tried_again_past_its_next_due_time() {
     );
     s.stop.cancel();
 }
+
+/// A run whose turn ended on a worker that died before it settled the run: the worker that
+/// takes the message up finds the answer on record, sends it again without a turn — and
+/// settles the run then, so it does not hold its job back.
+#[tokio::test(start_paused = true)]
+async fn a_run_answered_again_without_a_turn_is_settled_then() {
+    let mut s = start_at("2026-11-25T10:00:00Z", None);
+    let now = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+    let job = s
+        .add(Schedule::after("1s", now).expect("in 1 s"))
+        .await
+        .expect("added");
+    let message = next(&mut s, Duration::from_secs(2)).await.expect("the run");
+    let id = message.id.clone().expect("an id");
+    s.scheduler
+        .hook()
+        .on_handled_again(&message.session_key(), &id, Some(TurnEnd::Answered))
+        .await;
+    let runs = s.store.runs(&job.id, 5).await.expect("runs");
+    assert_eq!(runs[0].outcome, Outcome::Answered, "{runs:?}");
+    // Its ack (on a cluster: only that the bus stored it) changes nothing more.
+    message.settle(Fate::Handled);
+    s.stop.cancel();
+}
