@@ -7,7 +7,9 @@
 //! - how many **parts** of the turn's final reply went out: the standby sends only the rest
 //!   (none, when the dead gateway had finished the draft but not said so to the stream);
 //! - the **cursor** of the last frame of the chat kept: frames up to it that the stream
-//!   offers again (the last holder took them and did not acknowledge them) are skipped.
+//!   offers again (the last holder took them and did not acknowledge them) are skipped;
+//! - whether the turn is **done**: a turn run again after its reply went out (its worker was
+//!   paused and another took it up) streams nothing more into the chat.
 //!
 //! It is written at three points of a turn — its draft sent, its final reply out, its end —
 //! not at each draft edit: what comes again between them is a draft edit, which does no
@@ -35,6 +37,10 @@ pub struct Kept {
     /// Parts of the turn's final reply that went out.
     #[serde(default)]
     pub delivered: usize,
+    /// The turn ended here (its `done` went through): what comes of it later — the same turn
+    /// run again by another worker, whose reply the bus drops as a repeat — is not shown.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub done: bool,
 }
 
 /// The kept delivery state of one channel's chats. Cloning shares it.

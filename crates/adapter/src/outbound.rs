@@ -112,6 +112,9 @@ struct ChatOut {
     kept_until: u64,
     /// Whether what is kept of the chat was read (once per turn; with shared state only).
     recalled: bool,
+    /// The turn's whole reply went out (here, or — as kept — from another gateway): what
+    /// comes of the turn later is the same turn run again elsewhere, and is not shown.
+    finished: bool,
 }
 
 impl ChatOut {
@@ -124,6 +127,7 @@ impl ChatOut {
             turn: None,
             kept_until: 0,
             recalled: false,
+            finished: false,
         }
     }
 
@@ -137,6 +141,7 @@ impl ChatOut {
                 .as_ref()
                 .and_then(|draft| draft.finish(Duration::ZERO).0.map(str::to_owned)),
             delivered: self.delivered_parts,
+            done: false,
         }
     }
 }
@@ -200,15 +205,20 @@ impl<S: Surface> Replies<S> {
                 // The turn is over: drop its state (and stop "typing…").
                 let ended = self.chats.remove(&message.chat_id);
                 if let (Some(kept), Some(cursor)) = (&self.kept, message.cursor) {
-                    let until = match ended {
-                        Some((_, out)) => out.lock().await.kept_until,
-                        None => kept.get(chat).await.map_or(0, |kept| kept.cursor),
+                    let (until, mut done) = match ended {
+                        Some((_, out)) => {
+                            let out = out.lock().await;
+                            (out.kept_until, out.kept(cursor))
+                        }
+                        None => {
+                            let until = kept.get(chat).await.map_or(0, |kept| kept.cursor);
+                            (until, Kept::default())
+                        }
                     };
                     if cursor > until {
-                        let done = Kept {
-                            cursor,
-                            ..Kept::default()
-                        };
+                        done.cursor = cursor;
+                        done.turn = answering.map(|turn| turn.as_str().to_owned());
+                        done.done = true;
                         kept.put(chat, &done).await;
                     }
                 }
@@ -281,6 +291,13 @@ impl<S: Surface> Replies<S> {
                 out.typing = Some(self.typing(chat.clone(), place));
                 Ok(())
             }
+            // A piece of a turn this chat's state is not of — one whose start was not seen
+            // here and that was not kept as running (a worker that lost its partition while
+            // paused, waking to send what it had) — is a fragment of a turn that ended or moved
+            // on: it would be a draft nothing finishes.
+            OutboundKind::Delta(_) | OutboundKind::DraftReset if out.turn.as_ref() != answering => {
+                Ok(())
+            }
             OutboundKind::Delta(piece) => {
                 let now = out.started.elapsed();
                 let (limit, measure) = self.surface.limit();
@@ -306,6 +323,10 @@ impl<S: Surface> Replies<S> {
                 let delivered = self
                     .deliver_reply(&mut out, chat, place, answering, &text)
                     .await;
+                if delivered.is_ok() {
+                    out.turn = answering.cloned();
+                    out.finished = true;
+                }
                 if let Some(kept) = &self.kept {
                     kept.put(chat, &out.kept(cursor)).await;
                 }
@@ -341,6 +362,7 @@ impl<S: Surface> Replies<S> {
         }
         out.turn = answering.cloned();
         out.delivered_parts = record.delivered;
+        out.finished = record.done;
         if let Some(message) = record.draft {
             let (limit, measure) = self.surface.limit();
             let mut draft = Draft::new(self.edit_interval, limit, measure);

@@ -437,3 +437,92 @@ async fn a_turn_started_again_finishes_its_own_draft() {
         Some("Once upon a time")
     );
 }
+
+/// A turn run again by another worker after its reply went out (its first worker was paused
+/// and woke to save its answer first): the second run's stream is not shown — not in the
+/// chat's state while the turn is open, nor, through what is kept, on a gateway that takes
+/// over after its end — since its reply, a repeat, never comes to finish a draft.
+#[tokio::test(start_paused = true)]
+async fn a_turn_run_again_after_its_reply_went_out_shows_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state: Arc<dyn switchboard_core::StateStore> =
+        Arc::new(switchboard_sessions::FileState::new(dir.path()));
+    let platform = Arc::new(Recorder::default());
+    let gateway = || {
+        Replies::new(platform.clone(), true, Duration::from_secs(1))
+            .keeping(Some(KeptChats::new(state.clone(), "test")))
+    };
+    let at = |cursor: u64, kind: OutboundKind| OutboundMessage {
+        cursor: Some(cursor),
+        ..out(kind)
+    };
+    let first = gateway();
+    for (cursor, kind) in [
+        (1, OutboundKind::TurnStarted),
+        (2, OutboundKind::Delta("Once upon a time".into())),
+        (3, OutboundKind::Message("Once upon a time".into())),
+        // The second run's frames, while the turn is still open here.
+        (4, OutboundKind::TurnStarted),
+        (5, OutboundKind::Delta("Once".into())),
+        (6, OutboundKind::Done(TurnEnd::Answered)),
+    ] {
+        first.send(at(cursor, kind)).await.expect("delivered");
+    }
+    // And after its end, on the gateway that took the connection over.
+    let standby = gateway();
+    for (cursor, kind) in [
+        (7, OutboundKind::TurnStarted),
+        (8, OutboundKind::Delta("Once up".into())),
+    ] {
+        standby.send(at(cursor, kind)).await.expect("delivered");
+    }
+    let calls = platform
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(
+        calls.iter().filter(|call| call.0 == "send").count(),
+        1,
+        "one message: {calls:?}"
+    );
+    assert_eq!(
+        calls.last().map(|call| call.2.as_str()),
+        Some("Once upon a time")
+    );
+}
+
+/// A fragment of an older turn that comes late — a worker paused past its lease wakes and
+/// its client sends the draft text it had buffered, after the chat's next turn — is shown
+/// nowhere: neither as a new draft, nor in the running turn's.
+#[tokio::test(start_paused = true)]
+async fn a_late_fragment_of_an_older_turn_is_shown_nowhere() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    let of = |turn: &str, kind: OutboundKind| OutboundMessage {
+        reply_to: Some(MessageId::from(turn)),
+        ..out(kind)
+    };
+    for message in [
+        of("u1", OutboundKind::TurnStarted),
+        of("u1", OutboundKind::Message("first".into())),
+        of("u1", OutboundKind::Done(TurnEnd::Answered)),
+        // Late, after the turn ended.
+        of("u1", OutboundKind::Delta("fir".into())),
+        of("u2", OutboundKind::TurnStarted),
+        of("u2", OutboundKind::Delta("second".into())),
+        // Late, while the next turn streams.
+        of("u1", OutboundKind::Delta("fi".into())),
+        of("u2", OutboundKind::Message("second".into())),
+        of("u2", OutboundKind::Done(TurnEnd::Answered)),
+    ] {
+        replies.send(message).await.expect("delivered");
+    }
+    let calls = replies
+        .surface()
+        .calls
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let texts: Vec<&str> = calls.iter().map(|call| call.2.as_str()).collect();
+    assert_eq!(texts, ["first", "second", "second"], "{calls:?}");
+}
