@@ -21,6 +21,10 @@ mod binary;
 /// The built-in tools through the daemon: skills, files, escapes refused, `exec` confined
 /// and without secrets, kill -9 during a command.
 mod builtin;
+/// The cluster under a seeded nemesis (kill -9, NATS restarts, a worker paused past its
+/// lease): nothing lost, nothing twice, no hole in a transcript, each due time once.
+#[cfg(feature = "cluster")]
+mod chaos;
 /// A message in, the reply out: streaming, several chats and sockets, commands.
 mod chat;
 /// A cluster on a real nats-server: a gateway and workers as separate processes, failover.

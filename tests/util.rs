@@ -129,6 +129,17 @@ pub struct WsClient {
     pub ready: Value,
 }
 
+/// What [`WsClient::read`] read.
+#[derive(Debug)]
+pub enum Read {
+    /// A text frame.
+    Frame(Value),
+    /// Nothing within the wait.
+    Nothing,
+    /// The socket closed.
+    Closed,
+}
+
 /// The frames of one turn, up to and including its `done`.
 #[derive(Debug)]
 pub struct TurnFrames {
@@ -200,6 +211,33 @@ impl WsClient {
         Ok(client)
     }
 
+    /// Connects to `/ws` without credentials, `None` when the server does not answer with
+    /// `ready` (it went away meanwhile) — for clients that expect servers to die.
+    pub async fn try_connect(addr: std::net::SocketAddr) -> Option<Self> {
+        let request = format!("ws://{addr}/ws").into_client_request().ok()?;
+        let (socket, _) = tokio_tungstenite::connect_async(request).await.ok()?;
+        let mut client = Self {
+            socket,
+            pending: Default::default(),
+            ready: Value::Null,
+        };
+        match client.read(PATIENCE).await {
+            Read::Frame(ready) if ready["type"] == "ready" => {
+                client.ready = ready;
+                Some(client)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends a raw text frame, `false` when the socket is gone.
+    pub async fn try_send_json(&mut self, value: &Value) -> bool {
+        self.socket
+            .send(Message::text(value.to_string()))
+            .await
+            .is_ok()
+    }
+
     /// Sends a raw text frame.
     pub async fn send_text(&mut self, text: &str) {
         self.socket.send(Message::text(text)).await.expect("send");
@@ -225,20 +263,30 @@ impl WsClient {
 
     /// The next text frame, or `None` if the socket closed or nothing came in `wait`.
     pub async fn try_next_frame(&mut self, wait: Duration) -> Option<Value> {
+        match self.read(wait).await {
+            Read::Frame(frame) => Some(frame),
+            Read::Nothing | Read::Closed => None,
+        }
+    }
+
+    /// The next text frame within `wait`, telling a quiet socket from a closed one.
+    pub async fn read(&mut self, wait: Duration) -> Read {
         if let Some(frame) = self.pending.pop_front() {
-            return Some(frame);
+            return Read::Frame(frame);
         }
         let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let message = tokio::time::timeout_at(deadline, self.socket.next())
-                .await
-                .ok()??;
-            match message.ok()? {
-                Message::Text(text) => {
-                    return Some(serde_json::from_str(text.as_str()).expect("frames are JSON"));
+            let Ok(message) = tokio::time::timeout_at(deadline, self.socket.next()).await else {
+                return Read::Nothing;
+            };
+            match message {
+                Some(Ok(Message::Text(text))) => {
+                    return Read::Frame(
+                        serde_json::from_str(text.as_str()).expect("frames are JSON"),
+                    );
                 }
-                Message::Close(_) => return None,
-                _ => continue,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return Read::Closed,
+                Some(Ok(_)) => continue,
             }
         }
     }
