@@ -75,6 +75,7 @@ impl Outbox for HubOutbox {
             reply_to: None,
             kind: OutboundKind::Post(text.to_owned()),
             cursor: None,
+            turn: None,
         };
         self.hub
             .deliver_outbound(message)

@@ -94,6 +94,7 @@ pub async fn say(
             reply_to: reply_to.clone(),
             kind,
             cursor: None,
+            turn: None,
         };
         if let Err(err) = hub.publish_outbound(message).await {
             tracing::warn!(channel, error = %err, "could not answer outside a turn");

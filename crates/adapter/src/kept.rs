@@ -27,8 +27,8 @@ use switchboard_core::{ChatId, StateStore};
 pub struct Kept {
     /// The stream position of the last frame of the chat delivered and kept.
     pub cursor: u64,
-    /// The turn these are of: the id of the message it answers (`None`: a turn no message
-    /// with an id started, such as a scheduled run's).
+    /// The turn these are of: the id of the inbound message whose turn it is (`None`: a
+    /// turn of a message without an id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<String>,
     /// The running turn's draft message, once sent.

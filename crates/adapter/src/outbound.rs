@@ -105,7 +105,7 @@ struct ChatOut {
     delivered_parts: usize,
     /// Cancels the turn's "typing…" keepalive.
     typing: Option<CancellationToken>,
-    /// The turn it is of: the id of the message it answers.
+    /// The turn it is of: the id of the inbound message whose turn it is.
     turn: Option<MessageId>,
     /// Frames of the chat up to this stream position went out before (kept by whichever
     /// gateway held the connection then): skipped when the stream offers them again.
@@ -199,6 +199,8 @@ impl<S: Surface> Replies<S> {
         let place = self.surface.place(&message.chat_id)?;
         let chat = &message.chat_id;
         let answering = message.reply_to.as_ref();
+        // Which turn it is of (a scheduled run's answers no message, and is still its run's).
+        let turn = message.turn.as_ref().or(answering);
         let holds = &self.holds;
         match &message.kind {
             OutboundKind::Done(_) => {
@@ -217,7 +219,7 @@ impl<S: Surface> Replies<S> {
                     };
                     if cursor > until {
                         done.cursor = cursor;
-                        done.turn = answering.map(|turn| turn.as_str().to_owned());
+                        done.turn = turn.map(|turn| turn.as_str().to_owned());
                         done.done = true;
                         kept.put(chat, &done).await;
                     }
@@ -264,7 +266,7 @@ impl<S: Surface> Replies<S> {
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(ChatOut::new())))
             .clone();
         let mut out = state.lock().await;
-        self.recall(&mut out, chat, answering).await;
+        self.recall(&mut out, chat, turn).await;
         if message
             .cursor
             .is_some_and(|cursor| cursor <= out.kept_until)
@@ -277,7 +279,7 @@ impl<S: Surface> Replies<S> {
             OutboundKind::TurnStarted => {
                 // The same turn started again (its worker changed): its draft is finished,
                 // not left behind beside a new one.
-                let again = out.turn.as_ref() == answering;
+                let again = out.turn.as_ref() == turn;
                 let mut draft = out.draft.take().filter(|_| again);
                 if let Some(draft) = &mut draft {
                     draft.reset();
@@ -285,7 +287,7 @@ impl<S: Surface> Replies<S> {
                 let (kept_until, recalled) = (out.kept_until, out.recalled);
                 *out = ChatOut::new();
                 out.draft = draft;
-                out.turn = answering.cloned();
+                out.turn = turn.cloned();
                 out.kept_until = kept_until;
                 out.recalled = recalled;
                 out.typing = Some(self.typing(chat.clone(), place));
@@ -295,7 +297,7 @@ impl<S: Surface> Replies<S> {
             // here and that was not kept as running (a worker that lost its partition while
             // paused, waking to send what it had) — is a fragment of a turn that ended or moved
             // on: it would be a draft nothing finishes.
-            OutboundKind::Delta(_) | OutboundKind::DraftReset if out.turn.as_ref() != answering => {
+            OutboundKind::Delta(_) | OutboundKind::DraftReset if out.turn.as_ref() != turn => {
                 Ok(())
             }
             OutboundKind::Delta(piece) => {
@@ -324,7 +326,7 @@ impl<S: Surface> Replies<S> {
                     .deliver_reply(&mut out, chat, place, answering, &text)
                     .await;
                 if delivered.is_ok() {
-                    out.turn = answering.cloned();
+                    out.turn = turn.cloned();
                     out.finished = true;
                 }
                 if let Some(kept) = &self.kept {
@@ -343,9 +345,9 @@ impl<S: Surface> Replies<S> {
     }
 
     /// Reads what is kept of `chat` once per turn (with shared state): frames up to the kept
-    /// cursor went out before; and when the turn `answering` is the one kept, its draft is
-    /// edited on and only the parts of its reply still missing are sent.
-    async fn recall(&self, out: &mut ChatOut, chat: &ChatId, answering: Option<&MessageId>) {
+    /// cursor went out before; and when `turn` is the one kept, its draft is edited on and
+    /// only the parts of its reply still missing are sent.
+    async fn recall(&self, out: &mut ChatOut, chat: &ChatId, turn: Option<&MessageId>) {
         let Some(kept) = &self.kept else {
             return;
         };
@@ -357,10 +359,10 @@ impl<S: Surface> Replies<S> {
             return;
         };
         out.kept_until = record.cursor;
-        if record.turn.as_deref() != answering.map(MessageId::as_str) {
+        if record.turn.as_deref() != turn.map(MessageId::as_str) {
             return;
         }
-        out.turn = answering.cloned();
+        out.turn = turn.cloned();
         out.delivered_parts = record.delivered;
         out.finished = record.done;
         if let Some(message) = record.draft {

@@ -331,6 +331,7 @@ impl Worker {
                 reply_to: reply_to.clone(),
                 kind,
                 cursor: None,
+                turn: None,
             };
             if let Err(err) = self.hub.publish_outbound(outbound).await {
                 tracing::warn!(session = %self.key, error = %err, "could not deliver a reply");

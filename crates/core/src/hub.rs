@@ -262,6 +262,7 @@ mod tests {
             reply_to: None,
             kind: OutboundKind::Done(crate::TurnEnd::NotATurn),
             cursor: None,
+            turn: None,
         };
         hub.deliver_outbound(message("b")).await.expect("route b");
         hub.deliver_outbound(message("a")).await.expect("route a");

@@ -348,6 +348,7 @@ mod tests {
             reply_to: None,
             kind: OutboundKind::Message(text.into()),
             cursor: None,
+            turn: None,
         }
     }
 

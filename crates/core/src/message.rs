@@ -295,6 +295,11 @@ pub struct OutboundMessage {
     pub reply_to: Option<MessageId>,
     /// What it says.
     pub kind: OutboundKind,
+    /// The inbound message whose handling it is part of (its turn, or its command's answer),
+    /// whether or not it threads under it: a scheduled run's answer threads under nothing
+    /// (`reply_to` is none) but is still its run's. What repeats of one answer are known by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<MessageId>,
     /// Where it stands among its channel's outbound messages, when a bus numbers them the
     /// same for every process that delivers them (a cluster's outbound stream: its sequence
     /// there): a client that moves from one gateway to another says the last it had, and
@@ -316,6 +321,7 @@ impl OutboundMessage {
                 .then(|| inbound.id.clone())
                 .flatten(),
             kind,
+            turn: inbound.id.clone(),
             cursor: None,
         }
     }

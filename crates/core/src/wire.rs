@@ -150,6 +150,7 @@ mod tests {
                 reply_to: Some("5".into()),
                 kind,
                 cursor: None,
+                turn: None,
             };
             let read: OutboundMessage = decode(&encode(&message).expect("encode")).expect("decode");
             assert_eq!(read, message);

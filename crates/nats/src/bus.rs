@@ -425,7 +425,9 @@ fn once(message: &OutboundMessage) -> HeaderMap {
         OutboundKind::Done(_) => "done",
         _ => return headers,
     };
-    if let Some(answers) = &message.reply_to {
+    // The turn, not the message it threads under: a scheduled run's answer threads under
+    // nothing, and is still sent once.
+    if let Some(answers) = message.turn.as_ref().or(message.reply_to.as_ref()) {
         let id = format!("{}/{}/{answers}/{part}", message.channel, message.chat_id);
         headers.insert("Nats-Msg-Id", id.as_str());
     }
@@ -482,5 +484,42 @@ pub(crate) fn pull_config(name: String, filter: String) -> consumer::pull::Confi
         ack_wait: Duration::from_secs(12 * 60 * 60),
         max_ack_pending: 512,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use switchboard_core::{ChatId, SenderId, TurnEnd};
+
+    use super::*;
+
+    /// The parts of an answer that must reach a chat once carry a dedupe id named after
+    /// their turn — a scheduled run's too, though it threads under no message — and a
+    /// draft's pieces none.
+    #[test]
+    fn an_answer_is_sent_once_whatever_it_answers() {
+        let mut run = InboundMessage::text(
+            "telegram".into(),
+            ChatId::from("42"),
+            SenderId::from("scheduler"),
+            "tick",
+        );
+        run.id = Some(MessageId::from("sched:j1:1000"));
+        run.origin = switchboard_core::Origin::Heartbeat;
+        let answer = OutboundMessage::reply_to(&run, OutboundKind::Message("done".into()));
+        assert_eq!(answer.reply_to, None, "a scheduled run threads under nothing");
+        let id = |message: &OutboundMessage| {
+            once(message)
+                .get("Nats-Msg-Id")
+                .map(|value| value.as_str().to_owned())
+        };
+        assert_eq!(
+            id(&answer).as_deref(),
+            Some("telegram/42/sched:j1:1000/message")
+        );
+        let end = OutboundMessage::reply_to(&run, OutboundKind::Done(TurnEnd::Answered));
+        assert_eq!(id(&end).as_deref(), Some("telegram/42/sched:j1:1000/done"));
+        let piece = OutboundMessage::reply_to(&run, OutboundKind::Delta("do".into()));
+        assert_eq!(id(&piece), None);
     }
 }

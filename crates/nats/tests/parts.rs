@@ -273,6 +273,7 @@ async fn messages_reach_the_worker_in_order_and_replies_the_gateway_with_receipt
         reply_to: None,
         kind,
         cursor: None,
+        turn: None,
     };
     worker
         .publish_outbound(reply(OutboundKind::Message("hello".into())))

@@ -578,6 +578,7 @@ mod tests {
             reply_to: reply_to.map(Into::into),
             kind: OutboundKind::Delta("t".into()),
             cursor: None,
+            turn: None,
         };
         assert_eq!(
             ServerFrame::outbound_json(message(Some("m-1")), 7),

@@ -60,6 +60,7 @@ async fn a_client_too_slow_to_read_gets_a_close_frame_saying_so() {
             reply_to: None,
             kind: OutboundKind::Post(big.clone()),
             cursor: None,
+            turn: None,
         };
         channel.send(post).await.expect("send never fails");
     }

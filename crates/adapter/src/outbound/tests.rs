@@ -115,6 +115,7 @@ fn out_to(chat: &str, kind: OutboundKind) -> OutboundMessage {
         reply_to: Some(MessageId::from("u1")),
         kind,
         cursor: None,
+        turn: None,
     }
 }
 

@@ -71,6 +71,7 @@ impl Channel for IsolatedRuns {
             reply_to: None,
             kind,
             cursor: None,
+            turn: None,
         };
         // Delivered before this returns: the run's `done` (behind this in its lane) then
         // means its answer reached the chat.

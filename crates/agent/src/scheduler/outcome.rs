@@ -210,6 +210,7 @@ impl Settler {
             reply_to: None,
             kind,
             cursor: None,
+            turn: None,
         };
         if let Err(err) = self.hub.publish_outbound(message).await {
             tracing::warn!(job = %job.id, error = %err, "could not tell a chat about its job");
