@@ -18,22 +18,25 @@
 //! Bounded here (a fixed seed, ~30 s of nemesis); `scripts/chaos.sh` runs it longer, over
 //! several seeds, through the variables below, and collects the report it prints.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod checks;
+mod clients;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
-use switchboard_core::{ChatMessage, SessionKey};
-use switchboard_nats::{Cluster, ClusterConfig, NatsStore, Role};
-use switchboard_sessions::SessionStore;
 use switchboard_testkit::telegram::TEST_TOKEN;
 use switchboard_testkit::{FakeTelegram, NatsServer, Reply, ScriptedLlm, last_user_text};
 use tokio::time::Instant;
 
 use crate::cluster::{LEASE_SECS, holders, member_config_with, partitions};
-use crate::util::{self, Read, WsClient};
+use crate::cluster_faults::settled_runs;
+use crate::util;
+use checks::{
+    check, check_histories, check_runs, check_telegram, check_transcripts, report_ledger,
+};
+use clients::{Ledger, Shared, jobs_watcher, lock, telegram_person, web_client};
 
 /// How a run is set (each from `SWITCHBOARD_CHAOS_<NAME>`, else the bounded default).
 #[derive(Clone, Copy, Debug)]
@@ -107,243 +110,6 @@ impl Member {
     }
 }
 
-/// What the clients saw.
-#[derive(Default)]
-struct Ledger {
-    /// `message` frames by the id of the message they answer.
-    answers: HashMap<String, usize>,
-    /// Answers found in a conversation's history after a reconnect, by the text they answer.
-    in_history: HashSet<String>,
-    /// Ids whose `handled` frame came.
-    handled: HashSet<String>,
-    /// `message` frames of the jobs' chat.
-    ticks: usize,
-    /// Reconnects the web clients made.
-    reconnects: usize,
-}
-
-type Shared<T> = Arc<Mutex<T>>;
-
-fn lock<T>(shared: &Shared<T>) -> std::sync::MutexGuard<'_, T> {
-    shared
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Connects to one of the gateways that are up (trying until one answers).
-async fn connect(gateways: &Shared<Vec<SocketAddr>>, rng: &mut fastrand::Rng) -> WsClient {
-    loop {
-        let up = lock(gateways).clone();
-        if !up.is_empty()
-            && let Some(client) = WsClient::try_connect(up[rng.usize(..up.len())]).await
-        {
-            return client;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A careful web client of chat `chat`: sends its messages (at most [`WINDOW`] unhandled),
-/// keeps each until `handled` (on a cluster: stored on the bus), and after a reconnect
-/// subscribes again after the last frame it had, asks for the conversation so far and sends
-/// again what was not handled. Returns when every message was handled and its answer seen,
-/// live or in a history (asked for again while answers are awaited and nothing comes).
-async fn web_client(
-    chat: String,
-    messages: usize,
-    pace: Duration,
-    gateways: Shared<Vec<SocketAddr>>,
-    ledger: Shared<Ledger>,
-    seed: u64,
-) {
-    let mut rng = fastrand::Rng::with_seed(seed);
-    let start = Instant::now();
-    let id = |n: usize| format!("{chat}-{n:03}");
-    let text = |n: usize| format!("{chat} m{n:03}");
-    let mut next = 0;
-    let mut outbox: Vec<usize> = Vec::new();
-    let mut last_seq: Option<u64> = None;
-    let mut answered: HashSet<String> = HashSet::new();
-    loop {
-        let mut client = connect(&gateways, &mut rng).await;
-        let mut subscribe = json!({"type": "subscribe", "chat_id": chat});
-        if let Some(seq) = last_seq {
-            subscribe["after"] = json!(seq);
-        }
-        let mut alive = client.try_send_json(&subscribe).await;
-        alive &= client
-            .try_send_json(&json!({"type": "history", "chat_id": chat}))
-            .await;
-        for n in outbox.clone() {
-            let frame =
-                json!({"type": "message", "chat_id": chat, "id": id(n), "content": text(n)});
-            alive &= client.try_send_json(&frame).await;
-        }
-        while alive {
-            // Spread over the nemesis: message n goes out no sooner than n paces in.
-            while outbox.len() < WINDOW
-                && next < messages
-                && start + pace * next as u32 <= Instant::now()
-            {
-                let frame = json!({"type": "message", "chat_id": chat, "id": id(next), "content": text(next)});
-                alive &= client.try_send_json(&frame).await;
-                outbox.push(next);
-                next += 1;
-            }
-            if next == messages && outbox.is_empty() && answered.len() == messages {
-                return;
-            }
-            let wait = if next < messages {
-                pace.min(Duration::from_secs(1))
-            } else {
-                Duration::from_secs(3)
-            };
-            let frame = match client.read(wait).await {
-                Read::Frame(frame) => frame,
-                Read::Nothing if next < messages => continue,
-                Read::Nothing => {
-                    let ask = json!({"type": "history", "chat_id": chat});
-                    alive &= client.try_send_json(&ask).await;
-                    continue;
-                }
-                Read::Closed => break,
-            };
-            if let Some(seq) = frame["seq"].as_u64() {
-                last_seq = Some(last_seq.map_or(seq, |last| last.max(seq)));
-            }
-            let answering = frame["reply_to"].as_str().map(str::to_owned);
-            match (frame["type"].as_str(), answering) {
-                (Some("message"), Some(answering)) => {
-                    if let Some(n) = answering.rsplit('-').next().and_then(|n| n.parse().ok()) {
-                        answered.insert(text(n));
-                    }
-                    *lock(&ledger).answers.entry(answering).or_default() += 1;
-                }
-                (Some("history"), _) => {
-                    let in_history: Vec<String> = frame["messages"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|said| said["role"] == "assistant")
-                        .filter_map(|said| said["content"].as_str()?.strip_prefix("re: "))
-                        .map(str::to_owned)
-                        .collect();
-                    answered.extend(in_history.iter().cloned());
-                    lock(&ledger).in_history.extend(in_history);
-                }
-                (Some("handled"), _) => {
-                    let handled = frame["id"].as_str().unwrap_or_default().to_owned();
-                    match frame["fate"].as_str() {
-                        Some("handled") => {
-                            outbox.retain(|n| id(*n) != handled);
-                            lock(&ledger).handled.insert(handled);
-                        }
-                        // The daemon stopped first: sent again, same id.
-                        Some("unprocessed") => break,
-                        other => panic!("{handled} was {other:?}: {frame}"),
-                    }
-                }
-                _ => {}
-            }
-        }
-        lock(&ledger).reconnects += 1;
-    }
-}
-
-/// A client subscribed to the jobs' chat, counting the runs' answers until `stop`.
-async fn jobs_watcher(
-    gateways: Shared<Vec<SocketAddr>>,
-    ledger: Shared<Ledger>,
-    stop: tokio_util::sync::CancellationToken,
-) {
-    let mut rng = fastrand::Rng::with_seed(7);
-    let mut last_seq: Option<u64> = None;
-    while !stop.is_cancelled() {
-        let mut client = connect(&gateways, &mut rng).await;
-        let mut subscribe = json!({"type": "subscribe", "chat_id": "jobs"});
-        if let Some(seq) = last_seq {
-            subscribe["after"] = json!(seq);
-        }
-        if !client.try_send_json(&subscribe).await {
-            continue;
-        }
-        while !stop.is_cancelled() {
-            let frame = match client.read(Duration::from_millis(500)).await {
-                Read::Frame(frame) => frame,
-                Read::Nothing => continue,
-                Read::Closed => break,
-            };
-            if let Some(seq) = frame["seq"].as_u64() {
-                last_seq = Some(last_seq.map_or(seq, |last| last.max(seq)));
-            }
-            if frame["type"] == "message" {
-                lock(&ledger).ticks += 1;
-            }
-        }
-    }
-}
-
-/// Telegram person `person`: each message sent once the answer to the one before shows,
-/// and no sooner than a pace after the one before.
-async fn telegram_person(
-    telegram: Arc<FakeTelegram>,
-    person: u64,
-    messages: usize,
-    pace: Duration,
-) {
-    for n in 0..messages {
-        tokio::time::sleep(pace).await;
-        telegram.private_text(person, &format!("tg{person} m{n:03}"));
-        let deadline = Instant::now() + SETTLE;
-        while bot_texts(&telegram, person).len() <= n && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-/// Every message the bot sent `person`, as last edited.
-fn bot_texts(telegram: &FakeTelegram, person: u64) -> Vec<String> {
-    let chat = i64::try_from(person).expect("id");
-    let mut ids = Vec::new();
-    for sent in telegram.messages_to(chat) {
-        if !ids.contains(&sent.message_id) {
-            ids.push(sent.message_id);
-        }
-    }
-    ids.into_iter()
-        .filter_map(|id| telegram.current_text(chat, id))
-        .collect()
-}
-
-/// `role: text` of each message of a conversation.
-fn said(messages: &[ChatMessage]) -> Vec<String> {
-    messages
-        .iter()
-        .map(|message| match message {
-            ChatMessage::User { content, .. } => format!("user: {content}"),
-            ChatMessage::Assistant { content, .. } => format!("assistant: {content}"),
-            other => format!("{other:?}"),
-        })
-        .collect()
-}
-
-/// The whole conversation of a chat whose messages are `texts`: each, then its answer.
-fn whole(texts: &[String]) -> Vec<String> {
-    texts
-        .iter()
-        .flat_map(|text| [format!("user: {text}"), format!("assistant: re: {text}")])
-        .collect()
-}
-
-/// Whether `part` is a run of `whole` with nothing missing or twice, starting at a user
-/// message (a window of it, as a history limit cuts one).
-fn is_window(part: &[String], whole: &[String]) -> bool {
-    part.is_empty()
-        || whole
-            .windows(part.len())
-            .any(|window| window == part && part[0].starts_with("user: "))
-}
-
 /// What a run came to.
 #[derive(Debug, Default)]
 struct Report {
@@ -380,7 +146,7 @@ impl Report {
             settings.seed,
             settings.seconds,
             self.actions.len(),
-            self.actions.join(", "),
+            self.actions_counted(),
             self.sent,
             self.lost,
             self.twice,
@@ -396,6 +162,28 @@ impl Report {
             self.ticks,
             failover,
         )
+    }
+
+    /// The nemesis's actions, counted by kind.
+    fn actions_counted(&self) -> String {
+        let kinds = [
+            ("kill -9 w", "workers killed"),
+            ("(polling)", "polling gateways killed"),
+            ("restart NATS", "NATS restarts"),
+            ("pause", "workers paused past their lease"),
+        ];
+        kinds
+            .iter()
+            .map(|(mark, name)| {
+                let count = self
+                    .actions
+                    .iter()
+                    .filter(|action| action.contains(mark))
+                    .count();
+                format!("{count} {name}")
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn clean(&self) -> bool {
@@ -421,8 +209,14 @@ enum Move {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_loses_nothing_and_does_nothing_twice_under_a_nemesis() {
     let settings = Settings::from_env();
-    let report = run(settings).await;
+    let report = Box::pin(run(settings)).await;
     let line = report.line(&settings);
+    if !report.clean() {
+        eprintln!(
+            "chaos: the nemesis, in order: {}",
+            report.actions.join(", ")
+        );
+    }
     eprintln!("chaos: {line}");
     if let Ok(path) = std::env::var("SWITCHBOARD_CHAOS_REPORT") {
         use std::io::Write;
@@ -625,7 +419,7 @@ async fn run(settings: Settings) -> Report {
             .expect("every message is handled once everything is up again")
             .expect("a client ran to its end");
     }
-    let runs = settled_runs(&gateways[0].config).await;
+    let runs = settled_runs(&gateways[0].config, "j1").await;
     // The answers to runs still on their way when the job was removed.
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop_watching.cancel();
@@ -657,198 +451,5 @@ async fn settle(nats: &NatsServer) {
             "the cluster did not settle: {held:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// The job's runs once none is pending: `(due, outcome)`, oldest first.
-async fn settled_runs(config: &Path) -> Vec<(String, String)> {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        let (ok, listed) = crate::scheduler::cron(config, &["runs", "j1", "--limit", "1000"]).await;
-        assert!(ok, "{listed}");
-        let mut runs: Vec<(String, String)> = listed
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                Some((
-                    words.first()?.to_string(),
-                    words.get(3)?.trim_end_matches(':').to_owned(),
-                ))
-            })
-            .collect();
-        runs.reverse();
-        if runs.iter().all(|(_, outcome)| outcome != "pending") || Instant::now() > deadline {
-            return runs;
-        }
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-}
-
-/// The web clients' ids, for the checks.
-fn report_ledger(
-    ledger: &Shared<Ledger>,
-    report: &mut Report,
-    chats: &[String],
-    settings: &Settings,
-) -> BTreeMap<String, (usize, bool)> {
-    let ledger = lock(ledger);
-    report.reconnects = ledger.reconnects;
-    let mut answers = BTreeMap::new();
-    for chat in chats {
-        for n in 0..settings.messages {
-            let id = format!("{chat}-{n:03}");
-            let live = ledger.answers.get(&id).copied().unwrap_or(0);
-            let later = ledger.in_history.contains(&format!("{chat} m{n:03}"));
-            answers.insert(id, (live, later));
-        }
-    }
-    answers
-}
-
-/// Nothing lost, nothing twice, at the web clients: each answer came once live, or was in
-/// the history the client asked for after a reconnect.
-fn check(_: &Settings, answers: &BTreeMap<String, (usize, bool)>, report: &mut Report) {
-    report.sent = answers.len();
-    for (id, (live, later)) in answers {
-        match live {
-            0 if *later => {}
-            0 => {
-                report.lost += 1;
-                eprintln!("chaos: {id} was never answered at its client");
-            }
-            1 => {}
-            n => {
-                report.twice += 1;
-                eprintln!("chaos: {id} was answered {n} times at its client");
-            }
-        }
-    }
-}
-
-/// Each person's messages answered once, in order, one bot message each (no stray draft).
-fn check_telegram(
-    telegram: &FakeTelegram,
-    people: &[u64],
-    settings: &Settings,
-    report: &mut Report,
-) {
-    for person in people {
-        let expected: Vec<String> = (0..settings.person_messages)
-            .map(|n| format!("re: tg{person} m{n:03}"))
-            .collect();
-        report.telegram_sent += expected.len();
-        let got = bot_texts(telegram, *person);
-        if got != expected {
-            report.telegram_wrong += 1;
-            eprintln!("chaos: telegram {person} got {got:?}");
-        }
-    }
-}
-
-/// Every stored transcript a window of its chat's whole conversation.
-async fn check_transcripts(
-    nats: &NatsServer,
-    chats: &[String],
-    people: &[u64],
-    settings: &Settings,
-    report: &mut Report,
-) {
-    let cluster = Cluster::connect(ClusterConfig {
-        nats_url: nats.url(),
-        auth: Default::default(),
-        tls: None,
-        name: "sb".into(),
-        partitions: 8,
-        role: Role::Gateway,
-        lease: Duration::from_secs(10),
-        member: "checker".into(),
-    })
-    .await
-    .expect("connects");
-    let store = NatsStore::new(&cluster, &"default".into());
-    let mut sessions: Vec<(SessionKey, Vec<String>)> = chats
-        .iter()
-        .map(|chat| {
-            let texts = (0..settings.messages)
-                .map(|n| format!("{chat} m{n:03}"))
-                .collect();
-            (
-                SessionKey::from(format!("websocket_{chat}").as_str()),
-                texts,
-            )
-        })
-        .collect();
-    sessions.extend(people.iter().map(|person| {
-        let texts = (0..settings.person_messages)
-            .map(|n| format!("tg{person} m{n:03}"))
-            .collect();
-        (
-            SessionKey::from(format!("telegram_{person}").as_str()),
-            texts,
-        )
-    }));
-    for (key, texts) in sessions {
-        let stored = said(&store.transcript(&key).await.expect("read"));
-        let whole = whole(&texts);
-        let ends_whole = stored.last() == whole.last();
-        if !is_window(&stored, &whole) || !ends_whole {
-            report.transcripts_bad += 1;
-            eprintln!("chaos: {key} is stored as {stored:?}");
-        }
-    }
-}
-
-/// Every history the model was sent a window of its chat's conversation, ending in the
-/// message it answers.
-fn check_histories(llm: &ScriptedLlm, report: &mut Report) {
-    for request in llm.requests() {
-        let conversation: Vec<String> = request["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|message| message["role"] == "user" || message["role"] == "assistant")
-            .map(|message| {
-                let text = message["content"].as_str().unwrap_or_default();
-                format!("{}: {text}", message["role"].as_str().unwrap_or_default())
-            })
-            .collect();
-        let last = last_user_text(&request);
-        let Some((chat, round)) = last.rsplit_once(" m") else {
-            continue; // a scheduled run's
-        };
-        let Ok(round) = round.parse::<usize>() else {
-            continue;
-        };
-        let texts: Vec<String> = (0..=round).map(|n| format!("{chat} m{n:03}")).collect();
-        let mut whole = whole(&texts);
-        whole.pop(); // the answer it asks for
-        if !is_window(&conversation, &whole) || conversation.last() != whole.last() {
-            report.histories_bad += 1;
-            eprintln!("chaos: the model was sent {conversation:?}");
-        }
-    }
-}
-
-/// Every due time from the first to the last accounted for, once (`every` seconds apart).
-fn check_runs(runs: &[(String, String)], every: u64, report: &mut Report) {
-    report.runs = runs.len();
-    report.runs_answered = runs.iter().filter(|(_, o)| o == "answered").count();
-    report.runs_skipped = runs.iter().filter(|(_, o)| o == "skipped").count();
-    let dues: Vec<jiff::Timestamp> = runs
-        .iter()
-        .filter_map(|(due, _)| due.parse().ok())
-        .collect();
-    for pair in dues.windows(2) {
-        if pair[1].duration_since(pair[0]) != jiff::SignedDuration::from_secs(every as i64) {
-            report.due_holes += 1;
-            eprintln!("chaos: due times {} then {}", pair[0], pair[1]);
-        }
-    }
-    for (due, outcome) in runs {
-        if outcome != "answered" && outcome != "skipped" {
-            report.due_holes += 1;
-            eprintln!("chaos: the run due {due} ended {outcome}");
-        }
     }
 }

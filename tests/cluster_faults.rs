@@ -63,9 +63,9 @@ fn assert_histories_whole(llm: &ScriptedLlm) {
     );
 }
 
-/// Asserts that the session of each of `chats` chats, as stored on the cluster, holds
-/// `rounds` messages and their answers — nothing missing, nothing twice, in order.
-async fn assert_transcripts_whole(nats: &NatsServer, chats: usize, rounds: usize) {
+/// The cluster's sessions (of the agent `default`, in the cluster `sb`), as a checker from
+/// outside reads them.
+pub(crate) async fn stored_sessions(nats: &NatsServer) -> NatsStore {
     let cluster = Cluster::connect(ClusterConfig {
         nats_url: nats.url(),
         auth: Default::default(),
@@ -78,21 +78,31 @@ async fn assert_transcripts_whole(nats: &NatsServer, chats: usize, rounds: usize
     })
     .await
     .expect("connects");
-    let store = NatsStore::new(&cluster, &"default".into());
+    NatsStore::new(&cluster, &"default".into())
+}
+
+/// A session as stored: `role: text` of each message, oldest first.
+pub(crate) async fn stored(sessions: &NatsStore, key: &str) -> Vec<String> {
+    sessions
+        .transcript(&SessionKey::from(key))
+        .await
+        .expect("read")
+        .iter()
+        .map(|message| match message {
+            ChatMessage::User { content, .. } => format!("user: {content}"),
+            ChatMessage::Assistant { content, .. } => format!("assistant: {content}"),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
+
+/// Asserts that the session of each of `chats` chats, as stored on the cluster, holds
+/// `rounds` messages and their answers — nothing missing, nothing twice, in order.
+async fn assert_transcripts_whole(nats: &NatsServer, chats: usize, rounds: usize) {
+    let sessions = stored_sessions(nats).await;
     for chat in 0..chats {
         let chat = format!("chat-{chat}");
-        let key = SessionKey::from(format!("websocket_{chat}").as_str());
-        let stored: Vec<String> = store
-            .transcript(&key)
-            .await
-            .expect("read")
-            .iter()
-            .map(|message| match message {
-                ChatMessage::User { content, .. } => format!("user: {content}"),
-                ChatMessage::Assistant { content, .. } => format!("assistant: {content}"),
-                other => format!("{other:?}"),
-            })
-            .collect();
+        let stored = stored(&sessions, &format!("websocket_{chat}")).await;
         let whole: Vec<String> = (0..rounds)
             .flat_map(|n| {
                 [
@@ -238,24 +248,32 @@ async fn a_worker_paused_past_its_lease_wakes_without_answering_or_writing_anyth
     assert_transcripts_whole(&nats, CHATS, 2).await;
 }
 
-/// The runs `switchboard cron runs JOB` lists: each due time (to the second) and the word
-/// its outcome starts with, oldest first.
-async fn runs_of(config: &std::path::Path, job: &str) -> Vec<(String, String)> {
-    let (ok, listed) = crate::scheduler::cron(config, &["runs", job, "--limit", "20"]).await;
-    assert!(ok, "{listed}");
-    let mut runs: Vec<(String, String)> = listed
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            Some((
-                words.first()?.to_string(),
-                words.get(3)?.trim_end_matches(':').to_owned(),
-            ))
-        })
-        .collect();
-    runs.reverse();
-    runs
+/// The runs `switchboard cron runs JOB` lists once none is pending (or the cluster's
+/// patience ran out): each due time (to the second) and the word its outcome starts with,
+/// oldest first.
+pub(crate) async fn settled_runs(config: &std::path::Path, job: &str) -> Vec<(String, String)> {
+    let deadline = tokio::time::Instant::now() + CLUSTER_PATIENCE;
+    loop {
+        let (ok, listed) = crate::scheduler::cron(config, &["runs", job, "--limit", "20"]).await;
+        assert!(ok, "{listed}");
+        let mut runs: Vec<(String, String)> = listed
+            .lines()
+            .skip(1)
+            .filter_map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                Some((
+                    words.first()?.to_string(),
+                    words.get(3)?.trim_end_matches(':').to_owned(),
+                ))
+            })
+            .collect();
+        runs.reverse();
+        let pending = runs.iter().any(|(_, outcome)| outcome == "pending");
+        if !pending || tokio::time::Instant::now() > deadline {
+            return runs;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A job every 2 s, while the worker that fires the jobs is paused past its lease: the other
@@ -319,18 +337,11 @@ async fn each_due_time_runs_once_or_is_recorded_skipped_when_the_jobs_leader_is_
 
     let (ok, removed) = crate::scheduler::cron(&gateway_config, &["rm", "j1"]).await;
     assert!(ok, "{removed}");
-    let deadline = tokio::time::Instant::now() + CLUSTER_PATIENCE;
-    let runs = loop {
-        let runs = runs_of(&gateway_config, "j1").await;
-        if runs.iter().all(|(_, outcome)| outcome != "pending") {
-            break runs;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "a run stays pending: {runs:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let runs = settled_runs(&gateway_config, "j1").await;
+    assert!(
+        runs.iter().all(|(_, outcome)| outcome != "pending"),
+        "a run stays pending: {runs:?}"
+    );
     // Replies of runs still on their way when the job was removed.
     while let Some(frame) = client.try_next_frame(Duration::from_secs(1)).await {
         if frame["type"] == "message"
@@ -366,4 +377,61 @@ async fn each_due_time_runs_once_or_is_recorded_skipped_when_the_jobs_leader_is_
         answered,
         "each run answered once in the chat: {ticks:?}\n{runs:?}"
     );
+}
+
+/// Stops a member as systemd does (SIGTERM) and waits until it has exited.
+async fn stop(child: &mut tokio::process::Child) {
+    signal(child, "-TERM");
+    tokio::time::timeout(CLUSTER_PATIENCE, child.wait())
+        .await
+        .expect("it stops in time")
+        .expect("ended");
+}
+
+/// A rolling restart of both workers while the chats talk: each worker in turn stopped
+/// (SIGTERM: it lets its turns end and gives its partitions up) and started again. Every
+/// message is answered once, in order; every history the model was sent and every stored
+/// transcript is whole — the worker that gets its partitions back reads their sessions
+/// again instead of answering from what it held before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_of_both_workers_under_load_leaves_every_transcript_whole() {
+    let nats = NatsServer::start();
+    let llm = ScriptedLlm::start().await.expect("llm");
+    echoing_names(&llm, Duration::from_millis(50));
+    let root = tempfile::tempdir().expect("tempdir");
+    let config = |role: &str, member: &str| member_config(root.path(), &llm, &nats, role, member);
+    let (_gateway, addr) = util::spawn_daemon(&config("gateway", "gw")).await;
+    let (mut w1, _) = util::spawn_daemon(&config("worker", "w1")).await;
+    let (mut w2, _) = util::spawn_daemon(&config("worker", "w2")).await;
+    partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+
+    const CHATS: usize = 12;
+    const ROUNDS: usize = 6;
+    let mut client = WsClient::connect(addr).await;
+    let mut by_chat: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        send_named_round(&mut client, CHATS, round).await;
+        // Restarts while the rounds are under way: w1 after the first, w2 after the third.
+        match round {
+            1 => {
+                stop(&mut w1).await;
+                w1 = util::spawn_daemon(&config("worker", "w1")).await.0;
+                partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+            }
+            3 => {
+                stop(&mut w2).await;
+                w2 = util::spawn_daemon(&config("worker", "w2")).await.0;
+                partitions_held(&nats, &[("w1", 4), ("w2", 4)]).await;
+            }
+            _ => {}
+        }
+        for (chat, said) in replies(&mut client, CHATS).await {
+            by_chat.entry(chat).or_default().extend(said);
+        }
+    }
+    assert_named_answers(&by_chat, CHATS, ROUNDS);
+    assert_nothing_more(&mut client).await;
+    assert_histories_whole(&llm);
+    assert_transcripts_whole(&nats, CHATS, ROUNDS).await;
+    drop((w1, w2));
 }
