@@ -40,7 +40,8 @@ use tokio_util::sync::CancellationToken;
 use crate::agents::Agents;
 use crate::ask::{self, Waiting};
 use crate::command::{Command, command_of};
-use crate::worker::{Worker, reply, shutting_down};
+use crate::replies::{reply, shutting_down};
+use crate::worker::Worker;
 
 /// Replies of the dispatcher's own waiting to be published; past this many, more are
 /// dropped (and logged) rather than making the dispatcher wait.

@@ -1,6 +1,6 @@
-//! [`AgentEvent`]: what a turn reports while it runs.
+//! [`AgentEvent`]: what a turn reports while it runs, and what a chat is shown of each.
 
-use switchboard_core::{TurnEnd, Usage};
+use switchboard_core::{OutboundKind, ToolActivity, ToolStatus, TurnEnd, Usage};
 use tokio::sync::mpsc;
 
 /// Something that happened in a turn, in order. Channels use these for streaming text,
@@ -67,3 +67,59 @@ pub enum AgentEvent {
 /// Where a turn sends its events. Unbounded so a turn never waits on a slow channel; the
 /// worker's forwarder drains it into the hub.
 pub type EventSink = mpsc::UnboundedSender<AgentEvent>;
+
+impl AgentEvent {
+    /// The outbound messages the event becomes in its chat.
+    pub(crate) fn into_outbound(self) -> Vec<OutboundKind> {
+        match self {
+            AgentEvent::Started => vec![OutboundKind::TurnStarted],
+            AgentEvent::TextDelta(text) => vec![OutboundKind::Delta(text)],
+            AgentEvent::TextReset => vec![OutboundKind::DraftReset],
+            AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
+            AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
+            AgentEvent::ToolStarted {
+                id,
+                name,
+                arguments,
+            } => vec![OutboundKind::Tool(ToolActivity {
+                id,
+                name,
+                status: ToolStatus::Started,
+                detail: arguments,
+                elapsed: None,
+            })],
+            AgentEvent::ToolFinished {
+                id,
+                name,
+                ok,
+                result,
+                elapsed,
+            } => vec![OutboundKind::Tool(ToolActivity {
+                id,
+                name,
+                status: if ok {
+                    ToolStatus::Finished
+                } else {
+                    ToolStatus::Failed
+                },
+                detail: result,
+                elapsed: Some(elapsed),
+            })],
+            AgentEvent::Verified {
+                attempt,
+                rejected: Some(reason),
+            } => vec![OutboundKind::Status(format!(
+                "The answer did not pass a check ({reason}); writing it again (attempt {}).",
+                attempt + 1
+            ))],
+            AgentEvent::Verified { rejected: None, .. } => Vec::new(),
+            AgentEvent::Finished { reply, end, .. } => {
+                vec![OutboundKind::Message(reply), OutboundKind::Done(end)]
+            }
+            AgentEvent::Failed { message } => vec![
+                OutboundKind::Error(message),
+                OutboundKind::Done(TurnEnd::Failed),
+            ],
+        }
+    }
+}

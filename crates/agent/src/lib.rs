@@ -22,12 +22,14 @@
 //! - `approval`: [`Approvals`], the hook that asks before chosen tool calls run.
 //! - `context`: the system prompt built from the workspace files.
 //! - `command`: the chat commands (`/new`, `/stop`, `/help`, `/status`).
-//! - `events`: [`AgentEvent`] and its sink.
+//! - `events`: [`AgentEvent`], its sink, and what a chat is shown of each event.
 //! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
 //! - `slots`: [`TurnSlots`], how many turns run at once, lent by a turn that waits on others.
 //! - `spawn`: sub-agents — the `spawn` tool, the children of each session, their channel.
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
-//! - `worker`: a session's worker: commands, turns, and the exactly-once journal.
+//! - `worker`: a session's worker: commands, turns, the exactly-once journal, and fencing
+//!   (a session read again under a new tenure, a stale write decided anew).
+//! - `replies`: what a chat is told outside a turn's stream (shutting down, dropped messages).
 //! - `scheduler`: scheduled work — jobs, when they are due, the job store.
 //! - `usage`: what calls cost ([`usage::Spending`]: records, daily caps, `/usage`).
 
@@ -45,6 +47,7 @@ mod events;
 mod hooks;
 mod input;
 mod models;
+mod replies;
 pub mod scheduler;
 mod slots;
 pub mod spawn;

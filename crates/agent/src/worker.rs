@@ -31,7 +31,7 @@ use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
     AgentName, Bus, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
-    Shutdown, Tenure, ToolActivity, ToolStatus, TurnEnd,
+    Shutdown, Tenure, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -44,6 +44,7 @@ use crate::command::{Command, HELP, command_of};
 use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
+use crate::replies::{dropped_text, refuse_shutting_down, reply, report_dropped};
 use crate::slots::HeldSlot;
 use crate::turn::STOPPED_REPLY;
 
@@ -584,7 +585,7 @@ impl Worker {
                 }
                 other => other,
             };
-            for kind in outbound_of(event) {
+            for kind in event.into_outbound() {
                 match kind {
                     OutboundKind::Done(ended) => end = ended,
                     kind => reply(&self.hub, message, kind).await,
@@ -614,117 +615,6 @@ fn resent_answer(session: &Session, end: TurnEnd, error: Option<String>) -> Outb
             OutboundKind::Message(last.unwrap_or_else(|| {
                 "(the answer to this message was lost in a crash; please ask again)".into()
             }))
-        }
-    }
-}
-
-/// The outbound messages an event becomes.
-fn outbound_of(event: AgentEvent) -> Vec<OutboundKind> {
-    match event {
-        AgentEvent::Started => vec![OutboundKind::TurnStarted],
-        AgentEvent::TextDelta(text) => vec![OutboundKind::Delta(text)],
-        AgentEvent::TextReset => vec![OutboundKind::DraftReset],
-        AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
-        AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
-        AgentEvent::ToolStarted {
-            id,
-            name,
-            arguments,
-        } => vec![OutboundKind::Tool(ToolActivity {
-            id,
-            name,
-            status: ToolStatus::Started,
-            detail: arguments,
-            elapsed: None,
-        })],
-        AgentEvent::ToolFinished {
-            id,
-            name,
-            ok,
-            result,
-            elapsed,
-        } => vec![OutboundKind::Tool(ToolActivity {
-            id,
-            name,
-            status: if ok {
-                ToolStatus::Finished
-            } else {
-                ToolStatus::Failed
-            },
-            detail: result,
-            elapsed: Some(elapsed),
-        })],
-        AgentEvent::Verified {
-            attempt,
-            rejected: Some(reason),
-        } => vec![OutboundKind::Status(format!(
-            "The answer did not pass a check ({reason}); writing it again (attempt {}).",
-            attempt + 1
-        ))],
-        AgentEvent::Verified { rejected: None, .. } => Vec::new(),
-        AgentEvent::Finished { reply, end, .. } => {
-            vec![OutboundKind::Message(reply), OutboundKind::Done(end)]
-        }
-        AgentEvent::Failed { message } => vec![
-            OutboundKind::Error(message),
-            OutboundKind::Done(TurnEnd::Failed),
-        ],
-    }
-}
-
-pub(crate) async fn reply(hub: &Arc<dyn Bus>, to: &InboundMessage, kind: OutboundKind) {
-    if let Err(err) = hub
-        .publish_outbound(OutboundMessage::reply_to(to, kind))
-        .await
-    {
-        tracing::warn!(channel = %to.channel, chat = %to.chat_id, error = %err,
-            "could not deliver a reply");
-    }
-}
-
-/// The replies to a message that arrived while the daemon stops, if it gets any: a
-/// message its platform delivers again after the restart is left for then (and its channel
-/// told so), one that would be lost gets "send it again".
-pub(crate) fn shutting_down(message: &InboundMessage) -> Option<Vec<OutboundKind>> {
-    if message.ack.is_some() {
-        message.settle(Fate::Unprocessed);
-        return None;
-    }
-    let text = "switchboard is shutting down; this message was not processed — send it again \
-                in a moment.";
-    Some(vec![
-        OutboundKind::Error(text.into()),
-        OutboundKind::Done(TurnEnd::NotATurn),
-    ])
-}
-
-async fn refuse_shutting_down(hub: &Arc<dyn Bus>, message: &InboundMessage) {
-    for kind in shutting_down(message).unwrap_or_default() {
-        reply(hub, message, kind).await;
-    }
-}
-
-/// What the chat is told of the messages a `/stop` dropped.
-fn dropped_text(dropped: usize) -> String {
-    if dropped == 1 {
-        "Dropped 1 message that was waiting when you sent /stop.".to_owned()
-    } else {
-        format!("Dropped {dropped} messages that were waiting when you sent /stop.")
-    }
-}
-
-/// Tells the chat how many of its messages a `/stop` dropped, when the `/stop` itself could
-/// not be queued behind them (its queue was full) and so cannot say it.
-async fn report_dropped(hub: &Arc<dyn Bus>, message: &InboundMessage, dropped: usize) {
-    let text = dropped_text(dropped);
-    let to = OutboundMessage {
-        reply_to: None,
-        ..OutboundMessage::reply_to(message, OutboundKind::Message(text))
-    };
-    for kind in [to.kind.clone(), OutboundKind::Done(TurnEnd::NotATurn)] {
-        let outbound = OutboundMessage { kind, ..to.clone() };
-        if let Err(err) = hub.publish_outbound(outbound).await {
-            tracing::warn!(error = %err, "could not deliver a reply");
         }
     }
 }

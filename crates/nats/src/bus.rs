@@ -507,7 +507,10 @@ mod tests {
         run.id = Some(MessageId::from("sched:j1:1000"));
         run.origin = switchboard_core::Origin::Heartbeat;
         let answer = OutboundMessage::reply_to(&run, OutboundKind::Message("done".into()));
-        assert_eq!(answer.reply_to, None, "a scheduled run threads under nothing");
+        assert_eq!(
+            answer.reply_to, None,
+            "a scheduled run threads under nothing"
+        );
         let id = |message: &OutboundMessage| {
             once(message)
                 .get("Nats-Msg-Id")
