@@ -254,26 +254,33 @@ async fn a_worker_paused_past_its_lease_wakes_without_answering_or_writing_anyth
 pub(crate) async fn settled_runs(config: &std::path::Path, job: &str) -> Vec<(String, String)> {
     let deadline = tokio::time::Instant::now() + CLUSTER_PATIENCE;
     loop {
-        let (ok, listed) = crate::scheduler::cron(config, &["runs", job, "--limit", "20"]).await;
-        assert!(ok, "{listed}");
-        let mut runs: Vec<(String, String)> = listed
-            .lines()
-            .skip(1)
-            .filter_map(|line| {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                Some((
-                    words.first()?.to_string(),
-                    words.get(3)?.trim_end_matches(':').to_owned(),
-                ))
-            })
-            .collect();
-        runs.reverse();
+        let runs = listed_runs(config, job).await;
         let pending = runs.iter().any(|(_, outcome)| outcome == "pending");
         if !pending || tokio::time::Instant::now() > deadline {
             return runs;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// The runs `switchboard cron runs JOB` lists now: each due time (to the second) and the
+/// word its outcome starts with, oldest first.
+pub(crate) async fn listed_runs(config: &std::path::Path, job: &str) -> Vec<(String, String)> {
+    let (ok, listed) = crate::scheduler::cron(config, &["runs", job, "--limit", "20"]).await;
+    assert!(ok, "{listed}");
+    let mut runs: Vec<(String, String)> = listed
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            Some((
+                words.first()?.to_string(),
+                words.get(3)?.trim_end_matches(':').to_owned(),
+            ))
+        })
+        .collect();
+    runs.reverse();
+    runs
 }
 
 /// A job every 2 s, while the worker that fires the jobs is paused past its lease: the other

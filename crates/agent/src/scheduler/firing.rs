@@ -37,45 +37,99 @@ impl Scheduler {
         };
         for job in jobs {
             self.settler().forget_if_done(&job).await;
-            let mut runs = match self.store().runs(&job.id, usize::MAX).await {
-                Ok(runs) => runs,
-                Err(err) => {
-                    tracing::error!(job = %job.id, error = %err, "the scheduler cannot read a job's runs");
-                    continue;
-                }
-            };
-            // A run left pending by a version that kept it on the job alone: claimed now, so
-            // it can be settled.
-            if let Some(last) = &job.last
-                && last.outcome == Outcome::Pending
-                && !runs.iter().any(|run| run.due == last.due)
-                && let Ok(None) = self.store().claim(last).await
-            {
-                runs.push(last.clone());
+            self.take_over_job(&job, tenure).await;
+        }
+    }
+
+    /// Takes over the runs of `job` pending under another epoch than `tenure`'s — at taking
+    /// the duty, and whenever the job's last run is seen so: a leader that lost the duty
+    /// may claim a due time after the next one took over and looked (its store call was
+    /// under way while the lease lapsed), and that run is not left waiting for the job's
+    /// next due time, which may be a day away.
+    pub(super) async fn take_over_job(&self, job: &Job, tenure: &Tenure) {
+        let mut runs = match self.store().runs(&job.id, usize::MAX).await {
+            Ok(runs) => runs,
+            Err(err) => {
+                tracing::error!(job = %job.id, error = %err, "the scheduler cannot read a job's runs");
+                return;
             }
-            for run in runs {
-                if run.outcome == Outcome::Pending && run.epoch != Some(tenure.epoch()) {
-                    self.take_over_run(&job, run, tenure).await;
-                }
+        };
+        // A run left pending by a version that kept it on the job alone: claimed now, so
+        // it can be settled.
+        if let Some(last) = &job.last
+            && last.outcome == Outcome::Pending
+            && !runs.iter().any(|run| run.due == last.due)
+            && let Ok(None) = self.store().claim(last).await
+        {
+            runs.push(last.clone());
+        }
+        for run in runs {
+            if run.outcome == Outcome::Pending && run.epoch != Some(tenure.epoch()) {
+                self.take_over_run(job, run, tenure).await;
+            } else if job.last.as_ref().is_some_and(|last| {
+                last.due == run.due && last.attempt == run.attempt && *last != run
+            }) {
+                // The job's note of its last run is behind its record (taken over here
+                // before, or settled where noting it failed).
+                self.note_last(&run).await;
             }
         }
     }
 
-    /// Hands `run`, pending under an epoch that is over, to the agent again — or, past its
-    /// catch-up, settles it failed: its turn never said how it ended.
+    /// Hands `run`, pending under an epoch that is over, to the agent again — adopted first,
+    /// so this holding of the duty hands it over once — or, past its catch-up, settles it
+    /// failed: its turn never said how it ended.
     async fn take_over_run(&self, job: &Job, run: Run, tenure: &Tenure) {
         if self.stuck(job, &run) {
             self.give_up(&run).await;
             return;
         }
+        let adopted = match self
+            .store()
+            .adopt(&job.id, run.due, run.attempt, tenure.epoch())
+            .await
+        {
+            Ok(Some(adopted)) => adopted,
+            // It ended meanwhile, or this holding took it over already.
+            Ok(None) => return,
+            Err(err) => {
+                tracing::error!(job = %job.id, error = %err, "a scheduled run left pending could not be taken over; it is looked at again");
+                return;
+            }
+        };
         tracing::info!(job = %job.id, due = %run.due, "taking over a scheduled run its scheduler left pending");
+        self.note_last(&adopted).await;
         match message_of(job, self.workspace()).await {
-            Ok(message) => self.publish(job, &run, message, tenure).await,
+            Ok(message) => self.publish(job, &adopted, message, tenure).await,
             Err(why) => {
                 self.settler()
                     .settle(&job.id, run.due, run.attempt, Outcome::Skipped { why })
                     .await;
             }
+        }
+    }
+
+    /// Notes `run` as it is on record on its job, when it is the job's last run: what the
+    /// loop reads of the job (whose claim its last run is) agrees with the claim.
+    async fn note_last(&self, run: &Run) {
+        let run = run.clone();
+        let noted = self
+            .store()
+            .update(
+                &run.job.clone(),
+                Box::new(move |job| {
+                    let behind = job.last.as_ref().is_some_and(|last| {
+                        last.due == run.due && last.attempt == run.attempt && *last != run
+                    });
+                    if behind {
+                        job.last = Some(run.clone());
+                    }
+                    behind
+                }),
+            )
+            .await;
+        if let Err(err) = noted {
+            tracing::warn!(error = %err, "a job's last run could not be noted");
         }
     }
 

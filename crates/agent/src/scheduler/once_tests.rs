@@ -12,7 +12,7 @@ use tokio::sync::mpsc::Receiver;
 use tokio::time::Instant;
 
 use super::due::Schedule;
-use super::job::{Job, JobKind, SessionMode};
+use super::job::{Job, JobKind, Outcome, Run, SessionMode};
 use super::jobs::NewJob;
 use super::store::{FileJobStore, JobStore};
 use super::test_setup::*;
@@ -126,9 +126,9 @@ async fn a_leader_paused_past_its_lease_fires_nothing_and_the_next_takes_its_cla
         .map(|run| (run.due.to_string(), run.epoch))
         .collect();
     assert!(
-        claims.contains(&("2026-11-25T10:00:30Z".into(), Some(1)))
+        claims.contains(&("2026-11-25T10:00:30Z".into(), Some(2)))
             && claims.contains(&("2026-11-25T10:01:00Z".into(), Some(2))),
-        "claimed by the leader of the time: {claims:?}"
+        "claimed by the leader of the time, the first's adopted by the second: {claims:?}"
     );
     let unique: std::collections::BTreeSet<&String> = claims.iter().map(|(due, _)| due).collect();
     assert_eq!(
@@ -136,6 +136,74 @@ async fn a_leader_paused_past_its_lease_fires_nothing_and_the_next_takes_its_cla
         claims.len(),
         "each due time claimed once: {claims:?}"
     );
+}
+
+/// A leader whose store call was under way while its lease lapsed claims a due time after
+/// the next leader took the duty and looked: the new leader sees the job's last run pending
+/// under the old epoch and takes it over within its poll — not at the job's next due time, an
+/// hour away — adopting it, so it hands it over once.
+#[tokio::test(start_paused = true)]
+async fn a_claim_that_lands_after_the_next_leader_looked_is_taken_over_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = FileJobStore::new(dir.path());
+    // Moved past 10:00 by the old leader (its claim of 10:00 lands later).
+    let mut job = job_due("1h", "2026-11-25T11:00:00Z", 3600);
+    job.schedule = Schedule::every("1h", at(START)).expect("every");
+    store.put(&job).await.expect("put");
+    let (bus, duty) = Duty::new();
+    let (_leader, mut inbound, _stop) = start_on_bus(START, dir.path(), Arc::new(bus));
+    duty.send_replace(Some(Tenure::new(
+        2,
+        Instant::now() + Duration::from_secs(3600),
+    )));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(within(&mut inbound, Duration::ZERO).await.is_none());
+
+    // The old leader's claim (epoch 1), and its note of it on the job.
+    let claim = Run {
+        job: "j1".into(),
+        due: at(START),
+        started: Some(at(START)),
+        finished: None,
+        outcome: Outcome::Pending,
+        attempt: 1,
+        epoch: Some(1),
+    };
+    assert_eq!(store.claim(&claim).await.expect("claim"), None);
+    let noted = claim.clone();
+    store
+        .update(
+            "j1",
+            Box::new(move |job| {
+                job.last = Some(noted.clone());
+                true
+            }),
+        )
+        .await
+        .expect("update");
+
+    let taken_over = within(&mut inbound, Duration::from_secs(5))
+        .await
+        .expect("taken over within the poll");
+    assert_eq!(
+        id(&taken_over),
+        format!("sched:j1:{}", at(START).as_millisecond())
+    );
+    assert!(
+        within(&mut inbound, Duration::from_secs(60))
+            .await
+            .is_none(),
+        "handed over once by this holding"
+    );
+    let runs = store.runs("j1", 10).await.expect("runs");
+    assert_eq!(
+        runs.iter().map(|run| run.epoch).collect::<Vec<_>>(),
+        [Some(2)],
+        "adopted"
+    );
+    let job = store.job("j1").await.expect("read").expect("there");
+    assert_eq!(job.last.and_then(|last| last.epoch), Some(2));
+    taken_over.settle(Fate::Handled);
 }
 
 /// A job of chat "c" every `every`, due first at `due`, with `catch_up` (what the store held

@@ -13,8 +13,11 @@
 //! that due time, pending and carrying the tenure's epoch, added only if none is on record),
 //! then the job's next due time is moved past it, then its message is published. A claim
 //! somebody else holds is never handed over again by this scheduler — unless its epoch is
-//! over (its scheduler lost the duty), when it is **taken over**: published again with the
-//! same id, on taking the duty and whenever the due time comes up. The chat's session
+//! over (its scheduler lost the duty), when it is **taken over**: adopted under this
+//! tenure's epoch (`runs::adopt`, once per holding) and published again with the same id —
+//! on taking the duty, when the due time comes up, and as soon as the loop sees a job whose
+//! last run is pending under another epoch (the claim of a leader whose store call was under
+//! way while its lease lapsed lands after the next leader looked). The chat's session
 //! journal answers one id once, so a run handed over twice is not answered twice.
 //!
 //! A run is settled once, wherever its turn ended (`outcome.rs`). A run that never settles
@@ -45,7 +48,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::Clock;
 use super::isolated;
-use super::job::{Job, Run, SessionMode};
+use super::job::{Job, Outcome, Run, SessionMode};
 use super::jobs::Jobs;
 use super::outcome::{Outcomes, Settler};
 use super::store::JobStore;
@@ -113,12 +116,14 @@ struct Inner {
     spending: std::sync::OnceLock<Arc<Spending>>,
 }
 
-/// What the loop keeps of a job between its runs: when it is next due.
+/// What the loop keeps of a job between its runs: when it is next due, and under which
+/// holding of the duty its last run was claimed while that is still going.
 #[derive(Debug)]
 struct Timing {
     id: String,
     next_due: Option<Timestamp>,
     retry_at: Option<Timestamp>,
+    going_under: Option<Option<u64>>,
 }
 
 impl Timing {
@@ -128,7 +133,19 @@ impl Timing {
             id: job.id.clone(),
             next_due: job.next_due,
             retry_at: job.retry.as_ref().map(|retry| retry.at),
+            going_under: job
+                .last
+                .as_ref()
+                .filter(|last| last.outcome == Outcome::Pending)
+                .map(|last| last.epoch),
         })
+    }
+
+    /// Whether its last run is still going under a claim of another holding than `tenure`:
+    /// one to take over.
+    fn claimed_elsewhere(&self, tenure: &Tenure) -> bool {
+        self.going_under
+            .is_some_and(|epoch| epoch != Some(tenure.epoch()))
     }
 }
 
@@ -317,6 +334,15 @@ impl Scheduler {
         let now = self.inner.jobs.now();
         let mut soonest: Option<Timestamp> = None;
         for timing in timings.iter() {
+            if timing.claimed_elsewhere(tenure) {
+                match self.store().job(&timing.id).await {
+                    Ok(Some(job)) => self.take_over_job(&job, tenure).await,
+                    Ok(None) => {}
+                    Err(err) => {
+                        tracing::error!(job = %timing.id, error = %err, "the scheduler cannot read a job");
+                    }
+                }
+            }
             let retry_due = timing.retry_at.is_some_and(|at| at <= now);
             let run_due = timing.next_due.is_some_and(|due| due <= now);
             if !retry_due && !run_due {

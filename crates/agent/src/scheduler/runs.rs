@@ -5,6 +5,10 @@
 //! ended. Pure functions over the list, so the file store and the state store (a cluster's)
 //! apply the same rules, each inside its own atomic step (the file's lock, a compare-and-set).
 //!
+//! A claim whose scheduler lost the duty before its run ended is **adopted** by the one that
+//! holds the duty now (`runs::adopt`: its epoch replaced, while it is pending), which hands
+//! its run over again: once per holding, however often it comes across the claim.
+//!
 //! The list is newest due time first and keeps [`RUNS_KEPT`] runs, but never drops one still
 //! pending: a pending run is a claim somebody must settle or take over.
 
@@ -60,6 +64,25 @@ pub(crate) fn settle(
     }
     run.outcome = outcome.clone();
     run.finished = Some(finished);
+    Some(run.clone())
+}
+
+/// Adopts the try `attempt` of the run due at `due` for the holding `epoch`, when it is on
+/// record, still pending and claimed under another holding; the run as adopted, or `None`
+/// (not on record, ended, or this holding's already).
+pub(crate) fn adopt(
+    runs: &mut [Run],
+    due: jiff::Timestamp,
+    attempt: u32,
+    epoch: u64,
+) -> Option<Run> {
+    let run = runs.iter_mut().find(|kept| {
+        kept.due.as_millisecond() == due.as_millisecond() && kept.attempt == attempt
+    })?;
+    if run.outcome != Outcome::Pending || run.epoch == Some(epoch) {
+        return None;
+    }
+    run.epoch = Some(epoch);
     Some(run.clone())
 }
 
@@ -134,6 +157,28 @@ mod tests {
             None
         );
         assert_eq!(runs[0].finished, Some(at(70)));
+    }
+
+    #[test]
+    fn a_claim_is_adopted_once_per_holding_and_only_while_it_is_pending() {
+        let mut runs = vec![run(60, Outcome::Pending, 1)];
+        runs[0].epoch = Some(4);
+        let adopted = adopt(&mut runs, at(60), 1, 9).expect("adopted");
+        assert_eq!(adopted.epoch, Some(9));
+        assert_eq!(
+            adopt(&mut runs, at(60), 1, 9),
+            None,
+            "this holding's already"
+        );
+        assert_eq!(adopt(&mut runs, at(60), 2, 11), None, "not this try");
+        assert_eq!(adopt(&mut runs, at(61), 1, 11), None, "not on record");
+        assert!(
+            adopt(&mut runs, at(60), 1, 11).is_some(),
+            "the next holding's"
+        );
+        settle(&mut runs, at(60), 1, &Outcome::Answered, at(70)).expect("settled");
+        assert_eq!(adopt(&mut runs, at(60), 1, 12), None, "ended");
+        assert_eq!(runs[0].epoch, Some(11));
     }
 
     #[test]

@@ -182,6 +182,27 @@ impl JobStore for StateJobStore {
         Ok(taken)
     }
 
+    async fn adopt(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        epoch: u64,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let key = runs_key(job);
+        let mut adopted = None;
+        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
+            adopted = runs::adopt(kept, due, attempt, epoch);
+            adopted.is_some()
+        });
+        self.state
+            .update(&key, &mut change)
+            .await
+            .map_err(self.fail())?;
+        drop(change);
+        Ok(adopted)
+    }
+
     async fn settle(
         &self,
         job: &str,

@@ -59,6 +59,16 @@ pub trait JobStore: Send + Sync {
     /// other scheduler (see `runs`): `Ok(None)` when it is this caller's, else the run
     /// already on record.
     async fn claim(&self, run: &Run) -> Result<Option<Run>, JobStoreError>;
+    /// Adopts the pending try `attempt` of `job`'s run due at `due` for the holding `epoch`
+    /// of the duty (see `runs`): the run as adopted, or `None` (not on record, ended, or that
+    /// holding's already).
+    async fn adopt(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        epoch: u64,
+    ) -> Result<Option<Run>, JobStoreError>;
     /// Settles try `attempt` of `job`'s run due at `due` with `outcome` at `finished`, if it
     /// is still pending (see `runs`): the run as settled, or `None` when it was not pending
     /// (settled already, wherever its turn ended).
@@ -332,6 +342,24 @@ impl JobStore for FileJobStore {
         .await
     }
 
+    async fn adopt(
+        &self,
+        job: &str,
+        due: jiff::Timestamp,
+        attempt: u32,
+        epoch: u64,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let job = job.to_owned();
+        self.with(move |state| {
+            let mut kept = state.runs.get(&job).cloned().unwrap_or_default();
+            match runs::adopt(&mut kept, due, attempt, epoch) {
+                Some(adopted) => (Some(adopted.clone()), vec![Record::Run(adopted)]),
+                None => (None, Vec::new()),
+            }
+        })
+        .await
+    }
+
     async fn settle(
         &self,
         job: &str,
@@ -468,6 +496,17 @@ mod tests {
         assert_eq!(store.claim(&claimed).await.expect("claim"), None);
         let taken = other.claim(&claimed).await.expect("claim");
         assert_eq!(taken.map(|run| run.outcome), Some(Outcome::Pending));
+        // A claim is adopted by the next holding of the duty once, from either handle.
+        let adopted = other
+            .adopt("j1", claimed.due, 1, 7)
+            .await
+            .expect("adopt")
+            .expect("pending");
+        assert_eq!(adopted.epoch, Some(7));
+        assert_eq!(
+            store.adopt("j1", claimed.due, 1, 7).await.expect("adopt"),
+            None
+        );
         let ended = Timestamp::from_second(190).expect("ts");
         let settled = other
             .settle("j1", claimed.due, 1, &Outcome::Answered, ended)
