@@ -64,6 +64,29 @@ impl StateJobStore {
     }
 }
 
+impl StateJobStore {
+    /// Changes a run of `job` by `rule` in one step (the rule run again when another wrote
+    /// first): the run as changed, or `None` when the rule changed nothing.
+    async fn change_run(
+        &self,
+        job: &str,
+        mut rule: impl FnMut(&mut [Run]) -> Option<Run> + Send,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let key = runs_key(job);
+        let mut changed = None;
+        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
+            changed = rule(kept);
+            changed.is_some()
+        });
+        self.state
+            .update(&key, &mut change)
+            .await
+            .map_err(self.fail())?;
+        drop(change);
+        Ok(changed)
+    }
+}
+
 fn job_key(id: &str) -> String {
     format!("scheduler/job/{}", segment(id))
 }
@@ -189,18 +212,8 @@ impl JobStore for StateJobStore {
         attempt: u32,
         epoch: u64,
     ) -> Result<Option<Run>, JobStoreError> {
-        let key = runs_key(job);
-        let mut adopted = None;
-        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
-            adopted = runs::adopt(kept, due, attempt, epoch);
-            adopted.is_some()
-        });
-        self.state
-            .update(&key, &mut change)
+        self.change_run(job, |kept| runs::adopt(kept, due, attempt, epoch))
             .await
-            .map_err(self.fail())?;
-        drop(change);
-        Ok(adopted)
     }
 
     async fn settle(
@@ -211,18 +224,10 @@ impl JobStore for StateJobStore {
         outcome: &Outcome,
         finished: jiff::Timestamp,
     ) -> Result<Option<Run>, JobStoreError> {
-        let key = runs_key(job);
-        let mut settled = None;
-        let mut change = json_change(&key, |kept: &mut Vec<Run>| {
-            settled = runs::settle(kept, due, attempt, outcome, finished);
-            settled.is_some()
-        });
-        self.state
-            .update(&key, &mut change)
-            .await
-            .map_err(self.fail())?;
-        drop(change);
-        Ok(settled)
+        self.change_run(job, |kept| {
+            runs::settle(kept, due, attempt, outcome, finished)
+        })
+        .await
     }
 
     async fn runs(&self, job: &str, limit: usize) -> Result<Vec<Run>, JobStoreError> {

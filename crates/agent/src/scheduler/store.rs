@@ -196,6 +196,24 @@ impl FileJobStore {
             .map_err(|err| fail(err.to_string()))
     }
 
+    /// Changes a run of `job` by `rule` in one step: the run as changed (recorded), or
+    /// `None` when the rule changed nothing.
+    async fn change_run(
+        &self,
+        job: &str,
+        rule: impl FnOnce(&mut [Run]) -> Option<Run> + Send + 'static,
+    ) -> Result<Option<Run>, JobStoreError> {
+        let job = job.to_owned();
+        self.with(move |state| {
+            let mut kept = state.runs.get(&job).cloned().unwrap_or_default();
+            match rule(&mut kept) {
+                Some(changed) => (Some(changed.clone()), vec![Record::Run(changed)]),
+                None => (None, Vec::new()),
+            }
+        })
+        .await
+    }
+
     fn with_blocking<T>(
         &self,
         work: impl FnOnce(&mut State) -> (T, Vec<Record>),
@@ -349,15 +367,8 @@ impl JobStore for FileJobStore {
         attempt: u32,
         epoch: u64,
     ) -> Result<Option<Run>, JobStoreError> {
-        let job = job.to_owned();
-        self.with(move |state| {
-            let mut kept = state.runs.get(&job).cloned().unwrap_or_default();
-            match runs::adopt(&mut kept, due, attempt, epoch) {
-                Some(adopted) => (Some(adopted.clone()), vec![Record::Run(adopted)]),
-                None => (None, Vec::new()),
-            }
-        })
-        .await
+        self.change_run(job, move |kept| runs::adopt(kept, due, attempt, epoch))
+            .await
     }
 
     async fn settle(
@@ -368,13 +379,9 @@ impl JobStore for FileJobStore {
         outcome: &Outcome,
         finished: jiff::Timestamp,
     ) -> Result<Option<Run>, JobStoreError> {
-        let (job, outcome) = (job.to_owned(), outcome.clone());
-        self.with(move |state| {
-            let mut kept = state.runs.get(&job).cloned().unwrap_or_default();
-            match runs::settle(&mut kept, due, attempt, &outcome, finished) {
-                Some(settled) => (Some(settled.clone()), vec![Record::Run(settled)]),
-                None => (None, Vec::new()),
-            }
+        let outcome = outcome.clone();
+        self.change_run(job, move |kept| {
+            runs::settle(kept, due, attempt, &outcome, finished)
         })
         .await
     }
