@@ -9,7 +9,7 @@
 //! code, then let in once approved); hold a whole chat for a 429's `retry_after` — draft,
 //! final reply and all — while other chats go on; stop a turn on `/stop`; answer commands
 //! without the model; save files people send in the workspace; answer nothing twice across
-//! a kill -9; let a slow download hold up only its own chat, in order.
+//! a kill -9, nor a message the platform delivers again; let a slow download hold up only its own chat, in order.
 
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ macro_rules! suite {
             a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order,
             nothing_is_answered_twice_across_a_kill_9,
             messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
+            a_message_delivered_again_is_answered_once_before_during_and_after_its_answer,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -103,6 +104,10 @@ pub(crate) trait Platform: Sized {
 
     /// `person` sends the bot a file (`bytes`) with `caption` in a private chat.
     fn dm_file(&self, person: u64, caption: &str, bytes: Vec<u8>) -> Written;
+
+    /// The platform delivers `written` again, as it does when it thinks the bot did not take
+    /// it (Slack's retried event, Discord's replayed dispatch, Telegram's repeated update).
+    fn deliver_again(&self, written: &Written);
 
     /// The private chat of `person`.
     fn chat_of(&self, person: u64) -> String;
@@ -178,6 +183,14 @@ impl<P: Platform> Run<P> {
         self.fake
             .wait("a reply", |f| !replies(f, written).is_empty())
             .await;
+        replies(&self.fake, written)
+    }
+
+    /// The bot's posts replying to `written` once everything [`ADA`] wrote before is handled:
+    /// `after` is written and answered (one chat's messages are handled in order).
+    async fn replies_once_handled(&self, written: &Written, after: &str) -> Vec<Posted> {
+        let next = self.fake.dm(ADA, after);
+        self.reply(&next).await;
         replies(&self.fake, written)
     }
 
@@ -508,5 +521,61 @@ pub(crate) async fn a_slow_download_holds_up_only_its_own_chat_and_keeps_its_ord
         t.fake.posted(&other.chat)[0].at < served[0],
         "Carol was answered while Ada's file was still downloading"
     );
+    t.daemon.shutdown().await;
+}
+
+pub(crate) async fn a_message_delivered_again_is_answered_once_before_during_and_after_its_answer<
+    P: Platform,
+>() {
+    let t = Run::<P>::start(true).await;
+    // While the model is still working on it.
+    t.llm
+        .push(Reply::text("the first answer").delayed(Duration::from_millis(600)));
+    let first = t.fake.dm(ADA, "first");
+    t.llm.wait_for_requests(1, PATIENCE).await;
+    t.fake.deliver_again(&first);
+    let posts = t.replies_once_handled(&first, "after the first").await;
+    assert_eq!(posts.len(), 1, "one answer to the first: {posts:?}");
+    assert_eq!(posts[0].text, "the first answer");
+
+    // While its answer streams.
+    let reply = numbered("word", 30);
+    t.llm
+        .push(Reply::paced(reply.clone(), Duration::from_millis(30)));
+    let second = t.fake.dm(ADA, "second");
+    t.fake
+        .wait("the answer streaming", |f| !replies(f, &second).is_empty())
+        .await;
+    t.fake.deliver_again(&second);
+    let posts = t.replies_once_handled(&second, "after the second").await;
+    assert_eq!(posts.len(), 1, "one answer to the second: {posts:?}");
+    assert_eq!(posts[0].text, reply);
+
+    // After its answer went out.
+    let third = t.fake.dm(ADA, "third");
+    t.fake
+        .wait("the third answered", |f| {
+            replies(f, &third)
+                .first()
+                .is_some_and(|post| post.text == "echo: third")
+        })
+        .await;
+    t.fake.deliver_again(&third);
+    let posts = t.replies_once_handled(&third, "after the third").await;
+    assert_eq!(posts.len(), 1, "one answer to the third: {posts:?}");
+
+    let asked: Vec<String> = t
+        .llm
+        .requests()
+        .iter()
+        .map(switchboard_testkit::last_user_text)
+        .collect();
+    for said in ["first", "second", "third"] {
+        let times = asked.iter().filter(|text| *text == said).count();
+        assert_eq!(
+            times, 1,
+            "{said:?} reached the model {times} times: {asked:?}"
+        );
+    }
     t.daemon.shutdown().await;
 }

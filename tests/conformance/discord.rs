@@ -58,6 +58,11 @@ edit_interval_secs = {interval:?}
         }
     }
 
+    fn deliver_again(&self, written: &Written) {
+        self.0
+            .deliver_again(written.id.parse().expect("a Discord id"));
+    }
+
     fn chat_of(&self, person: u64) -> String {
         FakeDiscord::dm_channel(person).to_string()
     }

@@ -62,6 +62,10 @@ edit_interval_secs = {interval:?}
         }
     }
 
+    fn deliver_again(&self, written: &Written) {
+        self.0.deliver_again(&written.id);
+    }
+
     fn chat_of(&self, person: u64) -> String {
         FakeSlack::dm_channel(&user(person))
     }

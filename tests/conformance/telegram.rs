@@ -59,6 +59,10 @@ edit_interval_secs = {interval:?}
         }
     }
 
+    fn deliver_again(&self, written: &Written) {
+        self.0.deliver_again(id(&written.chat), id(&written.id));
+    }
+
     fn chat_of(&self, person: u64) -> String {
         person.to_string()
     }

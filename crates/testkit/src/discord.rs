@@ -77,6 +77,8 @@ struct Inner {
     next_id: u64,
     /// Authors of the people's messages, by id (for a reply's ping).
     authors: HashMap<u64, u64>,
+    /// Each message people wrote, by id, to dispatch again.
+    messages: HashMap<u64, Value>,
     sent: Vec<Sent>,
     texts: HashMap<(u64, u64), String>,
     typing: Vec<u64>,
@@ -290,9 +292,21 @@ impl FakeDiscord {
                 d.insert(key.clone(), value.clone());
             }
         }
-        self.shared.lock().authors.insert(id, user);
+        let mut inner = self.shared.lock();
+        inner.authors.insert(id, user);
+        inner.messages.insert(id, d.clone());
+        drop(inner);
         self.dispatch("MESSAGE_CREATE", d);
         id
+    }
+
+    /// Dispatches the message `id` again, as a gateway does that replays a session's
+    /// events (a `MESSAGE_CREATE` with the same message, under a new sequence number).
+    pub fn deliver_again(&self, id: u64) {
+        let message = self.shared.lock().messages.get(&id).cloned();
+        if let Some(d) = message {
+            self.dispatch("MESSAGE_CREATE", d);
+        }
     }
 
     /// Sends a dispatch on the session (kept for a RESUME if no socket takes it).

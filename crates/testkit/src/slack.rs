@@ -65,6 +65,8 @@ struct Inner {
     unacked: Vec<(String, Value)>,
     /// The last envelope sent.
     last: Option<Value>,
+    /// The envelope of each message event, by the message's `ts`.
+    by_ts: HashMap<String, Value>,
     acked: HashSet<String>,
     next: u64,
     sent: Vec<Sent>,
@@ -204,6 +206,9 @@ impl FakeSlack {
                 "authorizations": [{"team_id": "T0000001", "user_id": BOT_USER, "is_bot": true}]}});
         inner.unacked.push((envelope, frame.clone()));
         inner.last = Some(frame.clone());
+        if let Some(ts) = frame["payload"]["event"]["ts"].as_str() {
+            inner.by_ts.insert(ts.to_owned(), frame.clone());
+        }
         if let Some(socket) = &inner.socket {
             let _ = socket.send(frame.to_string());
         }
@@ -222,6 +227,25 @@ impl FakeSlack {
             let envelope = envelope.to_owned();
             inner.unacked.push((envelope, frame.clone()));
         }
+        if let Some(socket) = &inner.socket {
+            let _ = socket.send(frame.to_string());
+        }
+    }
+
+    /// Delivers the message `ts` again as Slack retries an event it thinks was not taken in
+    /// time: a new envelope with the same event (and event id), `retry_attempt` 1.
+    pub fn deliver_again(&self, ts: &str) {
+        let mut inner = self.shared.lock();
+        let Some(mut frame) = inner.by_ts.get(ts).cloned() else {
+            return;
+        };
+        let number = inner.next;
+        inner.next += 1;
+        let envelope = format!("envelope-{number}");
+        frame["envelope_id"] = json!(envelope);
+        frame["retry_attempt"] = json!(1);
+        frame["retry_reason"] = json!("timeout");
+        inner.unacked.push((envelope, frame.clone()));
         if let Some(socket) = &inner.socket {
             let _ = socket.send(frame.to_string());
         }

@@ -66,6 +66,8 @@ struct Inner {
     updates: BTreeMap<u32, Value>,
     next_update: u32,
     next_message: HashMap<i64, i64>,
+    /// Each message people wrote, by (chat, id), to deliver again.
+    messages: HashMap<(i64, i64), Value>,
     /// Every send and edit, in order.
     sent: Vec<Sent>,
     /// The current text of each message the bot sent, by (chat, id).
@@ -200,6 +202,28 @@ impl FakeTelegram {
             "from": {"id": user, "is_bot": false, "first_name": "Tester", "username": format!("user{user}")}
         });
         fill(&mut message);
+        inner.messages.insert((chat, message_id), message.clone());
+        drop(inner);
+        self.update(message);
+        message_id
+    }
+
+    /// Delivers message `message_id` of `chat` again, in an update of its own (as a bot that
+    /// lost its confirmed offset is sent what it already had).
+    pub fn deliver_again(&self, chat: i64, message_id: i64) {
+        let message = self
+            .shared
+            .lock()
+            .messages
+            .get(&(chat, message_id))
+            .cloned();
+        if let Some(message) = message {
+            self.update(message);
+        }
+    }
+
+    fn update(&self, message: Value) {
+        let mut inner = self.shared.lock();
         let id = inner.next_update;
         inner.next_update += 1;
         inner
@@ -207,7 +231,6 @@ impl FakeTelegram {
             .insert(id, json!({"update_id": id, "message": message}));
         drop(inner);
         self.shared.changed.notify_waiters();
-        message_id
     }
 
     /// Everything the bot sent so far.
