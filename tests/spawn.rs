@@ -230,3 +230,99 @@ async fn a_parent_waiting_for_its_child_at_one_turn_slot_does_not_deadlock() {
     assert!(llm.violations().is_empty(), "{:?}", llm.violations());
     daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_message_that_fans_out_at_every_depth_is_held_to_its_chats_limits_and_other_chats_go_on()
+{
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // Every turn that may spawn hands eight tasks to sub-agents and waits for them: the
+    // person's, and each sub-agent's (a second apart), four deep — 8⁴ asked for.
+    llm.respond_with(|request: &Value| {
+        let messages = util::conversation(request);
+        let last = messages.last().cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default();
+        let offered = request["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|tool| tool["function"]["name"] == "spawn");
+        let fan_out = || {
+            Reply::ToolCalls(
+                (0..8)
+                    .map(|n| {
+                        let task = json!({"task": format!("Part {n} of it."), "wait": true});
+                        ("spawn".to_owned(), task)
+                    })
+                    .collect(),
+            )
+        };
+        if last["role"] == "tool" {
+            Reply::text("done")
+        } else if text.starts_with("hello from") {
+            Reply::text("hi")
+        } else if !offered {
+            Reply::text("a leaf").delayed(Duration::from_secs(1))
+        } else if text.starts_with("[A task from") {
+            fan_out().delayed(Duration::from_secs(1))
+        } else {
+            fan_out()
+        }
+    });
+    let extra = Extra {
+        agent: "max_concurrent_turns = 8",
+        tables: "[agent.spawn]\nmax_depth = 4\nmax_children = 32\n\
+                 exclude_tools = [\"message\", \"cron\"]\n",
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut bomb = WsClient::connect(daemon.addr()).await;
+    bomb.send("b", "do everything at once").await;
+    let bombed = tokio::spawn(async move {
+        let turn = bomb.turn("b").await;
+        (turn, Instant::now())
+    });
+    // Sub-agents hold the most slots they may (half of eight) …
+    let deadline = Instant::now() + util::PATIENCE;
+    while llm.in_flight() < 4 {
+        assert!(Instant::now() < deadline, "the sub-agents never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // … and six other chats are answered meanwhile.
+    let mut others = WsClient::connect(daemon.addr()).await;
+    for n in 0..6 {
+        others
+            .send(&format!("o{n}"), &format!("hello from {n}"))
+            .await;
+    }
+    for n in 0..6 {
+        assert_eq!(others.turn(&format!("o{n}")).await.reply(), "hi");
+    }
+    let others_answered = Instant::now();
+    let (turn, bomb_answered) = bombed.await.expect("the bomb's turn");
+    assert_eq!(turn.reply(), "done");
+    assert!(
+        others_answered < bomb_answered,
+        "the other chats were answered while the sub-agents ran"
+    );
+
+    let requests = llm.requests();
+    let tasks = requests
+        .iter()
+        .filter(|r| last_text(r).starts_with("[A task from"))
+        .count();
+    assert!(
+        (8..=16).contains(&tasks),
+        "{tasks} sub-agents ran; one message may start 16 (agent.spawn.max_per_turn)"
+    );
+    let refused = requests.iter().any(|r| {
+        util::conversation(r).iter().any(|m| {
+            m["role"] == "tool"
+                && m["content"]
+                    .as_str()
+                    .is_some_and(|c| c.contains("agent.spawn.max_per_turn"))
+        })
+    });
+    assert!(refused, "the model was told why a spawn was refused");
+    daemon.shutdown().await;
+}

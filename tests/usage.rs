@@ -1,10 +1,13 @@
 //! What the models cost, as a person and an operator see it: a chat told once at 80 % of its
 //! daily cap and refused at 100 % without the model being called, `/usage`, a scheduled run
 //! skipped while capped, `switchboard usage`, `/metrics` — and a kill -9 that loses none of
-//! the day's total. (The next day is tested on paused time beside `Spending`.)
+//! the day's total; what a chat's sub-agents, its isolated scheduled runs and its answers'
+//! judge spend counting against that chat's cap. (The next day is tested on paused time
+//! beside `Spending`.)
 
 use std::time::Duration;
 
+use serde_json::json;
 use switchboard_testkit::{Reply, ScriptedLlm, TokenUsage};
 
 use crate::util::{self, WsClient};
@@ -162,7 +165,7 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
         .find(|line| line.contains("websocket_c"))
         .unwrap_or_else(|| panic!("{table}"));
     assert!(
-        line.contains("default") && line.contains("1050") && line.ends_with("1.0500"),
+        line.contains("default") && line.contains("1050") && line.contains(" 1.0500 "),
         "{table}"
     );
     assert!(table.contains("websocket_d"), "{table}");
@@ -173,5 +176,153 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
         "{metrics}"
     );
     assert!(metrics.contains("switchboard_usage_limit_usd{scope=\"daily_per_chat\"} 1"));
+    util::signal(&daemon, "-TERM");
+}
+
+#[tokio::test]
+async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    // Every call costs $0.30. A person's message makes the agent hand a task to a sub-agent
+    // and wait for it; a scheduled run answers at once.
+    llm.set_usage(tokens(300));
+    llm.respond_with(|request| {
+        let messages = util::conversation(request);
+        let last = messages.last().cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default().to_owned();
+        if last["role"] == "tool" {
+            Reply::text("the sub-agent found it")
+        } else if text.starts_with("[A task from") {
+            Reply::text("found")
+        } else if text.starts_with("[Scheduled task") {
+            Reply::text("the daily report")
+        } else {
+            Reply::tool("spawn", json!({"task": "look it up", "wait": true}))
+        }
+    });
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        util::Extra {
+            tables: PRICED,
+            ..util::Extra::default()
+        },
+    );
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+
+    // $0.30 the parent's call, $0.30 its sub-agent's, $0.30 the parent's answer: $0.90 of
+    // the chat's $1.00, and it is told so.
+    let first = client.say("c", "look something up").await;
+    assert_eq!(first.reply(), "the sub-agent found it");
+    let told = notices(&first);
+    assert!(
+        told.iter()
+            .any(|text| text.starts_with("This chat has spent $0.90 of its $1.00 a day")),
+        "{told:?}"
+    );
+    let usage = client.say("c", "/usage").await;
+    assert!(
+        usage.reply().starts_with(
+            "Today: 900 tokens in, 15 out, $0.9000 (of which its sub-agents and scheduled \
+             runs: 300 tokens in, 5 out, $0.3000)."
+        ),
+        "{}",
+        usage.reply()
+    );
+
+    // An isolated run of the chat's job: $0.30 more, against the chat's cap.
+    cli(
+        &config,
+        &[
+            "cron",
+            "add",
+            "--chat",
+            "websocket:c",
+            "--in",
+            "1s",
+            "--session",
+            "isolated",
+            "-m",
+            "report",
+        ],
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + util::PATIENCE;
+    let runs = loop {
+        let runs = cli(&config, &["cron", "runs", "j1"]).await;
+        if runs.contains("answered") || tokio::time::Instant::now() > deadline {
+            break runs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(runs.contains("answered"), "{runs}");
+
+    let calls = llm.requests().len();
+    let refused = client.say("c", "and another thing").await;
+    assert!(
+        refused
+            .reply()
+            .starts_with("This chat has spent $1.20 of its $1.00 a day"),
+        "{}",
+        refused.reply()
+    );
+    assert_eq!(llm.requests().len(), calls, "the model was not called");
+
+    let table = cli(&config, &["usage", "--days", "1"]).await;
+    let line = table
+        .lines()
+        .find(|line| line.contains("websocket_c"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        line.contains(" 1.2000 ") && line.ends_with("0.6000"),
+        "the chat's line holds its sub-agent's and its run's: {table}"
+    );
+    assert!(
+        !table.contains("spawn_") && !table.contains("cron_"),
+        "no line of their own: {table}"
+    );
+    util::signal(&daemon, "-TERM");
+}
+
+#[tokio::test]
+async fn the_judges_calls_count_against_the_chat_they_check_answers_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let judge = ScriptedLlm::start().await.expect("judge");
+    llm.set_usage(tokens(300));
+    judge.set_usage(tokens(300));
+    judge.respond_with(|_| Reply::text("PASS"));
+    let tables = format!(
+        "{PRICED}\n[llm.prices.judge]\ninput_per_mtok = 1000\noutput_per_mtok = 0\n\n\
+         [agent.verify]\nenabled = true\n[agent.verify.judge]\nprovider = \"openai\"\n\
+         base_url = \"{}\"\nmodel = \"judge\"\n",
+        judge.base_url()
+    );
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        util::Extra {
+            tables: &tables,
+            ..util::Extra::default()
+        },
+    );
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+    llm.push(Reply::text("checked"));
+    assert_eq!(client.say("c", "hello").await.reply(), "checked");
+    assert_eq!(judge.requests().len(), 1, "the answer was judged");
+    let usage = client.say("c", "/usage").await;
+    assert!(
+        usage
+            .reply()
+            .starts_with("Today: 600 tokens in, 10 out, $0.6000."),
+        "the model's $0.30 and the judge's: {}",
+        usage.reply()
+    );
     util::signal(&daemon, "-TERM");
 }

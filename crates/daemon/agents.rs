@@ -13,7 +13,7 @@ use switchboard_agent::scheduler::{CronTool, Scheduler};
 use switchboard_agent::spawn::{SpawnTool, Spawner};
 use switchboard_agent::usage::Spending;
 use switchboard_agent::{
-    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots,
+    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots, default_subagents,
 };
 use switchboard_core::{AgentName, Bus};
 use switchboard_llm::Observer;
@@ -171,7 +171,15 @@ pub(crate) fn build_agents(
         (EXTRA_SOURCE.to_owned(), extra_tools),
     ])?);
     let catalog = Catalog::build(config, observer)?;
-    let slots = TurnSlots::new(*config.agent.max_concurrent_turns.get_ref());
+    let max_turns = *config.agent.max_concurrent_turns.get_ref();
+    let slots = TurnSlots::with_subagents(
+        max_turns,
+        config
+            .agent
+            .max_subagent_turns
+            .as_ref()
+            .map_or_else(|| default_subagents(max_turns), |n| *n.get_ref()),
+    );
     if let Some(scheduler) = &scheduler {
         scheduler.read_instructions_in(homes[0].workspace.clone());
     }

@@ -35,6 +35,10 @@ pub(crate) const DAEMON_KEYS: &[(&str, &str)] = &[
         "the turn limit is shared by all agents; set it in [agent]",
     ),
     (
+        "max_subagent_turns",
+        "the turn limit is shared by all agents; set it in [agent]",
+    ),
+    (
         "ask_timeout_secs",
         "the ask_user tool is shared by all agents; set it in [agent]",
     ),
@@ -57,6 +61,8 @@ pub struct AgentSection {
     pub history_limit: Spanned<usize>,
     /// Turns running at once across all sessions.
     pub max_concurrent_turns: Spanned<usize>,
+    /// Of those, sub-agents' turns running at once; half when absent (at least one).
+    pub max_subagent_turns: Option<Spanned<usize>>,
     /// Seconds one tool call may run.
     pub tool_timeout_secs: Spanned<f64>,
     /// Bytes of each context file (SOUL.md …) put in the prompt.
@@ -98,6 +104,7 @@ impl Default for AgentSection {
             max_iterations: Spanned::new(0..0, 40),
             history_limit: Spanned::new(0..0, 50),
             max_concurrent_turns: Spanned::new(0..0, 64),
+            max_subagent_turns: None,
             tool_timeout_secs: Spanned::new(0..0, 60.0),
             context_file_max_bytes: 16 * 1024,
             idle_timeout_secs: Spanned::new(0..0, 300.0),
@@ -237,6 +244,22 @@ impl Config {
         at_least(&agent.max_iterations, 1, "max_iterations")?;
         at_least(&agent.history_limit, 4, "history_limit")?;
         at_least(&agent.max_concurrent_turns, 1, "max_concurrent_turns")?;
+        if let Some(subagents) = &agent.max_subagent_turns {
+            let max = *agent.max_concurrent_turns.get_ref();
+            // With two slots or more, one is always left to the chats' own turns.
+            let most = if max > 1 { max - 1 } else { 1 };
+            if !(1..=most).contains(subagents.get_ref()) {
+                return Err(self.source.error_at(
+                    Some(subagents.span()),
+                    format!("{key}.max_subagent_turns"),
+                    format!(
+                        "must be from 1 to {most} (max_concurrent_turns {max}, less one for \
+                         the chats' own turns), got {}",
+                        subagents.get_ref()
+                    ),
+                ));
+            }
+        }
         at_least(&agent.max_queued_messages, 1, "max_queued_messages")?;
         let mut timeouts = vec![
             (&agent.tool_timeout_secs, "tool_timeout_secs"),

@@ -87,8 +87,10 @@ pub struct SpawnSection {
     pub enabled: bool,
     /// How deep sub-agents may nest (1: a chat's turn starts children, they start none).
     pub max_depth: Spanned<usize>,
-    /// Sub-agents of one chat running at once.
+    /// Sub-agents of one chat running at once, at every depth.
     pub max_children: Spanned<usize>,
+    /// Sub-agents one message of a chat may start in all, at every depth.
+    pub max_per_turn: Spanned<usize>,
     /// Seconds a sub-agent's turn may take in all.
     pub timeout_secs: Spanned<f64>,
     /// A sub-agent's token budget; the agent's `max_turn_tokens` when absent.
@@ -106,6 +108,7 @@ impl Default for SpawnSection {
             enabled: defaults.enabled,
             max_depth: Spanned::new(0..0, defaults.max_depth),
             max_children: Spanned::new(0..0, defaults.max_children),
+            max_per_turn: Spanned::new(0..0, defaults.max_per_turn),
             timeout_secs: Spanned::new(0..0, defaults.timeout.as_secs_f64()),
             max_turn_tokens: None,
             tools: None,
@@ -121,6 +124,7 @@ impl SpawnSection {
             enabled: self.enabled,
             max_depth: *self.max_depth.get_ref(),
             max_children: *self.max_children.get_ref(),
+            max_per_turn: *self.max_per_turn.get_ref(),
             timeout: Config::duration(&self.timeout_secs),
             max_turn_tokens: self.max_turn_tokens,
             tools: self.tools.clone(),
@@ -169,6 +173,7 @@ pub(crate) fn validate(
     for (value, name, range) in [
         (&spawn.max_depth, "max_depth", 1..=4),
         (&spawn.max_children, "max_children", 1..=32),
+        (&spawn.max_per_turn, "max_per_turn", 1..=256),
     ] {
         if !range.contains(value.get_ref()) {
             return Err(source.error_at(

@@ -1,5 +1,7 @@
 //! `switchboard usage`: what the models cost, per day, agent and chat, from the usage
-//! records of the config's state directory (`usage/`) — while the daemon runs or not.
+//! records of the config's state directory (`usage/`) — while the daemon runs or not. A
+//! chat's line holds what counts against its cap: its own turns', its sub-agents' and its
+//! isolated scheduled runs' spending, the latter two also said apart.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,8 +21,10 @@ pub struct Line {
     pub agent: String,
     /// The chat's session.
     pub session: String,
-    /// What it spent.
+    /// What it spent, everything that counts against its cap.
     pub spent: Spent,
+    /// Of that, what its sub-agents and its isolated scheduled runs spent.
+    pub delegated: Spent,
 }
 
 /// The spending of the last days (today included), as `switchboard usage` prints it and the
@@ -51,28 +55,31 @@ impl Report {
             .unwrap_or(today);
         let mut records = store.spent(from, today).await?;
         records.sort_by(|a, b| {
-            (b.key.day, &a.key.agent, &a.key.session).cmp(&(
-                a.key.day,
-                &b.key.agent,
-                &b.key.session,
-            ))
+            (b.key.day, &a.key.agent, a.key.chat()).cmp(&(a.key.day, &b.key.agent, b.key.chat()))
         });
         let mut lines: Vec<Line> = Vec::new();
         for record in records {
+            let delegated = if record.key.chat.is_some() {
+                record.spent
+            } else {
+                Spent::default()
+            };
             match lines.last_mut() {
-                // A chat's models summed.
+                // A chat's models and sessions summed.
                 Some(line)
                     if line.day == record.key.day
                         && line.agent == record.key.agent
-                        && line.session == record.key.session =>
+                        && line.session == record.key.chat() =>
                 {
                     line.spent += record.spent;
+                    line.delegated += delegated;
                 }
                 _ => lines.push(Line {
                     day: record.key.day,
                     agent: record.key.agent.clone(),
-                    session: record.key.session.clone(),
+                    session: record.key.chat().to_owned(),
                     spent: record.spent,
+                    delegated,
                 }),
             }
         }
@@ -111,8 +118,8 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "{:<10}  {:<12}  {:<28}  {:>12}  {:>12}  {:>10}  {:>10}",
-        "day", "agent", "chat", "tokens in", "cached", "out", "usd"
+        "{:<10}  {:<12}  {:<28}  {:>12}  {:>12}  {:>10}  {:>10}  {:>14}",
+        "day", "agent", "chat", "tokens in", "cached", "out", "usd", "sub-agents+runs"
     )?;
     let mut total = Spent::default();
     for (day, day_total) in report.days() {
@@ -120,8 +127,8 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
             let (agent, session, spent) = (&line.agent, &line.session, line.spent);
             writeln!(
                 out,
-                "{day:<10}  {agent:<12}  {session:<28}  {:>12}  {:>12}  {:>10}  {:>10.4}",
-                spent.input, spent.cached, spent.output, spent.usd
+                "{day:<10}  {agent:<12}  {session:<28}  {:>12}  {:>12}  {:>10}  {:>10.4}  {:>14.4}",
+                spent.input, spent.cached, spent.output, spent.usd, line.delegated.usd
             )?;
         }
         writeln!(

@@ -61,7 +61,7 @@ impl Config {
                     key,
                     format!(
                         "no model `{model}` is configured: the models are {} (a price is for \
-                         llm.model, llm.models, a fallback's or an agent's model)",
+                         llm.model, llm.models, a fallback's, an agent's or a judge's model)",
                         models.join(", ")
                     ),
                 ));
@@ -94,11 +94,20 @@ impl Config {
         let llm = &self.llm;
         let mut names = vec![llm.model.clone()];
         let fallbacks = llm.fallbacks.iter().map(|fallback| &fallback.model);
-        let agents = self
-            .agent_specs()
-            .into_iter()
+        let specs = self.agent_specs();
+        let agents = specs
+            .iter()
             .filter_map(|spec| spec.section.model.as_ref().map(|m| m.get_ref().clone()));
-        for name in fallbacks.chain(&llm.models).cloned().chain(agents) {
+        // A judge's calls are priced (and counted against the chat) like the agent's own.
+        let judges = specs
+            .iter()
+            .filter_map(|spec| spec.section.verify.judge.as_ref().map(|j| j.model.clone()));
+        for name in fallbacks
+            .chain(&llm.models)
+            .cloned()
+            .chain(agents)
+            .chain(judges)
+        {
             if !names.contains(&name) {
                 names.push(name);
             }

@@ -20,7 +20,7 @@ use crate::input::TurnInput;
 use crate::models::Models;
 use crate::scheduler::{Asker, JobAction, Jobs};
 use crate::slots::TurnSlots;
-use crate::spawn::{self, Spawner, TurnChildren};
+use crate::spawn::{self, Spawner, TreeLimits, TurnChildren};
 use crate::turn;
 use crate::usage::Spending;
 
@@ -144,10 +144,13 @@ impl Agent {
         }
     }
 
-    /// The sub-agents a turn in `session` may start; `None` where it may not.
+    /// The sub-agents a turn in `session`, working for `chat` and answering a message of
+    /// `origin`, may start; `None` where it may not.
     pub(crate) fn children_of_turn(
         &self,
         session: &SessionKey,
+        chat: &SessionKey,
+        origin: &Origin,
         cancel: &CancellationToken,
         slot: Option<Arc<dyn TurnSlot>>,
     ) -> Option<Arc<dyn SubAgents>> {
@@ -155,11 +158,19 @@ impl Agent {
             return None;
         }
         let spawner = self.spawner.clone()?;
+        // A chat's own turn answering a new message begins its count; the turn that takes
+        // its sub-agents' results, and theirs, count on.
+        let begins = session == chat && !matches!(origin, Origin::SubAgents { .. });
         Some(Arc::new(TurnChildren {
+            turn: begins.then(|| spawner.begin_turn()),
             spawner,
             agent: self.name.clone(),
             parent: session.clone(),
-            max_children: self.config.spawn.max_children,
+            chat: chat.clone(),
+            limits: TreeLimits {
+                running: self.config.spawn.max_children,
+                per_turn: self.config.spawn.max_per_turn,
+            },
             store: self.store.clone(),
             cancel: cancel.clone(),
             slot,

@@ -5,7 +5,9 @@ use std::io::Read;
 use std::sync::Arc;
 
 use base64::Engine;
-use switchboard_core::{Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId};
+use switchboard_core::{
+    Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId, SessionKey,
+};
 use switchboard_llm::ImageData;
 use switchboard_tools::{TurnSlot, User, Workspace};
 
@@ -39,6 +41,9 @@ pub struct TurnInput {
     /// Where the message comes from (a person, a schedule, the heartbeat): kept with it in
     /// history and shown to the model.
     pub origin: Origin,
+    /// The chat its spending and sub-agents count against, when not the turn's own session
+    /// (a sub-agent's task, an isolated scheduled run).
+    pub on_behalf_of: Option<SessionKey>,
 }
 
 impl TurnInput {
@@ -62,6 +67,7 @@ impl TurnInput {
             user: None,
             slot: None,
             origin: message.origin.clone(),
+            on_behalf_of: message.on_behalf_of.clone(),
         }
     }
 }

@@ -71,6 +71,6 @@ pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use input::TurnInput;
 pub use models::Models;
-pub use slots::{HeldSlot, TurnSlots};
+pub use slots::{HeldSlot, Taker, TurnSlots, default_subagents};
 pub use turn::MAX_LLM_FAILURES;
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

@@ -25,7 +25,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, MessageId, TurnEnd, Usage, make_call_ids_unique};
+use switchboard_core::{ChatMessage, MessageId, SessionKey, TurnEnd, Usage, make_call_ids_unique};
 use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StreamEvent};
 use switchboard_sessions::{Batch, InboundState, Session, StoreError};
 use switchboard_tools::{ToolContext, ToolRegistry, User};
@@ -63,6 +63,10 @@ pub(crate) async fn run(
     async {
         let started = std::time::Instant::now();
         let model = agent.chosen_model(session.key()).await;
+        let chat = input
+            .on_behalf_of
+            .clone()
+            .unwrap_or_else(|| session.key().clone());
         let mut turn = Turn {
             agent,
             session,
@@ -73,6 +77,7 @@ pub(crate) async fn run(
             inbound: input.inbound.clone(),
             user: input.user.clone(),
             model,
+            chat,
         };
         let _ = events.send(AgentEvent::Started);
         // The time budget stops the turn the way `/stop` does (open tool calls get their
@@ -179,6 +184,9 @@ struct Turn<'a> {
     user: Option<User>,
     /// The model the chat chose (`/model`), if any.
     model: Option<String>,
+    /// The chat what it spends and the sub-agents it starts count against: its session's,
+    /// or the chat it works for (a sub-agent's task, an isolated scheduled run).
+    chat: SessionKey,
 }
 
 /// A final answer under check: the question it answers, and which attempt it is.
@@ -232,7 +240,7 @@ impl Turn<'_> {
                 }
             };
             failures = 0;
-            self.spend(&response).await;
+            self.spend(&response.model, response.usage).await;
             if response.tool_calls.is_empty() {
                 answers += 1;
                 let answer = Answer {
@@ -336,7 +344,7 @@ impl Turn<'_> {
             cancel: cancel.clone(),
             user: self.user.clone(),
             slot: input.slot.clone(),
-            subagents: agent.children_of_turn(key, cancel, input.slot),
+            subagents: agent.children_of_turn(key, &self.chat, &input.origin, cancel, input.slot),
         };
         (request, ctx)
     }
@@ -351,21 +359,17 @@ impl Turn<'_> {
         )));
     }
 
-    /// Adds a call's usage to the turn and records what it cost, passing on a warning of
-    /// a cap drawing near.
-    async fn spend(&mut self, response: &ChatResponse) {
-        self.usage += response.usage;
+    /// Adds a call's usage (the model's, or its judge's) to the turn and records what it
+    /// cost against the chat the turn counts against, passing on a warning of a cap drawing
+    /// near.
+    async fn spend(&mut self, model: &str, usage: Usage) {
+        self.usage += usage;
         let agent = self.agent;
         let Some(spending) = agent.spending() else {
             return;
         };
         let recorded = spending
-            .record(
-                agent.name(),
-                self.session.key(),
-                &response.model,
-                &response.usage,
-            )
+            .record(agent.name(), self.session.key(), &self.chat, model, &usage)
             .await;
         if let Some(warning) = recorded {
             let _ = self.events.send(AgentEvent::Notice(warning));
@@ -389,8 +393,11 @@ impl Turn<'_> {
             reply: &reply,
             attempt: answer.attempt,
         };
-        let verdict =
-            verify::check(&config.verify, check, self.events, &mut self.usage, cancel).await;
+        let mut judged = None;
+        let verdict = verify::check(&config.verify, check, self.events, &mut judged, cancel).await;
+        if let Some((model, usage)) = judged {
+            self.spend(&model, usage).await;
+        }
         let reason = match verdict {
             Some(Verdict::Pass) if reply.is_empty() => {
                 return Some(End::Reply(

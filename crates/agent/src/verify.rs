@@ -87,13 +87,14 @@ pub(crate) struct Check<'a> {
 }
 
 /// Checks a final reply: leaked tool-call markup always, the rules and the judge when
-/// verification is on. The judge's tokens are added to `usage`; the verdict is sent as an
-/// event and traced. `None` when the turn was stopped meanwhile.
+/// verification is on. The judge's call (its model and tokens) is left in `judged` for the
+/// turn to count and record like its own; the verdict is sent as an event and traced.
+/// `None` when the turn was stopped meanwhile.
 pub(crate) async fn check(
     verify: &Verify,
     check: Check<'_>,
     events: &EventSink,
-    usage: &mut Usage,
+    judged: &mut Option<(String, Usage)>,
     cancel: &CancellationToken,
 ) -> Option<Verdict> {
     let Check {
@@ -124,7 +125,7 @@ pub(crate) async fn check(
         };
         match answer {
             Ok(answer) => {
-                *usage += answer.usage;
+                *judged = Some((answer.model.to_string(), answer.usage));
                 verdict = self::verdict(&answer.content);
             }
             // A judge that cannot be reached must not hold every reply back.

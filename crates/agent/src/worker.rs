@@ -30,8 +30,8 @@ use std::sync::Arc;
 use dashmap::DashMap;
 use futures::FutureExt;
 use switchboard_core::{
-    AgentName, Bus, ChatMessage, Fate, InboundMessage, OutboundKind, OutboundMessage, SessionKey,
-    Shutdown, Tenure, TurnEnd,
+    AgentName, Bus, ChatMessage, Fate, InboundMessage, Origin, OutboundKind, OutboundMessage,
+    SessionKey, Shutdown, Tenure, TurnEnd,
 };
 use switchboard_sessions::{InboundState, Session};
 use switchboard_tools::User;
@@ -45,7 +45,7 @@ use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
 use crate::replies::{dropped_text, refuse_shutting_down, reply, report_dropped};
-use crate::slots::HeldSlot;
+use crate::slots::{HeldSlot, Taker};
 use crate::turn::STOPPED_REPLY;
 
 /// One chat's worker.
@@ -518,7 +518,7 @@ impl Worker {
         let refused = if cancel.is_cancelled() {
             Some((STOPPED_REPLY.to_owned(), TurnEnd::Cancelled))
         } else if let Some(spending) = self.agent.spending()
-            && let Some(refusal) = spending.refusal(session.key()).await
+            && let Some(refusal) = spending.refusal(&message.counted_against()).await
         {
             tracing::info!(session = %self.key, "a turn was refused: a daily cost cap is reached");
             if !message.origin.is_person() {
@@ -530,21 +530,32 @@ impl Worker {
             None
         };
         let slots = self.agent.slots();
+        let taker = match message.origin {
+            Origin::Delegated { .. } => Taker::SubAgent,
+            _ => Taker::Chat,
+        };
         let slot = match refused {
             Some(_) => None,
-            None => match slots.try_take() {
+            None => match slots.try_take(taker) {
                 Some(slot) => Some(slot),
                 None => {
-                    let max = slots.max();
-                    let text = format!(
-                        "Waiting for a free slot: {max} answers are being written at once \
-                         (agent.max_concurrent_turns)."
-                    );
+                    let text = match taker {
+                        Taker::Chat => format!(
+                            "Waiting for a free slot: {} answers are being written at once \
+                             (agent.max_concurrent_turns).",
+                            slots.max()
+                        ),
+                        Taker::SubAgent => format!(
+                            "Waiting for a free slot: sub-agents may write {} answers at once \
+                             (agent.max_subagent_turns).",
+                            slots.max_subagents()
+                        ),
+                    };
                     reply(&self.hub, message, OutboundKind::Status(text)).await;
                     tokio::select! {
                         biased;
                         () = cancel.cancelled() => None,
-                        slot = slots.take() => Some(slot),
+                        slot = slots.take(taker) => Some(slot),
                     }
                 }
             },

@@ -62,6 +62,12 @@ pub struct InboundMessage {
     /// sender.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<AgentName>,
+    /// The chat this message is work for, when it is not its own session's: a sub-agent's
+    /// task, a scheduled run in a session of its own. What its turn spends counts against
+    /// that chat's caps, and the sub-agents it starts against that chat's; `None`: its own
+    /// session's chat (see [`counted_against`](Self::counted_against)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_behalf_of: Option<SessionKey>,
     /// Cancelled when whoever sent it no longer wants it answered (a sub-agent's task whose
     /// parent was stopped): its turn stops, or never starts. Stays in the process.
     #[serde(skip)]
@@ -94,6 +100,7 @@ impl InboundMessage {
             ack: None,
             origin: Origin::Person,
             agent: None,
+            on_behalf_of: None,
             cancel: None,
             tenure: None,
         }
@@ -102,6 +109,13 @@ impl InboundMessage {
     /// The session this message belongs to.
     pub fn session_key(&self) -> SessionKey {
         SessionKey::of(&self.channel, &self.chat_id)
+    }
+
+    /// The chat whose caps and sub-agent limits this message's turn counts against.
+    pub fn counted_against(&self) -> SessionKey {
+        self.on_behalf_of
+            .clone()
+            .unwrap_or_else(|| self.session_key())
     }
 
     /// Reports what became of the message to its channel (once; later reports are ignored).

@@ -202,8 +202,16 @@ const sections = {
     box.append(el("h2", "", "Per agent and chat"));
     box.append(
       table(
-        ["day", "agent", "chat", "tokens in", "out", "USD"],
-        report.lines.map((l) => [l.day, l.agent, l.session, l.spent.input, l.spent.output, l.spent.usd.toFixed(4)]),
+        ["day", "agent", "chat", "tokens in", "out", "USD", "of it, sub-agents and runs"],
+        report.lines.map((l) => [
+          l.day,
+          l.agent,
+          l.session,
+          l.spent.input,
+          l.spent.output,
+          l.spent.usd.toFixed(4),
+          l.delegated.usd.toFixed(4),
+        ]),
       ),
     );
   },

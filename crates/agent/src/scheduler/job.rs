@@ -87,6 +87,15 @@ impl Job {
         Ok(next)
     }
 
+    /// The session of its chat: where its answers go, and what its runs' spending counts
+    /// against (a run in a session of its own too).
+    pub fn chat(&self) -> switchboard_core::SessionKey {
+        switchboard_core::SessionKey::of(
+            &switchboard_core::ChannelName::from(self.channel.as_str()),
+            &switchboard_core::ChatId::from(self.chat_id.as_str()),
+        )
+    }
+
     /// The origin of its runs' messages.
     pub fn origin(&self) -> switchboard_core::Origin {
         match self.kind {

@@ -40,7 +40,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use switchboard_core::{
     Ack, AgentName, Bus, ChannelName, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
-    SenderId, SessionKey, Tenure,
+    SenderId, Tenure,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -195,20 +195,10 @@ impl Scheduler {
     }
 
     /// Why a run of `job` may not start now for its cost: a cap its chat (or the daemon)
-    /// reached.
+    /// reached. A run in a session of its own counts against its job's chat too.
     pub(super) async fn over_budget(&self, job: &Job) -> Option<String> {
         let spending = self.inner.spending.get()?;
-        let session = match job.session {
-            SessionMode::Chat => SessionKey::of(
-                &ChannelName::from(job.channel.as_str()),
-                &ChatId::from(job.chat_id.as_str()),
-            ),
-            SessionMode::Isolated => SessionKey::of(
-                &ChannelName::from(isolated::CHANNEL),
-                &ChatId::from(job.id.as_str()),
-            ),
-        };
-        spending.refusal(&session).await
+        spending.refusal(&job.chat()).await
     }
 
     /// Reads the heartbeat's instructions in `workspace` (set once; later calls are
@@ -407,6 +397,9 @@ impl Scheduler {
         message.id = Some(MessageId::from(id.as_str()));
         message.origin = job.origin();
         message.agent = job.agent.as_deref().map(AgentName::from);
+        if job.session == SessionMode::Isolated {
+            message.on_behalf_of = Some(job.chat());
+        }
         let acks = self.inner.acks.clone();
         message.ack = Some(Ack::new(move |fate| {
             let _ = acks.send((id, fate));

@@ -10,8 +10,10 @@ pub struct SpawnConfig {
     /// How deep children may nest: 1 lets a person's turn start children, who may not start
     /// their own.
     pub max_depth: usize,
-    /// Children of one session running at once.
+    /// Sub-agents of one chat running at once, at every depth.
     pub max_children: usize,
+    /// Sub-agents one message of a chat may start in all, at every depth.
+    pub max_per_turn: usize,
     /// How long a child's turn may take in all.
     pub timeout: Duration,
     /// A child's token budget (in + out over its calls); the agent's `max_turn_tokens`
@@ -29,6 +31,7 @@ impl Default for SpawnConfig {
             enabled: true,
             max_depth: 1,
             max_children: 4,
+            max_per_turn: 16,
             timeout: Duration::from_secs(300),
             max_turn_tokens: None,
             tools: None,

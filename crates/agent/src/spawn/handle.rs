@@ -10,6 +10,7 @@ use switchboard_tools::{SubAgents, ToolError, TurnSlot};
 use tokio_util::sync::CancellationToken;
 
 use super::spawner::{Request, Spawner};
+use super::tree::TreeLimits;
 
 /// The longest task a child may be given.
 pub const MAX_TASK_BYTES: usize = 16 * 1024;
@@ -23,8 +24,12 @@ pub(crate) struct TurnChildren {
     pub agent: AgentName,
     /// The turn's session: the children's parent.
     pub parent: SessionKey,
-    /// `spawn.max_children`.
-    pub max_children: usize,
+    /// The chat the turn works for: its children are counted against its limits.
+    pub chat: SessionKey,
+    /// The turn, when it begins the chat's count of sub-agents (see `tree.rs`).
+    pub turn: Option<u64>,
+    /// `spawn.max_children` and `spawn.max_per_turn`.
+    pub limits: TreeLimits,
     /// The agent's sessions, to skip a child number that holds history.
     pub store: Arc<dyn SessionStore>,
     /// The turn's: a child it waits for is stopped with it.
@@ -69,10 +74,12 @@ impl SubAgents for TurnChildren {
         let request = Request {
             agent: self.agent.clone(),
             parent: self.parent.clone(),
+            chat: self.chat.clone(),
+            turn: self.turn,
             task,
             label: label.clone(),
             wait,
-            max_children: self.max_children,
+            limits: self.limits,
         };
         let store = self.store.clone();
         let started = self

@@ -27,6 +27,8 @@
 //! # Layout
 //! - `config`: [`SpawnConfig`], an agent's `[agent.spawn]`.
 //! - `spawner`: [`Spawner`], the families of running children and the `spawn` channel.
+//! - `tree`: [`Trees`](tree::Trees), each chat's sub-agents at every depth, counted against
+//!   its limits.
 //! - `handle`: a turn's [`SubAgents`](switchboard_tools::SubAgents), what the tool calls.
 //! - `tool`: [`SpawnTool`].
 
@@ -34,8 +36,10 @@ mod config;
 mod handle;
 mod spawner;
 mod tool;
+mod tree;
 
 pub use config::SpawnConfig;
 pub(crate) use handle::TurnChildren;
 pub use spawner::{CHANNEL, Spawner};
 pub use tool::SpawnTool;
+pub(crate) use tree::TreeLimits;

@@ -23,6 +23,8 @@ use switchboard_core::{
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
+use super::tree::{TreeLimits, Trees};
+
 /// The internal channel children's turns run on.
 pub const CHANNEL: &str = "spawn";
 
@@ -44,6 +46,8 @@ struct Inner {
     /// whose agents never spawn has none).
     registered: OnceLock<()>,
     state: Mutex<State>,
+    /// Numbers the turns that begin a chat's count of sub-agents (see `tree.rs`).
+    turns_begun: std::sync::atomic::AtomicU64,
 }
 
 /// A session that started children: its agent and its key.
@@ -58,6 +62,8 @@ struct State {
     families: HashMap<Parent, Family>,
     /// Running children by their chat id.
     children: HashMap<ChatId, Child>,
+    /// Each chat's sub-agents, at every depth, counted against its limits.
+    trees: Trees,
 }
 
 struct Family {
@@ -71,6 +77,8 @@ struct Family {
 
 struct Child {
     parent: Parent,
+    /// The chat it works for.
+    chat: SessionKey,
     label: String,
     started: Instant,
     /// The waiting tool call, when the parent waits for this child.
@@ -90,10 +98,14 @@ struct Found {
 pub(crate) struct Request {
     pub agent: AgentName,
     pub parent: SessionKey,
+    /// The chat the parent works for: its own session's, or the chat its parent works for.
+    pub chat: SessionKey,
+    /// The parent's turn, when it begins the chat's count (see `tree.rs`).
+    pub turn: Option<u64>,
     pub task: String,
     pub label: String,
     pub wait: bool,
-    pub max_children: usize,
+    pub limits: TreeLimits,
 }
 
 /// A child that was started.
@@ -115,8 +127,16 @@ impl Spawner {
                 turns,
                 registered: OnceLock::new(),
                 state: Mutex::new(State::default()),
+                turns_begun: std::sync::atomic::AtomicU64::new(1),
             }),
         }
+    }
+
+    /// A number for a turn that begins its chat's count of sub-agents.
+    pub(crate) fn begin_turn(&self) -> u64 {
+        self.inner
+            .turns_begun
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -146,6 +166,10 @@ impl Spawner {
             Some((channel, chat)) if channel.as_str() == CHANNEL => chat.to_string(),
             _ => request.parent.to_string(),
         };
+        // Admitted before it is numbered: a refused start uses up no number.
+        self.state()
+            .trees
+            .admit(&request.chat, request.turn, request.limits)?;
         let (waiter, answer) = if request.wait {
             let (tx, rx) = oneshot::channel();
             (Some(tx), Some(rx))
@@ -161,21 +185,8 @@ impl Spawner {
             }
             child = self.next_child(&parent, &base);
         }
-        // Counted and entered in one step, so two calls at once cannot both take the last
-        // place.
         let token = {
             let mut state = self.state();
-            let running = state
-                .children
-                .values()
-                .filter(|child| child.parent == parent)
-                .count();
-            if running >= request.max_children {
-                return Err(format!(
-                    "{running} sub-agents of this chat are running, the most it may have at once \
-                     (agent.spawn.max_children): wait for their results"
-                ));
-            }
             let token = family_of(&mut state, &self.inner.turns, &parent)
                 .token
                 .child_token();
@@ -183,6 +194,7 @@ impl Spawner {
                 child.clone(),
                 Child {
                     parent: parent.clone(),
+                    chat: request.chat.clone(),
                     label: request.label,
                     started: Instant::now(),
                     waiter,
@@ -201,9 +213,12 @@ impl Spawner {
             parent: request.parent.to_string(),
         };
         message.agent = Some(request.agent);
+        message.on_behalf_of = Some(request.chat.clone());
         message.cancel = Some(token.clone());
         if let Err(err) = self.inner.hub.publish_inbound(message).await {
-            self.state().children.remove(&child);
+            let mut state = self.state();
+            state.children.remove(&child);
+            state.trees.ended(&request.chat);
             return Err(format!("the sub-agent could not be started: {err}"));
         }
         tracing::info!(parent = %parent.session, agent = %parent.agent, child = %child,
@@ -229,11 +244,16 @@ impl Spawner {
         family.token.cancel();
         family.token = self.inner.turns.child_token();
         family.results.clear();
-        let before = state.children.len();
-        state.children.retain(|_, child| child.parent != parent);
-        let stopped = before - state.children.len();
+        let stopped: Vec<SessionKey> = state
+            .children
+            .extract_if(|_, child| child.parent == parent)
+            .map(|(_, child)| child.chat)
+            .collect();
+        for chat in &stopped {
+            state.trees.ended(chat);
+        }
         state.forget_if_idle(&parent);
-        stopped
+        stopped.len()
     }
 
     /// The children of `session` of `agent` running now: chat id, label, how long.
@@ -305,6 +325,7 @@ impl Spawner {
     fn end(&self, child: &ChatId, end: TurnEnd) -> Option<InboundMessage> {
         let mut state = self.state();
         let ended = state.children.remove(child)?;
+        state.trees.ended(&ended.chat);
         let text = match (ended.answer, end) {
             (_, TurnEnd::Cancelled) => "(the sub-agent was stopped)".to_owned(),
             (Some(answer), _) => answer,
@@ -335,7 +356,7 @@ impl Spawner {
         let results = std::mem::take(&mut family.results);
         state.forget_if_idle(&parent);
         drop(state);
-        hand_over(&parent, results)
+        hand_over(&parent, &ended.chat, results)
     }
 }
 
@@ -368,8 +389,12 @@ fn cut(mut text: String) -> String {
     text
 }
 
-/// The message that gives `results` to the parent session.
-fn hand_over(parent: &Parent, results: Vec<Found>) -> Option<InboundMessage> {
+/// The message that gives `results` to the parent session, which works for `works_for`.
+fn hand_over(
+    parent: &Parent,
+    works_for: &SessionKey,
+    results: Vec<Found>,
+) -> Option<InboundMessage> {
     let (channel, chat) = parent.session.split()?;
     let children: Vec<String> = results
         .iter()
@@ -388,6 +413,7 @@ fn hand_over(parent: &Parent, results: Vec<Found>) -> Option<InboundMessage> {
     let mut message = InboundMessage::text(channel, chat, SenderId::from("agent:spawn"), text);
     message.origin = Origin::SubAgents { children };
     message.agent = Some(parent.agent.clone());
+    message.on_behalf_of = (*works_for != parent.session).then(|| works_for.clone());
     Some(message)
 }
 
@@ -451,8 +477,13 @@ mod tests {
             parent: SessionKey::from(parent),
             task: "look it up".into(),
             label: "lookup".into(),
+            chat: SessionKey::from(parent),
+            turn: Some(1),
             wait,
-            max_children: 2,
+            limits: TreeLimits {
+                running: 2,
+                per_turn: 100,
+            },
         }
     }
 

@@ -120,13 +120,15 @@ impl Spending {
         *self.policy.write().unwrap_or_else(PoisonError::into_inner) = Arc::new((prices, limits));
     }
 
-    /// Records one LLM call of `agent` in `session`; returns what to tell the chat when
-    /// this call took it past [`WARN_AT`] of a cap (once a day per chat). A failure to
-    /// record is logged: it must not cost the person their answer.
+    /// Records one LLM call of `agent` in `session`, counted against `chat` (the session's
+    /// own chat, or the chat a sub-agent or an isolated run works for); returns what to tell
+    /// the chat when this call took it past [`WARN_AT`] of a cap (once a day per chat). A
+    /// failure to record is logged: it must not cost the person their answer.
     pub async fn record(
         &self,
         agent: &AgentName,
         session: &SessionKey,
+        chat: &SessionKey,
         model: &str,
         usage: &Usage,
     ) -> Option<String> {
@@ -138,6 +140,7 @@ impl Spending {
                 agent: agent.to_string(),
                 session: session.to_string(),
                 model: model.to_owned(),
+                chat: (chat != session).then(|| chat.to_string()),
             },
             spent: Spent {
                 input: usage.input_tokens,
@@ -150,11 +153,11 @@ impl Spending {
             tracing::error!(session = %session, error = %err, "a call's usage could not be recorded");
             return None;
         }
-        let standing = self.standing(session, day).await?;
+        let standing = self.standing(chat, day).await?;
         if standing.share < WARN_AT || standing.share >= 1.0 {
             return None;
         }
-        match self.store.warn_once(day, session.as_str()).await {
+        match self.store.warn_once(day, chat.as_str()).await {
             Ok(true) => Some(format!(
                 "{} At the limit, new requests are refused until midnight ({}); /usage shows \
                  what was spent.",
@@ -163,17 +166,17 @@ impl Spending {
             )),
             Ok(false) => None,
             Err(err) => {
-                tracing::warn!(session = %session, error = %err, "a spending warning could not be noted");
+                tracing::warn!(session = %chat, error = %err, "a spending warning could not be noted");
                 None
             }
         }
     }
 
-    /// Why a new turn of `session` is refused, when a cap is reached; `None` while it may
-    /// run.
-    pub async fn refusal(&self, session: &SessionKey) -> Option<String> {
+    /// Why a new turn counted against `chat` is refused, when a cap is reached; `None`
+    /// while it may run.
+    pub async fn refusal(&self, chat: &SessionKey) -> Option<String> {
         let day = self.today();
-        let standing = self.standing(session, day).await?;
+        let standing = self.standing(chat, day).await?;
         (standing.share >= 1.0).then(|| {
             format!(
                 "{} New requests are refused until midnight ({}); /usage shows what was spent.",
@@ -183,13 +186,13 @@ impl Spending {
         })
     }
 
-    /// How far `session` is into the caps today; `None` without caps.
-    async fn standing(&self, session: &SessionKey, day: Date) -> Option<Standing> {
+    /// How far `chat` is into the caps today; `None` without caps.
+    async fn standing(&self, chat: &SessionKey, day: Date) -> Option<Standing> {
         let limits = self.limits();
         if limits == Limits::default() {
             return None;
         }
-        let (all, chat) = match self.store.day_cost(day, session.as_str()).await {
+        let (all, chat) = match self.store.day_cost(day, chat.as_str()).await {
             Ok(cost) => cost,
             Err(err) => {
                 tracing::warn!(error = %err, "today's spending could not be read; no cap applies");
@@ -220,8 +223,9 @@ impl Spending {
         best
     }
 
-    /// The answer to `/usage` in `session`: today's and this month's tokens and cost.
-    pub async fn report(&self, session: &SessionKey) -> String {
+    /// The answer to `/usage` in the chat `chat`: today's and this month's tokens and cost,
+    /// its sub-agents' and isolated runs' included (and said apart).
+    pub async fn report(&self, chat: &SessionKey) -> String {
         let today = self.today();
         let first = today.first_of_month();
         let spent = match self.store.spent(first, today).await {
@@ -230,19 +234,27 @@ impl Spending {
         };
         let mut day = Spent::default();
         let mut month = Spent::default();
-        for record in spent.iter().filter(|r| r.key.session == session.as_str()) {
+        let mut day_elsewhere = Spent::default();
+        for record in spent.iter().filter(|r| r.key.chat() == chat.as_str()) {
             month += record.spent;
             if record.key.day == today {
                 day += record.spent;
+                if record.key.chat.is_some() {
+                    day_elsewhere += record.spent;
+                }
             }
         }
         let policy = self.policy();
         let (prices, limits) = &*policy;
-        let mut text = format!(
-            "Today: {}. This month: {}.",
-            describe(&day, !prices.is_empty()),
-            describe(&month, !prices.is_empty())
-        );
+        let priced = !prices.is_empty();
+        let mut text = format!("Today: {}", describe(&day, priced));
+        if day_elsewhere != Spent::default() {
+            text.push_str(&format!(
+                " (of which its sub-agents and scheduled runs: {})",
+                describe(&day_elsewhere, priced)
+            ));
+        }
+        text.push_str(&format!(". This month: {}.", describe(&month, priced)));
         let caps: Vec<String> = [
             limits
                 .daily_usd_per_chat
@@ -348,18 +360,21 @@ mod tests {
             SessionKey::from("telegram_1"),
             SessionKey::from("telegram_2"),
         );
-        assert_eq!(spending.record(&agent, &chat, "m", &usd(0.5)).await, None);
-        let warned = spending.record(&agent, &chat, "m", &usd(0.35)).await;
+        assert_eq!(
+            spending.record(&agent, &chat, &chat, "m", &usd(0.5)).await,
+            None
+        );
+        let warned = spending.record(&agent, &chat, &chat, "m", &usd(0.35)).await;
         let warned = warned.expect("told at 85 %");
         assert!(warned.contains("$0.85 of its $1.00 a day"), "{warned}");
         assert!(warned.contains("midnight (Europe/Berlin)"), "{warned}");
         assert_eq!(
-            spending.record(&agent, &chat, "m", &usd(0.05)).await,
+            spending.record(&agent, &chat, &chat, "m", &usd(0.05)).await,
             None,
             "once"
         );
         assert_eq!(spending.refusal(&chat).await, None);
-        spending.record(&agent, &chat, "m", &usd(0.2)).await;
+        spending.record(&agent, &chat, &chat, "m", &usd(0.2)).await;
         let refused = spending.refusal(&chat).await.expect("refused at 110 %");
         assert!(refused.contains("limits.daily_usd_per_chat"), "{refused}");
         assert_eq!(
@@ -368,7 +383,9 @@ mod tests {
             "another chat has its own cap"
         );
         // A model without a price costs nothing.
-        spending.record(&agent, &other, "unpriced", &usd(5.0)).await;
+        spending
+            .record(&agent, &other, &other, "unpriced", &usd(5.0))
+            .await;
         assert_eq!(spending.refusal(&other).await, None);
         // Midnight in Berlin, an hour later.
         tokio::time::advance(Duration::from_secs(3600 + 1)).await;
@@ -394,7 +411,7 @@ mod tests {
         let home = AgentName::from("home");
         for n in 0..4 {
             let chat = SessionKey::from(format!("telegram_{n}"));
-            spending.record(&home, &chat, "m", &usd(0.3)).await;
+            spending.record(&home, &chat, &chat, "m", &usd(0.3)).await;
         }
         let refused = spending
             .refusal(&SessionKey::from("websocket_new"))

@@ -1,8 +1,9 @@
 //! [`StateUsageStore`]: spending kept as documents of a [`StateStore`] — on a cluster, its
 //! shared bucket, so every worker checks the caps against what all of them spent.
 //!
-//! A chat's day is one document (`usage/chat/<day>/<session>`: its sums per agent and model,
-//! and whether it was warned); the day's total is one document per writer
+//! A chat's day is one document (`usage/chat/<day>/<session>`: its sums per agent, model
+//! and the session spent in — its own, its sub-agents', its isolated runs' — and whether it
+//! was warned); the day's total is one document per writer
 //! (`usage/day/<day>/<member>`), so workers recording at once never wait on each other's
 //! total, and the check after a call reads the chat's document and the day's few totals. A
 //! report scans one prefix per day. Each change is one [`StateStore::update`]: two workers
@@ -35,6 +36,9 @@ struct ChatDay {
 struct Sum {
     agent: String,
     model: String,
+    /// The session it was spent in, when not the chat's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
     #[serde(flatten)]
     spent: Spent,
 }
@@ -94,18 +98,18 @@ fn day_prefix(day: Date) -> String {
 impl UsageStore for StateUsageStore {
     async fn record(&self, record: &UsageRecord) -> Result<(), UsageStoreError> {
         let key = &record.key;
-        let chat = chat_key(key.day, &key.session);
+        let chat = chat_key(key.day, key.chat());
+        let elsewhere = key.chat.is_some().then(|| key.session.clone());
         let mut change = json_change(&chat, |day: &mut ChatDay| {
-            day.session.clone_from(&key.session);
-            match day
-                .spent
-                .iter_mut()
-                .find(|sum| sum.agent == key.agent && sum.model == key.model)
-            {
+            key.chat().clone_into(&mut day.session);
+            match day.spent.iter_mut().find(|sum| {
+                sum.agent == key.agent && sum.model == key.model && sum.session == elsewhere
+            }) {
                 Some(sum) => sum.spent += record.spent,
                 None => day.spent.push(Sum {
                     agent: key.agent.clone(),
                     model: key.model.clone(),
+                    session: elsewhere.clone(),
                     spent: record.spent,
                 }),
             }
@@ -146,7 +150,8 @@ impl UsageStore for StateUsageStore {
                     key: UsageKey {
                         day,
                         agent: sum.agent,
-                        session: chat.session.clone(),
+                        chat: sum.session.is_some().then(|| chat.session.clone()),
+                        session: sum.session.unwrap_or_else(|| chat.session.clone()),
                         model: sum.model,
                     },
                     spent: sum.spent,
@@ -159,7 +164,7 @@ impl UsageStore for StateUsageStore {
         Ok(out)
     }
 
-    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError> {
+    async fn day_cost(&self, day: Date, chat: &str) -> Result<(f64, f64), UsageStoreError> {
         let all: f64 = self
             .state
             .scan(&day_prefix(day))
@@ -169,8 +174,8 @@ impl UsageStore for StateUsageStore {
             .filter_map(|(_, bytes)| serde_json::from_slice::<DayTotal>(bytes).ok())
             .map(|total| total.usd)
             .sum();
-        let chat = self.chat_day(day, session).await?;
-        Ok((all, chat.spent.iter().map(|sum| sum.spent.usd).sum()))
+        let mine = self.chat_day(day, chat).await?;
+        Ok((all, mine.spent.iter().map(|sum| sum.spent.usd).sum()))
     }
 
     async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError> {

@@ -37,8 +37,9 @@ impl std::ops::AddAssign for Spent {
     }
 }
 
-/// Whose spending, and when: the day (in the config's time zone), the agent, the chat's
-/// session and the model.
+/// Whose spending, and when: the day (in the config's time zone), the agent, the session
+/// it was spent in, the model — and the chat it counts against when that is not the session
+/// (a sub-agent's, an isolated scheduled run's: their chat's).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct UsageKey {
     /// The day.
@@ -49,6 +50,16 @@ pub struct UsageKey {
     pub session: String,
     /// The model, as the config names it.
     pub model: String,
+    /// The chat's session it counts against, when not `session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat: Option<String>,
+}
+
+impl UsageKey {
+    /// The chat's session it counts against: its own, or the chat it worked for.
+    pub fn chat(&self) -> &str {
+        self.chat.as_deref().unwrap_or(&self.session)
+    }
 }
 
 /// Spending under a key: one LLM call's, or a sum.
@@ -79,12 +90,13 @@ pub trait UsageStore: Send + Sync {
     async fn record(&self, record: &UsageRecord) -> Result<(), UsageStoreError>;
     /// What was spent from `from` to `to` (days, both included), summed per key.
     async fn spent(&self, from: Date, to: Date) -> Result<Vec<UsageRecord>, UsageStoreError>;
-    /// What `day` cost in US dollars: all chats together, and `session` alone (what the
-    /// caps are checked against, after every call: no record is copied).
-    async fn day_cost(&self, day: Date, session: &str) -> Result<(f64, f64), UsageStoreError>;
-    /// Notes that `session` was warned on `day` that it passed the warning mark; `true`
-    /// when this call noted it (it had not been warned that day), so it is warned once.
-    async fn warn_once(&self, day: Date, session: &str) -> Result<bool, UsageStoreError>;
+    /// What `day` cost in US dollars: all chats together, and what counts against `chat`
+    /// (its own session's, its sub-agents', its isolated runs') — what the caps are checked
+    /// against, after every call: no record is copied.
+    async fn day_cost(&self, day: Date, chat: &str) -> Result<(f64, f64), UsageStoreError>;
+    /// Notes that `chat` was warned on `day` that it passed the warning mark; `true` when
+    /// this call noted it (it had not been warned that day), so it is warned once.
+    async fn warn_once(&self, day: Date, chat: &str) -> Result<bool, UsageStoreError>;
 }
 
 /// One line of a month's file.
@@ -124,6 +136,7 @@ impl Month {
             agent: String::new(),
             session: String::new(),
             model: String::new(),
+            chat: None,
         };
         self.totals
             .range(start..)
@@ -138,16 +151,12 @@ impl Month {
         })
     }
 
-    /// What `day` cost: all of it, and `session`'s.
-    fn day_cost(&self, day: Date, session: &str) -> (f64, f64) {
+    /// What `day` cost: all of it, and what counts against `chat`.
+    fn day_cost(&self, day: Date, chat: &str) -> (f64, f64) {
         self.range(day, day)
-            .fold((0.0, 0.0), |(all, chat), (key, spent)| {
-                let mine = if key.session == session {
-                    spent.usd
-                } else {
-                    0.0
-                };
-                (all + spent.usd, chat + mine)
+            .fold((0.0, 0.0), |(all, mine), (key, spent)| {
+                let counted = if key.chat() == chat { spent.usd } else { 0.0 };
+                (all + spent.usd, mine + counted)
             })
     }
 
@@ -389,6 +398,7 @@ mod tests {
                 agent: "default".into(),
                 session: session.into(),
                 model: "m".into(),
+                chat: None,
             },
             spent: Spent {
                 input,
