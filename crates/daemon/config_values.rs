@@ -61,19 +61,13 @@ fn is_secret_key(key: &str) -> bool {
 
 /// Config `text` with every secret written in it replaced by `"********"`: the values of the
 /// secret keys, of keys that look like one (`…token`, `…secret`, `…password`, `…key`), of
-/// `env` and `headers` tables (an MCP server's), and a URL with a password in it
-/// (`nats://user:password@…`). A `${NAME}` reference only names where
-/// the secret is, and is kept. Comments and layout are kept. Text that does not parse is
+/// `env` and `headers` tables (an MCP server's), and a URL with a user in it
+/// (`nats://user:password@…`, `nats://token@…`) — and in comments too (a key commented out
+/// keeps its secret: `# api_key = "sk-…"`; see [`masked_comment`]). A `${NAME}` reference
+/// only names where the secret is, and is kept. Layout is kept. Text that does not parse is
 /// not shown at all.
 pub(crate) fn masked(text: &str) -> String {
     use toml::de::DeValue;
-    fn secret_name(key: &str) -> bool {
-        let key = key.to_ascii_lowercase();
-        is_secret_key(&key)
-            || ["token", "secret", "password", "key"]
-                .iter()
-                .any(|word| key.ends_with(word))
-    }
     fn walk(
         value: &toml::Spanned<DeValue<'_>>,
         secret: bool,
@@ -118,17 +112,138 @@ pub(crate) fn masked(text: &str) -> String {
             masked.replace_range(span, "\"********\"");
         }
     }
-    masked
+    let mut out = String::with_capacity(masked.len());
+    for line in masked.split_inclusive('\n') {
+        match comment_start(line) {
+            Some(at) => {
+                out.push_str(&line[..at]);
+                out.push_str(&masked_comment(&line[at..]));
+            }
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
-/// Whether `text` holds a URL with a password (`scheme://user:password@host`).
+/// Where the comment of a config line begins (its `#` outside any quoted string), if it
+/// has one. A line inside a multi-line string is read like any: at worst it is masked more.
+fn comment_start(line: &str) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for (at, c) in line.char_indices() {
+        match quote {
+            Some('"') if escaped => escaped = false,
+            Some('"') if c == '\\' => escaped = true,
+            Some(open) if c == open => quote = None,
+            Some(_) => {}
+            None if c == '"' || c == '\'' => quote = Some(c),
+            None if c == '#' => return Some(at),
+            None => {}
+        }
+    }
+    None
+}
+
+/// A comment with what looks like a secret in it masked: the value of a secret-named key
+/// written in it (`# api_key = "sk-…"`), a URL's user, and words that start like a
+/// provider's key or a platform's token (`sk-`, `xoxb-`, `ghp_`, a Telegram bot token …).
+fn masked_comment(comment: &str) -> String {
+    const PREFIXES: [&str; 9] = [
+        "sk-",
+        "xoxb-",
+        "xoxp-",
+        "xapp-",
+        "ghp_",
+        "gsk_",
+        "AIza",
+        "SUA",
+        "github_pat_",
+    ];
+    let comment = switchboard_core::without_userinfo(comment);
+    // A line of config commented out: `# key = "value"` (or `= value`) with a secret-named
+    // key.
+    let mut hidden: Vec<std::ops::Range<usize>> = Vec::new();
+    if let Some(eq) = comment.find('=') {
+        let before = comment[..eq].trim_end();
+        let key_start = before
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+            .map_or(0, |at| at + 1);
+        let commented_out = before[..key_start]
+            .chars()
+            .all(|c| c == '#' || c.is_whitespace());
+        let key = before[key_start..].rsplit('.').next().unwrap_or_default();
+        if commented_out && !key.is_empty() && secret_name(key) {
+            let value_start =
+                eq + 1 + (comment[eq + 1..].len() - comment[eq + 1..].trim_start().len());
+            let value = &comment[value_start..];
+            let len = match value.chars().next() {
+                Some(quote @ ('"' | '\'')) => {
+                    value[1..].find(quote).map_or(value.len(), |end| end + 2)
+                }
+                Some(_) => value.find(char::is_whitespace).unwrap_or(value.len()),
+                None => 0,
+            };
+            if len > 0 && !value[..len].trim_matches(['"', '\'']).starts_with("${") {
+                hidden.push(value_start..value_start + len);
+            }
+        }
+    }
+    // Words shaped like a provider's key or a platform's token.
+    let mut at = 0;
+    for word in comment.split_inclusive(char::is_whitespace) {
+        let bare = word.trim_end().trim_matches(|c| "\"',;()#".contains(c));
+        let offset = word.find(bare).unwrap_or(0);
+        if bare.len() >= 12
+            && (PREFIXES.iter().any(|prefix| bare.starts_with(prefix)) || is_bot_token(bare))
+        {
+            hidden.push(at + offset..at + offset + bare.len());
+        }
+        at += word.len();
+    }
+    // A key's value that is also shaped like a key is found twice: the ranges merged.
+    hidden.sort_by_key(|range| range.start);
+    let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
+    for range in hidden {
+        match merged.last_mut() {
+            Some(last) if range.start <= last.end => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    let mut out = comment.clone();
+    for range in merged.into_iter().rev() {
+        out.replace_range(range, "\"********\"");
+    }
+    out
+}
+
+/// Whether `word` is shaped like a Telegram bot token (`123456:AA…`).
+fn is_bot_token(word: &str) -> bool {
+    word.split_once(':').is_some_and(|(id, secret)| {
+        !id.is_empty()
+            && id.bytes().all(|b| b.is_ascii_digit())
+            && secret.len() >= 30
+            && secret
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+/// Whether a key's name says its value is a secret (a secret key, or one named like one).
+fn secret_name(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    is_secret_key(&key)
+        || ["token", "secret", "password", "key"]
+            .iter()
+            .any(|word| key.ends_with(word))
+}
+
+/// Whether `text` holds a URL with a user (`scheme://user:password@host`,
+/// `scheme://token@host`).
 fn has_password(text: &str) -> bool {
     text.split(',').any(|url| {
         url.split_once("://").is_some_and(|(_, rest)| {
             let authority = rest.split('/').next().unwrap_or_default();
-            authority
-                .rsplit_once('@')
-                .is_some_and(|(userinfo, _)| userinfo.contains(':'))
+            authority.contains('@')
         })
     })
 }
@@ -287,6 +402,36 @@ mod tests {
             assert!(masked.contains(kept), "{kept}: {masked}");
         }
         assert!(masked.contains("api_key = \"********\""), "{masked}");
+    }
+
+    #[test]
+    fn secrets_in_comments_and_url_users_are_masked_too() {
+        let text = "[llm]\nbase_url = \"https://ada:llm-pass@llm.example/v1\" # was sk-proj-0123456789abcdef\n\
+                    # api_key = \"sk-old-commented-out\"\n\
+                    #api_key='not-prefixed-but-a-key'\n\
+                    # token = ${TELEGRAM_TOKEN}  # a reference is kept\n\
+                    # telegram: 123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0\n\
+                    # nats_url = \"nats://s3cr3t-token@10.0.0.5:4222\"\n\
+                    # a comment about the key = value form, nothing secret\n\
+                    model = \"gpt # not a comment\"\n";
+        let masked = masked(text);
+        for secret in [
+            "llm-pass",
+            "sk-proj-0123456789abcdef",
+            "sk-old-commented-out",
+            "not-prefixed-but-a-key",
+            "AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0",
+            "s3cr3t-token",
+        ] {
+            assert!(!masked.contains(secret), "{secret}: {masked}");
+        }
+        for kept in [
+            "# token = ${TELEGRAM_TOKEN}  # a reference is kept",
+            "# a comment about the key = value form, nothing secret",
+            "model = \"gpt # not a comment\"",
+        ] {
+            assert!(masked.contains(kept), "{kept}: {masked}");
+        }
     }
 
     #[test]

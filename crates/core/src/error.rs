@@ -53,7 +53,8 @@ impl CoreError {
 }
 
 /// An error with its sources joined by `: `, since HTTP clients' own text hides the useful
-/// part (the connection refused, the DNS name not found).
+/// part (the connection refused, the DNS name not found) — with the secret of every URL in
+/// it hidden ([`without_userinfo`]): clients name the URL they called.
 pub fn error_chain(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
@@ -62,5 +63,51 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
         text.push_str(&cause.to_string());
         source = cause.source();
     }
-    text
+    without_userinfo(&text)
+}
+
+/// `text` with the secret of every URL in it replaced by `****`: the password of
+/// `scheme://user:password@host`, and the whole of `scheme://token@host` (NATS's token
+/// form, an API key used as a user name).
+pub fn without_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let end = after
+            .find(|c: char| {
+                c == '/' || c == '?' || c == '#' || c.is_whitespace() || "()<>\"'`,".contains(c)
+            })
+            .unwrap_or(after.len());
+        let authority = &after[..end];
+        match authority.rsplit_once('@') {
+            Some((userinfo, host)) => match userinfo.split_once(':') {
+                Some((user, _)) => out.push_str(&format!("{user}:****@{host}")),
+                None => out.push_str(&format!("****@{host}")),
+            },
+            None => out.push_str(authority),
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_urls_secret_is_hidden_wherever_it_is_in_a_text() {
+        let text = "error sending request for url (https://ada:s3cret@llm.example/v1/chat) and \
+                    nats://T0KEN@10.0.0.2:4222, tls://me:pw@a:1,nats://b:2";
+        assert_eq!(
+            without_userinfo(text),
+            "error sending request for url (https://ada:****@llm.example/v1/chat) and \
+             nats://****@10.0.0.2:4222, tls://me:****@a:1,nats://b:2"
+        );
+        assert_eq!(without_userinfo("no url here: a@b"), "no url here: a@b");
+        assert_eq!(without_userinfo("ends with ://"), "ends with ://");
+    }
 }

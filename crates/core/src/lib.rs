@@ -49,7 +49,7 @@ pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
 };
-pub use error::{CoreError, error_chain};
+pub use error::{CoreError, error_chain, without_userinfo};
 pub use hub::{ChannelLanes, ChatHub};
 pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};

@@ -78,7 +78,7 @@ fn client(config: &ProviderConfig) -> Result<reqwest::Client, LlmError> {
         .user_agent(concat!("switchboard/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|err| LlmError::Connect {
-            url: base_url.to_owned(),
+            url: switchboard_core::without_userinfo(base_url),
             message: error_chain(&err),
         })
 }
@@ -90,7 +90,7 @@ fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
         .ok()
         .filter(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some())
         .ok_or_else(|| LlmError::InvalidBaseUrl {
-            url: base_url.to_owned(),
+            url: switchboard_core::without_userinfo(base_url),
             message: "expected http:// or https:// followed by a host".into(),
         })
 }
@@ -150,7 +150,7 @@ fn transport_error(url: &reqwest::Url, err: &reqwest::Error) -> LlmError {
         }
     } else {
         LlmError::Connect {
-            url: url.to_string(),
+            url: switchboard_core::without_userinfo(url.as_str()),
             message: error_chain(err),
         }
     }
