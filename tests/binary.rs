@@ -244,6 +244,46 @@ async fn sigterm_right_after_serving_exits_zero() {
 }
 
 #[tokio::test]
+async fn sigterm_at_any_moment_of_the_start_and_its_start_again_exits_zero() {
+    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let config = write_config(dir.path(), &llm, "2");
+    for attempt in 0..12u64 {
+        let mut command = tokio::process::Command::new(util::BINARY);
+        command
+            .args(["run", "--config"])
+            .arg(&config)
+            // A secret-named variable: the daemon withdraws it and starts itself again.
+            .env("EARLY_TEST_API_KEY", "sk-early")
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true);
+        // The signal is held back from before the binary's first instruction, so whenever
+        // it is sent it lands in the start — before `main`, in either image, or after.
+        #[allow(unsafe_code)]
+        // SAFETY: between fork and exec only the async-signal-safe sigprocmask runs.
+        unsafe {
+            command.pre_exec(|| {
+                let mut term = SigSet::empty();
+                term.add(Signal::SIGTERM);
+                pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&term), None)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let mut child = command.spawn().expect("starts");
+        tokio::time::sleep(Duration::from_millis(attempt * 4)).await;
+        sigterm(&child);
+        let status = exit_code(&mut child).await;
+        assert!(
+            status.success(),
+            "sent {} ms after the start: {status} (killed by the signal, or never told?)",
+            attempt * 4
+        );
+    }
+}
+
+#[tokio::test]
 async fn sigterm_under_load_flushes_every_socket_and_closes_it_going_away() {
     use futures::StreamExt;
     use tokio_tungstenite::tungstenite::Message;

@@ -424,6 +424,10 @@ pub async fn run_until_signal(
     role: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let mut signals = Signals::install()?;
+    if crate::early_stop::requested() {
+        tracing::info!("asked to stop while starting: stopping before anything started");
+        return Ok(ExitCode::SUCCESS);
+    }
     let path = cli::resolve_config(config)?;
     let mut config = Config::load(&path)?;
     if role.is_some() {

@@ -26,6 +26,7 @@
 //! - `usage_config`: `[llm.prices]` and `[limits]`, the daemon's spending.
 //! - `usage_cli`: `switchboard usage`, a table per day, agent and chat.
 //! - `harden`: before anything runs: secrets out of the environment, not dumpable.
+//! - `early_stop`: a SIGTERM while starting stops the daemon cleanly.
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
 mod admin;
@@ -39,6 +40,7 @@ mod config_error;
 mod config_values;
 pub mod cron;
 pub mod doctor;
+pub mod early_stop;
 pub mod harden;
 pub mod health;
 mod history;

@@ -9,7 +9,8 @@ use switchboard::config::ConfigError;
 #[cfg(feature = "mcp")]
 use switchboard::mcp_cli;
 use switchboard::{
-    app, cli, cron, doctor, harden, logging, onboard, pairing, status, terminal, usage_cli,
+    app, cli, cron, doctor, early_stop, harden, logging, onboard, pairing, status, terminal,
+    usage_cli,
 };
 
 fn main() -> ExitCode {
@@ -44,6 +45,12 @@ fn main() -> ExitCode {
     }
     // Before any thread: the commands that run tools keep no secret in their environment
     // (this may start the binary again, in place) and are not dumpable.
+    // The daemon holds a stop back until it can stop cleanly (see `early_stop`), across the
+    // start again.
+    let daemon = matches!(cli.command, Command::Run { .. });
+    if daemon {
+        early_stop::hold();
+    }
     let hardened = match &cli.command {
         Command::Run { config, .. } | Command::Agent { config, .. } => {
             let path = cli::resolve_config(config.as_deref()).ok();
@@ -52,6 +59,9 @@ fn main() -> ExitCode {
         }
         _ => None,
     };
+    if daemon {
+        early_stop::catch();
+    }
     let quiet = matches!(
         cli.command,
         Command::Agent { .. }
