@@ -105,6 +105,23 @@ async fn the_panel_asks_for_its_own_token_and_masks_secrets() {
         .0,
         401
     );
+    // The token only in the Authorization header: not as the WebSocket's `bearer`
+    // subprotocol, not in the query.
+    let by_subprotocol = util::raw_http(
+        addr,
+        &format!(
+            "GET /admin/api/overview HTTP/1.1\r\nHost: {addr}\r\n\
+             Sec-WebSocket-Protocol: bearer, {ADMIN}\r\nConnection: close\r\n\r\n"
+        ),
+        PATIENCE,
+    )
+    .await;
+    assert!(
+        by_subprotocol.starts_with("HTTP/1.1 401"),
+        "{by_subprotocol}"
+    );
+    let by_query = format!("/admin/api/overview?token={ADMIN}");
+    assert_eq!(call(addr, "GET", &by_query, None, "").await.0, 401);
     let (status, error) = panel(addr, "GET", "/admin/api/nothing-here").await;
     assert_eq!(status, 404);
     assert!(
@@ -205,6 +222,15 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
     )
     .await;
     assert_eq!(status, 200);
+    let (status, error) = call(
+        addr,
+        "POST",
+        "/admin/api/reset",
+        Some(ADMIN),
+        r#"{"agent":"default","key":"websocket_nobody"}"#,
+    )
+    .await;
+    assert_eq!(status, 404, "a session nobody had: {error}");
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let (_, transcript) = panel(

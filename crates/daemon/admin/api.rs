@@ -190,8 +190,15 @@ async fn reset(admin: &Admin, body: &[u8]) -> Answer {
         ));
     };
     let agent = AgentName::from(session.agent.as_str());
-    if admin.agents.get(&agent).is_none() {
+    let Some(found) = admin.agents.get(&agent) else {
         return Err(failed(StatusCode::NOT_FOUND, format!("no agent `{agent}`")));
+    };
+    // Only a session there is: a `/new` to any key would start a chat nobody had.
+    if !found.store().has_history(&key).await {
+        return Err(failed(
+            StatusCode::NOT_FOUND,
+            format!("agent `{agent}` has no session `{key}`"),
+        ));
     }
     let mut new = InboundMessage::text(channel, chat, SenderId::from("operator"), "/new");
     new.agent = Some(agent);

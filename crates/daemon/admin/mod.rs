@@ -92,8 +92,8 @@ impl Admin {
 
 /// Refuses an API request without the panel's token (or from another site's page).
 async fn require_token(State(admin): State<Arc<Admin>>, request: Request, next: Next) -> Response {
-    // Only the header: a token in a query string ends up in logs and history.
-    if let Err(reason) = admin.auth.check(request.headers(), None) {
+    // Only the header: a token in a query string or a subprotocol ends up in logs.
+    if let Err(reason) = admin.auth.check_header(request.headers()) {
         tracing::info!(reason, path = %request.uri().path(), "refused a control panel request");
         return (StatusCode::UNAUTHORIZED, reason).into_response();
     }

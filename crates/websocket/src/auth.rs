@@ -52,6 +52,20 @@ impl WsAuth {
             Some(_) => Err("the token is not valid"),
         }
     }
+
+    /// Like [`check`](Self::check), but the token only in `Authorization: Bearer` (the
+    /// control panel's API: no subprotocol, no query string, which end up in logs).
+    pub fn check_header(&self, headers: &HeaderMap) -> Result<(), &'static str> {
+        check_origin(headers)?;
+        let Self::Token(expected) = self else {
+            return Ok(());
+        };
+        match bearer_header(headers) {
+            None => Err("a token is required in the Authorization: Bearer header"),
+            Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => Ok(()),
+            Some(_) => Err("the token is not valid"),
+        }
+    }
 }
 
 fn bearer_header(headers: &HeaderMap) -> Option<&str> {

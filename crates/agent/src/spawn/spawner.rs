@@ -561,6 +561,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refused_start_uses_up_no_number() {
+        let (spawner, _inbound, _turns) = setup();
+        let free = |_| async { false };
+        let a = spawner.start(request("telegram_1", false), free).await;
+        let _b = spawner.start(request("telegram_1", false), free).await;
+        for _ in 0..3 {
+            let refused = spawner.start(request("telegram_1", false), free).await;
+            assert!(refused.is_err(), "at most two");
+        }
+        spawner
+            .take(&a.expect("a").child, OutboundKind::Done(TurnEnd::Answered))
+            .await;
+        let next = spawner
+            .start(request("telegram_1", false), free)
+            .await
+            .expect("room again");
+        assert_eq!(next.child.as_str(), "telegram_1~3");
+    }
+
+    #[tokio::test]
     async fn a_waited_child_answers_its_waiter_and_a_stop_drops_the_rest() {
         let (spawner, mut inbound, _turns) = setup();
         let waited = spawner
