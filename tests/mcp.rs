@@ -11,8 +11,11 @@ use switchboard_testkit::Reply;
 
 use crate::util::{self, Extra, Harness, PATIENCE};
 
-/// The test server's binary, beside this test's.
+/// The test server's binary, beside this test's — as root, a link to it in a directory
+/// anyone may pass through: a root daemon starts its servers as `nobody`, who may not reach
+/// the build directory (a checkout under a private home).
 fn server_binary() -> PathBuf {
+    static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     let exe = std::env::current_exe().expect("the test's path");
     let dir = exe
         .parent()
@@ -25,11 +28,31 @@ fn server_binary() -> PathBuf {
          switchboard-testkit --bin mcp-test-server`",
         binary.display()
     );
-    binary
+    if !rustix::process::geteuid().is_root() {
+        return binary;
+    }
+    SHARED
+        .get_or_init(|| {
+            use std::os::unix::fs::PermissionsExt;
+            let shared =
+                std::env::temp_dir().join(format!("switchboard-mcp-test-{}", std::process::id()));
+            std::fs::create_dir_all(&shared).expect("a shared directory");
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            let linked = shared.join("mcp-test-server");
+            let _ = std::fs::remove_file(&linked);
+            if std::fs::hard_link(&binary, &linked).is_err() {
+                std::fs::copy(&binary, &linked).expect("a copy of the server");
+            }
+            std::fs::set_permissions(&linked, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            linked
+        })
+        .clone()
 }
 
 /// The tools the test server offers (before `grow`).
-pub(crate) const TOOLS: u64 = 9;
+pub(crate) const TOOLS: u64 = 11;
 
 pub(crate) fn server_table(extra: &str) -> String {
     format!(
@@ -64,6 +87,15 @@ pub(crate) fn write_config(llm_url: &str, dir: &std::path::Path, tables: &str) -
     let config = dir.join("config.toml");
     std::fs::write(&config, text).expect("config");
     config
+}
+
+/// A directory the test server may write its marks in: it runs as `nobody` under a root
+/// daemon.
+pub(crate) fn marks_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    dir
 }
 
 /// Waits until `/healthz` says the MCP servers offer `tools` tools.
@@ -132,8 +164,10 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
             "test__echo",
             "test__env",
             "test__flood",
+            "test__freeze",
             "test__gather",
             "test__grow",
+            "test__look",
             "test__meet",
             "test__picture",
             "test__slow"
@@ -180,6 +214,28 @@ async fn a_server_tool_is_offered_called_and_its_result_reaches_the_model() {
         "{response}"
     );
     assert!(value(r#"switchboard_mcp_call_seconds_count{server="test"} "#) >= 2.0);
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_root_daemons_server_runs_unprivileged_and_cannot_read_the_daemon() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("not root: a server as the daemon's own user was not tried here");
+        return;
+    }
+    let mut h = with_server("", TOOLS).await;
+    h.llm.push(Reply::tool("test__look", json!({})));
+    h.llm.push(Reply::text("Looked."));
+    assert_eq!(h.client.say("c", "who are you?").await.reply(), "Looked.");
+    let got = results(h.llm.requests().last().expect("request"));
+    let seen: Value = serde_json::from_str(&got[0].1).expect("JSON");
+    assert_eq!(seen["uid"], "65534", "as [tools.exec] user, nobody: {seen}");
+    assert_eq!(seen["cap_eff"], "0000000000000000", "{seen}");
+    assert_eq!(seen["no_new_privs"], "1", "{seen}");
+    for what in ["parent_environ", "parent_mem"] {
+        let said = seen[what].as_str().unwrap_or_default();
+        assert!(said.contains("Permission denied"), "{what}: {seen}");
+    }
     h.daemon.shutdown().await;
 }
 
@@ -319,8 +375,10 @@ async fn a_reload_starts_stops_and_renames_servers_and_their_tools_follow() {
             "other__echo",
             "other__env",
             "other__flood",
+            "other__freeze",
             "other__gather",
             "other__grow",
+            "other__look",
             "other__meet",
             "other__picture",
             "other__slow"

@@ -8,11 +8,11 @@ use serde_json::json;
 use switchboard_testkit::Reply;
 
 use crate::mcp::{TOOLS, results, server_table, wait_for_file, wait_for_tools, with_server};
-use crate::util::{Extra, Harness};
+use crate::util::{self, Extra, Harness};
 
 #[tokio::test]
 async fn stop_during_a_server_call_ends_the_turn_and_the_server_is_told() {
-    let marks = tempfile::tempdir().expect("tempdir");
+    let marks = crate::mcp::marks_dir();
     let cancelled = marks.path().join("cancelled");
     let mut h = with_server(
         &format!(
@@ -131,7 +131,7 @@ async fn read_only_tools_run_side_by_side_and_a_flood_of_stderr_harms_nothing() 
 
 #[tokio::test]
 async fn a_call_that_hangs_times_out_and_the_server_is_told() {
-    let marks = tempfile::tempdir().expect("tempdir");
+    let marks = crate::mcp::marks_dir();
     let cancelled = marks.path().join("cancelled");
     let mut h = with_server(
         &format!(
@@ -149,6 +149,42 @@ async fn a_call_that_hangs_times_out_and_the_server_is_told() {
     let got = results(h.llm.requests().last().expect("request"));
     assert!(got[0].1.contains("timed out"), "{got:?}");
     wait_for_file(&cancelled).await;
+    h.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_server_hung_in_a_call_is_found_out_and_started_again() {
+    let mut h = with_server("timeout_secs = 0.5\n", TOOLS).await;
+    h.llm
+        .push(Reply::tool("test__freeze", json!({"ms": 600_000})));
+    h.llm.push(Reply::text("It hung."));
+    assert_eq!(h.client.say("c", "hang").await.reply(), "It hung.");
+    // Its call timed out; it does not answer a ping: health says so, and it is replaced.
+    let deadline = Instant::now() + util::PATIENCE;
+    let why = loop {
+        let health = util::health(h.daemon.addr()).await;
+        if let Some(why) = health["checks"]["mcp"]["servers_down"]["test"].as_str() {
+            break why.to_owned();
+        }
+        assert!(Instant::now() < deadline, "never found hung: {health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(why.contains("did not answer a ping"), "{why}");
+    wait_for_tools(h.daemon.addr(), TOOLS).await;
+    h.llm
+        .push(Reply::tool("test__echo", json!({"text": "back"})));
+    h.llm.push(Reply::text("Fine."));
+    let started = Instant::now();
+    assert_eq!(h.client.say("c", "again?").await.reply(), "Fine.");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the next call did not wait out a timeout"
+    );
+    let got = results(h.llm.requests().last().expect("request"));
+    assert!(
+        got.iter().any(|(_, text)| text.contains("mcp echo: back")),
+        "{got:?}"
+    );
     h.daemon.shutdown().await;
 }
 

@@ -317,9 +317,20 @@ impl Config {
             .parent()
             .unwrap_or(Path::new("."))
             .to_owned();
-        self.mcp
+        let mut specs = self
+            .mcp
             .specs(&base, &self.path(&self.agent.workspace))
-            .map_err(|problem| self.source.problem("mcp", problem))
+            .map_err(|problem| self.source.problem("mcp", problem))?;
+        if specs.iter().any(|spec| spec.url.is_none()) {
+            let run_as = self
+                .tools
+                .unprivileged_user()
+                .map_err(|problem| self.source.problem("tools", problem))?;
+            for spec in specs.iter_mut().filter(|spec| spec.url.is_none()) {
+                spec.run_as = run_as;
+            }
+        }
+        Ok(specs)
     }
 
     /// Whether the value at dotted `key` is used: not under a disabled channel's section,

@@ -80,6 +80,9 @@ pub struct ServerSpec {
     pub read_only_tools: Vec<String>,
     /// One call's time limit, when the entry sets one.
     pub timeout: Option<Duration>,
+    /// The unprivileged user a started server runs as (a root daemon's `[tools.exec] user`,
+    /// with no capabilities and `no_new_privs`); `None`: the daemon's own.
+    pub run_as: Option<switchboard_tools::sandbox::RunAs>,
 }
 
 /// The longest server name: with `__` and a tool's name, a model's limit is 64 characters.
@@ -220,6 +223,7 @@ impl McpSection {
                     exclude_tools: entry.exclude_tools.clone(),
                     read_only_tools: entry.read_only_tools.clone(),
                     timeout,
+                    run_as: None,
                 });
                 continue;
             }
@@ -268,6 +272,7 @@ impl McpSection {
                 exclude_tools: entry.exclude_tools.clone(),
                 read_only_tools: entry.read_only_tools.clone(),
                 timeout,
+                run_as: None,
             });
         }
         Ok(specs)

@@ -1,7 +1,11 @@
 //! One MCP server's life: started (a child process in a process group of its own, with only
-//! the environment its entry gives it, plus PATH and HOME), asked for its tools, which become
+//! the environment its entry gives it, plus PATH and HOME — as the unprivileged
+//! `[tools.exec] user` when the daemon is root), asked for its tools, which become
 //! the tool source `mcp:NAME`; watched, and when it exits or breaks its tools are withdrawn and
-//! it is started again after a backoff (1 s, doubling to a minute).
+//! it is started again after a backoff (1 s, doubling to a minute). A server that lets a call
+//! time out (or be stopped) is pinged: one that does not answer within [`PING_TIMEOUT`] is
+//! hung, and is stopped and started again the same way — a hung server never stays "up" with
+//! every later call waiting out its timeout.
 
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -31,6 +35,9 @@ pub const MAX_TOOLS: usize = 128;
 /// The most bytes of tool definitions (names, descriptions, schemas) taken from one server:
 /// they go with every request to the model.
 pub const MAX_DEFINITIONS: usize = 256 * 1024;
+
+/// How long a server may take to answer a ping after a call of it was given up.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The longest backoff between two starts of a server.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -146,6 +153,8 @@ impl Servers {
 pub struct Server {
     spec: Arc<ServerSpec>,
     state: Arc<Mutex<ServerState>>,
+    /// Told by its tools when a call was given up before it returned.
+    abandoned: Arc<Notify>,
 }
 
 impl Server {
@@ -159,6 +168,7 @@ impl Server {
         let server = Self {
             spec: Arc::new(spec),
             state: Arc::new(Mutex::new(ServerState::Starting)),
+            abandoned: Arc::new(Notify::new()),
         };
         let running = server.clone();
         let task = tokio::spawn(async move { running.supervise(&sources, &stop).await });
@@ -236,6 +246,12 @@ impl Server {
                         Err(err) => format!("its connection's task ended: {err}"),
                     };
                 }
+                () = self.abandoned.notified() => {
+                    match answers_ping(&peer).await {
+                        Ok(()) => continue,
+                        Err(why) => return why,
+                    }
+                }
                 () = changed.notified() => {}
                 next = next_change(&mut listening) => {
                     if !next {
@@ -265,13 +281,29 @@ impl Server {
         listed: &[rmcp::model::Tool],
         peer: &Peer<RoleClient>,
     ) -> Result<(), String> {
-        let registry = registry(&self.spec, listed, peer.clone());
+        let registry = registry(&self.spec, listed, peer.clone(), &self.abandoned);
         let names: Vec<String> = registry.names().map(str::to_owned).collect();
         sources
             .set(&self.source(), registry)
             .map_err(|collision| collision.to_string())?;
         self.set_state(ServerState::Up { tools: names });
         Ok(())
+    }
+}
+
+/// Whether the server at `peer` answers a ping in time; why not, as a sentence.
+async fn answers_ping(peer: &Peer<RoleClient>) -> Result<(), String> {
+    let ping = rmcp::model::ClientRequest::PingRequest(rmcp::model::PingRequest::default());
+    match tokio::time::timeout(PING_TIMEOUT, peer.send_request(ping)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) => Err(format!(
+            "a call of it was given up and a ping then failed: {err}"
+        )),
+        Err(_) => Err(format!(
+            "a call of it was given up and it did not answer a ping within {} s (hung); it \
+             is started again",
+            PING_TIMEOUT.as_secs()
+        )),
     }
 }
 
@@ -324,7 +356,7 @@ async fn next_change(listening: &mut Option<Subscription>) -> bool {
 /// description), and stops it: for `switchboard mcp list` and `doctor`.
 pub async fn probe(spec: &ServerSpec) -> Result<Vec<(String, String)>, String> {
     let (client, listed) = connect(spec).await?;
-    let registry = registry(spec, &listed, client.peer().clone());
+    let registry = registry(spec, &listed, client.peer().clone(), &Arc::default());
     let tools = registry
         .definitions()
         .iter()
@@ -399,6 +431,11 @@ fn start(spec: &ServerSpec) -> Result<TokioChildProcess, String> {
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .current_dir(&spec.cwd);
+    // A root daemon's server runs as the unprivileged user: it cannot read the daemon's
+    // memory or environment (`/proc/<pid>/mem`, `environ`), nor gain privileges back.
+    if let Some(run_as) = &spec.run_as {
+        run_as.apply_without_privileges(command.as_std_mut());
+    }
     let mut wrapped = CommandWrap::from(command);
     wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
     let (transport, stderr) = TokioChildProcess::builder(wrapped)
@@ -407,8 +444,15 @@ fn start(spec: &ServerSpec) -> Result<TokioChildProcess, String> {
         .map_err(|err| {
             format!(
                 "`{}` could not be started: {err} (is it installed, and on the PATH the \
-                 daemon has?)",
-                spec.command
+                 daemon has?{})",
+                spec.command,
+                spec.run_as.map_or_else(String::new, |run_as| format!(
+                    " It runs as uid {}, gid {} ([tools.exec] user): it and its cwd {} must \
+                     be open to them",
+                    run_as.uid,
+                    run_as.gid,
+                    spec.cwd.display()
+                ))
             )
         })?;
     if let Some(stderr) = stderr {
@@ -444,6 +488,7 @@ fn registry(
     spec: &ServerSpec,
     listed: &[rmcp::model::Tool],
     peer: Peer<RoleClient>,
+    abandoned: &Arc<Notify>,
 ) -> ToolRegistry {
     let mut registry = ToolRegistry::new();
     let wanted = listed.iter().filter(|tool| {
@@ -476,7 +521,12 @@ fn registry(
         }
         bytes += checked.size();
         taken += 1;
-        registry.register(Arc::new(McpTool::new(checked, spec.timeout, peer.clone())));
+        registry.register(Arc::new(McpTool::new(
+            checked,
+            spec.timeout,
+            peer.clone(),
+            abandoned.clone(),
+        )));
     }
     registry
 }

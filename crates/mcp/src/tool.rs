@@ -1,6 +1,7 @@
 //! [`McpTool`]: one tool of an MCP server, as an ordinary [`Tool`] of the agent — the same
 //! timeouts, result caps, approvals, hooks and `/stop` as every other.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,6 +11,7 @@ use rmcp::service::{Peer, RoleClient};
 use serde_json::Value;
 use switchboard_core::ImagePart;
 use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
+use tokio::sync::Notify;
 
 /// The longest description passed on to the model.
 pub const MAX_DESCRIPTION: usize = 2 * 1024;
@@ -33,6 +35,9 @@ pub struct McpTool {
     read_only: bool,
     timeout: Option<Duration>,
     peer: Peer<RoleClient>,
+    /// Told when a call is given up before it returned (timed out, stopped): its server is
+    /// then asked whether it still answers.
+    abandoned: Arc<Notify>,
 }
 
 /// A server's tool as it will be offered, once checked.
@@ -119,8 +124,14 @@ impl Checked {
 }
 
 impl McpTool {
-    /// `checked`, called through `peer`, each call within `timeout` (else the agent's).
-    pub fn new(checked: Checked, timeout: Option<Duration>, peer: Peer<RoleClient>) -> Self {
+    /// `checked`, called through `peer`, each call within `timeout` (else the agent's); a
+    /// call given up before it returned notifies `abandoned`.
+    pub fn new(
+        checked: Checked,
+        timeout: Option<Duration>,
+        peer: Peer<RoleClient>,
+        abandoned: Arc<Notify>,
+    ) -> Self {
         let server = checked
             .name
             .split_once("__")
@@ -134,6 +145,25 @@ impl McpTool {
             read_only: checked.read_only,
             timeout,
             peer,
+            abandoned,
+        }
+    }
+}
+
+/// Notifies its server's supervisor when dropped before [`Outstanding::returned`]: the call
+/// was given up (its timeout passed, the turn was stopped) and the server may be hung.
+struct Outstanding<'a>(Option<&'a Notify>);
+
+impl Outstanding<'_> {
+    fn returned(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        if let Some(abandoned) = self.0 {
+            abandoned.notify_one();
         }
     }
 }
@@ -174,11 +204,14 @@ impl Tool for McpTool {
         let mut params = CallToolRequestParams::new(self.remote.clone());
         params.arguments = arguments;
         let started = std::time::Instant::now();
-        // Dropping the call (a timeout, `/stop`) tells the server it was cancelled.
+        // Dropping the call (a timeout, `/stop`) tells the server it was cancelled — and its
+        // supervisor, which asks the server whether it still answers.
+        let outstanding = Outstanding(Some(&self.abandoned));
         let result = tokio::select! {
             result = self.peer.call_tool(params) => result,
             () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         };
+        outstanding.returned();
         let outcome = match result {
             Err(err) => Err(ToolError::Failed(format!("the MCP server failed: {err}"))),
             Ok(result) if result.is_error == Some(true) => Err(ToolError::Failed(

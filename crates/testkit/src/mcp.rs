@@ -1,9 +1,11 @@
 //! A small MCP server for tests, on `rmcp`'s server side: `echo` (read-only), `env` (its
 //! environment, so a test can see what the daemon gave it), `slow` (sleeps; says when a call
-//! was cancelled), `crash` (exits at once, mid-call), `grow` (adds the tool `late` and says
+//! was cancelled), `freeze` (blocks the server's one thread: it answers nothing, pings
+//! included, until it is killed), `crash` (exits at once, mid-call), `grow` (adds the tool `late` and says
 //! the list changed), `meet` (read-only: answers "met" only when two calls run at once),
-//! `gather` (the same, unmarked), `flood` (floods its stderr) and `picture` (answers with
-//! an image, [`PICTURE`]). Run over stdio by the `mcp-test-server` binary.
+//! `gather` (the same, unmarked), `flood` (floods its stderr), `picture` (answers with
+//! an image, [`PICTURE`]) and `look` (who it runs as, and what of its parent — the daemon —
+//! it can read). Run over stdio by the `mcp-test-server` binary.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -128,6 +130,42 @@ impl TestServer {
                 "cancelled".to_owned()
             }
         }
+    }
+
+    /// Blocks the server's only thread for `ms`: nothing is answered meanwhile — not the
+    /// cancellation, not a ping (a server stuck in a call).
+    #[tool(description = "Hang the whole server")]
+    async fn freeze(&self, Parameters(SlowArgs { ms }): Parameters<SlowArgs>) -> String {
+        std::thread::sleep(Duration::from_millis(ms));
+        format!("froze {ms} ms")
+    }
+
+    /// Who the server runs as (uid, effective capabilities, `no_new_privs`) and whether it can
+    /// read its parent's environment and memory, as JSON.
+    #[tool(
+        description = "Who am I, and what of my parent can I read",
+        annotations(read_only_hint = true)
+    )]
+    async fn look(&self) -> String {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|value| value.trim().to_owned())
+                .unwrap_or_default()
+        };
+        let parent = std::os::unix::process::parent_id();
+        let environ = std::fs::read(format!("/proc/{parent}/environ"));
+        let mem = std::fs::File::open(format!("/proc/{parent}/mem"));
+        serde_json::json!({
+            "uid": field("Uid:").split_whitespace().next().unwrap_or_default(),
+            "cap_eff": field("CapEff:"),
+            "no_new_privs": field("NoNewPrivs:"),
+            "parent_environ": environ.map_or_else(|err| err.to_string(), |_| "read".to_owned()),
+            "parent_mem": mem.map_or_else(|err| err.to_string(), |_| "opened".to_owned()),
+        })
+        .to_string()
     }
 
     /// Exits the process at once, mid-call.

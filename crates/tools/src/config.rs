@@ -205,7 +205,17 @@ impl ToolsSection {
     /// Who commands run as: `[tools.exec] user` when the daemon is root, else `None`
     /// (commands run as the daemon's own, unprivileged, user).
     pub fn exec_user(&self) -> Result<Option<RunAs>, ConfigProblem> {
-        if !self.exec.enabled || !RunAs::needed() {
+        if !self.exec.enabled {
+            return Ok(None);
+        }
+        self.unprivileged_user()
+    }
+
+    /// Who the programs the daemon starts run as — `exec`'s commands, MCP servers:
+    /// `[tools.exec] user` when the daemon is root, else `None` (they run as the daemon's
+    /// own, unprivileged, user).
+    pub fn unprivileged_user(&self) -> Result<Option<RunAs>, ConfigProblem> {
+        if !RunAs::needed() {
             return Ok(None);
         }
         RunAs::lookup(self.exec.user.get_ref())

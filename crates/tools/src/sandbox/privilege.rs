@@ -76,6 +76,32 @@ impl RunAs {
         command.uid(self.uid).gid(self.gid);
     }
 
+    /// Sets `command` to start as this user, with no supplementary groups and
+    /// `no_new_privs`, for a program started without the sandbox helper (an MCP server,
+    /// whose stdin is its protocol). The user is taken in the child after its working
+    /// directory was entered (as root), like the helper's commands: the user needs no way
+    /// through the directories above it.
+    #[allow(unsafe_code)]
+    pub fn apply_without_privileges(&self, command: &mut Command) {
+        use rustix::process::{Gid, Uid};
+        use std::os::unix::process::CommandExt;
+        let (uid, gid) = (self.uid, self.gid);
+        // SAFETY: between fork and exec, in the child's only thread, only raw system calls
+        // run (setgroups, setresgid, setresuid, prctl): async-signal-safe, no allocation,
+        // no lock. std enters the working directory before this runs.
+        unsafe {
+            command.pre_exec(move || {
+                let gid = Gid::from_raw(gid);
+                rustix::thread::set_thread_groups(&[])?;
+                rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+                let uid = Uid::from_raw(uid);
+                rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+                rustix::thread::set_no_new_privs(true)?;
+                Ok(())
+            });
+        }
+    }
+
     /// Gives `path` (a command's temp directory) to this user.
     pub fn own(&self, path: &std::path::Path) -> std::io::Result<()> {
         std::os::unix::fs::chown(path, Some(self.uid), Some(self.gid))
