@@ -81,6 +81,7 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
                     catch_up,
                     created_by: Some("operator".into()),
                     agent: None,
+                    owner: None,
                 })
                 .await
                 .map_err(anyhow::Error::msg)?;

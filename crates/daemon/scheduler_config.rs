@@ -27,6 +27,10 @@ pub struct SchedulerSection {
     pub catch_up_secs: Spanned<u64>,
     /// Jobs one chat may have.
     pub max_jobs_per_chat: Spanned<usize>,
+    /// Jobs one person may have across their chats (a WebSocket token's holder is one).
+    pub max_jobs_per_person: Spanned<usize>,
+    /// Jobs the daemon keeps in all (the config's own not counted).
+    pub max_jobs: Spanned<usize>,
     /// The shortest time between two runs of a job (seconds).
     pub min_interval_secs: Spanned<u64>,
     /// `[[scheduler.jobs]]`: jobs the config declares.
@@ -78,6 +82,8 @@ impl Default for SchedulerSection {
             timezone: None,
             catch_up_secs: Spanned::new(0..0, 3600),
             max_jobs_per_chat: Spanned::new(0..0, 50),
+            max_jobs_per_person: Spanned::new(0..0, 200),
+            max_jobs: Spanned::new(0..0, 1000),
             min_interval_secs: Spanned::new(0..0, 60),
             jobs: Vec::new(),
         }
@@ -100,12 +106,18 @@ impl SchedulerSection {
                 "must be at least 1".into(),
             ));
         }
-        if *self.max_jobs_per_chat.get_ref() == 0 {
-            return Err(source.error_at(
-                Some(self.max_jobs_per_chat.span()),
-                "scheduler.max_jobs_per_chat".into(),
-                "must be at least 1 (to turn scheduling off, set enabled = false)".into(),
-            ));
+        for (value, key) in [
+            (&self.max_jobs_per_chat, "scheduler.max_jobs_per_chat"),
+            (&self.max_jobs_per_person, "scheduler.max_jobs_per_person"),
+            (&self.max_jobs, "scheduler.max_jobs"),
+        ] {
+            if *value.get_ref() == 0 {
+                return Err(source.error_at(
+                    Some(value.span()),
+                    key.into(),
+                    "must be at least 1 (to turn scheduling off, set enabled = false)".into(),
+                ));
+            }
         }
         // Read now, to report a mistake at start (or refuse a reload), not at the first run.
         declared_jobs(config, jiff::Timestamp::now())?;
@@ -250,6 +262,8 @@ impl SchedulerSection {
             timezone: self.timezone.as_ref().map(|tz| tz.get_ref().clone()),
             catch_up: Duration::from_secs(*self.catch_up_secs.get_ref()),
             max_jobs_per_chat: *self.max_jobs_per_chat.get_ref(),
+            max_jobs_per_person: *self.max_jobs_per_person.get_ref(),
+            max_jobs: *self.max_jobs.get_ref(),
             min_interval: Duration::from_secs(*self.min_interval_secs.get_ref()),
             ..SchedulerConfig::default()
         }

@@ -343,6 +343,7 @@ impl Turn<'_> {
             agent: agent.name().clone(),
             cancel: cancel.clone(),
             user: self.user.clone(),
+            sender: input.sender.clone(),
             slot: input.slot.clone(),
             subagents: agent.children_of_turn(key, &self.chat, &input.origin, cancel, input.slot),
         };

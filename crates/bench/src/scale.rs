@@ -72,6 +72,7 @@ pub async fn write_jobs(state_dir: &Path, count: usize) -> anyhow::Result<()> {
             catch_up: None,
             created_by: None,
             agent: None,
+            owner: None,
         })
         .await
         .map_err(anyhow::Error::msg)?;

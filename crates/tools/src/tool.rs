@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use switchboard_core::ToolDefinition;
-use switchboard_core::{AgentName, Awaiting, ImagePart, SessionKey};
+use switchboard_core::{AgentName, Awaiting, ImagePart, SenderId, SessionKey};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
@@ -25,6 +25,9 @@ pub struct ToolContext {
     /// The person the turn answers, to ask something of (`None`: nobody can be asked,
     /// e.g. a scheduled turn).
     pub user: Option<User>,
+    /// Who wrote the message the turn answers, as its channel names them (`None`: nobody,
+    /// or not known).
+    pub sender: Option<SenderId>,
     /// The turn's slot among the turns that may run at once (`None` outside a daemon's
     /// turn): a tool that waits for other turns lets go of it meanwhile.
     pub slot: Option<Arc<dyn TurnSlot>>,
@@ -43,6 +46,7 @@ impl ToolContext {
             agent: AgentName::default(),
             cancel: CancellationToken::new(),
             user: None,
+            sender: None,
             slot: None,
             subagents: None,
         }

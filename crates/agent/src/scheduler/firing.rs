@@ -251,12 +251,19 @@ impl Scheduler {
         let Some(ours) = self.claim(&job, &run, tenure).await else {
             return Some(due);
         };
-        self.fold(&job, due, next, now, tenure).await;
+        let folded = self.fold(&job, due, next, now, tenure).await;
         let job = self.moved_past(job, &run, next, ours).await;
         if !ours {
             return next;
         }
         count(&run);
+        if let Some(folded) = folded
+            && job.kind == JobKind::Task
+        {
+            self.settler()
+                .tell(&job, OutboundKind::Notice(folded.tell(&job, due)))
+                .await;
+        }
         match skipped {
             Some(why) => self.skipped(&job, due, now, why).await,
             None => self.publish(&job, &run, message, tenure).await,
@@ -370,7 +377,7 @@ impl Scheduler {
     /// Records the due times of `job` after `due` and up to `now` — which passed while no
     /// scheduler fired (down, or changing leaders), and are caught up by the run due at
     /// `due` — as skipped, folded into it. The first [`FOLDED_SHOWN`] each get a record;
-    /// the last record counts the rest.
+    /// the last record counts the rest. What was folded, if anything.
     async fn fold(
         &self,
         job: &Job,
@@ -378,7 +385,7 @@ impl Scheduler {
         next: Option<Timestamp>,
         now: Timestamp,
         tenure: &Tenure,
-    ) {
+    ) -> Option<Folded> {
         let mut folded = Vec::new();
         let mut passed_count = 0usize;
         let mut at = due;
@@ -395,9 +402,10 @@ impl Scheduler {
             }
         }
         let Some(last) = folded.last().copied() else {
-            return;
+            return None;
         };
         let more = passed_count - folded.len();
+        let shown_last = last;
         for passed in folded {
             let mut why = format!(
                 "it came due while no scheduler was firing jobs (switchboard down, or changing \
@@ -424,6 +432,35 @@ impl Scheduler {
             }
         }
         tracing::warn!(job = %job.id, %due, folded = passed_count, "due times that passed unfired were folded into one run");
+        Some(Folded {
+            count: passed_count,
+            last: shown_last,
+        })
+    }
+}
+
+/// Due times a catch-up run stands for besides its own.
+struct Folded {
+    /// How many (counted up to [`FOLDED_COUNTED`]).
+    count: usize,
+    /// The last of them recorded.
+    last: Timestamp,
+}
+
+impl Folded {
+    /// What the chat is told: its job caught up once for all of them.
+    fn tell(&self, job: &Job, due: Timestamp) -> String {
+        let times = if self.count == 1 {
+            "1 more due time".to_owned()
+        } else {
+            format!("{} more due times", self.count)
+        };
+        format!(
+            "The scheduled task \"{}\" (job {}) missed {times} after the one at {due} while \
+             switchboard was not running jobs (the last at {}): one run now stands for all of \
+             them (`switchboard cron runs {}` lists each).",
+            job.name, job.id, self.last, job.id
+        )
     }
 }
 

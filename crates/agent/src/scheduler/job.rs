@@ -58,6 +58,10 @@ pub struct Job {
     /// config's): the agent the chat is bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
+    /// The person it counts against (`scheduler.max_jobs_per_person`), when a person asked
+    /// for it (see `jobs::owner_of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl Job {
@@ -365,6 +369,7 @@ mod tests {
             active_hours: None,
             retry: None,
             agent: None,
+            owner: None,
         };
         let text = serde_json::to_string(&job).expect("json");
         assert_eq!(serde_json::from_str::<Job>(&text).expect("back"), job);

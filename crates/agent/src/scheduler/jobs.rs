@@ -7,7 +7,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use switchboard_core::{AgentName, ChannelName, ChatId, SessionKey};
+use switchboard_core::{AgentName, ChannelName, ChatId, SenderId, SessionKey};
 use tokio::sync::Notify;
 
 use super::clock::Clock;
@@ -70,8 +70,22 @@ pub struct NewJob {
     pub catch_up: Option<Duration>,
     /// Who made it: `chat <session>` when a chat asks, `operator`, `config`.
     pub created_by: Option<String>,
+    /// The person it counts against (`scheduler.max_jobs_per_person`), when a person asked
+    /// for it: see [`owner_of`].
+    pub owner: Option<String>,
     /// The agent whose turns its runs are; `None`: the one the chat is bound to.
     pub agent: Option<AgentName>,
+}
+
+/// Who a job a chat's turn asks for counts against: the person who wrote the message
+/// (`<channel>:<sender>`) — but on a channel whose senders are its connections (WebSocket's
+/// `ws:<n>`, all holding its one token), the channel: however many connections and chat ids
+/// it opens, it is one person.
+pub fn owner_of(channel: &ChannelName, sender: Option<&SenderId>) -> String {
+    match sender {
+        Some(sender) if !sender.as_str().starts_with("ws:") => format!("{channel}:{sender}"),
+        _ => channel.to_string(),
+    }
 }
 
 /// The longest message a job may have (what the agent is told when it runs).
@@ -208,16 +222,36 @@ impl Jobs {
         }
         let (channel, chat) = new.chat;
         let asker = Asker::Chat(channel.clone(), chat.clone());
-        let theirs = self
+        let all: Vec<Job> = self
             .jobs()
             .await?
             .into_iter()
-            .filter(|job| asker.may_touch(job) && job.declared.is_none())
-            .count();
+            .filter(|job| job.declared.is_none())
+            .collect();
+        let theirs = all.iter().filter(|job| asker.may_touch(job)).count();
         if theirs >= config.max_jobs_per_chat {
             return Err(format!(
                 "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
                  remove one first"
+            ));
+        }
+        if let Some(owner) = &new.owner {
+            let owned = all
+                .iter()
+                .filter(|job| job.owner.as_ref() == Some(owner))
+                .count();
+            if owned >= config.max_jobs_per_person {
+                return Err(format!(
+                    "you have {owned} jobs across your chats, the most one person may have \
+                     (scheduler.max_jobs_per_person); remove one first"
+                ));
+            }
+        }
+        if all.len() >= config.max_jobs {
+            return Err(format!(
+                "switchboard holds {} jobs, the most it keeps (scheduler.max_jobs); remove one \
+                 first, or ask its operator",
+                all.len()
             ));
         }
         let id = self.store.new_id().await.map_err(|err| err.to_string())?;
@@ -246,6 +280,7 @@ impl Jobs {
             active_hours: None,
             retry: None,
             agent: new.agent.map(|agent| agent.to_string()),
+            owner: new.owner,
         };
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
@@ -299,6 +334,7 @@ impl Jobs {
                 active_hours: wanted.active_hours.clone(),
                 retry: None,
                 agent: None,
+                owner: None,
             };
             job.next_due = job.next_after(now)?;
             self.store.put(&job).await.map_err(|err| err.to_string())?;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use switchboard_core::{Fate, InboundMessage, MessageId, Tenure};
+use switchboard_core::{Fate, InboundMessage, MessageId, OutboundKind, Tenure};
 use tokio::sync::mpsc::Receiver;
 use tokio::time::Instant;
 
@@ -228,6 +228,7 @@ fn job_due(every: &str, due: &str, catch_up: u64) -> Job {
         active_hours: None,
         retry: None,
         agent: None,
+        owner: None,
     }
 }
 
@@ -270,6 +271,20 @@ async fn due_times_that_passed_while_nobody_fired_are_recorded_as_folded() {
     }
     let job = s.store.job("j1").await.expect("read").expect("there");
     assert_eq!(job.next_due, Some(at("2026-11-25T10:00:40Z")));
+    let told: Vec<String> = s
+        .told()
+        .into_iter()
+        .filter_map(|kind| match kind {
+            OutboundKind::Notice(text) => Some(text),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "the chat is told once: {told:?}");
+    assert!(
+        told[0].contains("missed 3 more due times after the one at 2026-11-25T10:00:00Z")
+            && told[0].contains("the last at 2026-11-25T10:00:30Z"),
+        "{told:?}"
+    );
     s.stop.cancel();
 }
 

@@ -38,6 +38,7 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
         active_hours: None,
         retry: None,
         agent: None,
+        owner: None,
     };
     pending.last = Some(Run {
         job: "j1".into(),

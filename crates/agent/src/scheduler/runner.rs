@@ -66,6 +66,12 @@ pub struct SchedulerConfig {
     pub catch_up: Duration,
     /// Jobs one chat may have.
     pub max_jobs_per_chat: usize,
+    /// Jobs one person may have, in all their chats (see [`NewJob::owner`]).
+    ///
+    /// [`NewJob::owner`]: super::NewJob::owner
+    pub max_jobs_per_person: usize,
+    /// Jobs the daemon may have in all (the config's own not counted).
+    pub max_jobs: usize,
     /// The shortest time allowed between two runs of a job.
     pub min_interval: Duration,
     /// The longest the loop sleeps before looking again (for jobs another process changed,
@@ -79,6 +85,8 @@ impl Default for SchedulerConfig {
             timezone: None,
             catch_up: Duration::from_secs(3600),
             max_jobs_per_chat: 50,
+            max_jobs_per_person: 200,
+            max_jobs: 1000,
             min_interval: Duration::from_secs(60),
             poll: Duration::from_secs(2),
         }

@@ -3,14 +3,14 @@
 use std::str::FromStr;
 
 use jiff::SignedDuration;
-use switchboard_core::Origin;
+use switchboard_core::{ChannelName, ChatId, Origin, SenderId};
 
 use super::*;
 use crate::scheduler::clock::{Clock, TokioClock};
 use crate::scheduler::due::Schedule;
 use crate::scheduler::job::Outcome;
 use crate::scheduler::job::{JobKind, SessionMode};
-use crate::scheduler::jobs::{Asker, NewJob};
+use crate::scheduler::jobs::{Asker, NewJob, owner_of};
 use crate::scheduler::test_setup::*;
 
 #[tokio::test(start_paused = true)]
@@ -404,5 +404,49 @@ async fn a_wall_clock_jump_neither_doubles_nor_drops_a_run() {
     after.settle(Fate::Handled);
     let runs = s.store.runs(&job.id, 10).await.expect("runs");
     assert_eq!(runs.len(), 4, "{runs:?}");
+    s.stop.cancel();
+}
+
+/// One person spreading jobs over chat ids, and the daemon's own total, are capped with
+/// refusals that name their keys; WebSocket's connections are one person.
+#[tokio::test(start_paused = true)]
+async fn jobs_are_capped_per_person_across_their_chats_and_per_daemon() {
+    let start = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
+    let clock = Arc::new(TokioClock::starting_at(start));
+    let config = SchedulerConfig {
+        max_jobs_per_person: 2,
+        max_jobs: 3,
+        ..SchedulerConfig::default()
+    };
+    let s = start_on(clock, None, config);
+    let web = ChannelName::from("websocket");
+    let add = |chat: &str, owner: String| {
+        let chat = (web.clone(), ChatId::from(chat));
+        let jobs = s.scheduler.jobs().clone();
+        async move {
+            jobs.add(NewJob {
+                chat,
+                owner: Some(owner),
+                ..new_job(Schedule::every("1h", start).expect("every"))
+            })
+            .await
+        }
+    };
+    let token = |conn: u32| owner_of(&web, Some(&SenderId::from(format!("ws:{conn}").as_str())));
+    assert_eq!(token(1), token(2), "every connection is the token's holder");
+    add("a", token(1)).await.expect("first");
+    add("b", token(2)).await.expect("second, another chat");
+    let refused = add("c", token(3)).await.expect_err("a third");
+    assert!(
+        refused.contains("scheduler.max_jobs_per_person"),
+        "{refused}"
+    );
+    let ada = owner_of(&ChannelName::from("telegram"), Some(&SenderId::from("42")));
+    assert_eq!(ada, "telegram:42");
+    add("42", ada).await.expect("another person's");
+    let refused = add("7", "telegram:7".into())
+        .await
+        .expect_err("a fourth in all");
+    assert!(refused.contains("scheduler.max_jobs"), "{refused}");
     s.stop.cancel();
 }

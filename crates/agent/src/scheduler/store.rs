@@ -447,6 +447,7 @@ mod tests {
             active_hours: None,
             retry: None,
             agent: None,
+            owner: None,
         }
     }
 

@@ -224,6 +224,7 @@ pub(super) fn new_job(schedule: Schedule) -> NewJob {
         catch_up: None,
         created_by: None,
         agent: None,
+        owner: None,
     }
 }
 

@@ -11,7 +11,7 @@ use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use super::due::When;
 use super::isolated::CHANNEL as ISOLATED_CHANNEL;
 use super::job::SessionMode;
-use super::jobs::{Asker, JobAction, Jobs, NewJob, describe};
+use super::jobs::{Asker, JobAction, Jobs, NewJob, describe, owner_of};
 
 /// The agent's way to the scheduler.
 pub struct CronTool {
@@ -120,6 +120,7 @@ impl Tool for CronTool {
                         ToolError::InvalidArguments("`session` is chat or isolated".into())
                     })?,
                 };
+                let owner = owner_of(&channel, ctx.sender.as_ref());
                 let tz = args.tz.clone().unwrap_or_else(|| self.jobs.timezone());
                 let now = self.jobs.now();
                 let schedule = When::one_of(
@@ -140,6 +141,7 @@ impl Tool for CronTool {
                         session,
                         catch_up: None,
                         created_by: None,
+                        owner: Some(owner),
                         agent: Some(ctx.agent.clone()),
                     })
                     .await
