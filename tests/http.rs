@@ -329,15 +329,14 @@ async fn with_every_pending_slot_taken_health_and_authenticated_clients_still_ge
     let llm = ScriptedLlm::start().await.expect("llm");
     let daemon = small_listener(&llm, dir.path()).await;
     let addr = daemon.addr();
-    // Four addresses hold their shares: every one of the 16 pending slots.
+    // Sixteen addresses hold one each: every one of the 16 pending slots, evenly (none holds
+    // more than a newcomer would, so none is taken from them).
     let mut held = Vec::new();
-    for source in 2..6 {
-        for _ in 0..4 {
-            held.push(idle_half_request(&format!("127.0.0.{source}"), addr).await);
-        }
+    for source in 2..18 {
+        held.push(idle_half_request(&format!("127.0.0.{source}"), addr).await);
     }
-    // A fifth gets a reserved slot, but holds it only a second.
-    let mut late = idle_half_request("127.0.0.6", addr).await;
+    // Another gets a reserved slot, but holds it only a second.
+    let mut late = idle_half_request("127.0.0.30", addr).await;
     let since = Instant::now();
     let mut answer = Vec::new();
     tokio::time::timeout(util::PATIENCE, late.read_to_end(&mut answer))
@@ -363,6 +362,100 @@ async fn with_every_pending_slot_taken_health_and_authenticated_clients_still_ge
     );
     let mut client = client_with_token(addr).await;
     assert_eq!(client.say("c", "still?").await.reply(), "echo: still?");
+    drop(held);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_few_addresses_holding_every_slot_cannot_keep_a_new_visitor_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let daemon = small_listener(&llm, dir.path()).await;
+    let addr = daemon.addr();
+    // Four addresses hold their whole share each: all 16 pending slots.
+    let mut held = Vec::new();
+    for source in 2..6 {
+        for _ in 0..4 {
+            held.push(idle_half_request(&format!("127.0.0.{source}"), addr).await);
+        }
+    }
+    // A visitor gets the page: a slot is taken from one of them, whose connection closes.
+    let page = crate::chat::http_get(addr, "/").await;
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let mut closed = 0;
+    for stream in &mut held {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 1, "one held connection gave its slot");
+    drop(held);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_thousand_addresses_holding_a_slot_each_leave_health_and_token_clients_answered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        Extra {
+            http: "header_timeout_secs = 30",
+            ..Extra::default()
+        },
+    )
+    .replace(
+        "auth = \"none\"",
+        &format!("auth = \"token\"\ntoken = \"{SMALL_TOKEN}\""),
+    );
+    let daemon = switchboard::app::start(util::config(&text, dir.path()), util::test_tools())
+        .await
+        .expect("daemon");
+    let addr = daemon.addr();
+    // 1,000 addresses, one half-sent request each (the defaults: 256 pending slots, 32
+    // reserved).
+    let mut held = Vec::new();
+    for n in 0..1000u32 {
+        let source = format!("127.1.{}.{}", n / 250, n % 250 + 1);
+        held.push(idle_half_request(&source, addr).await);
+    }
+    let since = Instant::now();
+    // What they cannot stop: health checks and a client with the token — once the 32 that
+    // got a reserved slot lost it (a second each, at most; one each).
+    let deadline = Instant::now() + util::PATIENCE;
+    let healthy = loop {
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        let _ = stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await;
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 200") {
+            break since.elapsed();
+        }
+        assert!(Instant::now() < deadline, "health never answered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let response = crate::chat::http_get(addr, "/readyz").await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let mut client = client_with_token(addr).await;
+    assert_eq!(client.say("c", "still?").await.reply(), "echo: still?");
+    // What they can: every pending slot is held evenly, so a new visitor is told to come
+    // back (until their header time runs out).
+    let page = crate::chat::http_get(addr, "/").await;
+    eprintln!(
+        "1,000 addresses: health answered after {healthy:?}, a token client within {:?}; a \
+         new visitor got {}",
+        since.elapsed(),
+        page.lines().next().unwrap_or_default()
+    );
+    assert!(page.starts_with("HTTP/1.1 503"), "{page}");
+    let health = util::health(addr).await;
+    eprintln!("refused so far: {}", health["http_refused_connections"]);
     drop(held);
     daemon.shutdown().await;
 }

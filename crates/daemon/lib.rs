@@ -12,6 +12,7 @@
 //! - `cli`: the command line (clap).
 //! - `cluster`: `[cluster]`: what this process is (alone, a gateway, a worker) and its bus.
 //! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
+//! - `admission`: who gets a pre-auth connection slot (per client, shared out when scarce).
 //! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
 //! - `health`: `/healthz` and the channel states behind it.
 //! - `llm_health`: whether the models answer (for `/healthz` and `/metrics`).
@@ -30,6 +31,7 @@
 //! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
 mod admin;
+mod admission;
 pub mod agents;
 mod agents_config;
 pub mod app;

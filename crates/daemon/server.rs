@@ -8,8 +8,9 @@
 //!   held by the socket itself, so it is freed when the socket closes, upgraded or not.
 //! - At most `max_pending` of them are plain HTTP connections — page loads, health checks,
 //!   WebSocket handshakes not yet accepted — so clients that never authenticate cannot take
-//!   every slot; and at most `max_pending_per_client` from one source address, so one
-//!   client (a slowloris) cannot take them all from everyone else.
+//!   every slot; at most `max_pending_per_client` from one client (an IPv4 address, an IPv6
+//!   /64), and once they are scarce a client holding fewer takes one from the biggest holder
+//!   (`admission.rs`), so a few clients (a slowloris) cannot keep everyone else out.
 //! - When the pending slots are all taken, `reserved` more are kept for what must still get
 //!   through: `/healthz` and `/readyz`, and requests that carry credentials (a bearer token,
 //!   the `bearer` subprotocol, `?token=`), which the router then checks. Anything else on a
@@ -22,11 +23,10 @@
 //! A connection over a limit gets a bare 503 and is closed at once; refusals are counted
 //! (`/healthz`) and logged at most every ten seconds.
 
-use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,6 +41,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use crate::admission::{Admission, Refused, Slots, Ticket};
 
 /// How the listener protects itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,8 +134,11 @@ impl Server {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let total = Arc::new(Semaphore::new(limits.max_connections.max(1)));
-        let pending = Arc::new(Semaphore::new(limits.max_pending.max(1)));
-        let reserved = Arc::new(Semaphore::new(limits.reserved));
+        let admission = Admission::new(Slots {
+            pending: limits.max_pending.max(1),
+            per_client: limits.max_pending_per_client,
+            reserved: limits.reserved,
+        });
         let reserved_router = router
             .clone()
             .layer(axum::middleware::from_fn(reserved_only));
@@ -147,9 +152,7 @@ impl Server {
                 reserved_router,
                 limits,
                 total: total.clone(),
-                pending,
-                reserved,
-                per_client: Arc::new(Mutex::new(HashMap::new())),
+                admission,
                 refused: refused.clone(),
                 stop: stop.clone(),
                 connections: connections.clone(),
@@ -206,14 +209,9 @@ struct Acceptor {
     reserved_router: Router,
     limits: Limits,
     total: Arc<Semaphore>,
-    /// Free slots of `max_pending`; held by a connection task until its HTTP connection
-    /// ends (closed, or upgraded to a WebSocket).
-    pending: Arc<Semaphore>,
-    /// Free reserved slots, held like `pending`'s.
-    reserved: Arc<Semaphore>,
-    /// Pending connections per source address; an entry leaves when its count is 0. Taken
-    /// by the accept loop, given back by each connection's [`ClientSlot`].
-    per_client: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    /// The slots of `max_pending` and the reserved ones; a connection task holds its ticket
+    /// until its HTTP connection ends (closed, or upgraded to a WebSocket).
+    admission: Admission,
     refused: Arc<AtomicU64>,
     stop: CancellationToken,
     connections: TaskTracker,
@@ -241,23 +239,24 @@ impl Acceptor {
                 self.refuse(stream, "http.max_connections");
                 continue;
             };
-            let Some(client) = self.client_slot(peer.ip()) else {
-                self.refuse(stream, "http.max_pending_per_client");
-                continue;
+            let ticket = match self.admission.admit(peer.ip()) {
+                Ok(ticket) => ticket,
+                Err(Refused::Client) => {
+                    self.refuse(stream, "http.max_pending_per_client");
+                    continue;
+                }
+                Err(Refused::Full) => {
+                    self.refuse(stream, "http.max_pending_connections");
+                    continue;
+                }
             };
-            let (pending, router, header_timeout) = match self.pending.clone().try_acquire_owned() {
-                Ok(pending) => (pending, self.router.clone(), self.limits.header_timeout),
-                Err(_) => match self.reserved.clone().try_acquire_owned() {
-                    Ok(reserved) => (
-                        reserved,
-                        self.reserved_router.clone(),
-                        self.limits.header_timeout.min(RESERVED_HEADER_TIMEOUT),
-                    ),
-                    Err(_) => {
-                        self.refuse(stream, "http.max_pending_connections");
-                        continue;
-                    }
-                },
+            let (router, header_timeout) = if ticket.reserved {
+                (
+                    self.reserved_router.clone(),
+                    self.limits.header_timeout.min(RESERVED_HEADER_TIMEOUT),
+                )
+            } else {
+                (self.router.clone(), self.limits.header_timeout)
             };
             let _ = stream.set_nodelay(true);
             self.connections.spawn(serve_connection(
@@ -265,33 +264,12 @@ impl Acceptor {
                     stream,
                     _slot: slot,
                 },
-                (pending, client),
+                ticket,
                 router,
                 header_timeout,
                 self.stop.clone(),
             ));
         }
-    }
-
-    /// A pending slot of `ip`'s share, unless it holds its whole share.
-    fn client_slot(&self, ip: IpAddr) -> Option<ClientSlot> {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-            v4 => v4,
-        };
-        let mut counts = self
-            .per_client
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let count = counts.entry(ip).or_insert(0);
-        if *count >= self.limits.max_pending_per_client.max(1) {
-            return None;
-        }
-        *count += 1;
-        Some(ClientSlot {
-            ip,
-            counts: self.per_client.clone(),
-        })
     }
 
     fn refuse(&mut self, stream: TcpStream, limit: &'static str) {
@@ -327,7 +305,7 @@ impl Acceptor {
 /// in progress is finished first).
 async fn serve_connection(
     stream: Slotted,
-    pending: (OwnedSemaphorePermit, ClientSlot),
+    ticket: Ticket,
     router: Router,
     header_timeout: Duration,
     stop: CancellationToken,
@@ -346,30 +324,16 @@ async fn serve_connection(
             connection.as_mut().graceful_shutdown();
             connection.await
         }
+        // Its slot went to a client that held fewer: closed at once.
+        () = ticket.taken().cancelled() => {
+            tracing::debug!("an HTTP connection gave its slot to another client's");
+            return;
+        }
     };
     if let Err(err) = result {
         tracing::debug!(error = %err, "HTTP connection ended with an error");
     }
-    drop(pending);
-}
-
-/// One of a source address's pending slots, given back when dropped (with the connection's
-/// pending slot: when its HTTP connection ends or becomes a WebSocket).
-struct ClientSlot {
-    ip: IpAddr,
-    counts: Arc<Mutex<HashMap<IpAddr, usize>>>,
-}
-
-impl Drop for ClientSlot {
-    fn drop(&mut self) {
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&self.ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                counts.remove(&self.ip);
-            }
-        }
-    }
+    drop(ticket);
 }
 
 /// What a reserved slot serves: health checks, and requests that carry credentials (the
