@@ -404,3 +404,69 @@ async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() 
     }
     t.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_reply_in_many_parts_keeps_within_the_bucket_its_headers_state_and_draws_no_429() {
+    let t = Discord::start("stream = false").await;
+    // Discord's own numbers for a channel's messages: 5 every 5 s (here, 3 every second).
+    t.fake.set_bucket(3, Duration::from_secs(1));
+    let reply: String = (0..8)
+        .map(|part| format!("part {part}: {}\n\n", "word ".repeat(350)))
+        .collect();
+    t.llm.push(Reply::text(reply.clone()));
+    t.fake.dm(ADA, "tell me everything");
+    let words = |text: &str| text.split_whitespace().count();
+    let expected = words(&reply);
+    t.fake
+        .wait_until(PATIENCE, "the whole reply", |f| {
+            f.messages_to(dm(ADA))
+                .iter()
+                .map(|m| words(&m.content))
+                .sum::<usize>()
+                == expected
+        })
+        .await;
+    let parts = t.fake.messages_to(dm(ADA));
+    assert!(parts.len() >= 6, "{} parts", parts.len());
+    assert!(
+        t.fake.over_bucket().is_empty(),
+        "a write came after the headers said the bucket was empty: {:?}",
+        t.fake.over_bucket()
+    );
+    // The fourth part waited for the bucket's reset.
+    let waited = parts[3].at.duration_since(parts[0].at);
+    assert!(waited >= Duration::from_millis(900), "{waited:?}");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_global_429_holds_the_bots_writes_to_every_channel_until_it_is_over() {
+    let t = Discord::start("stream = false").await;
+    t.fake.global_limit(dm(ADA), Duration::from_millis(1500));
+    t.fake.dm(ADA, "first");
+    t.fake
+        .wait_until(PATIENCE, "the global 429", |f| !f.global_at().is_empty())
+        .await;
+    let limited_at = t.fake.global_at()[0];
+    let id = t.fake.dm(CAROL, "meanwhile");
+    assert_eq!(t.wait_for_reply(dm(CAROL), id).await, "echo: meanwhile");
+    let written = t
+        .fake
+        .messages_to(dm(CAROL))
+        .first()
+        .map(|m| m.at)
+        .expect("written");
+    assert!(
+        written.duration_since(limited_at) >= Duration::from_millis(1400),
+        "another chat's write waited for the global limit: {:?}",
+        written.duration_since(limited_at)
+    );
+    assert!(
+        t.fake
+            .messages_to(dm(ADA))
+            .iter()
+            .any(|m| m.content == "echo: first"),
+        "the limited one is sent after"
+    );
+    t.daemon.shutdown().await;
+}

@@ -17,7 +17,9 @@
 //! - `identify`: the budget of new sessions (IDENTIFYs).
 //! - `kept`: the gateway session kept in the state store, for the next connection.
 //! - `intake`: from an event to the hub (who may talk, files, slash commands).
-//! - `rest`: REST calls with their errors mapped for delivery; Discord as a `Surface`.
+//! - `limits`: Discord's rate limits as its answers state them — buckets, the global
+//!   limit, the invalid-request guard.
+//! - `rest`: REST calls within them, errors mapped for delivery; Discord as a `Surface`.
 //! - `channel`: [`DiscordChannel`]: start, reconnects, shutdown.
 
 mod channel;
@@ -27,6 +29,7 @@ mod gateway;
 mod identify;
 mod intake;
 mod kept;
+mod limits;
 mod model;
 mod rest;
 

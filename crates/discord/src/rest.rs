@@ -2,8 +2,10 @@
 //! `Http`: with its rate limiter on it retries a 429 inside the call, where the delivery
 //! lanes cannot see it, and ignores a custom base URL; with it off it drops the wait Discord
 //! states — `tests/serenity.rs` shows it), each call within a time limit and each answer
-//! within a size cap. Errors are mapped for delivery: a 429 is `RateLimited` with Discord's
-//! `retry_after`, a network failure or 5xx `Unavailable`, the rest final.
+//! within a size cap, and within Discord's rate limits as its answers state them (buckets,
+//! the global limit, the invalid-request guard: `limits.rs`). Errors are mapped for
+//! delivery: a 429 — or a bucket with nothing left for longer than a moment — is
+//! `RateLimited` with the wait, a network failure or 5xx `Unavailable`, the rest final.
 //!
 //! [`Discord`] is the channel's [`Surface`]: messages with `allowed_mentions` that let no
 //! one be pinged but the author being answered, replies as message references, embeds of
@@ -18,6 +20,8 @@ use serde_json::{Value, json};
 use switchboard_adapter::{Measure, Remembered, Said, Surface};
 use switchboard_core::{ChatId, CoreError, error_chain};
 use url::Url;
+
+use crate::limits::{Answered, Gate, INLINE_WAIT, RateLimits, Route};
 
 /// The channel's name, and the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "discord";
@@ -41,6 +45,7 @@ pub(crate) struct Rest {
     /// `<api_url>/api/v10/`.
     base: Url,
     authorization: String,
+    limits: Arc<RateLimits>,
 }
 
 impl Rest {
@@ -63,6 +68,7 @@ impl Rest {
             client,
             base,
             authorization: format!("Bot {token}"),
+            limits: Arc::default(),
         })
     }
 
@@ -78,6 +84,25 @@ impl Rest {
             .base
             .join(path)
             .map_err(|err| channel_error(format!("bad path {path}: {err}")))?;
+        let route = Route::of(&method, path);
+        loop {
+            match self.limits.before(&route, tokio::time::Instant::now()) {
+                Gate::Go => break,
+                Gate::Wait(wait) if wait <= INLINE_WAIT => tokio::time::sleep(wait).await,
+                // Longer: the delivery lane holds the chat, and other chats go on.
+                Gate::Wait(wait) => {
+                    return Err(CoreError::RateLimited {
+                        retry_after: Some(wait),
+                    });
+                }
+                Gate::Refused(why) => {
+                    return Err(CoreError::Unavailable {
+                        channel: CHANNEL_NAME.into(),
+                        message: why,
+                    });
+                }
+            }
+        }
         let mut request = self
             .client
             .request(method.clone(), url)
@@ -87,6 +112,7 @@ impl Rest {
         }
         let response = request.send().await.map_err(|err| unavailable(&err))?;
         let status = response.status();
+        let headers = response.headers().clone();
         let retry_header = response
             .headers()
             .get("retry-after")
@@ -98,19 +124,24 @@ impl Rest {
         } else {
             serde_json::from_slice(&bytes).unwrap_or(Value::Null)
         };
+        let retry_after = answer["retry_after"]
+            .as_f64()
+            .or(retry_header)
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(|s| Duration::from_secs_f64(s.min(3600.0)));
+        let answered = Answered {
+            status: status.as_u16(),
+            retry_after,
+            global: answer["global"].as_bool() == Some(true),
+        };
+        self.limits
+            .after(&route, &headers, &answered, tokio::time::Instant::now());
         if status.is_success() {
             return Ok(answer);
         }
         let said = answer["message"].as_str().unwrap_or("").to_owned();
         Err(match status.as_u16() {
-            429 => {
-                let secs = answer["retry_after"].as_f64().or(retry_header);
-                CoreError::RateLimited {
-                    retry_after: secs
-                        .filter(|s| s.is_finite() && *s >= 0.0)
-                        .map(|s| Duration::from_secs_f64(s.min(3600.0))),
-                }
-            }
+            429 => CoreError::RateLimited { retry_after },
             401 => channel_error(
                 "Discord refused the bot token (401); check channels.discord.token".into(),
             ),

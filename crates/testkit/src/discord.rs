@@ -85,6 +85,16 @@ struct Inner {
     /// Channels answering 429: (retry_after seconds, answers left).
     limited: HashMap<u64, (f64, u32)>,
     limited_at: Vec<(u64, Instant)>,
+    /// Channels whose next write gets a global 429 (`retry_after` seconds).
+    global_limited: HashMap<u64, f64>,
+    /// When a global 429 was answered.
+    global_at: Vec<Instant>,
+    /// The messages bucket, when set: (limit, window); and each channel's use of it:
+    /// (remaining, reset at).
+    bucket: Option<(u32, Duration)>,
+    buckets: HashMap<u64, (u32, Instant)>,
+    /// Writes answered 429 for being over the bucket the headers had stated.
+    over_bucket: Vec<(u64, Instant)>,
     /// Refused sends (400), by channel.
     refused: Vec<(u64, String)>,
     commands: Vec<Value>,
@@ -400,6 +410,31 @@ impl FakeDiscord {
             .lock()
             .limited
             .insert(channel, (retry_after.as_secs_f64(), times));
+    }
+
+    /// Message writes (sends and edits) share one bucket per channel of `limit` calls every
+    /// `window`, stated in every answer's `X-RateLimit-*` headers, as Discord does; a write
+    /// over it is answered 429 (and recorded: [`FakeDiscord::over_bucket`]).
+    pub fn set_bucket(&self, limit: u32, window: Duration) {
+        self.shared.lock().bucket = Some((limit, window));
+    }
+
+    /// Writes answered 429 because they came when the headers had said nothing was left.
+    pub fn over_bucket(&self) -> Vec<(u64, Instant)> {
+        self.shared.lock().over_bucket.clone()
+    }
+
+    /// The next write to `channel` is answered with a global 429 (`X-RateLimit-Global`).
+    pub fn global_limit(&self, channel: u64, retry_after: Duration) {
+        self.shared
+            .lock()
+            .global_limited
+            .insert(channel, retry_after.as_secs_f64());
+    }
+
+    /// When global 429s were answered.
+    pub fn global_at(&self) -> Vec<Instant> {
+        self.shared.lock().global_at.clone()
     }
 
     /// When `channel` answered 429.

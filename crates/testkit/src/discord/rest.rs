@@ -23,6 +23,66 @@ fn error(status: StatusCode, body: Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// The bucket's state for a write to `channel` now, as headers; or a 429 when it has
+/// nothing left (Discord's `user` scope).
+fn bucket(inner: &mut Inner, channel: u64) -> Result<Vec<(&'static str, String)>, Response> {
+    let Some((limit, window)) = inner.bucket else {
+        return Ok(Vec::new());
+    };
+    let now = Instant::now();
+    let (remaining, reset_at) = inner
+        .buckets
+        .entry(channel)
+        .or_insert((limit, now + window));
+    if *reset_at <= now {
+        *remaining = limit;
+        *reset_at = now + window;
+    }
+    let reset_after = reset_at.duration_since(now).as_secs_f64();
+    if *remaining == 0 {
+        inner.over_bucket.push((channel, now));
+        let body = json!({"message": "You are being rate limited.", "retry_after": reset_after, "global": false});
+        let mut response = error(StatusCode::TOO_MANY_REQUESTS, body);
+        for (name, value) in [
+            ("x-ratelimit-scope", "user".to_owned()),
+            ("x-ratelimit-bucket", "messages".to_owned()),
+            ("x-ratelimit-remaining", "0".to_owned()),
+            ("x-ratelimit-reset-after", format!("{reset_after:.3}")),
+            ("retry-after", format!("{}", reset_after.ceil())),
+        ] {
+            if let Ok(value) = value.parse() {
+                response.headers_mut().insert(name, value);
+            }
+        }
+        return Err(response);
+    }
+    *remaining -= 1;
+    Ok(vec![
+        ("x-ratelimit-bucket", "messages".to_owned()),
+        ("x-ratelimit-limit", limit.to_string()),
+        ("x-ratelimit-remaining", remaining.to_string()),
+        ("x-ratelimit-reset-after", format!("{reset_after:.3}")),
+    ])
+}
+
+/// A global 429 for `channel`'s write, if one is due.
+fn globally_limited(inner: &mut Inner, channel: u64) -> Option<Response> {
+    let retry_after = inner.global_limited.remove(&channel)?;
+    inner.global_at.push(Instant::now());
+    let body = json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": true});
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, body);
+    for (name, value) in [
+        ("x-ratelimit-global", "true".to_owned()),
+        ("x-ratelimit-scope", "global".to_owned()),
+        ("retry-after", format!("{}", retry_after.ceil())),
+    ] {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    Some(response)
+}
+
 /// A 429 for `channel` if it is limited.
 fn limited(inner: &mut Inner, channel: u64) -> Option<Response> {
     let (retry_after, left) = inner.limited.get_mut(&channel)?;
@@ -73,11 +133,21 @@ fn write(
         );
     }
     let mut inner = shared.lock();
-    if let Some(response) = limited(&mut inner, channel) {
+    if let Some(response) =
+        globally_limited(&mut inner, channel).or_else(|| limited(&mut inner, channel))
+    {
         drop(inner);
         shared.changed.notify_waiters();
         return response;
     }
+    let stated = match bucket(&mut inner, channel) {
+        Ok(stated) => stated,
+        Err(response) => {
+            drop(inner);
+            shared.changed.notify_waiters();
+            return response;
+        }
+    };
     let content = body["content"].as_str().unwrap_or_default().to_owned();
     if content.chars().count() > 2000 || (content.is_empty() && message.is_none()) {
         let why = if content.is_empty() {
@@ -125,8 +195,16 @@ fn write(
     });
     drop(inner);
     shared.changed.notify_waiters();
-    axum::Json(json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}))
-        .into_response()
+    let mut response = axum::Json(
+        json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}),
+    )
+    .into_response();
+    for (name, value) in stated {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 /// `GET /users/@me`: the bot, for the right token.
