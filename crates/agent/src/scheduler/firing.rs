@@ -401,9 +401,7 @@ impl Scheduler {
                 _ => break,
             }
         }
-        let Some(last) = folded.last().copied() else {
-            return None;
-        };
+        let last = folded.last().copied()?;
         let more = passed_count - folded.len();
         let shown_last = last;
         for passed in folded {

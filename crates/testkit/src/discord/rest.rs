@@ -25,7 +25,7 @@ fn error(status: StatusCode, body: Value) -> Response {
 
 /// The bucket's state for a write to `channel` now, as headers; or a 429 when it has
 /// nothing left (Discord's `user` scope).
-fn bucket(inner: &mut Inner, channel: u64) -> Result<Vec<(&'static str, String)>, Response> {
+fn bucket(inner: &mut Inner, channel: u64) -> Result<Vec<(&'static str, String)>, Box<Response>> {
     let Some((limit, window)) = inner.bucket else {
         return Ok(Vec::new());
     };
@@ -54,7 +54,7 @@ fn bucket(inner: &mut Inner, channel: u64) -> Result<Vec<(&'static str, String)>
                 response.headers_mut().insert(name, value);
             }
         }
-        return Err(response);
+        return Err(Box::new(response));
     }
     *remaining -= 1;
     Ok(vec![
@@ -145,7 +145,7 @@ fn write(
         Err(response) => {
             drop(inner);
             shared.changed.notify_waiters();
-            return response;
+            return *response;
         }
     };
     let content = body["content"].as_str().unwrap_or_default().to_owned();
