@@ -528,6 +528,12 @@ pub(crate) async fn a_message_delivered_again_is_answered_once_before_during_and
     P: Platform,
 >() {
     let t = Run::<P>::start(true).await;
+    // At once, while the first delivery is still being taken in.
+    let zeroth = t.fake.dm(ADA, "zeroth");
+    t.fake.deliver_again(&zeroth);
+    let posts = t.replies_once_handled(&zeroth, "after the zeroth").await;
+    assert_eq!(posts.len(), 1, "one answer to the zeroth: {posts:?}");
+
     // While the model is still working on it.
     t.llm
         .push(Reply::text("the first answer").delayed(Duration::from_millis(600)));
@@ -570,7 +576,7 @@ pub(crate) async fn a_message_delivered_again_is_answered_once_before_during_and
         .iter()
         .map(switchboard_testkit::last_user_text)
         .collect();
-    for said in ["first", "second", "third"] {
+    for said in ["zeroth", "first", "second", "third"] {
         let times = asked.iter().filter(|text| *text == said).count();
         assert_eq!(
             times, 1,

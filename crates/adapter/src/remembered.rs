@@ -32,6 +32,32 @@ impl<K: Eq + Hash, V: Clone> Remembered<K, V> {
         table.insert(key, value);
     }
 
+    /// Notes `value` for `key` unless something is noted for it already; whether it was
+    /// new (one look, so of two tasks noting the same key at once one is first).
+    pub fn note_new(&self, key: K, value: V) -> bool {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        if table.contains_key(&key) {
+            return false;
+        }
+        if table.len() >= self.capacity {
+            table.clear();
+        }
+        table.insert(key, value);
+        true
+    }
+
+    /// Forgets `key`.
+    pub fn forget<Q>(&self, key: &Q)
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        self.table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
     /// What was noted for `key`, if it is still remembered.
     pub fn get<Q>(&self, key: &Q) -> Option<V>
     where
@@ -59,5 +85,14 @@ mod tests {
         assert_eq!((table.get("a"), table.get("b")), (Some(1), Some(3)));
         table.note("c".to_owned(), 4);
         assert_eq!((table.get("a"), table.get("c")), (None, Some(4)));
+    }
+
+    #[test]
+    fn of_two_notes_of_one_key_one_is_new_and_a_forgotten_key_is_new_again() {
+        let table = Remembered::new(8);
+        assert!(table.note_new("ev1".to_owned(), ()));
+        assert!(!table.note_new("ev1".to_owned(), ()));
+        table.forget("ev1");
+        assert!(table.note_new("ev1".to_owned(), ()));
     }
 }

@@ -12,7 +12,7 @@
 //! A `disconnect` from Slack (every few hours) makes slack-morphism reconnect.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -109,7 +109,7 @@ struct Dispatch {
     inbox: Inbox,
     me: String,
     policy: ChannelPolicy,
-    seen: Mutex<Remembered<String, ()>>,
+    seen: Remembered<String, ()>,
 }
 
 impl SlackChannel {
@@ -209,7 +209,7 @@ impl Channel for SlackChannel {
             inbox,
             me,
             policy: self.inner.settings.channel_policy,
-            seen: Mutex::new(Remembered::new(SEEN_EVENTS)),
+            seen: Remembered::new(SEEN_EVENTS),
         });
         let environment = Arc::new(
             SlackClientEventsListenerEnvironment::new(self.inner.client.clone())
@@ -333,17 +333,23 @@ fn on_error(
 impl Dispatch {
     async fn take(&self, event: SlackPushEventCallback) -> UserCallbackResult<()> {
         let id = event.event_id.0.clone();
-        if self
-            .seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&id)
-            .is_some()
-        {
+        // Noted as it is looked up, so a retry that comes while this one is still being
+        // taken in (Slack's `retry_attempt`, on another envelope) is skipped too; forgotten
+        // again if this one is not taken, so Slack's next retry is.
+        if !self.seen.note_new(id.clone(), ()) {
             tracing::debug!(event = %id, "Slack: an event sent again was skipped");
             return Ok(());
         }
-        let received = match incoming(&event, &self.me, self.policy) {
+        let taken = self.take_new(&id, &event).await;
+        if taken.is_err() {
+            self.seen.forget(&id);
+        }
+        taken
+    }
+
+    /// Takes in an event not seen before.
+    async fn take_new(&self, id: &str, event: &SlackPushEventCallback) -> UserCallbackResult<()> {
+        let received = match incoming(event, &self.me, self.policy) {
             Incoming::Ignore(why) => {
                 tracing::debug!(event = %id, why, "Slack event not for the agent");
                 return Ok(());
@@ -366,10 +372,6 @@ impl Dispatch {
             // The run ended: the inbox has it for the next.
             return Err("the Slack channel is stopping".into());
         }
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .note(id, ());
         Ok(())
     }
 }
