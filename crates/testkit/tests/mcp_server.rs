@@ -17,7 +17,8 @@ async fn the_test_server_lists_its_tools_and_answers_over_stdio() {
     assert_eq!(
         names,
         [
-            "crash", "echo", "env", "flood", "gather", "grow", "meet", "picture", "slow"
+            "crash", "echo", "env", "flood", "freeze", "gather", "grow", "look", "meet", "picture",
+            "slow"
         ]
     );
     let echo = tools.iter().find(|t| t.name == "echo").expect("echo");
