@@ -302,6 +302,26 @@ async fn a_slash_command_is_answered_and_runs_as_the_typed_command() {
     assert_eq!(echoed, Some(serde_json::json!("/model nonesuch")));
     let answer = &t.fake.messages_to(dm(ADA))[2].content;
     assert!(answer.contains("the only model here"), "{answer}");
+    // Every chat command is registered, with what it takes; `/jobs rm ID` runs as typed.
+    let registered: Vec<String> = t
+        .fake
+        .commands()
+        .iter()
+        .filter_map(|command| command["name"].as_str().map(str::to_owned))
+        .collect();
+    let table: Vec<&str> = switchboard_core::COMMANDS.iter().map(|c| c.name).collect();
+    assert_eq!(registered, table);
+    let jobs = t
+        .fake
+        .slash_command_with(dm(ADA), None, ADA, "jobs", vec![("action", "rm nosuch")]);
+    t.fake
+        .wait_until(PATIENCE, "the jobs' answer", |f| {
+            f.messages_to(dm(ADA)).len() >= 4
+        })
+        .await;
+    let callback = t.fake.callbacks().into_iter().find(|(id, _)| *id == jobs);
+    let echoed = callback.map(|(_, body)| body["data"]["content"].clone());
+    assert_eq!(echoed, Some(serde_json::json!("/jobs rm nosuch")));
     t.daemon.shutdown().await;
 }
 

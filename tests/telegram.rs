@@ -93,6 +93,34 @@ async fn the_offset_moves_past_an_update_once_it_was_handled() {
 }
 
 #[tokio::test]
+async fn the_bots_command_menu_is_every_chat_command() {
+    let t = Telegram::start("stream = false").await;
+    let id = t.fake.private_text(ADA, "/help");
+    let help = t.wait_for_reply(chat(ADA), id).await;
+    let menu: Vec<(String, String)> = t
+        .fake
+        .commands()
+        .iter()
+        .map(|c| {
+            let field = |name: &str| c[name].as_str().unwrap_or_default().to_owned();
+            (field("command"), field("description"))
+        })
+        .collect();
+    let table: Vec<(String, String)> = switchboard_core::COMMANDS
+        .iter()
+        .map(|c| (c.name.to_owned(), c.summary.to_owned()))
+        .collect();
+    assert_eq!(menu, table, "set at start");
+    for (command, _) in &menu {
+        assert!(
+            help.contains(&format!("/{command} ")),
+            "{command} in /help: {help}"
+        );
+    }
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_long_reply_with_a_code_block_arrives_in_parts_that_fit_and_lose_nothing() {
     let t = Telegram::start("stream = false").await;
     let code: String = (0..260)

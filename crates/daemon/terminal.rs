@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use switchboard_agent::{Agent, AgentEvent, Command, HELP, TurnInput};
+use switchboard_agent::{Agent, AgentEvent, Command, TurnInput};
 use switchboard_core::{ChannelName, ChatId, SessionKey};
 use switchboard_sessions::Session;
 use switchboard_tools::ToolRegistry;
@@ -81,7 +81,10 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             true
         }
         Some(Command::Help) => {
-            eprintln!("{HELP}\n/quit — leave (so does Ctrl-C at an empty prompt)");
+            eprintln!(
+                "{}\n/quit — leave (so does Ctrl-C at an empty prompt)",
+                switchboard_core::commands_help()
+            );
             true
         }
         Some(Command::Status) => {

@@ -1,4 +1,7 @@
-//! Chat commands, handled before the agent loop.
+//! Chat commands, handled before the agent loop: read by the one table of them
+//! ([`COMMANDS`], in core), which `/help` and the platforms' menus are made from too.
+
+use switchboard_core::{COMMANDS, CommandSpec, command_named};
 
 use crate::scheduler::JobAction;
 
@@ -28,34 +31,52 @@ pub enum Command {
 }
 
 impl Command {
-    /// Parses a message that is exactly a command (`/stop`, `/stop@MyBot`, ` /NEW `); only
-    /// `/jobs` takes words after it.
+    /// Parses a message that is exactly a command of [`COMMANDS`] (`/stop`, `/stop@MyBot`,
+    /// ` /NEW `, an alias), with no more words after it than the command takes.
     pub fn parse(text: &str) -> Option<Self> {
         let text = text.trim().strip_prefix('/')?;
         let (word, rest) = text
             .split_once(char::is_whitespace)
             .map_or((text, ""), |(word, rest)| (word, rest.trim()));
         let word = word.split_once('@').map_or(word, |(command, _bot)| command);
-        let word = word.to_ascii_lowercase();
-        if word == "jobs" {
-            return Some(Self::Jobs(jobs_action(rest)));
+        let spec = command_named(word)?;
+        let words = rest.split_whitespace().count();
+        match spec.name {
+            // `/jobs` with words it does not know is answered with how to use it.
+            "jobs" => return Some(Self::Jobs(jobs_action(rest))),
+            _ if words > spec.takes.map_or(0, |takes| takes.words) => return None,
+            _ => {}
         }
-        if word == "model" || word == "models" {
-            let name = rest.split_whitespace().next().map(str::to_owned);
-            return (rest.split_whitespace().count() <= 1).then_some(Self::Model(name));
-        }
-        if !rest.is_empty() {
-            return None;
-        }
-        match word.as_str() {
-            "new" | "reset" => Some(Self::New),
-            "stop" => Some(Self::Stop),
-            "help" | "start" => Some(Self::Help),
-            "status" => Some(Self::Status),
-            "usage" | "cost" => Some(Self::Usage),
-            "approve" | "yes" => Some(Self::Approve),
-            "deny" | "no" => Some(Self::Deny),
-            _ => None,
+        Some(match spec.name {
+            "new" => Self::New,
+            "stop" => Self::Stop,
+            "status" => Self::Status,
+            "approve" => Self::Approve,
+            "deny" => Self::Deny,
+            "model" => Self::Model(rest.split_whitespace().next().map(str::to_owned)),
+            "usage" => Self::Usage,
+            "help" => Self::Help,
+            // A command of the table nothing here handles: a test fails first.
+            _ => return None,
+        })
+    }
+
+    /// Its entry in [`COMMANDS`].
+    pub fn spec(&self) -> &'static CommandSpec {
+        let name = match self {
+            Self::New => "new",
+            Self::Stop => "stop",
+            Self::Help => "help",
+            Self::Status => "status",
+            Self::Approve => "approve",
+            Self::Deny => "deny",
+            Self::Usage => "usage",
+            Self::Model(_) => "model",
+            Self::Jobs(_) => "jobs",
+        };
+        match command_named(name) {
+            Some(spec) => spec,
+            None => unreachable!("every command is in the table (tested)"),
         }
     }
 }
@@ -91,18 +112,6 @@ pub(crate) fn command_of(message: &switchboard_core::InboundMessage) -> Option<C
         .then(|| Command::parse(&message.content))
         .flatten()
 }
-
-/// The reply to `/help`.
-pub const HELP: &str = "Commands:\n\
-/new — forget this chat's history and start a new session\n\
-/stop — stop the answer in progress\n\
-/status — what this session holds\n\
-/approve, /deny — answer a request to run a tool\n\
-/jobs — this chat's scheduled jobs (/jobs rm|pause|resume|run ID)\n\
-/model — the models this chat may use; /model NAME switches, /model default goes back\n\
-/usage — what this chat spent today and this month\n\
-/help — this list\n\
-Anything else goes to the agent.";
 
 #[cfg(test)]
 mod tests {
@@ -175,5 +184,30 @@ mod tests {
         assert_eq!(command_of(&message), None);
         message.origin = Origin::Heartbeat;
         assert_eq!(command_of(&message), None);
+    }
+
+    #[test]
+    fn every_command_of_the_table_and_its_aliases_is_handled_here() {
+        for spec in &COMMANDS {
+            for name in std::iter::once(&spec.name).chain(spec.aliases) {
+                let command = Command::parse(&format!("/{name}"))
+                    .unwrap_or_else(|| panic!("/{name} is in the table but not handled"));
+                assert_eq!(command.spec().name, spec.name);
+            }
+        }
+        // And every command handled is in the table (`spec` names each variant).
+        for command in [
+            Command::New,
+            Command::Stop,
+            Command::Help,
+            Command::Status,
+            Command::Approve,
+            Command::Deny,
+            Command::Usage,
+            Command::Model(None),
+            Command::Jobs(None),
+        ] {
+            assert!(COMMANDS.contains(command.spec()));
+        }
     }
 }

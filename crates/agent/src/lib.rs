@@ -63,7 +63,7 @@ pub use ask::AskUserTool;
 pub use choices::{
     ChoiceStore, ChoiceStoreError, Choices, FileChoices, MemoryChoices, StateChoices,
 };
-pub use command::{Command, HELP};
+pub use command::Command;
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};
 pub use context::CONTEXT_FILES;
 pub use dispatcher::Dispatcher;

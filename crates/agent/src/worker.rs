@@ -40,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::Agent;
 use crate::ask::ChatUser;
-use crate::command::{Command, HELP, command_of};
+use crate::command::{Command, command_of};
 use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
 use crate::events::AgentEvent;
 use crate::input::TurnInput;
@@ -387,7 +387,7 @@ impl Worker {
                 Ok(()) => "Started a new session.".to_owned(),
                 Err(err) => format!("Could not start a new session: {err}"),
             },
-            Some(Command::Help) => HELP.to_owned(),
+            Some(Command::Help) => switchboard_core::commands_help(),
             Some(Command::Status) => {
                 let mut text = self.agent.status(session).await;
                 let jobs = self.agent.jobs_status(&message.channel, &message.chat_id);

@@ -27,6 +27,7 @@
 mod ack;
 mod bus;
 mod channel;
+mod commands;
 mod config;
 mod conversation;
 pub mod environment;
@@ -45,6 +46,7 @@ pub mod wire;
 pub use ack::{Ack, Fate};
 pub use bus::Bus;
 pub use channel::{Channel, ChannelContext, ChannelScope, Transcripts};
+pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
 pub use config::{ConfigProblem, Unresolved, expand_env};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,

@@ -13,29 +13,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{Bus, ChatId, CoreError, InboundMessage, MessageId};
+use switchboard_core::{Bus, COMMANDS, ChatId, CoreError, InboundMessage, MessageId};
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
 use crate::gateway::{Event, snowflake};
 use crate::rest::{Authors, CHANNEL_NAME, Rest};
 
-/// The slash commands registered, with what they do.
-pub(crate) const SLASH_COMMANDS: [(&str, &str); 8] = [
-    ("new", "Start a new conversation"),
-    ("stop", "Stop the running turn"),
-    ("help", "What the agent understands"),
-    ("status", "The session's state"),
-    ("approve", "Let the agent run the tool it asked about"),
-    ("deny", "Refuse the tool the agent asked about"),
-    ("usage", "What this chat cost today and this month"),
-    ("model", "List the models, or switch this chat's"),
-];
-
-/// The one command that takes a word: `/model NAME` (`default` goes back).
-const MODEL_OPTION: &str = "name";
-
-/// The most characters of a model's name taken from a slash command.
-const MAX_MODEL_NAME: usize = 100;
+/// The most characters of what a slash command takes (a model's name, a job's action).
+const MAX_OPTION_CHARS: usize = 100;
 
 /// Hosts attachments are fetched from (besides the API's own, for tests and proxies).
 const ATTACHMENT_HOSTS: [&str; 2] = ["cdn.discordapp.com", "media.discordapp.net"];
@@ -260,9 +245,9 @@ impl Admit {
             return;
         }
         let name = interaction["data"]["name"].as_str().unwrap_or_default();
-        if !SLASH_COMMANDS.iter().any(|(known, _)| *known == name) {
+        let Some(spec) = COMMANDS.iter().find(|spec| spec.name == name) else {
             return;
-        }
+        };
         // Both go into a URL path: an id is digits, a token URL-safe characters.
         let id = interaction["id"]
             .as_str()
@@ -299,22 +284,25 @@ impl Admit {
                 private,
             })
             .await;
-        // `/model` may carry a model's name: one word, as typed after it.
-        let word = interaction["data"]["options"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|option| option["name"] == MODEL_OPTION)
-            .and_then(|option| option["value"].as_str())
-            .map(str::trim)
-            .filter(|word| {
-                !word.is_empty()
-                    && word.chars().count() <= MAX_MODEL_NAME
-                    && !word.contains(char::is_whitespace)
-            });
-        let command = match word {
-            Some(word) if name == "model" => format!("/model {word}"),
-            _ => format!("/{name}"),
+        // What the command takes (`/model NAME`, `/jobs rm ID`), as typed after it.
+        let taken = spec.takes.and_then(|takes| {
+            interaction["data"]["options"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|option| option["name"] == takes.name)
+                .and_then(|option| option["value"].as_str())
+                .map(str::trim)
+                .filter(|words| {
+                    !words.is_empty()
+                        && words.chars().count() <= MAX_OPTION_CHARS
+                        && !words.contains(char::is_control)
+                        && words.split_whitespace().count() <= takes.words
+                })
+        });
+        let command = match taken {
+            Some(words) => format!("/{name} {words}"),
+            None => format!("/{name}"),
         };
         let answer = match &allowed {
             Verdict::Allowed => command.clone(),
@@ -352,20 +340,26 @@ impl Admit {
     }
 }
 
-/// Registers the slash commands (replacing the application's global ones).
-async fn register(rest: Rest, application: u64) {
-    let commands: Vec<Value> = SLASH_COMMANDS
+/// The slash commands, as registered: every chat command ([`COMMANDS`]), with an optional
+/// text option for what it takes.
+pub(crate) fn slash_commands() -> Vec<Value> {
+    COMMANDS
         .iter()
-        .map(|(name, description)| {
-            let mut command =
-                json!({"name": name, "description": description, "type": 1, "contexts": [0, 1, 2]});
-            if *name == "model" {
-                command["options"] = json!([{"type": 3, "name": MODEL_OPTION,
-                    "description": "the model to switch to, or default", "required": false}]);
+        .map(|spec| {
+            let mut command = json!({"name": spec.name, "description": spec.summary,
+                "type": 1, "contexts": [0, 1, 2]});
+            if let Some(takes) = spec.takes {
+                command["options"] = json!([{"type": 3, "name": takes.name,
+                    "description": takes.about, "required": false}]);
             }
             command
         })
-        .collect();
+        .collect()
+}
+
+/// Registers the slash commands (replacing the application's global ones).
+async fn register(rest: Rest, application: u64) {
+    let commands = slash_commands();
     let path = format!("applications/{application}/commands");
     match rest
         .call(reqwest::Method::PUT, &path, Some(&Value::Array(commands)))

@@ -180,7 +180,26 @@ impl Inner {
         };
         *self.me.write().unwrap_or_else(PoisonError::into_inner) = Some(me.clone());
         tracing::info!(bot = %me.username, "Telegram: connected");
+        self.offer_commands().await;
         Ok(me)
+    }
+
+    /// Sets the bot's command menu to the chat commands ([`COMMANDS`]); a failure costs only
+    /// the menu (typed commands work), so it is logged.
+    ///
+    /// [`COMMANDS`]: switchboard_core::COMMANDS
+    async fn offer_commands(&self) {
+        let commands = switchboard_core::COMMANDS
+            .iter()
+            .map(|spec| teloxide::types::BotCommand::new(spec.name, spec.summary));
+        let call = self.bot.set_my_commands(commands).into_future();
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(_)) => tracing::debug!("Telegram: the command menu is set"),
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "Telegram: the command menu was not set (typed commands still work)");
+            }
+            Err(_) => tracing::warn!("Telegram: setMyCommands did not answer in time"),
+        }
     }
 
     async fn poll(self: &Arc<Self>, ctx: &ChannelContext, me: &Me) -> Result<(), CoreError> {

@@ -97,6 +97,8 @@ struct Inner {
     files: HashMap<String, (String, Vec<u8>)>,
     /// The webhook, as set: (url, secret).
     webhook: Option<(String, Option<String>)>,
+    /// The bot's command menu, as last set (`setMyCommands`).
+    commands: Vec<Value>,
 }
 
 struct Shared {
@@ -231,6 +233,11 @@ impl FakeTelegram {
             .insert(id, json!({"update_id": id, "message": message}));
         drop(inner);
         self.shared.changed.notify_waiters();
+    }
+
+    /// The bot's command menu, as it last set it: `{command, description}` each.
+    pub fn commands(&self) -> Vec<Value> {
+        self.shared.lock().commands.clone()
     }
 
     /// Everything the bot sent so far.

@@ -67,6 +67,12 @@ pub(super) async fn method(
             ok(json!(true))
         }
         "getupdates" => get_updates(&shared, &params).await,
+        "setmycommands" => {
+            let commands = params["commands"].as_array().cloned().unwrap_or_default();
+            shared.lock().commands = commands;
+            shared.changed.notify_waiters();
+            ok(json!(true))
+        }
         "sendmessage" => send_message(&shared, &params),
         "editmessagetext" => edit_message(&shared, &params),
         "sendchataction" => {
