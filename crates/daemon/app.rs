@@ -436,6 +436,7 @@ pub async fn run_until_signal(
     }
     let telemetry = Telemetry::start(&config.telemetry).await?;
     let mut running = start(config, ToolRegistry::new()).await?;
+    return_start_memory();
     notify::ready();
     let watchdog = CancellationToken::new();
     notify::spawn_watchdog(watchdog.clone());
@@ -474,6 +475,20 @@ pub async fn run_until_signal(
 
 /// SIGTERM, SIGINT and SIGHUP, listened for from the moment this is made (signals that
 /// arrive before [`Signals::next`] is awaited are kept, not lost).
+/// Gives the allocator's free pages back to the system once the daemon has started: reading
+/// the config and building every part leaves freed temporaries in the heap that a lasting
+/// allocation above them would otherwise keep resident for the daemon's life (an example
+/// config three keys longer cost 52 KiB of idle memory that way).
+fn return_start_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: glibc's `malloc_trim` only returns free memory to the system; it takes the
+    // allocator's own locks and touches no allocation in use.
+    unsafe {
+        nix::libc::malloc_trim(0);
+    }
+}
+
 struct Signals {
     #[cfg(unix)]
     term: tokio::signal::unix::Signal,

@@ -1,7 +1,7 @@
 //! Chat commands, handled before the agent loop: read by the one table of them
-//! ([`COMMANDS`], in core), which `/help` and the platforms' menus are made from too.
+//! ([`COMMANDS`](switchboard_core::COMMANDS), in core), which `/help` and the platforms' menus are made from too.
 
-use switchboard_core::{COMMANDS, CommandSpec, command_named};
+use switchboard_core::{CommandSpec, command_named};
 
 use crate::scheduler::JobAction;
 
@@ -31,7 +31,7 @@ pub enum Command {
 }
 
 impl Command {
-    /// Parses a message that is exactly a command of [`COMMANDS`] (`/stop`, `/stop@MyBot`,
+    /// Parses a message that is exactly a command of [`COMMANDS`](switchboard_core::COMMANDS) (`/stop`, `/stop@MyBot`,
     /// ` /NEW `, an alias), with no more words after it than the command takes.
     pub fn parse(text: &str) -> Option<Self> {
         let text = text.trim().strip_prefix('/')?;
@@ -61,7 +61,7 @@ impl Command {
         })
     }
 
-    /// Its entry in [`COMMANDS`].
+    /// Its entry in [`COMMANDS`](switchboard_core::COMMANDS).
     pub fn spec(&self) -> &'static CommandSpec {
         let name = match self {
             Self::New => "new",
@@ -115,6 +115,8 @@ pub(crate) fn command_of(message: &switchboard_core::InboundMessage) -> Option<C
 
 #[cfg(test)]
 mod tests {
+    use switchboard_core::COMMANDS;
+
     use super::*;
 
     #[test]
