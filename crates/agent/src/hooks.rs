@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
-use switchboard_core::{ImagePart, MessageId, SessionKey, ToolCall, TurnEnd, Usage};
+use switchboard_core::{ImagePart, InboundMessage, SessionKey, ToolCall, TurnEnd, Usage};
 use switchboard_llm::{ChatRequest, ChatResponse};
 use switchboard_tools::User;
 
@@ -88,9 +88,10 @@ pub struct TurnSummary<'a> {
     pub usage: Usage,
     /// How long it took.
     pub duration: std::time::Duration,
-    /// The id of the inbound message it answered, if it had one (a scheduled run's is
-    /// `sched:…`).
+    /// The id of the inbound message it answered, if it had one.
     pub inbound: Option<&'a switchboard_core::MessageId>,
+    /// The scheduled run it answered, when it was one.
+    pub run: Option<&'a switchboard_core::ScheduledRun>,
 }
 
 /// A policy attached to every turn. All methods default to doing nothing.
@@ -130,7 +131,7 @@ pub trait Hook: Send + Sync + 'static {
     async fn on_handled_again(
         &self,
         _session: &SessionKey,
-        _inbound: &MessageId,
+        _message: &InboundMessage,
         _end: Option<TurnEnd>,
     ) {
     }
@@ -203,11 +204,11 @@ impl Hooks {
     pub(crate) async fn on_handled_again(
         &self,
         session: &SessionKey,
-        inbound: &MessageId,
+        message: &InboundMessage,
         end: Option<TurnEnd>,
     ) {
         for hook in &self.0 {
-            hook.on_handled_again(session, inbound, end).await;
+            hook.on_handled_again(session, message, end).await;
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use base64::Engine;
 use switchboard_core::{
-    Attachment, ImagePart, InboundMessage, MessageId, Origin, SenderId, SessionKey,
+    Attachment, ImagePart, InboundMessage, MessageId, Origin, ScheduledRun, SenderId, SessionKey,
 };
 use switchboard_llm::ImageData;
 use switchboard_tools::{TurnSlot, User, Workspace};
@@ -44,6 +44,8 @@ pub struct TurnInput {
     /// The chat its spending and sub-agents count against, when not the turn's own session
     /// (a sub-agent's task, an isolated scheduled run).
     pub on_behalf_of: Option<SessionKey>,
+    /// The scheduled run it is, when it is one (its end is settled by it).
+    pub run: Option<ScheduledRun>,
 }
 
 impl TurnInput {
@@ -68,6 +70,7 @@ impl TurnInput {
             slot: None,
             origin: message.origin.clone(),
             on_behalf_of: message.on_behalf_of.clone(),
+            run: message.run.clone(),
         }
     }
 }

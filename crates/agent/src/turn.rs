@@ -83,6 +83,7 @@ pub(crate) async fn run(
         // The time budget stops the turn the way `/stop` does (open tool calls get their
         // results), then says why.
         let limits = agent.budget(&input.origin);
+        let scheduled = input.run.clone();
         let budget = cancel.child_token();
         let drive = turn.drive(input, &budget, limits.max_turn_tokens);
         let end = match limits.turn_timeout {
@@ -134,6 +135,7 @@ pub(crate) async fn run(
             usage,
             duration: started.elapsed(),
             inbound: inbound.as_ref(),
+            run: scheduled.as_ref(),
         };
         agent.hooks.on_turn_end(info, summary).await;
     }

@@ -428,11 +428,11 @@ impl Worker {
     /// Tells the hooks that `message` was handled without a turn here (its answer was on
     /// record): what settles a scheduled run whose turn ended where its hook could not.
     async fn handled_again(&self, message: &InboundMessage, end: Option<TurnEnd>) {
-        let Some(id) = &message.id else {
-            return;
-        };
-        if !self.agent.hooks.is_empty() {
-            self.agent.hooks.on_handled_again(&self.key, id, end).await;
+        if message.id.is_some() && !self.agent.hooks.is_empty() {
+            self.agent
+                .hooks
+                .on_handled_again(&self.key, message, end)
+                .await;
         }
     }
 

@@ -56,8 +56,8 @@ pub use hub::{ChannelLanes, ChatHub};
 pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
 pub use message::{
-    Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, TOOL_DETAIL_BYTES,
-    ToolActivity, ToolStatus, TurnEnd, preview,
+    Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
+    TOOL_DETAIL_BYTES, ToolActivity, ToolStatus, TurnEnd, preview,
 };
 pub use origin::{Origin, QUIET_TOKEN, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};

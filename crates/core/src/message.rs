@@ -24,6 +24,20 @@ pub struct Attachment {
     pub bytes: u64,
 }
 
+/// A scheduled job's run, as its message names it: which job, which due time, which try. The
+/// turn that answers the message ends it by this, never by reading its id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduledRun {
+    /// The job's id.
+    pub job: String,
+    /// The due time it runs for, in milliseconds since the Unix epoch.
+    pub due_ms: i64,
+    /// Which try (from 1).
+    pub attempt: u32,
+    /// Whether it runs in a session of its own (then an answer that says nothing is quiet).
+    pub isolated: bool,
+}
+
 /// A message for the agent: one a person sent on some channel (already checked against its
 /// allow list), or work that comes from elsewhere — a scheduled job, the heartbeat — which
 /// enters the same way and says so in its [`Origin`].
@@ -68,6 +82,9 @@ pub struct InboundMessage {
     /// session's chat (see [`counted_against`](Self::counted_against)).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_behalf_of: Option<SessionKey>,
+    /// The scheduled run it is, when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<ScheduledRun>,
     /// Cancelled when whoever sent it no longer wants it answered (a sub-agent's task whose
     /// parent was stopped): its turn stops, or never starts. Stays in the process.
     #[serde(skip)]
@@ -101,6 +118,7 @@ impl InboundMessage {
             origin: Origin::Person,
             agent: None,
             on_behalf_of: None,
+            run: None,
             cancel: None,
             tenure: None,
         }

@@ -16,11 +16,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Bus, ChannelName, ChatId, Fate, MessageId, OutboundKind, OutboundMessage, SessionKey, TurnEnd,
-    is_quiet,
+    Bus, ChannelName, ChatId, Fate, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
+    SessionKey, TurnEnd, is_quiet,
 };
 
-use super::isolated;
 use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
@@ -51,13 +50,6 @@ pub(super) struct Settler {
     pub(super) hub: Arc<dyn Bus>,
 }
 
-/// Which run of which job a message was.
-struct RunId<'a> {
-    job: &'a str,
-    due: Timestamp,
-    attempt: u32,
-}
-
 impl Settler {
     fn store(&self) -> &Arc<dyn JobStore> {
         self.jobs.store()
@@ -67,7 +59,7 @@ impl Settler {
     /// knows — a run dropped, and (where `Handled` means the turn is over: one process) one
     /// handled without a turn, its answer already in the journal. How a turn ended is the
     /// hook's to settle, before the ack comes.
-    pub(super) async fn on_ack(&self, id: &str, fate: Fate) {
+    pub(super) async fn on_ack(&self, run: &ScheduledRun, fate: Fate) {
         let outcome = match fate {
             // The daemon stops: it stays pending, and the next scheduler takes it over.
             Fate::Unprocessed => return,
@@ -77,20 +69,18 @@ impl Settler {
             Fate::Handled if self.hub.fates_are_turns() => Outcome::Answered,
             Fate::Handled => return,
         };
-        self.settle_message(id, outcome).await;
+        self.settle_run(run, outcome).await;
     }
 
-    /// Settles the run whose message is `id` with `outcome`.
-    pub(super) async fn settle_message(&self, id: &str, outcome: Outcome) {
-        for run in readings(id) {
-            if self
-                .settle(run.job, run.due, run.attempt, outcome.clone())
-                .await
-            {
-                return;
-            }
+    /// Settles the run `run` with `outcome`.
+    pub(super) async fn settle_run(&self, run: &ScheduledRun, outcome: Outcome) {
+        let Ok(due) = Timestamp::from_millisecond(run.due_ms) else {
+            tracing::warn!(job = %run.job, due_ms = run.due_ms, "a scheduled run names no time");
+            return;
+        };
+        if !self.settle(&run.job, due, run.attempt, outcome).await {
+            tracing::debug!(job = %run.job, %due, "a scheduled run ended that its job no longer waits for");
         }
-        tracing::debug!(id, "a scheduled run ended that its job no longer waits for");
     }
 
     /// Settles try `attempt` of `job`'s run due at `due` with `outcome`, if it is still
@@ -218,38 +208,6 @@ impl Settler {
     }
 }
 
-/// The runs a message id may name: `sched:<job>:<due ms>` or `sched:<job>:<due ms>:<try>`.
-/// A job's id may hold a `:`, so both readings are offered; the store settles the one that
-/// is on record.
-fn readings(id: &str) -> Vec<RunId<'_>> {
-    let Some(rest) = id.strip_prefix("sched:") else {
-        return Vec::new();
-    };
-    let due = |ms: &str| {
-        ms.parse::<i64>()
-            .ok()
-            .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-    };
-    let mut found = Vec::new();
-    if let Some((head, attempt)) = rest.rsplit_once(':')
-        && let Ok(attempt) = attempt.parse::<u32>()
-        && let Some((job, ms)) = head.rsplit_once(':')
-        && let Some(due) = due(ms)
-    {
-        found.push(RunId { job, due, attempt });
-    }
-    if let Some((job, ms)) = rest.rsplit_once(':')
-        && let Some(due) = due(ms)
-    {
-        found.push(RunId {
-            job,
-            due,
-            attempt: 1,
-        });
-    }
-    found
-}
-
 /// Counts a run in `/metrics`: how it ended, and — when it starts — how late.
 pub(super) fn count(run: &Run) {
     match (&run.outcome, run.started) {
@@ -289,27 +247,19 @@ pub(super) struct Outcomes(pub(super) Settler);
 
 #[async_trait]
 impl Hook for Outcomes {
-    async fn on_turn_end(&self, turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
-        let Some(id) = summary
-            .inbound
-            .map(MessageId::as_str)
-            .filter(|id| id.starts_with("sched:"))
-        else {
+    async fn on_turn_end(&self, _turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
+        let Some(run) = summary.run else {
             return;
         };
-        let alone = turn
-            .session
-            .as_str()
-            .starts_with(&format!("{}_", isolated::CHANNEL));
         let outcome = match summary.end {
-            Some(TurnEnd::Answered) if alone && is_quiet(summary.text) => Outcome::Quiet,
+            Some(TurnEnd::Answered) if run.isolated && is_quiet(summary.text) => Outcome::Quiet,
             None => Outcome::Failed {
                 why: summary.text.lines().next().unwrap_or_default().to_owned(),
             },
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
         };
-        self.0.settle_message(id, outcome).await;
+        self.0.settle_run(run, outcome).await;
     }
 
     /// A run's message handled again without a turn: its turn ended, on another worker or
@@ -317,13 +267,12 @@ impl Hook for Outcomes {
     async fn on_handled_again(
         &self,
         _session: &SessionKey,
-        inbound: &MessageId,
+        message: &InboundMessage,
         end: Option<TurnEnd>,
     ) {
-        let id = inbound.as_str();
-        if !id.starts_with("sched:") {
+        let Some(run) = &message.run else {
             return;
-        }
+        };
         let outcome = match end {
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(TurnEnd::Failed) => Outcome::Failed {
@@ -331,7 +280,7 @@ impl Hook for Outcomes {
             },
             _ => Outcome::Answered,
         };
-        self.0.settle_message(id, outcome).await;
+        self.0.settle_run(run, outcome).await;
     }
 }
 

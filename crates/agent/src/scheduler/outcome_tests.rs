@@ -3,7 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use switchboard_core::InboundMessage;
+use switchboard_core::{InboundMessage, MessageId};
 
 use super::*;
 use crate::scheduler::due::Schedule;
@@ -102,6 +102,7 @@ async fn fail(s: &Setup, message: InboundMessage) {
         usage: Default::default(),
         duration: Duration::ZERO,
         inbound: message.id.as_ref(),
+        run: message.run.as_ref(),
     };
     let turn = TurnInfo {
         session: &session,
@@ -202,10 +203,10 @@ async fn a_run_answered_again_without_a_turn_is_settled_then() {
         .await
         .expect("added");
     let message = next(&mut s, Duration::from_secs(2)).await.expect("the run");
-    let id = message.id.clone().expect("an id");
+    assert!(message.run.is_some(), "the message names its run");
     s.scheduler
         .hook()
-        .on_handled_again(&message.session_key(), &id, Some(TurnEnd::Answered))
+        .on_handled_again(&message.session_key(), &message, Some(TurnEnd::Answered))
         .await;
     let runs = s.store.runs(&job.id, 5).await.expect("runs");
     assert_eq!(runs[0].outcome, Outcome::Answered, "{runs:?}");

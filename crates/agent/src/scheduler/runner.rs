@@ -40,7 +40,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use switchboard_core::{
     Ack, AgentName, Bus, ChannelName, ChatId, Fate, InboundMessage, LaneOptions, MessageId,
-    SenderId, Tenure,
+    ScheduledRun, SenderId, Tenure,
 };
 use switchboard_tools::Workspace;
 use tokio::sync::mpsc;
@@ -107,9 +107,9 @@ struct Inner {
     settler: Settler,
     /// Acks of runs: (message id, fate). Sent from whichever task settles the message;
     /// received by the loop, which settles what they say.
-    acks: mpsc::UnboundedSender<(String, Fate)>,
+    acks: mpsc::UnboundedSender<(ScheduledRun, Fate)>,
     /// The loop's end of `acks`, taken when it starts.
-    acks_rx: Mutex<Option<mpsc::UnboundedReceiver<(String, Fate)>>>,
+    acks_rx: Mutex<Option<mpsc::UnboundedReceiver<(ScheduledRun, Fate)>>>,
     /// The workspace the heartbeat's instructions are read in (set by the daemon once it
     /// opened it).
     workspace: std::sync::OnceLock<Arc<Workspace>>,
@@ -251,8 +251,8 @@ impl Scheduler {
             let tenure = tokio::select! {
                 () = stop.cancelled() => return,
                 tenure = self.inner.hub.lead(DUTY) => tenure,
-                Some((id, fate)) = acks.recv() => {
-                    self.inner.settler.on_ack(&id, fate).await;
+                Some((run, fate)) = acks.recv() => {
+                    self.inner.settler.on_ack(&run, fate).await;
                     continue;
                 }
             };
@@ -269,7 +269,7 @@ impl Scheduler {
         &self,
         stop: &CancellationToken,
         tenure: &Tenure,
-        acks: &mut mpsc::UnboundedReceiver<(String, Fate)>,
+        acks: &mut mpsc::UnboundedReceiver<(ScheduledRun, Fate)>,
     ) {
         tracing::info!(
             epoch = tenure.epoch(),
@@ -288,11 +288,11 @@ impl Scheduler {
                 () = tenure.lost() => return,
                 () = tokio::time::sleep(wait) => {}
                 () = self.inner.jobs.changed().notified() => {}
-                Some((id, fate)) = acks.recv() => self.inner.settler.on_ack(&id, fate).await,
+                Some((run, fate)) = acks.recv() => self.inner.settler.on_ack(&run, fate).await,
             }
             // Settle whatever else arrived meanwhile before looking at what is due.
-            while let Ok((id, fate)) = acks.try_recv() {
-                self.inner.settler.on_ack(&id, fate).await;
+            while let Ok((run, fate)) = acks.try_recv() {
+                self.inner.settler.on_ack(&run, fate).await;
             }
         }
     }
@@ -405,12 +405,20 @@ impl Scheduler {
         message.id = Some(MessageId::from(id.as_str()));
         message.origin = job.origin();
         message.agent = job.agent.as_deref().map(AgentName::from);
-        if job.session == SessionMode::Isolated {
+        let isolated = job.session == SessionMode::Isolated;
+        if isolated {
             message.on_behalf_of = Some(job.chat());
         }
+        let scheduled = ScheduledRun {
+            job: job.id.clone(),
+            due_ms: run.due.as_millisecond(),
+            attempt: run.attempt,
+            isolated,
+        };
+        message.run = Some(scheduled.clone());
         let acks = self.inner.acks.clone();
         message.ack = Some(Ack::new(move |fate| {
-            let _ = acks.send((id, fate));
+            let _ = acks.send((scheduled.clone(), fate));
         }));
         if let Err(err) = self.inner.hub.publish_inbound(message).await {
             // The daemon is stopping: the run stays pending and is taken over at the next start.
