@@ -15,9 +15,10 @@
 //!   full of keys. Root (`CAP_SYS_PTRACE`) still can: `exec` therefore drops root (see
 //!   `switchboard_tools::sandbox`).
 //!
-//! This is one of the two places where the project has `unsafe` (the other: the sandbox's
-//! namespaces): `std::env::remove_var` may not run while another thread reads the
-//! environment, and it runs here before the first thread starts.
+//! This is one of the few places where the project has `unsafe` (each allowed where it is,
+//! with its argument): `std::env::remove_var` may not run while another thread reads the
+//! environment, so [`withdraw_secrets`] is an `unsafe fn` that `main` calls before the first
+//! thread starts.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsString;
@@ -60,9 +61,16 @@ impl Withdrawal {
 }
 
 /// Withdraws the secrets from the environment; `config` is the config file (its secret
-/// keys' `${NAME}`s are secrets whatever their names). Must run before any thread starts.
-/// Returns only in the image that runs on (the first one starts the second and is gone).
-pub fn withdraw_secrets(config: Option<&Path>) -> Withdrawal {
+/// keys' `${NAME}`s are secrets whatever their names). Returns only in the image that runs
+/// on (the first one starts the second and is gone).
+///
+/// # Safety
+/// Call it while this process has one thread, before anything reads the environment or
+/// opens a descriptor it relies on: it removes environment variables (which another thread
+/// could be reading), and it takes over a descriptor number named in the environment (the
+/// one the image before it left open for it).
+#[allow(unsafe_code)]
+pub unsafe fn withdraw_secrets(config: Option<&Path>) -> Withdrawal {
     if let Some(fd) = std::env::var_os(HANDOVER_VAR) {
         remove_vars([HANDOVER_VAR]);
         return match take_handover(&fd) {
@@ -116,8 +124,8 @@ pub fn not_dumpable() -> Result<(), String> {
 #[allow(unsafe_code)]
 fn remove_vars<'a>(names: impl IntoIterator<Item = &'a str>) {
     for name in names {
-        // SAFETY: called only from `withdraw_secrets`, which `main` runs before it starts
-        // the async runtime or any other thread: nothing reads the environment meanwhile.
+        // SAFETY: called only from `withdraw_secrets`, whose caller promises one thread
+        // (`main`, before the async runtime): nothing reads the environment meanwhile.
         unsafe { std::env::remove_var(name) };
     }
 }

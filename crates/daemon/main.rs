@@ -54,7 +54,10 @@ fn main() -> ExitCode {
     let hardened = match &cli.command {
         Command::Run { config, .. } | Command::Agent { config, .. } => {
             let path = cli::resolve_config(config.as_deref()).ok();
-            let withdrawal = harden::withdraw_secrets(path.as_deref());
+            // SAFETY: the first thing `main` does with the environment, on its only thread
+            // (no runtime, no other thread yet), and no descriptor of ours is open but stdio.
+            #[allow(unsafe_code)]
+            let withdrawal = unsafe { harden::withdraw_secrets(path.as_deref()) };
             Some((withdrawal, harden::not_dumpable()))
         }
         _ => None,

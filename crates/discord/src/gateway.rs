@@ -72,6 +72,27 @@ pub(crate) enum Ended {
     Reconnect,
 }
 
+/// The gateway's opcodes the channel uses
+/// (<https://discord.com/developers/docs/topics/opcodes-and-status-codes#gateway-gateway-opcodes>).
+mod op {
+    /// An event was dispatched (receive).
+    pub const DISPATCH: u8 = 0;
+    /// A heartbeat (send; Discord may ask for one at once).
+    pub const HEARTBEAT: u8 = 1;
+    /// Start a new session (send).
+    pub const IDENTIFY: u8 = 2;
+    /// Resume a session (send).
+    pub const RESUME: u8 = 6;
+    /// Reconnect and resume (receive).
+    pub const RECONNECT: u8 = 7;
+    /// The session is invalid; `d` says whether it may be resumed (receive).
+    pub const INVALID_SESSION: u8 = 9;
+    /// The first message: the heartbeat interval (receive).
+    pub const HELLO: u8 = 10;
+    /// A heartbeat was received (receive).
+    pub const HEARTBEAT_ACK: u8 = 11;
+}
+
 /// A gateway frame.
 #[derive(Deserialize)]
 struct Envelope {
@@ -265,14 +286,16 @@ impl Gateway {
                 Closed::Error(err) => unavailable(format!("the gateway connection failed: {err}")),
             })?;
         let interval = match hello {
-            Some(Envelope { op: 10, d, .. }) => d["heartbeat_interval"]
+            Some(Envelope {
+                op: op::HELLO, d, ..
+            }) => d["heartbeat_interval"]
                 .as_u64()
                 .map(|ms| Duration::from_millis(ms.clamp(50, 600_000)))
                 .ok_or_else(|| unavailable("HELLO without a heartbeat_interval".into()))?,
             _ => return Err(unavailable("the gateway did not start with HELLO".into())),
         };
         let hello_back = match resume {
-            Some(resume) => json!({"op": 6, "d": {
+            Some(resume) => json!({"op": op::RESUME, "d": {
                 "token": self.token, "session_id": resume.session, "seq": resume.seq,
             }}),
             None => {
@@ -284,7 +307,7 @@ impl Gateway {
                     identified.pop_front();
                 }
                 identified.push_back(Instant::now());
-                json!({"op": 2, "d": {
+                json!({"op": op::IDENTIFY, "d": {
                     "token": self.token,
                     "intents": self.intents,
                     "properties": {"os": std::env::consts::OS, "browser": "switchboard", "device": "switchboard"},
@@ -356,7 +379,7 @@ impl Gateway {
                 }
             };
             match envelope.op {
-                0 => {
+                op::DISPATCH => {
                     if let Some(seq) = envelope.s
                         && let Some(resume) = self.resume().as_mut()
                     {
@@ -381,13 +404,17 @@ impl Gateway {
                     }
                 }
                 // Discord asks for a heartbeat now.
-                1 if self.heartbeat(socket).await.is_err() => return Ok(Ended::Reconnect),
-                7 => {
+                op::HEARTBEAT if self.heartbeat(socket).await.is_err() => {
+                    return Ok(Ended::Reconnect);
+                }
+                op::RECONNECT => {
                     tracing::info!("Discord asked to reconnect");
                     return Ok(Ended::Reconnect);
                 }
-                9 => return Ok(self.invalid_session(envelope.d.as_bool(), stop).await),
-                11 => acked = true,
+                op::INVALID_SESSION => {
+                    return Ok(self.invalid_session(envelope.d.as_bool(), stop).await);
+                }
+                op::HEARTBEAT_ACK => acked = true,
                 _ => {}
             }
         }
@@ -396,7 +423,7 @@ impl Gateway {
     /// Sends a heartbeat with the last sequence number seen.
     async fn heartbeat(&self, socket: &mut Socket) -> Result<(), CoreError> {
         let seq = self.resume().as_ref().map(|r| r.seq);
-        send(socket, &json!({"op": 1, "d": seq})).await
+        send(socket, &json!({"op": op::HEARTBEAT, "d": seq})).await
     }
 
     /// Discord said the session is invalid (op 9; `resumable` is its `d`): forget it unless
