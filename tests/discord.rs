@@ -129,8 +129,9 @@ async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_no
     assert_eq!(
         names,
         [
-            "new", "stop", "help", "status", "approve", "deny", "usage", "model"
-        ]
+            "new", "stop", "status", "approve", "deny", "jobs", "model", "usage", "help"
+        ],
+        "every chat command, /jobs included"
     );
     t.daemon.shutdown().await;
     // The bot logged off: a normal close, not a dropped connection.
