@@ -228,7 +228,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         reloads = Some(requests);
         shown_config = Some(text.clone());
         let admin = crate::admin::Admin {
-            auth: switchboard_websocket::WsAuth::Token(token),
+            auth: switchboard_http::Auth::Token(token),
             health: health.clone(),
             agents: agents.clone(),
             hub: hub.clone(),

@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 
 use serde::Deserialize;
-use switchboard_websocket::{AuthMode, WsAuth};
+use switchboard_http::Auth;
+use switchboard_websocket::AuthMode;
 use toml::Spanned;
 
 use crate::config::{BindAddress, Config, ConfigError};
@@ -59,13 +60,13 @@ impl Config {
     /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,
     /// else the WebSocket's token when it has one, else requests with a loopback (or
     /// allowed) Host, as the page without a token.
-    pub fn metrics_access(&self) -> Result<WsAuth, ConfigError> {
+    pub fn metrics_access(&self) -> Result<Auth, ConfigError> {
         if let Some(token) = &self.http.metrics_token {
-            return self.bearer(token, "http.metrics_token").map(WsAuth::Token);
+            return self.bearer(token, "http.metrics_token").map(Auth::Token);
         }
         match self.chat_token()? {
-            Some(token) => Ok(WsAuth::Token(token)),
-            None => Ok(WsAuth::None),
+            Some(token) => Ok(Auth::Token(token)),
+            None => Ok(Auth::None),
         }
     }
 
@@ -97,7 +98,7 @@ impl Config {
     fn bearer(&self, token: &Spanned<String>, key: &str) -> Result<String, ConfigError> {
         switchboard_core::expand_env(token.get_ref())
             .map_err(|unresolved| unresolved.to_string())
-            .and_then(|value| switchboard_websocket::check_token(&value).map(|()| value))
+            .and_then(|value| switchboard_http::check_token(&value).map(|()| value))
             .map_err(|why| self.source.error_at(Some(token.span()), key.into(), why))
     }
 

@@ -30,8 +30,8 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use switchboard_agent::usage::Spending;
 use switchboard_agent::{Hook, ToolOutcome, TurnInfo, TurnSummary};
 use switchboard_core::{SessionKey, ToolCall};
+use switchboard_http::{Auth, check_host};
 use switchboard_llm::{ChatRequest, ChatResponse};
-use switchboard_websocket::{WsAuth, check_host};
 
 use crate::health::{ChannelState, Health};
 
@@ -274,13 +274,13 @@ struct Exposition {
 }
 
 /// The `/metrics` route, for those `access` lets in (a bearer token, or — with
-/// `WsAuth::None` — a loopback or `allowed_hosts` Host, against DNS rebinding). `series`
+/// `Auth::None` — a loopback or `allowed_hosts` Host, against DNS rebinding). `series`
 /// are published at zero at the first scrape.
 pub fn router(
     handle: PrometheusHandle,
     health: Health,
     series: Series,
-    access: WsAuth,
+    access: Auth,
     allowed_hosts: Vec<String>,
 ) -> Router {
     let guard = Arc::new((access, allowed_hosts));
@@ -297,17 +297,17 @@ pub fn router(
 }
 
 async fn check_access(
-    State(guard): State<Arc<(WsAuth, Vec<String>)>>,
+    State(guard): State<Arc<(Auth, Vec<String>)>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let (access, allowed_hosts) = &*guard;
     let refused = match access {
-        WsAuth::Token(_) => access
+        Auth::Token(_) => access
             .check(request.headers(), None)
             .err()
             .map(|why| (StatusCode::UNAUTHORIZED, why)),
-        WsAuth::None => check_host(request.headers(), allowed_hosts)
+        Auth::None => check_host(request.headers(), allowed_hosts)
             .err()
             .map(|why| (StatusCode::FORBIDDEN, why)),
     };

@@ -23,7 +23,7 @@ use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
 use switchboard_agent::scheduler::Jobs;
 use switchboard_core::Bus;
-use switchboard_websocket::WsAuth;
+use switchboard_http::Auth;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::health::Health;
@@ -34,7 +34,7 @@ pub type ReloadRequest = oneshot::Sender<Reloaded>;
 
 /// What the panel reads and acts on.
 pub(crate) struct Admin {
-    pub auth: WsAuth,
+    pub auth: Auth,
     pub health: Health,
     pub agents: Agents,
     pub hub: Arc<dyn Bus>,
@@ -52,9 +52,9 @@ pub(crate) struct Admin {
 }
 
 // The page and its script and style, embedded away from the data that runs at start.
-switchboard_websocket::embedded!(PAGE, "admin.html");
-switchboard_websocket::embedded!(SCRIPT, "admin.js");
-switchboard_websocket::embedded!(STYLE, "admin.css");
+switchboard_http::embedded!(PAGE, "admin.html");
+switchboard_http::embedded!(SCRIPT, "admin.js");
+switchboard_http::embedded!(STYLE, "admin.css");
 
 impl Admin {
     /// The panel's routes.
@@ -101,5 +101,5 @@ async fn require_token(State(admin): State<Arc<Admin>>, request: Request, next: 
 }
 
 fn page(body: &'static [u8], content_type: &str, request: &HeaderMap) -> Response {
-    switchboard_websocket::serve_embedded(body, content_type, Some(request))
+    switchboard_http::serve_embedded(body, content_type, Some(request))
 }

@@ -26,7 +26,6 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{BEARER_PROTOCOL, WsAuth, check_host};
 use crate::config::{WsConfig, WsSection};
 use crate::connection;
 use crate::conversations::Conversations;
@@ -34,6 +33,7 @@ use crate::live::LiveChats;
 use crate::page;
 use crate::protocol::ServerFrame;
 use crate::upload;
+use switchboard_http::{Auth, BEARER_PROTOCOL, check_host};
 
 /// The channel's name, and the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "websocket";
@@ -293,7 +293,7 @@ fn start_seq() -> u64 {
 
 /// Refuses requests whose Host is not a loopback name when auth is off (DNS rebinding).
 async fn host_guard(State(shared): State<Arc<Shared>>, request: Request, next: Next) -> Response {
-    if matches!(shared.config.auth, WsAuth::None)
+    if matches!(shared.config.auth, Auth::None)
         && let Err(reason) = check_host(request.headers(), &shared.config.allowed_hosts)
     {
         tracing::info!(reason, host = ?request.headers().get(axum::http::header::HOST),

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use switchboard_core::{ConfigProblem, expand_env};
 use toml::Spanned;
 
-use crate::auth::WsAuth;
+use switchboard_http::{Auth, check_token};
 
 /// The most `max_frame_bytes` may be: the WebSocket reader holds at most this much of a
 /// client's frame per socket.
@@ -17,7 +17,7 @@ pub const MAX_FRAME_BYTES_LIMIT: usize = 1024 * 1024;
 #[derive(Clone, Debug)]
 pub struct WsConfig {
     /// Who may connect.
-    pub auth: WsAuth,
+    pub auth: Auth,
     /// The largest client frame (and message) the reader accepts, 1 to
     /// [`MAX_FRAME_BYTES_LIMIT`]. A larger one is refused as soon as its header announces
     /// its length: the client gets an error frame and the socket is closed (1009).
@@ -25,7 +25,7 @@ pub struct WsConfig {
     /// Frames queued for one socket before it counts as too slow and is closed.
     pub send_queue: usize,
     /// Host names (besides loopback ones) a browser may use to reach the page and `/ws`
-    /// when auth is off; see [`WsAuth::None`].
+    /// when auth is off; see [`Auth::None`].
     pub allowed_hosts: Vec<String>,
     /// The largest file `POST /upload` takes; 0 turns uploads off.
     pub max_attachment_bytes: u64,
@@ -44,7 +44,7 @@ pub const MAX_ATTACHMENT_BYTES_LIMIT: u64 = 100 * 1024 * 1024;
 impl Default for WsConfig {
     fn default() -> Self {
         Self {
-            auth: WsAuth::None,
+            auth: Auth::None,
             max_frame_bytes: 64 * 1024,
             send_queue: 1024,
             allowed_hosts: Vec::new(),
@@ -53,34 +53,6 @@ impl Default for WsConfig {
             state_dir: None,
         }
     }
-}
-
-/// The fewest characters a token has that are not whitespace.
-pub const MIN_TOKEN_CHARS: usize = 16;
-
-/// Whether a token is one a client can present and an attacker cannot guess: at least
-/// [`MIN_TOKEN_CHARS`] characters, none of them whitespace (a header cannot carry it at
-/// either end, and a token of spaces is no secret), not one character repeated.
-pub fn check_token(token: &str) -> Result<(), String> {
-    let make_one = "make one with e.g. `openssl rand -hex 24`";
-    if token.chars().any(char::is_whitespace) {
-        return Err(format!(
-            "the token holds whitespace (a space, tab or line break), which clients cannot \
-             send; {make_one}"
-        ));
-    }
-    if token.chars().count() < MIN_TOKEN_CHARS {
-        return Err(format!(
-            "the token must be at least {MIN_TOKEN_CHARS} characters; {make_one}"
-        ));
-    }
-    let distinct: std::collections::BTreeSet<char> = token.chars().collect();
-    if distinct.len() < 4 {
-        return Err(format!(
-            "the token is too easy to guess (almost one character repeated); {make_one}"
-        ));
-    }
-    Ok(())
 }
 
 /// How WebSocket clients authenticate, as written in the config.
@@ -200,8 +172,8 @@ impl WsSection {
     /// served without a token.
     pub fn settings(&self, allowed_hosts: Vec<String>) -> Result<WsConfig, ConfigProblem> {
         let auth = match self.auth.get_ref() {
-            AuthMode::None => WsAuth::None,
-            AuthMode::Token => WsAuth::Token(self.token()?),
+            AuthMode::None => Auth::None,
+            AuthMode::Token => Auth::Token(self.token()?),
         };
         Ok(WsConfig {
             auth,

@@ -4,11 +4,11 @@
 //! speak a small JSON protocol (`docs/protocol.md`): they send `message` frames for any
 //! number of chats and receive `ready`, `delta`, `message`, `tool`, `error` and `done`.
 //! Every socket that sent to (or subscribed to) a chat receives that chat's frames.
-//! `GET /` serves a web chat page, embedded in the binary, that uses the same protocol.
+//! `GET /` serves a web chat page, embedded in the binary, that uses the same protocol. Who
+//! may connect is `switchboard-http`'s (shared with `/metrics` and the panel).
 //!
 //! # Layout
 //! - `protocol`: the frames, and parsing a client frame into a clear error.
-//! - `auth`: [`WsAuth`], token checks (header, subprotocol, query) and the Origin check.
 //! - `connection`: one socket, as a send task and a receive task.
 //! - `channel`: [`WebSocketChannel`], the `Channel` impl and its subscriber table.
 //! - `live`: what each chat's running turn is doing (for a page shown again mid-turn).
@@ -17,7 +17,6 @@
 //! - `page`: the web chat page and its assets.
 //! - `config`: [`WsSection`] (the config file's part) and [`WsConfig`] (the settings).
 
-mod auth;
 mod channel;
 mod config;
 mod connection;
@@ -28,13 +27,11 @@ mod page;
 mod protocol;
 mod upload;
 
-pub use auth::{WsAuth, check_host};
 pub use channel::WebSocketChannel;
 pub use config::{
     AuthMode, DEFAULT_ATTACHMENT_BYTES, MAX_ATTACHMENT_BYTES_LIMIT, MAX_FRAME_BYTES_LIMIT,
-    WsConfig, WsSection, check_token,
+    WsConfig, WsSection,
 };
 pub use conversations::{Conversation, MAX_CONVERSATIONS};
 pub use history::said_of;
-pub use page::serve as serve_embedded;
 pub use protocol::{AttachmentRef, ClientFrame, Said, SaidTool, ServerFrame, Waiting};

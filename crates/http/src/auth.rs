@@ -1,13 +1,14 @@
-//! Who may open `/ws`: a token (header, subprotocol or query), or nobody asked on a
-//! loopback bind with auth explicitly off. Browsers are also held to their own origin.
+//! Who may reach an endpoint: a token (header, subprotocol or query — the control panel's
+//! API takes the header only), or nobody asked on a loopback bind with auth explicitly off.
+//! Browsers are also held to their own origin, and without a token to a loopback Host.
 
 use axum::http::HeaderMap;
 use axum::http::header::{AUTHORIZATION, HOST, ORIGIN, SEC_WEBSOCKET_PROTOCOL};
 use subtle::ConstantTimeEq;
 
-/// How WebSocket clients authenticate.
+/// How clients authenticate to an endpoint (the WebSocket, `/metrics`, the panel).
 #[derive(Clone)]
-pub enum WsAuth {
+pub enum Auth {
     /// No token (allowed by the daemon only on a loopback bind). The page and `/ws` then
     /// answer only requests whose Host is a loopback name (or one the config lists): a web
     /// site whose name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name
@@ -17,7 +18,7 @@ pub enum WsAuth {
     Token(String),
 }
 
-impl std::fmt::Debug for WsAuth {
+impl std::fmt::Debug for Auth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::None => f.write_str("None"),
@@ -27,9 +28,9 @@ impl std::fmt::Debug for WsAuth {
 }
 
 /// The subprotocol a client names before its token: `Sec-WebSocket-Protocol: bearer, TOKEN`.
-pub(crate) const BEARER_PROTOCOL: &str = "bearer";
+pub const BEARER_PROTOCOL: &str = "bearer";
 
-impl WsAuth {
+impl Auth {
     /// Checks a connection attempt (or a `/metrics` scrape); the error is the reason given to
     /// the client.
     pub fn check(
@@ -66,6 +67,34 @@ impl WsAuth {
             Some(_) => Err("the token is not valid"),
         }
     }
+}
+
+/// The fewest characters a token has that are not whitespace.
+pub const MIN_TOKEN_CHARS: usize = 16;
+
+/// Whether a token is one a client can present and an attacker cannot guess: at least
+/// [`MIN_TOKEN_CHARS`] characters, none of them whitespace (a header cannot carry it at
+/// either end, and a token of spaces is no secret), not one character repeated.
+pub fn check_token(token: &str) -> Result<(), String> {
+    let make_one = "make one with e.g. `openssl rand -hex 24`";
+    if token.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "the token holds whitespace (a space, tab or line break), which clients cannot \
+             send; {make_one}"
+        ));
+    }
+    if token.chars().count() < MIN_TOKEN_CHARS {
+        return Err(format!(
+            "the token must be at least {MIN_TOKEN_CHARS} characters; {make_one}"
+        ));
+    }
+    let distinct: std::collections::BTreeSet<char> = token.chars().collect();
+    if distinct.len() < 4 {
+        return Err(format!(
+            "the token is too easy to guess (almost one character repeated); {make_one}"
+        ));
+    }
+    Ok(())
 }
 
 fn bearer_header(headers: &HeaderMap) -> Option<&str> {
@@ -169,7 +198,7 @@ mod tests {
 
     #[test]
     fn token_is_accepted_three_ways() {
-        let auth = WsAuth::Token("s3cret".into());
+        let auth = Auth::Token("s3cret".into());
         assert!(
             auth.check(&headers(&[("authorization", "Bearer s3cret")]), None)
                 .is_ok()
@@ -186,7 +215,7 @@ mod tests {
 
     #[test]
     fn missing_or_wrong_tokens_are_refused() {
-        let auth = WsAuth::Token("s3cret".into());
+        let auth = Auth::Token("s3cret".into());
         assert!(auth.check(&headers(&[]), None).is_err());
         assert!(
             auth.check(&headers(&[("authorization", "Bearer nope")]), None)
@@ -197,7 +226,7 @@ mod tests {
 
     #[test]
     fn browsers_must_come_from_the_same_origin() {
-        let auth = WsAuth::None;
+        let auth = Auth::None;
         let same = headers(&[
             ("host", "127.0.0.1:8080"),
             ("origin", "http://127.0.0.1:8080"),
