@@ -1,7 +1,9 @@
 //! Building the daemon from a config and running it until it is told to stop.
 //!
-//! [`start`] wires store → LLM → agent → hub → channels → dispatcher → HTTP and returns a
-//! [`Running`] daemon; [`Running::shutdown`] stops it in order: intake first, then running
+//! [`start`] builds it in phases, each a function — the place (alone or a cluster's member,
+//! its bus and stores), the core (agents, scheduler, spending), what watches it, the
+//! channels, the dispatcher, the MCP servers, the control panel, the scheduler, the listener
+//! — and returns a [`Running`] daemon; [`Running::shutdown`] stops it in order: intake first, then running
 //! turns (after a grace period), then outbound delivery, then every socket (each sends what
 //! is queued for it and a close frame, and is waited for), then the listener.
 
@@ -72,13 +74,99 @@ pub struct Running {
     shown_config: Option<Arc<Mutex<String>>>,
 }
 
-/// Starts the daemon. `tools` are the tools offered to the model.
+/// Starts the daemon. `tools` are the tools offered to the model. The phases, in order:
+/// where it runs (the place: alone, or a member of a cluster, and its stores), the agents,
+/// what watches them, the channels, the agents' dispatcher, the MCP servers, the control
+/// panel, the scheduler, and last the listener — so nothing is served before everything
+/// behind it exists.
 pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Running> {
     let shutdown = Shutdown::new();
     let place = crate::cluster::Place::join(&config, shutdown.intake()).await?;
+    let core = build_core(&config, &place, &shutdown, tools)?;
+    let health = Health::new();
+    watch_core(&health, &core);
+    let mut router = health.router();
+    // Installed before anything records (the route is added once the channels are known).
+    let recorder = config.http.metrics.then(metrics::recorder).flatten();
+    let (platforms, channels) =
+        start_channels(&config, &place, &core, &health, &shutdown, &mut router)?;
+    if let Some(handle) = recorder {
+        router = router.merge(metrics::router(
+            handle,
+            health.clone(),
+            metrics::Series {
+                spending: Some(core.spending.clone()),
+                ..metrics_series(&config, &core.agents, &core.hub)
+            },
+            config.metrics_access()?,
+            config.http.allowed_hosts.clone(),
+        ));
+    }
+    if place.runs_agents() {
+        place.start_worker();
+        start_dispatcher(&core, &health, &shutdown);
+    }
+    // MCP servers start in the background: a slow or broken one delays nothing; its tools
+    // come when it is up. They stop with the channels.
+    #[cfg(feature = "mcp")]
+    let mcp = start_mcp(&config, &core, &health, &channels.stop).await?;
+    let panel = control_panel(&config, &core, &health, &channels.pairing, &mut router)?;
+    // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
+    // for the next start.
+    if let Some(scheduler) = core.scheduler.clone() {
+        crate::scheduler_config::sync_declared(scheduler.jobs(), &config).await;
+        let intake = shutdown.intake().clone();
+        shutdown
+            .tracker()
+            .spawn(async move { scheduler.run(intake).await });
+    }
+    let server = listen(&config, router, &health).await?;
+    health.set_ready();
+
+    Ok(Running {
+        addr: server.addr(),
+        shutdown,
+        grace: Config::duration(&config.daemon.shutdown_grace_secs),
+        health,
+        hub: core.hub,
+        channels: channels.tracker,
+        channels_stop: channels.stop,
+        server,
+        agents: core.agents,
+        platforms,
+        tool_parts: core.tool_parts,
+        config_text: config.source.text.clone(),
+        llm_health: core.llm_health,
+        #[cfg(feature = "mcp")]
+        mcp,
+        spending: core.spending,
+        reloads: panel.reloads,
+        shown_config: panel.shown_config,
+    })
+}
+
+/// What answers messages: the bus, the models' health, the scheduler, the spending and the
+/// agents with their tools.
+struct Core {
+    hub: Arc<dyn Bus>,
+    llm_health: Arc<LlmHealth>,
+    scheduler: Option<Scheduler>,
+    spending: Arc<switchboard_agent::usage::Spending>,
+    agents: Agents,
+    tool_parts: ToolParts,
+}
+
+/// Builds the agents on the place's bus and stores, with the scheduler and the spending
+/// they share (the scheduler only where agents run).
+fn build_core(
+    config: &Config,
+    place: &crate::cluster::Place,
+    shutdown: &Shutdown,
+    tools: ToolRegistry,
+) -> anyhow::Result<Core> {
     let hub: Arc<dyn Bus> = place.bus().clone();
     let llm_health = Arc::new(LlmHealth::default());
-    llm_health.start_with(&config);
+    llm_health.start_with(config);
     let observer: Arc<dyn Observer> = llm_health.clone();
     let scheduler = (config.scheduler.enabled && place.runs_agents()).then(|| {
         Scheduler::new(
@@ -88,12 +176,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             config.scheduler.settings(),
         )
     });
-    let spending = crate::usage_config::spending(&config, place.stores().usage());
+    let spending = crate::usage_config::spending(config, place.stores().usage());
     if let Some(scheduler) = &scheduler {
         scheduler.keep_to(spending.clone());
     }
     let parts = AgentParts {
-        place: Some(&place),
+        place: Some(place),
         extra_tools: tools,
         hub: Some(&hub),
         observer: Some(&observer),
@@ -106,12 +194,23 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             .any(|spec| spec.section.spawn.enabled)
             .then(|| switchboard_agent::spawn::Spawner::new(hub.clone(), shutdown.turns().clone())),
     };
-    let (agents, tool_parts) = crate::agents::build_agents(&config, parts)?;
-    let health = Health::new();
-    // Not a readiness matter: a daemon whose model fails still takes (and answers) messages.
-    let models = llm_health.clone();
+    let (agents, tool_parts) = crate::agents::build_agents(config, parts)?;
+    Ok(Core {
+        hub,
+        llm_health,
+        scheduler,
+        spending,
+        agents,
+        tool_parts,
+    })
+}
+
+/// `/healthz`'s checks of the core: the models (not a readiness matter: a daemon whose model
+/// fails still takes, and answers, messages) and every agent's session store.
+fn watch_core(health: &Health, core: &Core) {
+    let models = core.llm_health.clone();
     health.check_health_only("llm", Box::new(move || models.check()));
-    let stores = agents.clone();
+    let stores = core.agents.clone();
     health.check(
         "store",
         Box::new(move || {
@@ -139,118 +238,154 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
             }
         }),
     );
-    let channels = TaskTracker::new();
-    let channels_stop = CancellationToken::new();
-    let mut router = health.router();
-    // Installed before anything records (the route is added once the channels are known).
-    let recorder = config.http.metrics.then(metrics::recorder).flatten();
-    let state_dir = config.path(&config.agent.state_dir);
+}
+
+/// The channels' supervision: who tracks their tasks, what stops them, and the pairing they
+/// (and the panel) share.
+struct ChannelsRunning {
+    tracker: TaskTracker,
+    stop: CancellationToken,
+    pairing: Arc<Pairing>,
+}
+
+/// Builds and starts every channel the config enables where this process runs channels,
+/// merging the routes they serve into `router`.
+fn start_channels(
+    config: &Config,
+    place: &crate::cluster::Place,
+    core: &Core,
+    health: &Health,
+    shutdown: &Shutdown,
+    router: &mut axum::Router,
+) -> anyhow::Result<(Platforms, ChannelsRunning)> {
+    let tracker = TaskTracker::new();
+    let stop = CancellationToken::new();
     let pairing = Arc::new(Pairing::new(place.stores().state().clone()));
     let mut platforms = Platforms::new(platforms::Parts {
         channel: ChannelParts {
-            hub: hub.clone(),
+            hub: core.hub.clone(),
             pairing: pairing.clone(),
             state: place.stores().state().clone(),
-            state_dir,
+            state_dir: config.path(&config.agent.state_dir),
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),
             handed_over: place.is_cluster(),
-            transcripts: Some(Arc::new(crate::history::SessionHistory(agents.clone()))),
+            transcripts: Some(Arc::new(crate::history::SessionHistory(
+                core.agents.clone(),
+            ))),
         },
         health: health.clone(),
         intake: shutdown.intake().clone(),
-        stop: channels_stop.clone(),
-        tracker: channels.clone(),
+        stop: stop.clone(),
+        tracker: tracker.clone(),
     });
-    let channels_here = if place.runs_channels() {
+    let here = if place.runs_channels() {
         config.channels.all()
     } else {
         Vec::new()
     };
-    for (name, section) in channels_here {
-        if let Some(mut built) = platforms.build(&config, name, section)? {
+    for (name, section) in here {
+        if let Some(mut built) = platforms.build(config, name, section)? {
             if let Some(routes) = built.take_router() {
-                router = router.merge(routes);
+                *router = std::mem::take(router).merge(routes);
             }
             platforms.start(built);
         }
     }
-    if let Some(handle) = recorder {
-        router = router.merge(metrics::router(
-            handle,
-            health.clone(),
-            metrics::Series {
-                spending: Some(spending.clone()),
-                ..metrics_series(&config, &agents, &hub)
-            },
-            config.metrics_access()?,
-            config.http.allowed_hosts.clone(),
-        ));
-    }
-
-    if place.runs_agents() {
-        place.start_worker();
-        let dispatcher = Arc::new(Dispatcher::new(
-            agents.clone(),
-            hub.clone(),
-            shutdown.clone(),
-        ));
-        let sessions = dispatcher.clone();
-        health.gauge(
-            "active_sessions",
-            Box::new(move || sessions.active_sessions()),
-        );
-        shutdown.tracker().spawn(async move {
-            if let Err(err) = dispatcher.run().await {
-                tracing::error!(error = %err, "dispatcher stopped");
-            }
-        });
-    }
-    // MCP servers start in the background: a slow or broken one delays nothing; its tools
-    // come when it is up. They stop with the channels.
-    #[cfg(feature = "mcp")]
-    let mcp = {
-        let mut mcp = crate::mcp_servers::Mcp {
-            servers: None,
-            tools: agents.default_agent().tool_sources().clone(),
-            health: health.clone(),
-            stop: channels_stop.clone(),
-        };
-        mcp.apply(&config).await?;
-        mcp
-    };
-    // The control panel, when it has a token (else nothing of it is made).
-    let mut reloads = None;
-    let mut shown_config = None;
-    if let Some(token) = config.admin_access()? {
-        let (reload_requests, requests) = mpsc::channel(4);
-        let text = Arc::new(Mutex::new(config.source.text.clone()));
-        reloads = Some(requests);
-        shown_config = Some(text.clone());
-        let admin = crate::admin::Admin {
-            auth: switchboard_http::Auth::Token(token),
-            health: health.clone(),
-            agents: agents.clone(),
-            hub: hub.clone(),
+    Ok((
+        platforms,
+        ChannelsRunning {
+            tracker,
+            stop,
             pairing,
-            usage: spending.store().clone(),
-            jobs: scheduler.as_ref().map(|scheduler| scheduler.jobs().clone()),
-            path: config.source.path.clone(),
-            config_text: text,
-            reloads: reload_requests,
-        };
-        router = router.merge(admin.router());
-    }
-    // Scheduled work stops with intake: a run it did not hand over stays due (or pending),
-    // for the next start.
-    if let Some(scheduler) = scheduler {
-        crate::scheduler_config::sync_declared(scheduler.jobs(), &config).await;
-        let intake = shutdown.intake().clone();
-        shutdown
-            .tracker()
-            .spawn(async move { scheduler.run(intake).await });
-    }
+        },
+    ))
+}
 
+/// Starts the dispatcher that hands messages to the agents' workers.
+fn start_dispatcher(core: &Core, health: &Health, shutdown: &Shutdown) {
+    let dispatcher = Arc::new(Dispatcher::new(
+        core.agents.clone(),
+        core.hub.clone(),
+        shutdown.clone(),
+    ));
+    let sessions = dispatcher.clone();
+    health.gauge(
+        "active_sessions",
+        Box::new(move || sessions.active_sessions()),
+    );
+    shutdown.tracker().spawn(async move {
+        if let Err(err) = dispatcher.run().await {
+            tracing::error!(error = %err, "dispatcher stopped");
+        }
+    });
+}
+
+/// The MCP servers the config names, started in the background (a daemon without them has
+/// nothing of MCP).
+#[cfg(feature = "mcp")]
+async fn start_mcp(
+    config: &Config,
+    core: &Core,
+    health: &Health,
+    stop: &CancellationToken,
+) -> anyhow::Result<crate::mcp_servers::Mcp> {
+    let mut mcp = crate::mcp_servers::Mcp {
+        servers: None,
+        tools: core.agents.default_agent().tool_sources().clone(),
+        health: health.clone(),
+        stop: stop.clone(),
+    };
+    mcp.apply(config).await?;
+    Ok(mcp)
+}
+
+/// What the control panel leaves the running daemon: the reloads it asks for and the config
+/// text it shows (none without a panel).
+#[derive(Default)]
+struct Panel {
+    reloads: Option<mpsc::Receiver<crate::admin::ReloadRequest>>,
+    shown_config: Option<Arc<Mutex<String>>>,
+}
+
+/// The control panel's routes, when it has a token (else nothing of it is made).
+fn control_panel(
+    config: &Config,
+    core: &Core,
+    health: &Health,
+    pairing: &Arc<Pairing>,
+    router: &mut axum::Router,
+) -> anyhow::Result<Panel> {
+    let Some(token) = config.admin_access()? else {
+        return Ok(Panel::default());
+    };
+    let (reload_requests, requests) = mpsc::channel(4);
+    let text = Arc::new(Mutex::new(config.source.text.clone()));
+    let admin = crate::admin::Admin {
+        auth: switchboard_http::Auth::Token(token),
+        health: health.clone(),
+        agents: core.agents.clone(),
+        hub: core.hub.clone(),
+        pairing: pairing.clone(),
+        usage: core.spending.store().clone(),
+        jobs: core
+            .scheduler
+            .as_ref()
+            .map(|scheduler| scheduler.jobs().clone()),
+        path: config.source.path.clone(),
+        config_text: text.clone(),
+        reloads: reload_requests,
+    };
+    *router = std::mem::take(router).merge(admin.router());
+    Ok(Panel {
+        reloads: Some(requests),
+        shown_config: Some(text),
+    })
+}
+
+/// Binds the listener within the limits of `[http]` (fitted to the descriptors there are)
+/// and serves `router`.
+async fn listen(config: &Config, router: axum::Router, health: &Health) -> anyhow::Result<Server> {
     let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {
         header_timeout: Config::duration(&config.http.header_timeout_secs),
@@ -274,28 +409,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         channels = ?config.channels.enabled(),
         max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
-    health.set_ready();
-
-    Ok(Running {
-        addr,
-        shutdown,
-        grace: Config::duration(&config.daemon.shutdown_grace_secs),
-        health,
-        hub,
-        channels,
-        channels_stop,
-        server,
-        agents,
-        platforms,
-        tool_parts,
-        config_text: config.source.text.clone(),
-        llm_health,
-        #[cfg(feature = "mcp")]
-        mcp,
-        spending,
-        reloads,
-        shown_config,
-    })
+    Ok(server)
 }
 
 /// The series `/metrics` publishes at zero from the start: this config's models, tools
