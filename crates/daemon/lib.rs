@@ -4,31 +4,42 @@
 //! start the whole daemon in-process on `127.0.0.1:0` with [`app::start`].
 //!
 //! # Layout
-//! - `app`: builds everything from a [`config::Config`] and runs it; graceful shutdown.
-//! - `config`: the TOML config, `${ENV}` secrets.
-//! - `config_error`: where a config problem is (`ConfigError`, `Source`).
-//! - `agents_config`: `[agents.NAME]` (taking `[agent]`'s keys) and `[[bindings]]`.
-//! - `agents`: building the daemon's agents from them.
-//! - `cli`: the command line (clap).
-//! - `cluster`: `[cluster]`: what this process is (alone, a gateway, a worker) and its bus.
-//! - `server`: the HTTP listener (header timeout, connection limits, descriptor reserve).
-//! - `admission`: who gets a pre-auth connection slot (per client, shared out when scarce).
-//! - `supervisor`: channel tasks restarted with backoff; outbound delivery loops.
-//! - `health`: `/healthz` and the channel states behind it.
-//! - `llm_health`: whether the models answer (for `/healthz` and `/metrics`).
-//! - `terminal`: `switchboard agent`, turns in the terminal.
-//! - `prompt`: its prompt (rustyline in a terminal: editing, history, paste; lines from a pipe).
-//! - `cron`: `switchboard cron`, the operator's view of scheduled jobs.
-//! - `pairing`: `switchboard pairing`, who may talk.
-//! - `onboard`: `switchboard onboard`, a workspace's starter files.
-//! - `outbox`: where the `message` tool sends, and to whom it may.
-//! - `logging`: tracing setup (text or JSON).
-//! - `scheduler_config`: `[scheduler]`.
-//! - `usage_config`: `[llm.prices]` and `[limits]`, the daemon's spending.
-//! - `usage_cli`: `switchboard usage`, a table per day, agent and chat.
-//! - `harden`: before anything runs: secrets out of the environment, not dumpable.
-//! - `early_stop`: a SIGTERM while starting stops the daemon cleanly.
-//! - `notify`: systemd's notify socket (READY, STOPPING, watchdog).
+//! Building and running the daemon:
+//! - `app`: [`app::start`] in phases (place, core, channels, dispatcher, MCP, panel,
+//!   scheduler, listener), [`app::Running`], graceful shutdown.
+//! - `cluster`: `[cluster]`: what this process is (alone, a gateway, a worker), its bus and
+//!   stores.
+//! - `agents`: building the daemon's agents; `history`: a chat's conversation read for the
+//!   channels that show it; `outbox`: where the `message` tool sends, and to whom it may.
+//! - `platforms`: the channels the config enables, built from their sections;
+//!   `supervisor`: channel tasks restarted with backoff, outbound delivery loops.
+//! - `mcp_servers`: the MCP servers (feature `mcp`).
+//! - `reload`: SIGHUP and the panel's reload — what changes live, what needs a restart.
+//! - `health`: `/healthz` and the states behind it; `llm_health`: whether the models answer.
+//!
+//! Its config (the file, `${ENV}`, credentials, and the sections that are the daemon's):
+//! - `config`: [`config::Config`], composing every section; `config_error`: where a problem
+//!   is (`ConfigError`, `Source`); `config_values`: `${…}` references, bind names, masking
+//!   secrets for display; `config_properties` (tests): no file panics the parser.
+//! - `agents_config`: `[agent]`, `[agents.NAME]`, `[[bindings]]`; `turn_config`:
+//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `llm_config`: `[llm]` and the
+//!   provider chain; `scheduler_config`: `[scheduler]`, `[heartbeat]`; `usage_config`:
+//!   `[llm.prices]`, `[limits]`; `http_config`: `[http]`.
+//!
+//! HTTP:
+//! - `server`: the listener (header timeout, connection limits, descriptor reserve);
+//!   `admission`: who gets a pre-auth slot (per client, shared out when scarce).
+//! - `metrics`: `/metrics`; `admin`: the control panel (`/admin`); `telemetry`: spans over
+//!   OTLP (feature `otlp`).
+//!
+//! The command line:
+//! - `cli`: the commands (clap); `terminal` and `prompt`: `switchboard agent`; `cron`,
+//!   `pairing`, `onboard`, `status`, `doctor`, `usage_cli`, `mcp_cli`: the other commands.
+//!
+//! The process:
+//! - `harden`: before anything runs, secrets out of the environment, not dumpable;
+//!   `early_stop`: a SIGTERM while starting stops it cleanly; `logging`: tracing (text or
+//!   JSON); `notify`: systemd's notify socket (READY, STOPPING, watchdog).
 
 mod admin;
 mod admission;
