@@ -87,19 +87,8 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             );
             true
         }
-        Some(Command::Status) => {
-            eprintln!("{}", agent.status(session).await);
-            true
-        }
-        Some(Command::Usage) => {
-            eprintln!("{}", agent.usage_command(session.key()).await);
-            true
-        }
-        Some(Command::Model(wanted)) => {
-            eprintln!(
-                "{}",
-                agent.model_command(session.key(), wanted.as_deref()).await
-            );
+        Some(command @ (Command::Status | Command::Usage | Command::Model(_))) => {
+            eprintln!("{}", command.answer(agent, session, None).await);
             true
         }
         Some(Command::Stop) => {

@@ -2,23 +2,20 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{
-    AgentName, ChannelName, ChatId, ChatMessage, MessageId, Origin, SessionKey,
-};
+use switchboard_core::{AgentName, ChatMessage, MessageId, Origin, SessionKey};
 use switchboard_llm::LlmProvider;
 use switchboard_sessions::{Batch, InboundState, Session, SessionStore, StoreError};
 use switchboard_tools::{SubAgents, ToolFilter, ToolRegistry, ToolSources, TurnSlot};
 use tokio_util::sync::CancellationToken;
 
-use crate::choices::{ChoiceStore, Choices, MemoryChoices};
-use crate::command::JOBS_USAGE;
+use crate::choices::{ChoiceStore, MemoryChoices};
 use crate::config::AgentConfig;
 use crate::context::ContextCache;
 use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
 use crate::models::Models;
-use crate::scheduler::{Asker, JobAction, Jobs};
+use crate::scheduler::Jobs;
 use crate::slots::TurnSlots;
 use crate::spawn::{self, Spawner, TreeLimits, TurnChildren};
 use crate::turn;
@@ -184,24 +181,6 @@ impl Agent {
             .map_or(0, |spawner| spawner.stop(&self.name, session))
     }
 
-    /// One line for `/status` about the sub-agents `session` started that run now.
-    pub fn children_status(&self, session: &SessionKey) -> Option<String> {
-        let running = self.spawner.as_ref()?.running(&self.name, session);
-        if running.is_empty() {
-            return None;
-        }
-        let list: Vec<String> = running
-            .iter()
-            .map(|(child, label, took)| format!("{child} \"{label}\" ({} s)", took.as_secs()))
-            .collect();
-        let count = running.len();
-        let plural = if count == 1 { "" } else { "s" };
-        Some(format!(
-            "{count} sub-agent{plural} running: {} (/stop stops them).",
-            list.join(", ")
-        ))
-    }
-
     /// Records what its calls cost in `spending` and keeps to its caps.
     pub fn with_spending(mut self, spending: Arc<Spending>) -> Self {
         self.spending = Some(spending);
@@ -213,12 +192,19 @@ impl Agent {
         self.spending.as_ref()
     }
 
-    /// The answer to `/usage` in `session`.
-    pub async fn usage_command(&self, session: &SessionKey) -> String {
-        match &self.spending {
-            Some(spending) => spending.report(session).await,
-            None => "Usage is not recorded here.".to_owned(),
-        }
+    /// The scheduled jobs chats may see and change, when the scheduler runs.
+    pub(crate) fn jobs(&self) -> Option<&Jobs> {
+        self.jobs.as_ref()
+    }
+
+    /// Where chats' choices (`/model`) are kept.
+    pub(crate) fn choices(&self) -> &Arc<dyn ChoiceStore> {
+        &self.choices
+    }
+
+    /// The sub-agents of every session, when turns may start them.
+    pub(crate) fn spawner(&self) -> Option<&Spawner> {
+        self.spawner.as_ref()
     }
 
     /// Names the agent.
@@ -254,45 +240,6 @@ impl Agent {
     pub fn with_jobs(mut self, jobs: Jobs) -> Self {
         self.jobs = Some(jobs);
         self
-    }
-
-    /// The answer to `/jobs` in the chat `(channel, chat)`.
-    pub async fn jobs_command(
-        &self,
-        channel: &ChannelName,
-        chat: &ChatId,
-        action: Option<&JobAction>,
-    ) -> String {
-        let (Some(jobs), Some(action)) = (&self.jobs, action) else {
-            return match self.jobs {
-                None => "Scheduled jobs are off here (scheduler.enabled = false).".into(),
-                Some(_) => JOBS_USAGE.into(),
-            };
-        };
-        let asker = Asker::Chat(channel.clone(), chat.clone());
-        jobs.act(&asker, action).await.unwrap_or_else(|why| why)
-    }
-
-    /// One line for `/status` about the chat's scheduled jobs; `None` when it has none.
-    pub async fn jobs_status(&self, channel: &ChannelName, chat: &ChatId) -> Option<String> {
-        let jobs = self.jobs.as_ref()?;
-        let asker = Asker::Chat(channel.clone(), chat.clone());
-        let list = jobs.list(&asker).await.ok()?;
-        let next = list
-            .iter()
-            .filter(|job| job.enabled)
-            .filter_map(|job| job.next_due)
-            .min();
-        let count = list.len();
-        (count > 0).then(|| {
-            let plural = if count == 1 { "" } else { "s" };
-            match next {
-                Some(next) => {
-                    format!("{count} scheduled job{plural}; the next runs at {next} (/jobs).")
-                }
-                None => format!("{count} scheduled job{plural}, none due (/jobs)."),
-            }
-        })
     }
 
     /// Adds a hook, run after those added before it, in every turn.
@@ -340,51 +287,6 @@ impl Agent {
         self.models().offers(&chosen).then_some(chosen)
     }
 
-    /// The answer to `/model` (`None`: the list), `/model NAME` and `/model default` in
-    /// `session`.
-    pub async fn model_command(&self, session: &SessionKey, wanted: Option<&str>) -> String {
-        let models = self.models();
-        let own = models.default_chain().model().to_owned();
-        let list = || {
-            let mut names: Vec<&str> = vec![own.as_str()];
-            names.extend(models.names().filter(|name| *name != own));
-            names.join(", ")
-        };
-        if models.names().next().is_none() {
-            return format!(
-                "This chat uses {own}, the only model here (more with [llm] models = [...])."
-            );
-        }
-        let chosen = self.chosen_model(session).await;
-        let Some(wanted) = wanted else {
-            let using = chosen.as_deref().unwrap_or(&own);
-            return format!(
-                "This chat uses {using}. Models: {} ({own} is the default). /model NAME \
-                 switches; /model default goes back.",
-                list()
-            );
-        };
-        let choice = match wanted {
-            "default" => None,
-            name if name == own => None,
-            name if models.offers(name) => Some(name.to_owned()),
-            name => {
-                return format!(
-                    "There is no model `{name}` here. The models are: {}.",
-                    list()
-                );
-            }
-        };
-        let using = choice.clone().unwrap_or_else(|| own.clone());
-        match self.choices.set(session, Choices { model: choice }).await {
-            Ok(()) => format!("This chat now uses {using}."),
-            Err(err) => {
-                tracing::error!(session = %session, error = %err, "could not keep a chat's model");
-                format!("Could not keep the choice: {err}")
-            }
-        }
-    }
-
     /// The agent's config.
     pub fn config(&self) -> &AgentConfig {
         &self.config
@@ -414,31 +316,6 @@ impl Agent {
             self.config.history_limit,
             loaded,
         ))
-    }
-
-    /// The answer to `/status`: what the session holds and has spent, and the model.
-    pub async fn status(&self, session: &Session) -> String {
-        let model = match self.chosen_model(session.key()).await {
-            Some(model) => model,
-            None => self.llm().model().to_owned(),
-        };
-        let usage = session.usage();
-        let count = session.len();
-        let plural = if count == 1 { "" } else { "s" };
-        let agent = if self.name.is_default() {
-            String::new()
-        } else {
-            format!("Agent {}. ", self.name)
-        };
-        format!(
-            "{agent}Session {}: {count} message{plural} in history (limit {}); {} tokens in, \
-             {} out; model {}.",
-            session.key(),
-            self.config.history_limit,
-            usage.input_tokens,
-            usage.output_tokens,
-            model,
-        )
     }
 
     /// Lets the store drop what it keeps for a session that left memory.

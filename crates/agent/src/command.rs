@@ -1,9 +1,13 @@
 //! Chat commands, handled before the agent loop: read by the one table of them
-//! ([`COMMANDS`](switchboard_core::COMMANDS), in core), which `/help` and the platforms' menus are made from too.
+//! ([`COMMANDS`](switchboard_core::COMMANDS), in core), which `/help` and the platforms' menus
+//! are made from too, and answered here ([`Command::answer`]) from what the agent holds.
 
-use switchboard_core::{CommandSpec, command_named};
+use switchboard_core::{ChannelName, ChatId, CommandSpec, SessionKey, command_named};
+use switchboard_sessions::Session;
 
-use crate::scheduler::JobAction;
+use crate::agent::Agent;
+use crate::choices::Choices;
+use crate::scheduler::{Asker, JobAction};
 
 /// A command a person can type in any chat.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +81,186 @@ impl Command {
         match command_named(name) {
             Some(spec) => spec,
             None => unreachable!("every command is in the table (tested)"),
+        }
+    }
+}
+
+/// Where a command was typed: a chat of a channel (`/jobs` and `/status` look at its jobs), or
+/// none (the terminal).
+pub type Typed<'a> = Option<(&'a ChannelName, &'a ChatId)>;
+
+impl Command {
+    /// The answer to this command typed in `session` of `agent` (at `typed`). `/stop`,
+    /// `/approve` and `/deny` that reach here have nothing to act on: a running turn or a
+    /// waiting question takes them before (see the dispatcher).
+    pub async fn answer(&self, agent: &Agent, session: &mut Session, typed: Typed<'_>) -> String {
+        match self {
+            Self::New => match agent.reset_session(session).await {
+                Ok(()) => "Started a new session.".to_owned(),
+                Err(err) => format!("Could not start a new session: {err}"),
+            },
+            Self::Help => switchboard_core::commands_help(),
+            Self::Status => {
+                let mut text = status(agent, session).await;
+                if let Some((channel, chat)) = typed
+                    && let Some(jobs) = jobs_status(agent, channel, chat).await
+                {
+                    text = format!("{text}\n{jobs}");
+                }
+                if let Some(children) = children_status(agent, session.key()) {
+                    text = format!("{text}\n{children}");
+                }
+                text
+            }
+            Self::Usage => usage(agent, session.key()).await,
+            Self::Model(wanted) => model(agent, session.key(), wanted.as_deref()).await,
+            Self::Jobs(action) => match typed {
+                Some((channel, chat)) => jobs(agent, channel, chat, action.as_ref()).await,
+                None => "Scheduled jobs belong to the daemon's chats: `switchboard cron list` \
+                         shows them."
+                    .to_owned(),
+            },
+            Self::Stop => "Nothing to stop.".to_owned(),
+            Self::Approve | Self::Deny => "Nothing is waiting for your approval.".to_owned(),
+        }
+    }
+}
+
+/// The answer to `/status`: what the session holds and has spent, and the model.
+async fn status(agent: &Agent, session: &Session) -> String {
+    let model = match agent.chosen_model(session.key()).await {
+        Some(model) => model,
+        None => agent.llm().model().to_owned(),
+    };
+    let usage = session.usage();
+    let count = session.len();
+    let plural = if count == 1 { "" } else { "s" };
+    let name = if agent.name().is_default() {
+        String::new()
+    } else {
+        format!("Agent {}. ", agent.name())
+    };
+    format!(
+        "{name}Session {}: {count} message{plural} in history (limit {}); {} tokens in, \
+         {} out; model {}.",
+        session.key(),
+        agent.config().history_limit,
+        usage.input_tokens,
+        usage.output_tokens,
+        model,
+    )
+}
+
+/// One line for `/status` about the sub-agents `session` started that run now.
+fn children_status(agent: &Agent, session: &SessionKey) -> Option<String> {
+    let running = agent.spawner()?.running(agent.name(), session);
+    if running.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = running
+        .iter()
+        .map(|(child, label, took)| format!("{child} \"{label}\" ({} s)", took.as_secs()))
+        .collect();
+    let count = running.len();
+    let plural = if count == 1 { "" } else { "s" };
+    Some(format!(
+        "{count} sub-agent{plural} running: {} (/stop stops them).",
+        list.join(", ")
+    ))
+}
+
+/// One line for `/status` about the chat's scheduled jobs; `None` when it has none.
+async fn jobs_status(agent: &Agent, channel: &ChannelName, chat: &ChatId) -> Option<String> {
+    let jobs = agent.jobs()?;
+    let asker = Asker::Chat(channel.clone(), chat.clone());
+    let list = jobs.list(&asker).await.ok()?;
+    let next = list
+        .iter()
+        .filter(|job| job.enabled)
+        .filter_map(|job| job.next_due)
+        .min();
+    let count = list.len();
+    (count > 0).then(|| {
+        let plural = if count == 1 { "" } else { "s" };
+        match next {
+            Some(next) => {
+                format!("{count} scheduled job{plural}; the next runs at {next} (/jobs).")
+            }
+            None => format!("{count} scheduled job{plural}, none due (/jobs)."),
+        }
+    })
+}
+
+/// The answer to `/usage` in `session`.
+async fn usage(agent: &Agent, session: &SessionKey) -> String {
+    match agent.spending() {
+        Some(spending) => spending.report(session).await,
+        None => "Usage is not recorded here.".to_owned(),
+    }
+}
+
+/// The answer to `/jobs` in the chat `(channel, chat)`.
+async fn jobs(
+    agent: &Agent,
+    channel: &ChannelName,
+    chat: &ChatId,
+    action: Option<&JobAction>,
+) -> String {
+    let (Some(jobs), Some(action)) = (agent.jobs(), action) else {
+        return match agent.jobs() {
+            None => "Scheduled jobs are off here (scheduler.enabled = false).".into(),
+            Some(_) => JOBS_USAGE.into(),
+        };
+    };
+    let asker = Asker::Chat(channel.clone(), chat.clone());
+    jobs.act(&asker, action).await.unwrap_or_else(|why| why)
+}
+
+/// The answer to `/model` (`None`: the list), `/model NAME` and `/model default` in
+/// `session`.
+async fn model(agent: &Agent, session: &SessionKey, wanted: Option<&str>) -> String {
+    let models = agent.models();
+    let own = models.default_chain().model().to_owned();
+    let list = || {
+        let mut names: Vec<&str> = vec![own.as_str()];
+        names.extend(models.names().filter(|name| *name != own));
+        names.join(", ")
+    };
+    if models.names().next().is_none() {
+        return format!(
+            "This chat uses {own}, the only model here (more with [llm] models = [...])."
+        );
+    }
+    let chosen = agent.chosen_model(session).await;
+    let Some(wanted) = wanted else {
+        let using = chosen.as_deref().unwrap_or(&own);
+        return format!(
+            "This chat uses {using}. Models: {} ({own} is the default). /model NAME \
+             switches; /model default goes back.",
+            list()
+        );
+    };
+    let choice = match wanted {
+        "default" => None,
+        name if name == own => None,
+        name if models.offers(name) => Some(name.to_owned()),
+        name => {
+            return format!(
+                "There is no model `{name}` here. The models are: {}.",
+                list()
+            );
+        }
+    };
+    let using = choice.clone().unwrap_or_else(|| own.clone());
+    match agent
+        .choices()
+        .set(session, Choices { model: choice })
+        .await
+    {
+        Ok(()) => format!("This chat now uses {using}."),
+        Err(err) => {
+            tracing::error!(session = %session, error = %err, "could not keep a chat's model");
+            format!("Could not keep the choice: {err}")
         }
     }
 }

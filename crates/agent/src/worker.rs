@@ -381,43 +381,13 @@ impl Worker {
             }
             None => {}
         }
-        let text = match command_of(&message) {
-            None => return self.turn(session, message, cancel, false).await,
-            Some(Command::New) => match self.agent.reset_session(session).await {
-                Ok(()) => "Started a new session.".to_owned(),
-                Err(err) => format!("Could not start a new session: {err}"),
-            },
-            Some(Command::Help) => switchboard_core::commands_help(),
-            Some(Command::Status) => {
-                let mut text = self.agent.status(session).await;
-                let jobs = self.agent.jobs_status(&message.channel, &message.chat_id);
-                if let Some(jobs) = jobs.await {
-                    text = format!("{text}\n{jobs}");
-                }
-                if let Some(children) = self.agent.children_status(session.key()) {
-                    text = format!("{text}\n{children}");
-                }
-                text
-            }
-            Some(Command::Usage) => self.agent.usage_command(session.key()).await,
-            Some(Command::Model(wanted)) => {
-                self.agent
-                    .model_command(session.key(), wanted.as_deref())
-                    .await
-            }
-            Some(Command::Jobs(action)) => {
-                let (channel, chat) = (&message.channel, &message.chat_id);
-                self.agent
-                    .jobs_command(channel, chat, action.as_ref())
-                    .await
-            }
-            // `run` answers `/stop` before it gets here (see `answer_stop`).
-            Some(Command::Stop) => "Nothing to stop.".to_owned(),
-            // A waiting turn gets these from the dispatcher; here nothing waits.
-            Some(Command::Approve | Command::Deny) => {
-                "Nothing is waiting for your approval.".to_owned()
-            }
+        let Some(command) = command_of(&message) else {
+            return self.turn(session, message, cancel, false).await;
         };
+        // `run` answers `/stop` before it gets here (see `answer_stop`), and a waiting turn
+        // gets `/approve` and `/deny` from the dispatcher.
+        let typed = Some((&message.channel, &message.chat_id));
+        let text = command.answer(&self.agent, session, typed).await;
         if session.is_stale() {
             return;
         }
