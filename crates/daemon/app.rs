@@ -1,15 +1,16 @@
-//! Building the daemon from a config and running it until it is told to stop.
+//! Building the daemon from a config, and stopping it (how it runs as a service, on signals,
+//! is `service.rs`'s).
 //!
 //! [`start`] builds it in phases, each a function — the place (alone or a cluster's member,
 //! its bus and stores), the core (agents, scheduler, spending), what watches it, the
 //! channels, the dispatcher, the MCP servers, the control panel, the scheduler, the listener
-//! — and returns a [`Running`] daemon; [`Running::shutdown`] stops it in order: intake first, then running
-//! turns (after a grace period), then outbound delivery, then every socket (each sends what
-//! is queued for it and a close frame, and is waited for), then the listener.
+//! — and returns a [`Running`] daemon; [`Running::shutdown`] stops it in order: intake
+//! first, then running turns (after a grace period), then outbound delivery, then every
+//! socket (each sends what is queued for it and a close frame, and is waited for), then the
+//! listener.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -33,8 +34,6 @@ use crate::llm_health::LlmHealth;
 use crate::metrics;
 use crate::platforms::{self, Platforms};
 use crate::server::{self, Server};
-use crate::telemetry::Telemetry;
-use crate::{cli, notify};
 
 /// After the grace period and cancellation, how long cancelled turns get to save.
 const CANCEL_DEADLINE: Duration = Duration::from_secs(5);
@@ -463,6 +462,12 @@ pub(crate) fn register(hub: &Arc<dyn Bus>, health: &Health, channel: Arc<dyn Cha
 }
 
 impl Running {
+    /// What stops it: cancelling its running turns at once is what a second stop signal
+    /// does while it stops.
+    pub fn stopping(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
     /// The address the HTTP listener is bound to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
@@ -526,137 +531,5 @@ impl Running {
         }
         tracing::info!(clean, "stopped");
         clean
-    }
-}
-
-/// `switchboard run`: starts the daemon and stops it on SIGTERM or ctrl-c. A second
-/// signal cancels running turns at once. The signal handlers are installed before anything
-/// starts, so a signal that arrives while the daemon starts (or right after it announced
-/// readiness) stops it cleanly instead of killing it.
-pub async fn run_until_signal(
-    config: Option<&Path>,
-    role: Option<String>,
-) -> anyhow::Result<ExitCode> {
-    let mut signals = Signals::install()?;
-    if crate::early_stop::requested() {
-        tracing::info!("asked to stop while starting: stopping before anything started");
-        return Ok(ExitCode::SUCCESS);
-    }
-    let path = cli::resolve_config(config)?;
-    let mut config = Config::load(&path)?;
-    if role.is_some() {
-        config.role = role;
-        crate::cluster::validate(&config)?;
-    }
-    let telemetry = Telemetry::start(&config.telemetry).await?;
-    let mut running = start(config, ToolRegistry::new()).await?;
-    return_start_memory();
-    notify::ready();
-    let watchdog = CancellationToken::new();
-    notify::spawn_watchdog(watchdog.clone());
-
-    // SIGHUP, or the control panel's "reload" (answered with what it did).
-    let mut panel = running.reload_requests();
-    loop {
-        let answer = tokio::select! {
-            signal = signals.next() => match signal {
-                Signal::Reload => None,
-                Signal::Stop => break,
-            },
-            Some(answer) = async { panel.as_mut()?.recv().await } => Some(answer),
-        };
-        notify::reloading();
-        let reloaded = running.reload(&path).await;
-        notify::ready();
-        if let Some(answer) = answer {
-            let _ = answer.send(reloaded);
-        }
-    }
-    notify::stopping();
-    let turns = running.shutdown.clone();
-    let hurry = tokio::spawn(async move {
-        // A SIGHUP while stopping is no reason to hurry.
-        while signals.next().await == Signal::Reload {}
-        tracing::warn!("second signal: cancelling running turns now");
-        turns.cancel_turns();
-    });
-    running.shutdown().await;
-    hurry.abort();
-    telemetry.shutdown().await;
-    watchdog.cancel();
-    Ok(ExitCode::SUCCESS)
-}
-
-/// SIGTERM, SIGINT and SIGHUP, listened for from the moment this is made (signals that
-/// arrive before [`Signals::next`] is awaited are kept, not lost).
-/// Gives the allocator's free pages back to the system once the daemon has started: reading
-/// the config and building every part leaves freed temporaries in the heap that a lasting
-/// allocation above them would otherwise keep resident for the daemon's life (an example
-/// config three keys longer cost 52 KiB of idle memory that way).
-fn return_start_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    #[allow(unsafe_code)]
-    // SAFETY: glibc's `malloc_trim` only returns free memory to the system; it takes the
-    // allocator's own locks and touches no allocation in use.
-    unsafe {
-        nix::libc::malloc_trim(0);
-    }
-}
-
-struct Signals {
-    #[cfg(unix)]
-    term: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    interrupt: tokio::signal::unix::Signal,
-    #[cfg(unix)]
-    hangup: tokio::signal::unix::Signal,
-}
-
-/// What a signal asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Signal {
-    /// SIGTERM, SIGINT: stop.
-    Stop,
-    /// SIGHUP: read the config again.
-    Reload,
-}
-
-impl Signals {
-    fn install() -> anyhow::Result<Self> {
-        #[cfg(unix)]
-        {
-            use tokio::signal::unix::{SignalKind, signal};
-            Ok(Self {
-                term: signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?,
-                interrupt: signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?,
-                hangup: signal(SignalKind::hangup()).context("cannot listen for SIGHUP")?,
-            })
-        }
-        #[cfg(not(unix))]
-        Ok(Self {})
-    }
-
-    /// Waits for the next signal.
-    async fn next(&mut self) -> Signal {
-        #[cfg(unix)]
-        tokio::select! {
-            _ = self.term.recv() => {
-                tracing::info!("SIGTERM received");
-                Signal::Stop
-            }
-            _ = self.interrupt.recv() => {
-                tracing::info!("interrupt received");
-                Signal::Stop
-            }
-            _ = self.hangup.recv() => {
-                tracing::info!("SIGHUP received: reading the config again");
-                Signal::Reload
-            }
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = tokio::signal::ctrl_c().await;
-            Signal::Stop
-        }
     }
 }

@@ -14,6 +14,7 @@
 //! - `platforms`: the channels the config enables, built from their sections;
 //!   `supervisor`: channel tasks restarted with backoff, outbound delivery loops.
 //! - `mcp_servers`: the MCP servers (feature `mcp`).
+//! - `service`: `switchboard run` — started, reloaded, stopped on signals, told to systemd.
 //! - `reload`: SIGHUP and the panel's reload — what changes live, what needs a restart.
 //! - `health`: `/healthz` and the states behind it; `llm_health`: whether the models answer.
 //!
@@ -75,6 +76,7 @@ pub mod prompt;
 pub mod reload;
 pub mod scheduler_config;
 pub mod server;
+pub mod service;
 pub mod status;
 pub mod supervisor;
 pub mod telemetry;

@@ -9,7 +9,7 @@ use switchboard::config::ConfigError;
 #[cfg(feature = "mcp")]
 use switchboard::mcp_cli;
 use switchboard::{
-    app, cli, cron, doctor, early_stop, harden, logging, onboard, pairing, status, terminal,
+    cli, cron, doctor, early_stop, harden, logging, onboard, pairing, service, status, terminal,
     usage_cli,
 };
 
@@ -98,7 +98,9 @@ fn main() -> ExitCode {
     #[allow(clippy::large_futures)]
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Run { config, role } => app::run_until_signal(config.as_deref(), role).await,
+            Command::Run { config, role } => {
+                service::run_until_signal(config.as_deref(), role).await
+            }
             Command::Agent {
                 config,
                 message,
