@@ -1,4 +1,5 @@
 //! The job store in a file: jobs and their runs kept across a restart, claims and settling.
+
 use jiff::Timestamp;
 
 use super::*;

@@ -1,4 +1,6 @@
-//! The spawner on a hub of its own: children as messages, their answers handed over once, a stop, numbering.
+//! The spawner on a hub of its own: children as messages, their answers handed over once, a
+//! stop, their numbering.
+
 use switchboard_core::ChatHub;
 
 use super::*;
