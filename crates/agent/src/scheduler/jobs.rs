@@ -187,73 +187,10 @@ impl Jobs {
     pub async fn add(&self, new: NewJob) -> Result<Job, String> {
         let config = &self.config;
         let now = self.clock.now();
-        if new.message.trim().is_empty() {
-            return Err("the job needs a message: what the agent is told when it runs".into());
-        }
-        if new.message.len() > MAX_MESSAGE_BYTES {
-            return Err(format!(
-                "the job's message is {} bytes; at most {MAX_MESSAGE_BYTES} are kept — say it \
-                 shorter, or keep the details in a workspace file the job reads",
-                new.message.len()
-            ));
-        }
-        if new
-            .name
-            .as_ref()
-            .is_some_and(|name| name.chars().count() > MAX_NAME_CHARS)
-        {
-            return Err(format!(
-                "the job's name is longer than {MAX_NAME_CHARS} characters"
-            ));
-        }
-        if let Some(gap) = new.schedule.shortest_gap(now)
-            && gap < config.min_interval
-        {
-            return Err(format!(
-                "it would run every {} s; the shortest interval allowed is {} s \
-                 (scheduler.min_interval_secs)",
-                gap.as_secs(),
-                config.min_interval.as_secs()
-            ));
-        }
-        let next_due = new.schedule.next_after(now)?;
-        if next_due.is_none() {
-            return Err("that time has passed: the job would never run".into());
-        }
+        let next_due = self.check(&new, now)?;
         let (channel, chat) = new.chat;
-        let asker = Asker::Chat(channel.clone(), chat.clone());
-        let all: Vec<Job> = self
-            .jobs()
-            .await?
-            .into_iter()
-            .filter(|job| job.declared.is_none())
-            .collect();
-        let theirs = all.iter().filter(|job| asker.may_touch(job)).count();
-        if theirs >= config.max_jobs_per_chat {
-            return Err(format!(
-                "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
-                 remove one first"
-            ));
-        }
-        if let Some(owner) = &new.owner {
-            let owned = all
-                .iter()
-                .filter(|job| job.owner.as_ref() == Some(owner))
-                .count();
-            if owned >= config.max_jobs_per_person {
-                return Err(format!(
-                    "you have {owned} jobs across your chats, the most one person may have \
-                     (scheduler.max_jobs_per_person); remove one first"
-                ));
-            }
-        }
-        if all.len() >= config.max_jobs {
-            return Err(format!(
-                "switchboard holds {} jobs, the most it keeps (scheduler.max_jobs); remove one \
-                 first, or ask its operator",
-                all.len()
-            ));
-        }
+        self.within_caps(&channel, &chat, new.owner.as_deref())
+            .await?;
         let id = self.store.new_id().await.map_err(|err| err.to_string())?;
         let name = new
             .name
@@ -285,6 +222,90 @@ impl Jobs {
         self.store.put(&job).await.map_err(|err| err.to_string())?;
         self.changed.notify_one();
         Ok(job)
+    }
+
+    /// Why `new` cannot be a job at `now` (an empty or long message or name, an interval
+    /// under the shortest, a time that has passed); else its first due time.
+    fn check(&self, new: &NewJob, now: jiff::Timestamp) -> Result<Option<jiff::Timestamp>, String> {
+        if new.message.trim().is_empty() {
+            return Err("the job needs a message: what the agent is told when it runs".into());
+        }
+        if new.message.len() > MAX_MESSAGE_BYTES {
+            return Err(format!(
+                "the job's message is {} bytes; at most {MAX_MESSAGE_BYTES} are kept — say it \
+                 shorter, or keep the details in a workspace file the job reads",
+                new.message.len()
+            ));
+        }
+        if new
+            .name
+            .as_ref()
+            .is_some_and(|name| name.chars().count() > MAX_NAME_CHARS)
+        {
+            return Err(format!(
+                "the job's name is longer than {MAX_NAME_CHARS} characters"
+            ));
+        }
+        if let Some(gap) = new.schedule.shortest_gap(now)
+            && gap < self.config.min_interval
+        {
+            return Err(format!(
+                "it would run every {} s; the shortest interval allowed is {} s \
+                 (scheduler.min_interval_secs)",
+                gap.as_secs(),
+                self.config.min_interval.as_secs()
+            ));
+        }
+        let next_due = new.schedule.next_after(now)?;
+        if next_due.is_none() {
+            return Err("that time has passed: the job would never run".into());
+        }
+        Ok(next_due)
+    }
+
+    /// Why one more job in `chat` of `channel`, for `owner`, is one too many: the chat's,
+    /// the person's or the daemon's cap (the config's own jobs not counted).
+    async fn within_caps(
+        &self,
+        channel: &ChannelName,
+        chat: &ChatId,
+        owner: Option<&str>,
+    ) -> Result<(), String> {
+        let config = &self.config;
+        let asker = Asker::Chat(channel.clone(), chat.clone());
+        let all: Vec<Job> = self
+            .jobs()
+            .await?
+            .into_iter()
+            .filter(|job| job.declared.is_none())
+            .collect();
+        let theirs = all.iter().filter(|job| asker.may_touch(job)).count();
+        if theirs >= config.max_jobs_per_chat {
+            return Err(format!(
+                "this chat has {theirs} jobs, the most it may have (scheduler.max_jobs_per_chat); \
+                 remove one first"
+            ));
+        }
+        if let Some(owner) = owner {
+            let owned = all
+                .iter()
+                .filter(|job| job.owner.as_deref() == Some(owner))
+                .count();
+            if owned >= config.max_jobs_per_person {
+                return Err(format!(
+                    "you have {owned} jobs across your chats, the most one person may have \
+                     (scheduler.max_jobs_per_person); remove one first"
+                ));
+            }
+        }
+        if all.len() >= config.max_jobs {
+            return Err(format!(
+                "switchboard holds {} jobs, the most it keeps (scheduler.max_jobs); remove one \
+                 first, or ask its operator",
+                all.len()
+            ));
+        }
+        Ok(())
     }
 
     /// Whether the store holds any job the config declared (without touching a store that
