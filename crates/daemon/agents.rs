@@ -130,11 +130,7 @@ pub(crate) fn build_agents(
         .tools
         .exec_user()
         .map_err(|problem| config.source.problem("tools", problem))?;
-    let mut forbidden = vec![state_dir.clone(), config.source.path.clone()];
-    // systemd's copies of the service's credentials (LoadCredential=).
-    if let Some(credentials) = std::env::var_os("CREDENTIALS_DIRECTORY") {
-        forbidden.push(credentials.into());
-    }
+    let forbidden = forbidden_paths(config, &state_dir);
     let mut homes = Vec::with_capacity(specs.len());
     for spec in &specs {
         homes.push(Home::open(
@@ -151,15 +147,7 @@ pub(crate) fn build_agents(
         .collect();
     let outbox =
         hub.map(|hub| Arc::new(HubOutbox::new(hub.clone(), stores)) as Arc<dyn builtin::Outbox>);
-    // A `spawn` call waits at most a little longer than the longest sub-agent may run.
-    let spawn_wait = spawner.as_ref().and_then(|_| {
-        specs
-            .iter()
-            .filter(|spec| spec.section.spawn.enabled)
-            .map(|spec| spec.section.spawn.config().timeout)
-            .max()
-            .map(|longest| longest + std::time::Duration::from_secs(30))
-    });
+    let spawn_wait = spawner.as_ref().and_then(|_| spawn_wait(&specs));
     let tool_parts = ToolParts {
         outbox,
         forbidden: homes[0].workspace.forbidden().to_vec(),
@@ -171,80 +159,137 @@ pub(crate) fn build_agents(
         (EXTRA_SOURCE.to_owned(), extra_tools),
     ])?);
     let catalog = Catalog::build(config, observer)?;
+    if let Some(scheduler) = &scheduler {
+        scheduler.read_instructions_in(homes[0].workspace.clone());
+    }
+    let shared = Shared {
+        catalog,
+        tools,
+        slots: slots_of(config),
+        metrics: config.http.metrics.then(MetricsHook::new),
+        spending,
+        spawner,
+        scheduler,
+        place,
+    };
+    let mut agents = Vec::with_capacity(homes.len());
+    for (spec, home) in specs.iter().zip(homes) {
+        agents.push(Arc::new(agent_of(config, spec, home, &shared)?));
+    }
+    let mut agents = agents.into_iter();
+    let default = agents.next().context("no default agent")?;
+    let agents = Agents::new(default, agents, config.bindings())?;
+    Ok((agents, tool_parts))
+}
+
+/// What no tool may reach, whatever the workspace: the state directory, the config file and
+/// systemd's copies of the service's credentials (`LoadCredential=`).
+fn forbidden_paths(config: &Config, state_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut forbidden = vec![state_dir.to_path_buf(), config.source.path.clone()];
+    if let Some(credentials) = std::env::var_os("CREDENTIALS_DIRECTORY") {
+        forbidden.push(credentials.into());
+    }
+    forbidden
+}
+
+/// How long a `spawn` call waits at most: a little longer than the longest sub-agent of the
+/// agents that may start them may run.
+fn spawn_wait(specs: &[AgentSpec<'_>]) -> Option<std::time::Duration> {
+    specs
+        .iter()
+        .filter(|spec| spec.section.spawn.enabled)
+        .map(|spec| spec.section.spawn.config().timeout)
+        .max()
+        .map(|longest| longest + std::time::Duration::from_secs(30))
+}
+
+/// What every agent of the daemon is built with.
+struct Shared<'a> {
+    catalog: Catalog,
+    tools: Arc<ToolSources>,
+    slots: Arc<TurnSlots>,
+    metrics: Option<Arc<MetricsHook>>,
+    spending: Option<Arc<Spending>>,
+    spawner: Option<Spawner>,
+    scheduler: Option<Scheduler>,
+    place: Option<&'a crate::cluster::Place>,
+}
+
+/// The turn slots every agent shares: `[agent] max_concurrent_turns`, of which sub-agents
+/// may hold `max_subagent_turns` (half by default).
+fn slots_of(config: &Config) -> Arc<TurnSlots> {
     let max_turns = *config.agent.max_concurrent_turns.get_ref();
-    let slots = TurnSlots::with_subagents(
+    TurnSlots::with_subagents(
         max_turns,
         config
             .agent
             .max_subagent_turns
             .as_ref()
             .map_or_else(|| default_subagents(max_turns), |n| *n.get_ref()),
-    );
-    if let Some(scheduler) = &scheduler {
-        scheduler.read_instructions_in(homes[0].workspace.clone());
+    )
+}
+
+/// The agent `spec` describes, at `home`, with what every agent shares.
+fn agent_of(
+    config: &Config,
+    spec: &AgentSpec<'_>,
+    home: Home,
+    shared: &Shared<'_>,
+) -> anyhow::Result<Agent> {
+    let section = spec.section;
+    let agent_config = AgentConfig {
+        workspace: home.workspace,
+        max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
+        max_iterations: *section.max_iterations.get_ref(),
+        history_limit: *section.history_limit.get_ref(),
+        max_concurrent_turns: shared.slots.max(),
+        tool_timeout: Config::duration(&section.tool_timeout_secs),
+        context_file_max_bytes: section.context_file_max_bytes,
+        idle_timeout: Config::duration(&section.idle_timeout_secs),
+        stream: section.stream,
+        system_prompt: section
+            .system_prompt
+            .clone()
+            .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
+        max_queued_messages: *section.max_queued_messages.get_ref(),
+        max_turn_tokens: section.max_turn_tokens,
+        turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
+        verify: turn_config::verify(config, section, &spec.key)?,
+        spawn: section.spawn.config(),
+    };
+    let model = section.model.as_ref().map(|m| m.get_ref().as_str());
+    let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());
+    let mut agent = Agent::new(
+        shared.catalog.chain(model),
+        shared.tools.clone(),
+        home.store,
+        agent_config,
+    )
+    .with_name(spec.name.clone())
+    .with_slots(shared.slots.clone())
+    .with_tool_filter(filter)
+    .with_choices(match shared.place {
+        Some(place) => place.stores().choices(&spec.name, &spec.state_dir),
+        None => Arc::new(FileChoices::new(&spec.state_dir)),
+    });
+    agent.set_models(shared.catalog.models_for(model));
+    if let Some(metrics) = &shared.metrics {
+        agent = agent.with_hook(metrics.clone());
     }
-    let metrics = config.http.metrics.then(MetricsHook::new);
-    let mut agents = Vec::with_capacity(homes.len());
-    for (spec, home) in specs.iter().zip(homes) {
-        let section = spec.section;
-        let agent_config = AgentConfig {
-            workspace: home.workspace,
-            max_tool_result_bytes: *config.tools.max_result_bytes.get_ref(),
-            max_iterations: *section.max_iterations.get_ref(),
-            history_limit: *section.history_limit.get_ref(),
-            max_concurrent_turns: slots.max(),
-            tool_timeout: Config::duration(&section.tool_timeout_secs),
-            context_file_max_bytes: section.context_file_max_bytes,
-            idle_timeout: Config::duration(&section.idle_timeout_secs),
-            stream: section.stream,
-            system_prompt: section
-                .system_prompt
-                .clone()
-                .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
-            max_queued_messages: *section.max_queued_messages.get_ref(),
-            max_turn_tokens: section.max_turn_tokens,
-            turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
-            verify: turn_config::verify(config, section, &spec.key)?,
-            spawn: section.spawn.config(),
-        };
-        let model = section.model.as_ref().map(|m| m.get_ref().as_str());
-        let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());
-        let mut agent = Agent::new(
-            catalog.chain(model),
-            tools.clone(),
-            home.store,
-            agent_config,
-        )
-        .with_name(spec.name.clone())
-        .with_slots(slots.clone())
-        .with_tool_filter(filter)
-        .with_choices(match place {
-            Some(place) => place.stores().choices(&spec.name, &spec.state_dir),
-            None => Arc::new(FileChoices::new(&spec.state_dir)),
-        });
-        agent.set_models(catalog.models_for(model));
-        if let Some(metrics) = &metrics {
-            agent = agent.with_hook(metrics.clone());
-        }
-        if let Some(spending) = &spending {
-            agent = agent.with_spending(spending.clone());
-        }
-        if let Some(spawner) = &spawner {
-            agent = agent.with_spawner(spawner.clone());
-        }
-        if let Some(scheduler) = &scheduler {
-            agent = agent
-                .with_hook(scheduler.hook())
-                .with_jobs(scheduler.jobs().clone());
-        }
-        let agent = turn_config::with_approvals(&section.approvals, agent)?;
-        warn_unmatched_tools(spec, &agent);
-        agents.push(Arc::new(agent));
+    if let Some(spending) = &shared.spending {
+        agent = agent.with_spending(spending.clone());
     }
-    let mut agents = agents.into_iter();
-    let default = agents.next().context("no default agent")?;
-    let agents = Agents::new(default, agents, config.bindings())?;
-    Ok((agents, tool_parts))
+    if let Some(spawner) = &shared.spawner {
+        agent = agent.with_spawner(spawner.clone());
+    }
+    if let Some(scheduler) = &shared.scheduler {
+        agent = agent
+            .with_hook(scheduler.hook())
+            .with_jobs(scheduler.jobs().clone());
+    }
+    let agent = turn_config::with_approvals(&section.approvals, agent)?;
+    warn_unmatched_tools(spec, &agent);
+    Ok(agent)
 }
 
 /// Where one agent keeps what it has: its workspace and its session store.
