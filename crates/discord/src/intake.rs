@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use switchboard_adapter::media::{self, Incoming as IncomingFile};
 use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{Bus, COMMANDS, ChatId, CoreError, InboundMessage, MessageId};
+use switchboard_core::{Bus, COMMANDS, ChatId, CommandSpec, CoreError, InboundMessage, MessageId};
 
 use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
 use crate::gateway::{Event, snowflake};
@@ -284,26 +284,7 @@ impl Admit {
                 private,
             })
             .await;
-        // What the command takes (`/model NAME`, `/jobs rm ID`), as typed after it.
-        let taken = spec.takes.and_then(|takes| {
-            interaction["data"]["options"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|option| option["name"] == takes.name)
-                .and_then(|option| option["value"].as_str())
-                .map(str::trim)
-                .filter(|words| {
-                    !words.is_empty()
-                        && words.chars().count() <= MAX_OPTION_CHARS
-                        && !words.contains(char::is_control)
-                        && words.split_whitespace().count() <= takes.words
-                })
-        });
-        let command = match taken {
-            Some(words) => format!("/{name} {words}"),
-            None => format!("/{name}"),
-        };
+        let command = typed(spec, &interaction["data"]["options"]);
         let answer = match &allowed {
             Verdict::Allowed => command.clone(),
             Verdict::Pair(text) => text.clone(),
@@ -337,6 +318,30 @@ impl Admit {
                 tracing::info!(error = %err, "a Discord command was not taken");
             }
         }
+    }
+}
+
+/// A slash command of `spec` with `options` as the person would have typed it: `/name`, and
+/// what it takes (`/model NAME`, `/jobs rm ID`) when its option holds a fitting value.
+fn typed(spec: &CommandSpec, options: &Value) -> String {
+    let taken = spec.takes.and_then(|takes| {
+        options
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|option| option["name"] == takes.name)
+            .and_then(|option| option["value"].as_str())
+            .map(str::trim)
+            .filter(|words| {
+                !words.is_empty()
+                    && words.chars().count() <= MAX_OPTION_CHARS
+                    && !words.contains(char::is_control)
+                    && words.split_whitespace().count() <= takes.words
+            })
+    });
+    match taken {
+        Some(words) => format!("/{} {words}", spec.name),
+        None => format!("/{}", spec.name),
     }
 }
 
