@@ -1,7 +1,14 @@
-//! [`AgentEvent`]: what a turn reports while it runs, and what a chat is shown of each.
+//! [`AgentEvent`]: what a turn reports while it runs, what a chat is shown of each, and
+//! [`forward`]ing them to the chat as they come.
 
-use switchboard_core::{OutboundKind, ToolActivity, ToolStatus, TurnEnd, Usage};
+use std::sync::Arc;
+
+use switchboard_core::{
+    Bus, InboundMessage, OutboundKind, ToolActivity, ToolStatus, TurnEnd, Usage,
+};
 use tokio::sync::mpsc;
+
+use crate::replies::reply;
 
 /// Something that happened in a turn, in order. Channels use these for streaming text,
 /// tool status and typing; the CLI prints them.
@@ -122,4 +129,44 @@ impl AgentEvent {
             ],
         }
     }
+}
+
+/// Sends a turn's events to `message`'s chat as outbound messages, until the turn drops
+/// its sender; returns how the turn ended (the worker sends its `done`).
+pub(crate) async fn forward(
+    hub: &Arc<dyn Bus>,
+    message: &InboundMessage,
+    mut rx: mpsc::UnboundedReceiver<AgentEvent>,
+) -> TurnEnd {
+    let mut end = TurnEnd::Failed;
+    let mut next = rx.recv().await;
+    while let Some(event) = next.take() {
+        let event = match event {
+            // Text that arrived while the last frame was being delivered goes out as one
+            // delta: fewer frames when the model is faster than the socket.
+            AgentEvent::TextDelta(mut text) => {
+                while let Ok(more) = rx.try_recv() {
+                    match more {
+                        AgentEvent::TextDelta(piece) => text.push_str(&piece),
+                        other => {
+                            next = Some(other);
+                            break;
+                        }
+                    }
+                }
+                AgentEvent::TextDelta(text)
+            }
+            other => other,
+        };
+        for kind in event.into_outbound() {
+            match kind {
+                OutboundKind::Done(ended) => end = ended,
+                kind => reply(hub, message, kind).await,
+            }
+        }
+        if next.is_none() {
+            next = rx.recv().await;
+        }
+    }
+    end
 }

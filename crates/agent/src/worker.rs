@@ -42,7 +42,7 @@ use crate::agent::Agent;
 use crate::ask::ChatUser;
 use crate::command::{Command, command_of};
 use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
-use crate::events::AgentEvent;
+use crate::events::forward;
 use crate::input::TurnInput;
 use crate::replies::{dropped_text, refuse_shutting_down, reply, report_dropped};
 use crate::slots::{HeldSlot, Taker};
@@ -467,7 +467,7 @@ impl Worker {
             self.agent.run_turn(session, input, &cancel, &events).await;
             drop(events);
         };
-        let ((), end) = tokio::join!(run, self.forward(&message, rx));
+        let ((), end) = tokio::join!(run, forward(&self.hub, &message, rx));
         if session.is_stale() {
             // Superseded: handled anew on the session read again.
             return;
@@ -537,46 +537,6 @@ impl Worker {
         reply(&self.hub, message, OutboundKind::Message(text)).await;
         self.close(session, message, end).await;
         None
-    }
-
-    /// Sends a turn's events to the chat as outbound messages, until the turn drops its
-    /// sender; returns how the turn ended (its `done` is sent by `close`).
-    async fn forward(
-        &self,
-        message: &InboundMessage,
-        mut rx: mpsc::UnboundedReceiver<AgentEvent>,
-    ) -> TurnEnd {
-        let mut end = TurnEnd::Failed;
-        let mut next = rx.recv().await;
-        while let Some(event) = next.take() {
-            let event = match event {
-                // Text that arrived while the last frame was being delivered goes out as one
-                // delta: fewer frames when the model is faster than the socket.
-                AgentEvent::TextDelta(mut text) => {
-                    while let Ok(more) = rx.try_recv() {
-                        match more {
-                            AgentEvent::TextDelta(piece) => text.push_str(&piece),
-                            other => {
-                                next = Some(other);
-                                break;
-                            }
-                        }
-                    }
-                    AgentEvent::TextDelta(text)
-                }
-                other => other,
-            };
-            for kind in event.into_outbound() {
-                match kind {
-                    OutboundKind::Done(ended) => end = ended,
-                    kind => reply(&self.hub, message, kind).await,
-                }
-            }
-            if next.is_none() {
-                next = rx.recv().await;
-            }
-        }
-        end
     }
 }
 
