@@ -25,7 +25,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, MessageId, SessionKey, TurnEnd, Usage, make_call_ids_unique};
+use switchboard_core::{
+    ChatMessage, MessageId, ScheduledRun, SessionKey, TurnEnd, Usage, make_call_ids_unique,
+};
 use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StreamEvent};
 use switchboard_sessions::{Batch, InboundState, Session, StoreError};
 use switchboard_tools::{ToolContext, ToolRegistry, User};
@@ -109,35 +111,7 @@ pub(crate) async fn run(
                 }
             }
         };
-        if agent.hooks.is_empty() {
-            turn.finish(end).await;
-            return;
-        }
-        let (kind, text) = match &end {
-            End::Reply(reply, end) => (Some(*end), reply.clone()),
-            End::Failed(message) => (None, message.clone()),
-            End::Superseded => (None, String::new()),
-        };
-        let usage = turn.usage;
-        let key = turn.session.key().clone();
-        let inbound = turn.inbound.clone();
-        if !turn.finish(end).await {
-            return;
-        }
-        let info = TurnInfo {
-            session: &key,
-            iteration: 0,
-            user: None,
-        };
-        let summary = TurnSummary {
-            end: kind,
-            text: &text,
-            usage,
-            duration: started.elapsed(),
-            inbound: inbound.as_ref(),
-            run: scheduled.as_ref(),
-        };
-        agent.hooks.on_turn_end(info, summary).await;
+        turn.end(end, started, scheduled.as_ref()).await;
     }
     .instrument(span)
     .await;
@@ -650,6 +624,41 @@ impl Turn<'_> {
     /// Saves the final message with the turn's usage (one write, before the reply is
     /// published), moves the turn into the session, compacts when due, and reports; whether
     /// the turn ended so (not when it was superseded: nothing is saved or reported).
+    /// Finishes the turn with `end` (see [`Turn::finish`]) and tells the hooks how it ended,
+    /// `started` then, answering the scheduled run `run` if it was one.
+    async fn end(self, end: End, started: std::time::Instant, run: Option<&ScheduledRun>) {
+        let agent = self.agent;
+        if agent.hooks.is_empty() {
+            self.finish(end).await;
+            return;
+        }
+        let (kind, text) = match &end {
+            End::Reply(reply, end) => (Some(*end), reply.clone()),
+            End::Failed(message) => (None, message.clone()),
+            End::Superseded => (None, String::new()),
+        };
+        let usage = self.usage;
+        let key = self.session.key().clone();
+        let inbound = self.inbound.clone();
+        if !self.finish(end).await {
+            return;
+        }
+        let info = TurnInfo {
+            session: &key,
+            iteration: 0,
+            user: None,
+        };
+        let summary = TurnSummary {
+            end: kind,
+            text: &text,
+            usage,
+            duration: started.elapsed(),
+            inbound: inbound.as_ref(),
+            run,
+        };
+        agent.hooks.on_turn_end(info, summary).await;
+    }
+
     async fn finish(mut self, end: End) -> bool {
         let last = match &end {
             End::Superseded => {
