@@ -52,21 +52,48 @@ async fn cli(config: &std::path::Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// A daemon (the binary) in `dir` against `llm`, with `tables` in its config (the prices and
+/// caps); its config's path, the process and its address.
+async fn priced_daemon(
+    llm: &ScriptedLlm,
+    dir: &std::path::Path,
+    tables: &str,
+) -> (
+    std::path::PathBuf,
+    tokio::process::Child,
+    std::net::SocketAddr,
+) {
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir,
+        util::Extra {
+            tables,
+            ..util::Extra::default()
+        },
+    );
+    let config = dir.join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    let (daemon, addr) = util::spawn_daemon(&config).await;
+    (config, daemon, addr)
+}
+
+/// `switchboard cron runs JOB` once it says `word` (or after the test's patience).
+async fn runs_once_they_say(config: &std::path::Path, job: &str, word: &str) -> String {
+    let deadline = tokio::time::Instant::now() + util::PATIENCE;
+    loop {
+        let runs = cli(config, &["cron", "runs", job]).await;
+        if runs.contains(word) || tokio::time::Instant::now() > deadline {
+            return runs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days_total() {
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        util::Extra {
-            tables: PRICED,
-            ..util::Extra::default()
-        },
-    );
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, text).expect("config");
-    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let (config, daemon, addr) = priced_daemon(&llm, dir.path(), PRICED).await;
     let mut client = WsClient::connect(addr).await;
 
     llm.set_usage(tokens(500));
@@ -124,14 +151,7 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
         ],
     )
     .await;
-    let deadline = tokio::time::Instant::now() + util::PATIENCE;
-    let runs = loop {
-        let runs = cli(&config, &["cron", "runs", "j1"]).await;
-        if runs.contains("skipped") || tokio::time::Instant::now() > deadline {
-            break runs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let runs = runs_once_they_say(&config, "j1", "skipped").await;
     assert!(
         runs.contains("skipped") && runs.contains("limits.daily_usd_per_chat"),
         "{runs}"
@@ -200,17 +220,7 @@ async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap(
             Reply::tool("spawn", json!({"task": "look it up", "wait": true}))
         }
     });
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        util::Extra {
-            tables: PRICED,
-            ..util::Extra::default()
-        },
-    );
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, text).expect("config");
-    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let (config, daemon, addr) = priced_daemon(&llm, dir.path(), PRICED).await;
     let mut client = WsClient::connect(addr).await;
 
     // $0.30 the parent's call, $0.30 its sub-agent's, $0.30 the parent's answer: $0.90 of
@@ -250,14 +260,7 @@ async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap(
         ],
     )
     .await;
-    let deadline = tokio::time::Instant::now() + util::PATIENCE;
-    let runs = loop {
-        let runs = cli(&config, &["cron", "runs", "j1"]).await;
-        if runs.contains("answered") || tokio::time::Instant::now() > deadline {
-            break runs;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let runs = runs_once_they_say(&config, "j1", "answered").await;
     assert!(runs.contains("answered"), "{runs}");
 
     let calls = llm.requests().len();
@@ -301,17 +304,7 @@ async fn the_judges_calls_count_against_the_chat_they_check_answers_for() {
          base_url = \"{}\"\nmodel = \"judge\"\n",
         judge.base_url()
     );
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        util::Extra {
-            tables: &tables,
-            ..util::Extra::default()
-        },
-    );
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, text).expect("config");
-    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let (config, daemon, addr) = priced_daemon(&llm, dir.path(), &tables).await;
     let mut client = WsClient::connect(addr).await;
     llm.push(Reply::text("checked"));
     assert_eq!(client.say("c", "hello").await.reply(), "checked");
