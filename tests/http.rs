@@ -262,12 +262,26 @@ async fn idle_half_request(source: &str, addr: std::net::SocketAddr) -> TcpStrea
 
 /// A daemon whose token-checked socket and listener limits are small enough to fill.
 async fn small_listener(llm: &ScriptedLlm, dir: &std::path::Path) -> switchboard::app::Running {
+    token_listener(
+        llm,
+        dir,
+        "header_timeout_secs = 30\nmax_pending_connections = 16\n\
+         max_pending_per_client = 4\nreserved_connections = 4",
+    )
+    .await
+}
+
+/// A daemon with a token-checked socket and `http` lines in `[http]`.
+async fn token_listener(
+    llm: &ScriptedLlm,
+    dir: &std::path::Path,
+    http: &str,
+) -> switchboard::app::Running {
     let text = util::config_text_with(
         &llm.base_url(),
         dir,
         Extra {
-            http: "header_timeout_secs = 30\nmax_pending_connections = 16\n\
-                   max_pending_per_client = 4\nreserved_connections = 4",
+            http,
             ..Extra::default()
         },
     )
@@ -382,16 +396,23 @@ async fn a_few_addresses_holding_every_slot_cannot_keep_a_new_visitor_out() {
     // A visitor gets the page: a slot is taken from one of them, whose connection closes.
     let page = crate::chat::http_get(addr, "/").await;
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
-    let mut closed = 0;
-    for stream in &mut held {
-        let mut byte = [0u8; 1];
-        if let Ok(Ok(0) | Err(_)) =
-            tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await
-        {
-            closed += 1;
+    // Looked at until one closed (its task runs when the machine lets it), then once more.
+    let mut closed = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + util::PATIENCE;
+    for pass in 0.. {
+        for (at, stream) in held.iter_mut().enumerate() {
+            let mut byte = [0u8; 1];
+            if let Ok(Ok(0) | Err(_)) =
+                tokio::time::timeout(Duration::from_millis(20), stream.read(&mut byte)).await
+            {
+                closed.insert(at);
+            }
+        }
+        if (!closed.is_empty() && pass > 0) || Instant::now() > deadline {
+            break;
         }
     }
-    assert_eq!(closed, 1, "one held connection gave its slot");
+    assert_eq!(closed.len(), 1, "one held connection gave its slot");
     drop(held);
     daemon.shutdown().await;
 }
@@ -400,21 +421,7 @@ async fn a_few_addresses_holding_every_slot_cannot_keep_a_new_visitor_out() {
 async fn a_thousand_addresses_holding_a_slot_each_leave_health_and_token_clients_answered() {
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
-    let text = util::config_text_with(
-        &llm.base_url(),
-        dir.path(),
-        Extra {
-            http: "header_timeout_secs = 30",
-            ..Extra::default()
-        },
-    )
-    .replace(
-        "auth = \"none\"",
-        &format!("auth = \"token\"\ntoken = \"{SMALL_TOKEN}\""),
-    );
-    let daemon = switchboard::app::start(util::config(&text, dir.path()), util::test_tools())
-        .await
-        .expect("daemon");
+    let daemon = token_listener(&llm, dir.path(), "header_timeout_secs = 30").await;
     let addr = daemon.addr();
     // 1,000 addresses, one half-sent request each (the defaults: 256 pending slots, 32
     // reserved).
