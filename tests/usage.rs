@@ -304,7 +304,7 @@ async fn the_judges_calls_count_against_the_chat_they_check_answers_for() {
          base_url = \"{}\"\nmodel = \"judge\"\n",
         judge.base_url()
     );
-    let (config, daemon, addr) = priced_daemon(&llm, dir.path(), &tables).await;
+    let (_config, daemon, addr) = priced_daemon(&llm, dir.path(), &tables).await;
     let mut client = WsClient::connect(addr).await;
     llm.push(Reply::text("checked"));
     assert_eq!(client.say("c", "hello").await.reply(), "checked");
