@@ -67,13 +67,6 @@ pub struct ToolParts {
     spawn_wait: Option<std::time::Duration>,
 }
 
-impl ToolParts {
-    /// The scheduler, when it runs.
-    pub(crate) fn scheduler(&self) -> Option<&Scheduler> {
-        self.scheduler.as_ref()
-    }
-}
-
 /// The tools the config describes: the built-in ones, `cron`, `ask_user` (the source
 /// [`BUILTIN_SOURCE`]).
 pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<ToolRegistry> {

@@ -333,6 +333,18 @@ impl Config {
         Ok(specs)
     }
 
+    /// The names of the MCP servers the config enables (none in a build without MCP).
+    pub fn mcp_names(&self) -> Vec<String> {
+        #[cfg(feature = "mcp")]
+        let names = (self.mcp.servers.iter())
+            .filter(|(_, entry)| entry.enabled)
+            .map(|(name, _)| name.clone())
+            .collect();
+        #[cfg(not(feature = "mcp"))]
+        let names = Vec::new();
+        names
+    }
+
     /// Whether the value at dotted `key` is used: not under a disabled channel's section,
     /// nor under `[tools.web_search]` without a provider.
     pub fn in_use(&self, key: &str) -> bool {

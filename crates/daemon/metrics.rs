@@ -33,6 +33,8 @@ use switchboard_core::{SessionKey, ToolCall};
 use switchboard_http::{Auth, check_host};
 use switchboard_llm::{ChatRequest, ChatResponse};
 
+use crate::component::{Assembly, Change, Component};
+use crate::config::Config;
 use crate::health::{ChannelState, Health};
 
 /// Latency buckets, in seconds: a tool call or a turn of a fast local model up to a long
@@ -192,6 +194,77 @@ async fn publish_spending(spending: &Spending, agents: &[String]) {
     ] {
         if let Some(cap) = cap {
             metrics::gauge!("switchboard_usage_limit_usd", "scope" => scope).set(cap);
+        }
+    }
+}
+
+/// `/metrics` as a component: its recorder installed before anything records (it is built
+/// before the channels), its route mounted (`[http] metrics = false`: nothing of it). A
+/// change to it needs a restart.
+pub(crate) struct Metrics;
+
+impl Component for Metrics {
+    async fn build(daemon: &mut Assembly<'_>) -> anyhow::Result<Option<Self>> {
+        let config = daemon.config;
+        let Some(handle) = config.http.metrics.then(recorder).flatten() else {
+            return Ok(None);
+        };
+        let routes = router(
+            handle,
+            daemon.health.clone(),
+            Series {
+                spending: Some(daemon.core.spending.clone()),
+                ..Series::of(config, daemon)
+            },
+            config.metrics_access()?,
+            config.http.allowed_hosts.clone(),
+        );
+        daemon.serve(routes);
+        Ok(Some(Self))
+    }
+
+    fn prepare(
+        &self,
+        _config: &Arc<Config>,
+        _changed: &[String],
+    ) -> Result<Option<Change>, String> {
+        Ok(None)
+    }
+}
+
+impl Series {
+    /// The series `/metrics` publishes at zero from the start: this config's models, tools
+    /// and channels (those it runs here).
+    fn of(config: &Config, daemon: &Assembly<'_>) -> Self {
+        let llm = &config.llm;
+        let mut models = vec![(llm.provider.get_ref().as_str(), llm.model.clone())];
+        for fallback in &llm.fallbacks {
+            models.push((fallback.provider.get_ref().as_str(), fallback.model.clone()));
+        }
+        // The models beyond the chain (`[llm] models`, the agents'), on `[llm]`'s server.
+        for name in config.model_names() {
+            if !models.iter().any(|(_, have)| *have == name) {
+                models.push((llm.provider.get_ref().as_str(), name));
+            }
+        }
+        let agents = &daemon.core.agents;
+        let all = agents.default_agent().tool_sources().snapshot();
+        let channels = if daemon.place.runs_channels() {
+            config.channels.enabled()
+        } else {
+            Vec::new()
+        };
+        Self {
+            agents: agents
+                .iter()
+                .map(|agent| agent.name().to_string())
+                .collect(),
+            spending: None,
+            models,
+            tools: all.names().map(str::to_owned).collect(),
+            channels: channels.into_iter().map(str::to_owned).collect(),
+            scheduler: config.scheduler.enabled,
+            mcp_servers: config.mcp_names(),
         }
     }
 }

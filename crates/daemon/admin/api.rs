@@ -18,8 +18,8 @@ use switchboard_agent::scheduler::{Asker, describe};
 use switchboard_core::{AgentName, InboundMessage, SenderId, SessionKey};
 
 use super::Admin;
+use crate::component::Reloaded;
 use crate::config::{Config, Secrets};
-use crate::reload::Reloaded;
 use crate::usage_cli::Report;
 
 /// The most sessions listed (the most recently written).

@@ -24,13 +24,11 @@ use switchboard_agent::Agents;
 use switchboard_agent::scheduler::Jobs;
 use switchboard_core::Bus;
 use switchboard_http::Auth;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
+use crate::component::{Assembly, Change, Component, ReloadRequest};
+use crate::config::Config;
 use crate::health::Health;
-use crate::reload::Reloaded;
-
-/// A reload the panel asks the daemon's main loop for; the answer is what it did.
-pub type ReloadRequest = oneshot::Sender<Reloaded>;
 
 /// What the panel reads and acts on.
 pub(crate) struct Admin {
@@ -49,6 +47,57 @@ pub(crate) struct Admin {
     pub config_text: Arc<Mutex<String>>,
     /// Where reloads are asked for; served by `switchboard run`'s loop.
     pub reloads: mpsc::Sender<ReloadRequest>,
+}
+
+/// The panel as a component: its routes, when `[http] admin_token` is set (else nothing of
+/// it is made). Its token needs a restart to change; the config text it shows follows every
+/// reload.
+pub(crate) struct Panel {
+    shown: Arc<Mutex<String>>,
+}
+
+impl Component for Panel {
+    async fn build(daemon: &mut Assembly<'_>) -> anyhow::Result<Option<Self>> {
+        let config = daemon.config;
+        let Some(token) = config.admin_access()? else {
+            return Ok(None);
+        };
+        let (reloads, requests) = mpsc::channel(4);
+        let shown = Arc::new(Mutex::new(config.source.text.clone()));
+        let core = daemon.core;
+        let admin = Admin {
+            auth: Auth::Token(token),
+            health: daemon.health.clone(),
+            agents: core.agents.clone(),
+            hub: core.hub.clone(),
+            pairing: core.pairing.clone(),
+            usage: core.spending.store().clone(),
+            jobs: core
+                .scheduler
+                .as_ref()
+                .map(|scheduler| scheduler.jobs().clone()),
+            path: config.source.path.clone(),
+            config_text: shown.clone(),
+            reloads,
+        };
+        daemon.serve(admin.router());
+        daemon.reloads = Some(requests);
+        Ok(Some(Self { shown }))
+    }
+
+    /// No key of it changes live, but the text it shows is the new config's.
+    fn prepare(&self, config: &Arc<Config>, _changed: &[String]) -> Result<Option<Change>, String> {
+        let (shown, text) = (self.shown.clone(), config.source.text.clone());
+        Ok(Some(Change {
+            live: Vec::new(),
+            apply: Box::pin(async move {
+                *shown
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = text;
+                Ok(())
+            }),
+        }))
+    }
 }
 
 // The page and its script and style, embedded away from the data that runs at start.
