@@ -23,8 +23,9 @@ use switchboard_tools::sandbox::RunAs;
 use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources, Workspace};
 
 use crate::agents_config::AgentSpec;
+use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::llm_config::Catalog;
+use crate::config_values::duration;
 use crate::metrics::MetricsHook;
 use crate::outbox::HubOutbox;
 use crate::turn_config;
@@ -79,7 +80,7 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
     if let Some(wait) = parts.spawn_wait {
         tools.register(Arc::new(SpawnTool::new(wait)));
     }
-    turn_config::add_ask_user(config, &mut tools);
+    turn_config::add_ask_user(&config.agent, &mut tools);
     Ok(tools)
 }
 
@@ -171,7 +172,11 @@ pub(crate) fn build_agents(
     }
     let mut agents = agents.into_iter();
     let default = agents.next().context("no default agent")?;
-    let agents = Agents::new(default, agents, config.bindings())?;
+    let agents = Agents::new(
+        default,
+        agents,
+        crate::agents_config::bindings(&config.bindings),
+    )?;
     Ok((agents, tool_parts))
 }
 
@@ -236,9 +241,9 @@ fn agent_of(
         max_iterations: *section.max_iterations.get_ref(),
         history_limit: *section.history_limit.get_ref(),
         max_concurrent_turns: shared.slots.max(),
-        tool_timeout: Config::duration(&section.tool_timeout_secs),
+        tool_timeout: duration(&section.tool_timeout_secs),
         context_file_max_bytes: section.context_file_max_bytes,
-        idle_timeout: Config::duration(&section.idle_timeout_secs),
+        idle_timeout: duration(&section.idle_timeout_secs),
         stream: section.stream,
         system_prompt: section
             .system_prompt
@@ -246,8 +251,8 @@ fn agent_of(
             .unwrap_or_else(|| DEFAULT_SYSTEM_PROMPT.to_owned()),
         max_queued_messages: *section.max_queued_messages.get_ref(),
         max_turn_tokens: section.max_turn_tokens,
-        turn_timeout: section.turn_timeout_secs.as_ref().map(Config::duration),
-        verify: turn_config::verify(config, section, &spec.key)?,
+        turn_timeout: section.turn_timeout_secs.as_ref().map(duration),
+        verify: turn_config::verify(&config.llm, section, &spec.key)?,
         spawn: section.spawn.config(),
     };
     let model = section.model.as_ref().map(|m| m.get_ref().as_str());

@@ -12,6 +12,7 @@
 //! The inheritance is done on the parsed document ([`inherit`]), before the sections are
 //! read, so every value keeps its place in the file for the errors that name it.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
@@ -20,8 +21,9 @@ use switchboard_core::{AgentName, ChannelName, ChatId, SenderId};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::config::{ApprovalsSection, Config, ConfigError, VerifySection, seconds};
-use crate::config_values::ValueProblem;
+use crate::config_error::{ConfigError, Source};
+use crate::config_values::{ValueProblem, seconds};
+use crate::turn_config::{ApprovalsSection, VerifySection};
 
 /// Keys of `[agent]` that belong to the daemon, not to one agent: an `[agents.NAME]` may not
 /// set them, and does not take them. Each with why.
@@ -223,16 +225,13 @@ pub(crate) struct AgentSpec<'a> {
     pub span: Option<std::ops::Range<usize>>,
 }
 
-impl Config {
-    /// Checks one agent's section (`key`: `agent` or `agents.NAME`).
-    pub(crate) fn validate_agent(
-        &self,
-        agent: &AgentSection,
-        key: &str,
-    ) -> Result<(), ConfigError> {
+impl AgentSection {
+    /// Checks an agent's section (`key`: `agent` or `agents.NAME`).
+    pub(crate) fn validate(&self, key: &str, source: &Source) -> Result<(), ConfigError> {
+        let agent = self;
         let at_least = |value: &Spanned<usize>, min: usize, name: &str| {
             if *value.get_ref() < min {
-                Err(self.source.error_at(
+                Err(source.error_at(
                     Some(value.span()),
                     format!("{key}.{name}"),
                     format!("must be at least {min}, got {}", value.get_ref()),
@@ -249,7 +248,7 @@ impl Config {
             // With two slots or more, one is always left to the chats' own turns.
             let most = if max > 1 { max - 1 } else { 1 };
             if !(1..=most).contains(subagents.get_ref()) {
-                return Err(self.source.error_at(
+                return Err(source.error_at(
                     Some(subagents.span()),
                     format!("{key}.max_subagent_turns"),
                     format!(
@@ -271,129 +270,138 @@ impl Config {
         }
         for (value, name) in timeouts {
             seconds(value).map_err(|message| {
-                self.source
-                    .error_at(Some(value.span()), format!("{key}.{name}"), message)
+                source.error_at(Some(value.span()), format!("{key}.{name}"), message)
             })?;
         }
-        crate::turn_config::validate(agent, key, &self.source)
+        crate::turn_config::validate(agent, key, source)
     }
+}
 
-    /// Every agent, the default first.
-    pub(crate) fn agent_specs(&self) -> Vec<AgentSpec<'_>> {
-        let state_dir = self.path(&self.agent.state_dir);
-        let mut specs = vec![AgentSpec {
-            name: AgentName::default(),
-            section: &self.agent,
-            key: "agent".into(),
-            workspace: self.path(&self.agent.workspace),
-            state_dir: state_dir.clone(),
-            span: None,
-        }];
-        for (name, section) in &self.agents {
-            specs.push(AgentSpec {
-                name: AgentName::from(name.as_str()),
-                section: section.get_ref(),
-                key: format!("agents.{name}"),
-                workspace: self.path(&section.get_ref().workspace),
-                state_dir: state_dir.join("agents").join(name),
-                span: Some(section.span()),
-            });
-        }
-        specs
+/// `[agent]` and each `[agents.NAME]`.
+pub(crate) type AgentSections = BTreeMap<String, Spanned<AgentSection>>;
+
+/// Every agent, the default first; `path` makes a path of the config whole.
+pub(crate) fn specs<'a>(
+    agent: &'a AgentSection,
+    agents: &'a AgentSections,
+    path: impl Fn(&str) -> PathBuf,
+) -> Vec<AgentSpec<'a>> {
+    let state_dir = path(&agent.state_dir);
+    let mut specs = vec![AgentSpec {
+        name: AgentName::default(),
+        section: agent,
+        key: "agent".into(),
+        workspace: path(&agent.workspace),
+        state_dir: state_dir.clone(),
+        span: None,
+    }];
+    for (name, section) in agents {
+        specs.push(AgentSpec {
+            name: AgentName::from(name.as_str()),
+            section: section.get_ref(),
+            key: format!("agents.{name}"),
+            workspace: path(&section.get_ref().workspace),
+            state_dir: state_dir.join("agents").join(name),
+            span: Some(section.span()),
+        });
     }
+    specs
+}
 
-    /// The bindings, as the dispatcher reads them.
-    pub(crate) fn bindings(&self) -> Vec<Binding> {
-        self.bindings
-            .iter()
-            .map(|binding| {
-                let binding = binding.get_ref();
-                Binding {
-                    agent: AgentName::from(binding.agent.get_ref().as_str()),
-                    channel: binding.channel.as_deref().map(ChannelName::from),
-                    chat: binding.chat.as_ref().map(|id| ChatId::from(id.0.as_str())),
-                    sender: binding
-                        .sender
-                        .as_ref()
-                        .map(|id| SenderId::from(id.0.as_str())),
-                }
-            })
-            .collect()
-    }
+/// The bindings, as the dispatcher reads them.
+pub(crate) fn bindings(sections: &[Spanned<BindingSection>]) -> Vec<Binding> {
+    sections
+        .iter()
+        .map(|binding| {
+            let binding = binding.get_ref();
+            Binding {
+                agent: AgentName::from(binding.agent.get_ref().as_str()),
+                channel: binding.channel.as_deref().map(ChannelName::from),
+                chat: binding.chat.as_ref().map(|id| ChatId::from(id.0.as_str())),
+                sender: binding
+                    .sender
+                    .as_ref()
+                    .map(|id| SenderId::from(id.0.as_str())),
+            }
+        })
+        .collect()
+}
 
-    /// Checks the agents' names and workspaces and the bindings.
-    pub(crate) fn validate_agents(&self) -> Result<(), ConfigError> {
-        let source = &self.source;
-        for (name, section) in &self.agents {
-            let valid = name.len() <= MAX_NAME
-                && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-            if !valid || name == AgentName::DEFAULT {
-                let why = if valid {
-                    "`default` is the agent of [agent]; give this one another name".to_owned()
-                } else {
-                    format!(
-                        "an agent's name is 1 to {MAX_NAME} lowercase letters, digits, `-` \
+/// Checks the agents' names and workspaces (`specs`) and the bindings.
+pub(crate) fn validate_agents(
+    specs: &[AgentSpec<'_>],
+    bindings: &[Spanned<BindingSection>],
+    source: &Source,
+) -> Result<(), ConfigError> {
+    for spec in &specs[1..] {
+        let name = spec.key.strip_prefix("agents.").unwrap_or(&spec.key);
+        let valid = name.len() <= MAX_NAME
+            && name.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !valid || name == AgentName::DEFAULT {
+            let why = if valid {
+                "`default` is the agent of [agent]; give this one another name".to_owned()
+            } else {
+                format!(
+                    "an agent's name is 1 to {MAX_NAME} lowercase letters, digits, `-` \
                          and `_`, starting with a letter or digit"
-                    )
-                };
-                return Err(source.error_at(Some(section.span()), format!("agents.{name}"), why));
-            }
+                )
+            };
+            return Err(source.error_at(spec.span.clone(), spec.key.clone(), why));
         }
-        let specs = self.agent_specs();
-        for (index, spec) in specs.iter().enumerate() {
-            for other in &specs[..index] {
-                let (mine, theirs) = (lexical(&spec.workspace), lexical(&other.workspace));
-                if mine.starts_with(&theirs) || theirs.starts_with(&mine) {
-                    let how = if mine == theirs { "is" } else { "overlaps" };
-                    return Err(source.error_at(
-                        spec.span.clone(),
-                        format!("{}.workspace", spec.key),
-                        format!(
-                            "{} {how} the workspace of the agent `{}` ({}): each agent needs a \
-                             workspace of its own, not inside another's",
-                            spec.workspace.display(),
-                            other.name,
-                            other.workspace.display()
-                        ),
-                    ));
-                }
-            }
-        }
-        let known: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
-        for (index, binding) in self.bindings.iter().enumerate() {
-            let key = format!("bindings[{index}]");
-            let section = binding.get_ref();
-            let agent = section.agent.get_ref();
-            if !known.contains(&agent.as_str()) {
+    }
+    for (index, spec) in specs.iter().enumerate() {
+        for other in &specs[..index] {
+            let (mine, theirs) = (lexical(&spec.workspace), lexical(&other.workspace));
+            if mine.starts_with(&theirs) || theirs.starts_with(&mine) {
+                let how = if mine == theirs { "is" } else { "overlaps" };
                 return Err(source.error_at(
-                    Some(section.agent.span()),
-                    format!("{key}.agent"),
+                    spec.span.clone(),
+                    format!("{}.workspace", spec.key),
                     format!(
-                        "no agent is called `{agent}`: the agents are {} (define others as \
-                         [agents.NAME])",
-                        known.join(", ")
+                        "{} {how} the workspace of the agent `{}` ({}): each agent needs a \
+                             workspace of its own, not inside another's",
+                        spec.workspace.display(),
+                        other.name,
+                        other.workspace.display()
                     ),
                 ));
             }
-            let problem = match (&section.channel, &section.chat, &section.sender) {
-                (None, None, None) => Some(
-                    "a binding needs a channel, a chat or a sender to match (the default agent \
-                     already answers every other chat)",
-                ),
-                (None, Some(_), _) => {
-                    Some("a chat id means nothing without its channel: add channel = \"…\"")
-                }
-                _ => None,
-            };
-            if let Some(problem) = problem {
-                return Err(source.error_at(Some(binding.span()), key, problem.into()));
-            }
         }
-        Ok(())
     }
+    let known: Vec<&str> = specs.iter().map(|spec| spec.name.as_str()).collect();
+    for (index, binding) in bindings.iter().enumerate() {
+        let key = format!("bindings[{index}]");
+        let section = binding.get_ref();
+        let agent = section.agent.get_ref();
+        if !known.contains(&agent.as_str()) {
+            return Err(source.error_at(
+                Some(section.agent.span()),
+                format!("{key}.agent"),
+                format!(
+                    "no agent is called `{agent}`: the agents are {} (define others as \
+                         [agents.NAME])",
+                    known.join(", ")
+                ),
+            ));
+        }
+        let problem = match (&section.channel, &section.chat, &section.sender) {
+            (None, None, None) => Some(
+                "a binding needs a channel, a chat or a sender to match (the default agent \
+                     already answers every other chat)",
+            ),
+            (None, Some(_), _) => {
+                Some("a chat id means nothing without its channel: add channel = \"…\"")
+            }
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            return Err(source.error_at(Some(binding.span()), key, problem.into()));
+        }
+    }
+    Ok(())
 }
 
 /// A path with `.` and `..` taken out, as written (the directories may not exist yet).
@@ -503,7 +511,7 @@ mod tests {
              sender = \"42\"\n",
         )
         .expect("parses");
-        let bindings = config.bindings();
+        let bindings = super::bindings(&config.bindings);
         assert_eq!(
             bindings[0].chat.as_ref().map(|c| c.as_str()),
             Some("-100123")

@@ -24,9 +24,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::admin::Panel;
+use crate::component::Core;
 use crate::component::{Assembly, Components, ReloadRequest};
 use crate::config::Config;
-use crate::engine::{Caps, Core, Models, Tools, build_core, watch_core};
+use crate::config_values::duration;
+use crate::engine::{Caps, Models, Tools, build_core, watch_core};
 use crate::health::Health;
 use crate::metrics::Metrics;
 use crate::platforms::Platforms;
@@ -100,7 +102,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     Ok(Running {
         addr: server.addr(),
         shutdown,
-        grace: Config::duration(&config.daemon.shutdown_grace_secs),
+        grace: duration(&config.daemon.shutdown_grace_secs),
         health,
         hub: core.hub,
         channels,
@@ -154,7 +156,7 @@ fn start_dispatcher(core: &Core, health: &Health, shutdown: &Shutdown) {
 async fn listen(config: &Config, router: axum::Router, health: &Health) -> anyhow::Result<Server> {
     let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {
-        header_timeout: Config::duration(&config.http.header_timeout_secs),
+        header_timeout: duration(&config.http.header_timeout_secs),
         max_connections: *config.http.max_connections.get_ref(),
         max_pending: *config.http.max_pending_connections.get_ref(),
         max_pending_per_client: *config.http.max_pending_per_client.get_ref(),

@@ -3,6 +3,7 @@
 //! the bus and the session stores. Without the `cluster` feature every process is alone, and
 //! a config with `[cluster]` is refused.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use switchboard_agent::scheduler::{FileJobStore, JobStore};
@@ -14,50 +15,7 @@ use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
 use switchboard_sessions::{FileState, SessionStore};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, ConfigError};
-
-/// Checks `[cluster]` and the role (`run --role` over the section's).
-pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
-    #[cfg(feature = "cluster")]
-    {
-        let Some(section) = &config.cluster else {
-            return match &config.role {
-                Some(_) => Err(config.source.error_at(
-                    None,
-                    "cluster".into(),
-                    "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
-                )),
-                None => Ok(()),
-            };
-        };
-        section
-            .resolve()
-            .map_err(|problem| config.source.problem("cluster", problem))?;
-        if let Some(role) = &config.role {
-            role.parse::<switchboard_nats::Role>()
-                .map_err(|why| config.source.error_at(None, "--role".into(), why))?;
-        }
-        Ok(())
-    }
-    #[cfg(not(feature = "cluster"))]
-    {
-        match (&config.cluster, &config.role) {
-            (Some(cluster), _) => Err(config.source.error_at(
-                Some(cluster.span()),
-                "cluster".into(),
-                "this switchboard was built without the cluster (the `cluster` cargo feature): \
-                 build it with `--features cluster`, or remove [cluster]"
-                    .into(),
-            )),
-            (None, Some(_)) => Err(config.source.error_at(
-                None,
-                "cluster".into(),
-                "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
-            )),
-            (None, None) => Ok(()),
-        }
-    }
-}
+use crate::config::Config;
 
 /// Where the daemon keeps what is not a session: the small documents (pairing, a platform's
 /// cursor), the scheduler's jobs and what the models cost. Alone, each in its own files in
@@ -87,7 +45,7 @@ impl Stores {
             let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
             return Ok(Self::of_cluster(&cluster, state_dir));
         }
-        crate::pairing::check_owner(&state_dir)?;
+        check_owner(&state_dir)?;
         Ok(Self::alone(state_dir))
     }
 
@@ -251,121 +209,21 @@ impl Place {
     }
 }
 
-/// `switchboard doctor`'s line about the cluster: NATS reached, JetStream's streams and
-/// buckets there (made if missing), and who is in it. `None` alone.
-#[cfg(feature = "cluster")]
-pub(crate) async fn doctor(config: &Config) -> Option<crate::doctor::Line> {
-    use crate::doctor::Line;
-    let section = config.cluster.as_ref()?;
-    let resolved = match section.resolve() {
-        Ok(resolved) => resolved,
-        Err(problem) => return Some(Line::failed(format!("cluster: {}", problem.message))),
+/// Refuses to work on a state directory as root when another user owns it: files root made
+/// there would lock the daemon (running as that user) out of them.
+pub(crate) fn check_owner(state_dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(state_dir) else {
+        return Ok(());
     };
-    let url = resolved.nats_url.clone();
-    let cluster = match Box::pin(switchboard_nats::Cluster::connect(resolved)).await {
-        Ok(cluster) => cluster,
-        Err(err) => return Some(Line::failed(format!("cluster: {err}"))),
-    };
-    Some(match cluster.survey().await {
-        Ok(survey) => {
-            let held = survey
-                .leases
-                .keys()
-                .filter(|key| key.starts_with("p."))
-                .count();
-            Line::ok(format!(
-                "cluster: NATS {} at {url}, JetStream streams and buckets ready; {} members \
-                 ({}), {held} of {} partitions held",
-                survey.server,
-                survey.members.len(),
-                survey
-                    .members
-                    .iter()
-                    .map(|(name, role)| format!("{name}: {role}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                cluster.config().partitions,
-            ))
-        }
-        Err(err) => Line::failed(format!("cluster: {err}")),
-    })
-}
-
-/// `switchboard doctor`'s line about the cluster: NATS reached, JetStream's streams and
-/// buckets there (made if missing), and who is in it. `None` alone.
-#[cfg(not(feature = "cluster"))]
-pub(crate) async fn doctor(_config: &Config) -> Option<crate::doctor::Line> {
-    None
-}
-
-/// `switchboard status`'s part about the cluster: the members, their roles and partitions,
-/// and the messages waiting in each partition. `None` alone.
-#[cfg(feature = "cluster")]
-pub(crate) async fn status(config: &Config) -> Option<String> {
-    use std::fmt::Write as _;
-    let section = config.cluster.as_ref()?;
-    let resolved = match section.resolve() {
-        Ok(resolved) => resolved,
-        Err(problem) => return Some(format!("✗ cluster: {}\n", problem.message)),
-    };
-    let partitions = resolved.partitions;
-    let name = resolved.name.clone();
-    let cluster = match Box::pin(switchboard_nats::Cluster::connect(resolved)).await {
-        Ok(cluster) => cluster,
-        Err(err) => return Some(format!("✗ cluster: {err}\n")),
-    };
-    let survey = match cluster.survey().await {
-        Ok(survey) => survey,
-        Err(err) => return Some(format!("✗ cluster: {err}\n")),
-    };
-    let mut out = format!(
-        "cluster {name}: {} members, NATS {}\n",
-        survey.members.len(),
-        survey.server
-    );
-    let held_by = |member: &str| -> Vec<u32> {
-        (0..partitions)
-            .filter(|p| {
-                survey
-                    .leases
-                    .get(&format!("p.{p}"))
-                    .is_some_and(|m| m == member)
-            })
-            .collect()
-    };
-    for (member, role) in &survey.members {
-        let held = held_by(member);
-        let _ = write!(out, "  {member:<16} {role:<8}");
-        if !held.is_empty() {
-            let parts: Vec<String> = held
-                .iter()
-                .map(|p| format!("{p} ({} waiting)", survey.lag.get(p).copied().unwrap_or(0)))
-                .collect();
-            let _ = write!(out, " partitions {}", parts.join(", "));
-        }
-        out.push('\n');
+    let me = rustix::process::geteuid().as_raw();
+    if me == 0 && meta.uid() != 0 {
+        anyhow::bail!(
+            "{} belongs to uid {}, and files root writes there would lock the daemon out: run \
+             this as the daemon's user (sudo -u switchboard switchboard …)",
+            state_dir.display(),
+            meta.uid()
+        );
     }
-    let unheld: Vec<String> = (0..partitions)
-        .filter(|p| !survey.leases.contains_key(&format!("p.{p}")))
-        .map(|p| p.to_string())
-        .collect();
-    if !unheld.is_empty() {
-        let _ = writeln!(out, "  ✗ no worker holds partitions {}", unheld.join(", "));
-    }
-    // The platforms' connections and the duties: who runs each.
-    for (lease, member) in survey
-        .leases
-        .iter()
-        .filter(|(key, _)| !key.starts_with("p."))
-    {
-        let _ = writeln!(out, "  {lease:<24} held by {member}");
-    }
-    Some(out)
-}
-
-/// `switchboard status`'s part about the cluster: the members, their roles and partitions,
-/// and the messages waiting in each partition. `None` alone.
-#[cfg(not(feature = "cluster"))]
-pub(crate) async fn status(_config: &Config) -> Option<String> {
-    None
+    Ok(())
 }

@@ -25,15 +25,20 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use switchboard_core::Shutdown;
+use switchboard_adapter::Pairing;
+use switchboard_agent::Agents;
+use switchboard_agent::scheduler::Scheduler;
+use switchboard_agent::usage::Spending;
+use switchboard_core::{Bus, Shutdown};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::agents::ToolParts;
 use crate::cluster::Place;
 use crate::config::Config;
-use crate::engine::Core;
 use crate::health::Health;
+use crate::llm_health::LlmHealth;
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -61,6 +66,18 @@ pub(crate) struct Change {
     pub live: Vec<String>,
     /// Applies them.
     pub apply: Apply,
+}
+
+/// What answers messages: the bus, the models' health, the scheduler, the spending, the
+/// agents with their tools, and who may talk besides the allow lists.
+pub(crate) struct Core {
+    pub hub: Arc<dyn Bus>,
+    pub llm_health: Arc<LlmHealth>,
+    pub scheduler: Option<Scheduler>,
+    pub spending: Arc<Spending>,
+    pub agents: Agents,
+    pub tool_parts: ToolParts,
+    pub pairing: Arc<Pairing>,
 }
 
 /// The daemon as assembled when the components are built: what they are built on, and where

@@ -4,7 +4,6 @@
 //! silently ignored by a service that runs for months.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_adapter::{ChannelSection, HttpFacts};
@@ -13,10 +12,10 @@ pub use crate::agents_config::AgentSection;
 use crate::config_error::key_of;
 pub use crate::config_error::{ConfigError, Source};
 pub use crate::config_values::BindAddress;
-use crate::config_values::expand_strings;
+use crate::config_values::{expand_strings, seconds};
 pub use crate::http_config::HttpSection;
-pub use crate::llm_config::{Fallback, LlmSection, ProviderKind};
 pub use crate::turn_config::{ApprovalsSection, JudgeSection, VerifySection};
+pub use switchboard_llm::section::{Fallback, LlmSection, ProviderKind};
 use toml::Spanned;
 
 /// The whole config.
@@ -28,7 +27,7 @@ pub struct Config {
     pub agent: AgentSection,
     /// `[agents.NAME]`: further agents (with the keys of `[agent]` they do not set).
     #[serde(default)]
-    pub agents: std::collections::BTreeMap<String, Spanned<AgentSection>>,
+    pub agents: crate::agents_config::AgentSections,
     /// `[[bindings]]`: which chats go to which agent.
     #[serde(default)]
     pub bindings: Vec<Spanned<crate::agents_config::BindingSection>>,
@@ -214,54 +213,16 @@ impl Config {
     }
 
     fn validate(&self, secrets: Secrets) -> Result<(), ConfigError> {
-        let at_least = |value: &Spanned<usize>, min: usize, key: &str| {
-            if *value.get_ref() < min {
-                Err(self.source.error_at(
-                    Some(value.span()),
-                    key.into(),
-                    format!("must be at least {min}, got {}", value.get_ref()),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        for spec in self.agent_specs() {
-            self.validate_agent(spec.section, &spec.key)?;
+        let specs = self.agent_specs();
+        for spec in &specs {
+            spec.section.validate(&spec.key, &self.source)?;
         }
-        self.validate_agents()?;
-        self.validate_usage()?;
+        crate::agents_config::validate_agents(&specs, &self.bindings, &self.source)?;
+        self.limits
+            .validate(&self.llm.prices, &self.model_names(), &self.source)?;
+        self.http.validate(&self.source)?;
         for (value, key) in [
-            (&self.llm.max_response_bytes, "llm.max_response_bytes"),
-            (&self.llm.max_reply_bytes, "llm.max_reply_bytes"),
-            (
-                &self.llm.max_tool_arguments_bytes,
-                "llm.max_tool_arguments_bytes",
-            ),
-        ] {
-            at_least(value, 1024, key)?;
-        }
-        at_least(&self.http.max_connections, 1, "http.max_connections")?;
-        at_least(
-            &self.http.max_pending_connections,
-            1,
-            "http.max_pending_connections",
-        )?;
-        at_least(
-            &self.http.max_pending_per_client,
-            1,
-            "http.max_pending_per_client",
-        )?;
-        for (value, key) in [
-            (&self.llm.timeout_secs, "llm.timeout_secs"),
-            (&self.llm.idle_timeout_secs, "llm.idle_timeout_secs"),
-            (&self.llm.request_timeout_secs, "llm.request_timeout_secs"),
-            (&self.llm.slow_notice_secs, "llm.slow_notice_secs"),
             (&self.agent.ask_timeout_secs, "agent.ask_timeout_secs"),
-            (
-                &self.llm.fallback_cooldown_secs,
-                "llm.fallback_cooldown_secs",
-            ),
-            (&self.http.header_timeout_secs, "http.header_timeout_secs"),
             (
                 &self.daemon.shutdown_grace_secs,
                 "daemon.shutdown_grace_secs",
@@ -274,7 +235,8 @@ impl Config {
         }
         self.llm.validate(&self.source)?;
         self.telemetry.validate(&self.source)?;
-        self.scheduler.validate(self)?;
+        self.scheduler
+            .validate(&self.heartbeat, &self.channels.enabled(), &self.source)?;
         #[cfg(feature = "mcp")]
         self.mcp
             .validate()
@@ -289,7 +251,7 @@ impl Config {
                     .into(),
             ));
         }
-        crate::cluster::validate(self)?;
+        self.validate_place()?;
         if secrets == Secrets::Skip {
             return Ok(());
         }
@@ -306,6 +268,51 @@ impl Config {
             .validate()
             .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
+    }
+
+    /// Checks `[cluster]` and the role (`run --role` over the section's).
+    pub(crate) fn validate_place(&self) -> Result<(), ConfigError> {
+        let config = self;
+        #[cfg(feature = "cluster")]
+        {
+            let Some(section) = &config.cluster else {
+                return match &config.role {
+                    Some(_) => Err(config.source.error_at(
+                        None,
+                        "cluster".into(),
+                        "`--role` needs a [cluster] section: without one the daemon runs alone"
+                            .into(),
+                    )),
+                    None => Ok(()),
+                };
+            };
+            section
+                .resolve()
+                .map_err(|problem| config.source.problem("cluster", problem))?;
+            if let Some(role) = &config.role {
+                role.parse::<switchboard_nats::Role>()
+                    .map_err(|why| config.source.error_at(None, "--role".into(), why))?;
+            }
+            Ok(())
+        }
+        #[cfg(not(feature = "cluster"))]
+        {
+            match (&config.cluster, &config.role) {
+                (Some(cluster), _) => Err(config.source.error_at(
+                    Some(cluster.span()),
+                    "cluster".into(),
+                    "this switchboard was built without the cluster (the `cluster` cargo feature): \
+                     build it with `--features cluster`, or remove [cluster]"
+                        .into(),
+                )),
+                (None, Some(_)) => Err(config.source.error_at(
+                    None,
+                    "cluster".into(),
+                    "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
+                )),
+                (None, None) => Ok(()),
+            }
+        }
     }
 
     /// The MCP servers to run, resolved (their `${…}` filled in, paths made whole).
@@ -331,6 +338,91 @@ impl Config {
             }
         }
         Ok(specs)
+    }
+
+    /// Who may read `/metrics`: `http.metrics_token`'s bearer, else the chat's token, else
+    /// requests with a loopback (or allowed) Host (`HttpSection::metrics_access`).
+    pub fn metrics_access(&self) -> Result<switchboard_http::Auth, ConfigError> {
+        self.http.metrics_access(|| self.chat_token(), &self.source)
+    }
+
+    /// The control panel's token, resolved and checked (never the chat's); `None`: no panel.
+    pub fn admin_access(&self) -> Result<Option<String>, ConfigError> {
+        self.http
+            .admin_access(self.chat_token().ok().flatten(), &self.source)
+    }
+
+    /// The WebSocket channel's token, when it is on and asks for one.
+    fn chat_token(&self) -> Result<Option<String>, ConfigError> {
+        let websocket = &self.channels.websocket;
+        if !websocket.enabled || *websocket.auth.get_ref() != switchboard_websocket::AuthMode::Token
+        {
+            return Ok(None);
+        }
+        websocket
+            .token()
+            .map(Some)
+            .map_err(|problem| self.source.problem("channels.websocket", problem))
+    }
+
+    /// Every model the config names, `[llm]`'s first.
+    pub(crate) fn model_names(&self) -> Vec<String> {
+        let llm = &self.llm;
+        let mut names = vec![llm.model.clone()];
+        let fallbacks = llm.fallbacks.iter().map(|fallback| &fallback.model);
+        let specs = self.agent_specs();
+        let agents = specs
+            .iter()
+            .filter_map(|spec| spec.section.model.as_ref().map(|m| m.get_ref().clone()));
+        // A judge's calls are priced (and counted against the chat) like the agent's own.
+        let judges = specs
+            .iter()
+            .filter_map(|spec| spec.section.verify.judge.as_ref().map(|j| j.model.clone()));
+        for name in fallbacks
+            .chain(&llm.models)
+            .cloned()
+            .chain(agents)
+            .chain(judges)
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
+
+    /// Every job the config declares, `[[scheduler.jobs]]` and the heartbeat, read at `now`.
+    pub fn declared_jobs(
+        &self,
+        now: jiff::Timestamp,
+    ) -> Result<Vec<switchboard_agent::scheduler::Declared>, ConfigError> {
+        crate::scheduler_config::declared_jobs(
+            &self.scheduler,
+            &self.heartbeat,
+            &self.channels.enabled(),
+            &self.source,
+            now,
+        )
+    }
+
+    /// The caps, as the agent reads them.
+    pub(crate) fn limits(&self) -> switchboard_agent::usage::Limits {
+        self.limits.limits()
+    }
+
+    /// The price table, as the agent reads it.
+    pub(crate) fn prices(&self) -> switchboard_agent::usage::Prices {
+        crate::usage_config::prices(&self.llm.prices)
+    }
+
+    /// The zone whose midnight begins a day for the caps.
+    pub(crate) fn limits_zone(&self) -> Option<String> {
+        self.limits.zone(self.scheduler.timezone.as_ref())
+    }
+
+    /// Every agent, the default first.
+    pub(crate) fn agent_specs(&self) -> Vec<crate::agents_config::AgentSpec<'_>> {
+        crate::agents_config::specs(&self.agent, &self.agents, |raw| self.path(raw))
     }
 
     /// The names of the MCP servers the config enables (none in a build without MCP).
@@ -367,11 +459,6 @@ impl Config {
         }
     }
 
-    /// A duration from a validated seconds field.
-    pub fn duration(value: &Spanned<f64>) -> Duration {
-        Duration::from_secs_f64(*value.get_ref())
-    }
-
     /// A path from the config: `~` is the home directory, relative paths are relative to
     /// the config file's directory.
     pub fn path(&self, raw: &str) -> PathBuf {
@@ -390,15 +477,6 @@ impl Config {
                 .unwrap_or(Path::new("."))
                 .join(expanded)
         }
-    }
-}
-
-pub(crate) fn seconds(value: &Spanned<f64>) -> Result<(), String> {
-    let secs = *value.get_ref();
-    if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 * 365.0 {
-        Ok(())
-    } else {
-        Err(format!("must be a positive number of seconds, got {secs}"))
     }
 }
 

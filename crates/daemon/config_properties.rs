@@ -9,6 +9,7 @@ use std::path::Path;
 use proptest::prelude::*;
 
 use crate::config::Config;
+use crate::config_values::duration;
 
 /// Keys of the real schema, a few misspelt ones, and a section that does not exist.
 const KEYS: &[(&str, &str)] = &[
@@ -103,7 +104,7 @@ fn check(text: &str) -> Result<(), TestCaseError> {
                 &config.http.header_timeout_secs,
                 &config.daemon.shutdown_grace_secs,
             ] {
-                let _ = Config::duration(seconds);
+                let _ = duration(seconds);
             }
             prop_assert!(*config.channels.websocket.max_frame_bytes.get_ref() >= 1);
         }

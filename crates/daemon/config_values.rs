@@ -3,10 +3,11 @@
 //! and a bind address given by host name.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use serde::Deserialize;
-
-use crate::config::expand_env;
+use switchboard_core::expand_env;
+use toml::Spanned;
 
 /// `http.bind`: an IP address and port, or a host name and port (`localhost:8080`), which is
 /// resolved when the config is read (an IPv4 address preferred: loopback names resolve to
@@ -348,6 +349,16 @@ fn expand_value(
         }
         _ => Ok(()),
     }
+}
+
+/// A duration from a validated seconds field.
+pub fn duration(value: &Spanned<f64>) -> Duration {
+    Duration::from_secs_f64(*value.get_ref())
+}
+
+/// Checks a seconds field: positive, finite, at most a year.
+pub(crate) fn seconds(value: &Spanned<f64>) -> Result<(), String> {
+    switchboard_core::positive_seconds(*value.get_ref())
 }
 
 #[cfg(test)]

@@ -55,7 +55,7 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
             session,
             catch_up,
         } => {
-            let chat = chat_target(&config, chat).map_err(anyhow::Error::msg)?;
+            let chat = chat_target(&config.channels.enabled(), chat).map_err(anyhow::Error::msg)?;
             let tz = tz.clone().unwrap_or_else(|| jobs.timezone());
             let schedule = When::one_of(
                 after.as_deref(),

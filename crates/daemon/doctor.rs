@@ -22,7 +22,7 @@ use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};
 use crate::health::Health;
 use crate::platforms::{Parts, Platforms};
-use crate::{llm_config, turn_config};
+use crate::turn_config;
 
 /// How long one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -244,7 +244,7 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         });
     }
 
-    let mut models = match llm_config::models(config, None) {
+    let mut models = match config.llm.chain_models(None) {
         Ok(models) => models,
         Err(err) => {
             lines.push(Line::failed(format!("llm: {err:#}")));
@@ -261,12 +261,12 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             continue;
         }
         let llm = &config.llm;
-        match llm_config::model(llm, llm.server_of(&name), None) {
+        match llm.model(llm.server_of(&name), None) {
             Ok(model) => models.push(("llm".to_owned(), model)),
             Err(err) => lines.push(Line::failed(format!("model {name}: {err:#}"))),
         }
     }
-    match turn_config::verify(config, &config.agent, "agent") {
+    match turn_config::verify(&config.llm, &config.agent, "agent") {
         Ok(verify) => {
             if let Some(judge) = verify.judge {
                 models.push(("agent.verify.judge".to_owned(), judge.llm));
@@ -308,8 +308,8 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             "mcp: {err}: servers not started here"
         ))),
     }
-    if let Some(line) = Box::pin(crate::cluster::doctor(config)).await {
-        lines.push(line);
+    if let Some(checked) = Box::pin(crate::cluster_report::doctor(config)).await {
+        lines.push(checked.map_or_else(Line::failed, Line::ok));
     }
     for channel in channels(config, unchecked, &mut lines) {
         let name = channel.name();

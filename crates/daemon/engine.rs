@@ -11,31 +11,19 @@ use serde_json::json;
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
 use switchboard_agent::scheduler::{Scheduler, SystemClock};
-use switchboard_agent::usage::Spending;
+use switchboard_agent::usage::{Limits, Spending, UsageStore};
 use switchboard_core::{Bus, Shutdown};
 use switchboard_llm::Observer;
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
 
 use crate::agents::{AgentParts, BUILTIN_SOURCE, ToolParts};
+use crate::catalog::Catalog;
 use crate::cluster::Place;
-use crate::component::{Assembly, Change, Component, change, under};
+use crate::component::{Assembly, Change, Component, Core, change, under};
 use crate::config::Config;
 use crate::health::Health;
-use crate::llm_config::Catalog;
 use crate::llm_health::LlmHealth;
-
-/// What answers messages: the bus, the models' health, the scheduler, the spending, the
-/// agents with their tools, and who may talk besides the allow lists.
-pub(crate) struct Core {
-    pub hub: Arc<dyn Bus>,
-    pub llm_health: Arc<LlmHealth>,
-    pub scheduler: Option<Scheduler>,
-    pub spending: Arc<Spending>,
-    pub agents: Agents,
-    pub tool_parts: ToolParts,
-    pub pairing: Arc<Pairing>,
-}
 
 /// Builds the agents on the place's bus and stores, with the scheduler and the spending
 /// they share (the scheduler only where agents run).
@@ -57,7 +45,7 @@ pub(crate) fn build_core(
             config.scheduler.settings(),
         )
     });
-    let spending = crate::usage_config::spending(config, place.stores().usage());
+    let spending = spending(config, place.stores().usage());
     if let Some(scheduler) = &scheduler {
         scheduler.keep_to(spending.clone());
     }
@@ -85,6 +73,32 @@ pub(crate) fn build_core(
         tool_parts,
         pairing: Arc::new(Pairing::new(place.stores().state().clone())),
     })
+}
+
+/// The daemon's spending, recorded in `state_dir/usage/`; with caps but no price for a
+/// model, says that model's calls count nothing toward them.
+fn spending(config: &Config, store: Arc<dyn UsageStore>) -> Arc<Spending> {
+    let prices = config.prices();
+    let limits = config.limits();
+    if limits != Limits::default() {
+        let unpriced: Vec<String> = config
+            .model_names()
+            .into_iter()
+            .filter(|model| !prices.has(model))
+            .collect();
+        if !unpriced.is_empty() {
+            tracing::warn!(models = ?unpriced,
+                "[limits] caps what the models cost, but these have no price in [llm.prices]: \
+                 their calls count $0 toward the caps");
+        }
+    }
+    Arc::new(Spending::new(
+        store,
+        prices,
+        limits,
+        config.limits_zone(),
+        Arc::new(SystemClock),
+    ))
 }
 
 /// `/healthz`'s checks of the core: the models (not a readiness matter: a daemon whose model

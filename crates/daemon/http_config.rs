@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 
 use serde::Deserialize;
 use switchboard_http::Auth;
-use switchboard_websocket::AuthMode;
 use toml::Spanned;
 
-use crate::config::{BindAddress, Config, ConfigError};
+use crate::config_error::{ConfigError, Source};
+use crate::config_values::{BindAddress, seconds};
 
 /// `[http]`.
 #[derive(Debug, Deserialize)]
@@ -56,15 +56,46 @@ impl Default for HttpSection {
     }
 }
 
-impl Config {
-    /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,
-    /// else the WebSocket's token when it has one, else requests with a loopback (or
-    /// allowed) Host, as the page without a token.
-    pub fn metrics_access(&self) -> Result<Auth, ConfigError> {
-        if let Some(token) = &self.http.metrics_token {
-            return self.bearer(token, "http.metrics_token").map(Auth::Token);
+impl HttpSection {
+    /// Checks the limits and the header timeout; errors name `http.<key>` at its line.
+    pub(crate) fn validate(&self, source: &Source) -> Result<(), ConfigError> {
+        for (value, key) in [
+            (&self.max_connections, "http.max_connections"),
+            (
+                &self.max_pending_connections,
+                "http.max_pending_connections",
+            ),
+            (&self.max_pending_per_client, "http.max_pending_per_client"),
+        ] {
+            if *value.get_ref() < 1 {
+                return Err(source.error_at(
+                    Some(value.span()),
+                    key.into(),
+                    format!("must be at least 1, got {}", value.get_ref()),
+                ));
+            }
         }
-        match self.chat_token()? {
+        seconds(&self.header_timeout_secs).map_err(|message| {
+            source.error_at(
+                Some(self.header_timeout_secs.span()),
+                "http.header_timeout_secs".into(),
+                message,
+            )
+        })
+    }
+
+    /// Who may read `/metrics` (it names chats and models): `http.metrics_token`'s bearer,
+    /// else the chat's token (`chat_token`) when it has one, else requests with a loopback
+    /// (or allowed) Host, as the page without a token.
+    pub(crate) fn metrics_access(
+        &self,
+        chat_token: impl FnOnce() -> Result<Option<String>, ConfigError>,
+        source: &Source,
+    ) -> Result<Auth, ConfigError> {
+        if let Some(token) = &self.metrics_token {
+            return bearer(token, "http.metrics_token", source).map(Auth::Token);
+        }
+        match chat_token()? {
             Some(token) => Ok(Auth::Token(token)),
             None => Ok(Auth::None),
         }
@@ -72,18 +103,17 @@ impl Config {
 
     /// The control panel's token (`http.admin_token`), resolved and checked; `None`: no
     /// panel. The chat's token is refused: whoever may chat may not thereby run the daemon.
-    pub fn admin_access(&self) -> Result<Option<String>, ConfigError> {
-        let Some(token) = &self.http.admin_token else {
+    pub(crate) fn admin_access(
+        &self,
+        chat_token: Option<String>,
+        source: &Source,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some(token) = &self.admin_token else {
             return Ok(None);
         };
-        let value = self.bearer(token, "http.admin_token")?;
-        if self
-            .chat_token()
-            .ok()
-            .flatten()
-            .is_some_and(|chat| chat == value)
-        {
-            return Err(self.source.error_at(
+        let value = bearer(token, "http.admin_token", source)?;
+        if chat_token.is_some_and(|chat| chat == value) {
+            return Err(source.error_at(
                 Some(token.span()),
                 "http.admin_token".into(),
                 "the control panel's token must not be the chat's (channels.websocket.token): \
@@ -93,24 +123,12 @@ impl Config {
         }
         Ok(Some(value))
     }
+}
 
-    /// A bearer token written at `key`: its `${…}` resolved, and strong enough.
-    fn bearer(&self, token: &Spanned<String>, key: &str) -> Result<String, ConfigError> {
-        switchboard_core::expand_env(token.get_ref())
-            .map_err(|unresolved| unresolved.to_string())
-            .and_then(|value| switchboard_http::check_token(&value).map(|()| value))
-            .map_err(|why| self.source.error_at(Some(token.span()), key.into(), why))
-    }
-
-    /// The WebSocket channel's token, when it is on and asks for one.
-    fn chat_token(&self) -> Result<Option<String>, ConfigError> {
-        let websocket = &self.channels.websocket;
-        if !websocket.enabled || *websocket.auth.get_ref() != AuthMode::Token {
-            return Ok(None);
-        }
-        websocket
-            .token()
-            .map(Some)
-            .map_err(|problem| self.source.problem("channels.websocket", problem))
-    }
+/// A bearer token written at `key`: its `${…}` resolved, and strong enough.
+fn bearer(token: &Spanned<String>, key: &str, source: &Source) -> Result<String, ConfigError> {
+    switchboard_core::expand_env(token.get_ref())
+        .map_err(|unresolved| unresolved.to_string())
+        .and_then(|value| switchboard_http::check_token(&value).map(|()| value))
+        .map_err(|why| source.error_at(Some(token.span()), key.into(), why))
 }

@@ -47,8 +47,10 @@ mod admission;
 pub mod agents;
 mod agents_config;
 pub mod app;
+pub mod catalog;
 pub mod cli;
 mod cluster;
+mod cluster_report;
 mod component;
 pub mod config;
 mod config_error;
@@ -61,7 +63,6 @@ pub mod harden;
 pub mod health;
 mod history;
 mod http_config;
-pub mod llm_config;
 pub mod llm_health;
 pub mod logging;
 #[cfg(feature = "mcp")]

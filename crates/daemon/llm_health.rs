@@ -48,7 +48,7 @@ impl LlmHealth {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-        for (provider, model, err) in crate::llm_config::missing_keys(config) {
+        for (provider, model, err) in config.llm.missing_keys() {
             self.record(provider, &model, Err(&err), false);
         }
     }

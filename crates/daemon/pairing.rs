@@ -80,25 +80,6 @@ pub async fn run(config: Option<&Path>, action: &PairingAction) -> anyhow::Resul
     Ok(ExitCode::SUCCESS)
 }
 
-/// Refuses to work on a state directory as root when another user owns it: files root made
-/// there would lock the daemon (running as that user) out of them.
-pub(crate) fn check_owner(state_dir: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(state_dir) else {
-        return Ok(());
-    };
-    let me = rustix::process::geteuid().as_raw();
-    if me == 0 && meta.uid() != 0 {
-        anyhow::bail!(
-            "{} belongs to uid {}, and files root writes there would lock the daemon out: run \
-             this as the daemon's user (sudo -u switchboard switchboard …)",
-            state_dir.display(),
-            meta.uid()
-        );
-    }
-    Ok(())
-}
-
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

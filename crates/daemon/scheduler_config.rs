@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use switchboard_agent::scheduler::{
-    ActiveHours, Declared, JobKind, Jobs, Schedule, SchedulerConfig, SessionMode, Synced, When,
-    default_zone, zone,
+    ActiveHours, Declared, JobKind, Schedule, SchedulerConfig, SessionMode, When, default_zone,
+    zone,
 };
 use toml::Spanned;
 
 use switchboard_core::{ChannelName, ChatId};
 
-use crate::config::{Config, ConfigError};
+use crate::config_error::{ConfigError, Source};
 
 /// `[scheduler]`.
 #[derive(Debug, Deserialize)]
@@ -92,8 +92,14 @@ impl Default for SchedulerSection {
 
 impl SchedulerSection {
     /// Checks the values; errors name `scheduler.<key>` at its line.
-    pub(crate) fn validate(&self, config: &Config) -> Result<(), ConfigError> {
-        let source = &config.source;
+    /// `heartbeat` and the enabled `channels` are read with the jobs, to name a mistake in
+    /// them at start (or refuse a reload), not at the first run.
+    pub(crate) fn validate(
+        &self,
+        heartbeat: &HeartbeatSection,
+        channels: &[&str],
+        source: &Source,
+    ) -> Result<(), ConfigError> {
         if let Some(tz) = &self.timezone {
             zone(tz.get_ref()).map_err(|why| {
                 source.error_at(Some(tz.span()), "scheduler.timezone".into(), why)
@@ -120,7 +126,7 @@ impl SchedulerSection {
             }
         }
         // Read now, to report a mistake at start (or refuse a reload), not at the first run.
-        declared_jobs(config, jiff::Timestamp::now())?;
+        declared_jobs(self, heartbeat, channels, source, jiff::Timestamp::now())?;
         Ok(())
     }
 
@@ -128,10 +134,10 @@ impl SchedulerSection {
     /// `scheduler.jobs[i].<key>` at its line.
     pub fn declared(
         &self,
-        config: &Config,
+        channels: &[&str],
+        source: &Source,
         now: jiff::Timestamp,
     ) -> Result<Vec<Declared>, ConfigError> {
-        let source = &config.source;
         let settings = self.settings();
         let mut declared: Vec<Declared> = Vec::new();
         for (index, entry) in self.jobs.iter().enumerate() {
@@ -167,7 +173,7 @@ impl SchedulerSection {
             if declared.iter().any(|job| job.id == *id) {
                 return Err(at(&entry.name, "name", format!("`{id}` is declared twice")));
             }
-            let chat = chat_target(config, entry.chat.get_ref())
+            let chat = chat_target(channels, entry.chat.get_ref())
                 .map_err(|why| at(&entry.chat, "chat", why))?;
             if entry.message.get_ref().trim().is_empty() {
                 return Err(at(&entry.message, "message", "must not be empty".into()));
@@ -271,9 +277,8 @@ impl SchedulerSection {
 }
 
 /// The chat `text` names, `channel:chat_id` (`telegram:123456`), checked against the
-/// channels the config enables.
-pub fn chat_target(config: &Config, text: &str) -> Result<(ChannelName, ChatId), String> {
-    let enabled = config.channels.enabled();
+/// channels the config enables (`enabled`).
+pub fn chat_target(enabled: &[&str], text: &str) -> Result<(ChannelName, ChatId), String> {
     let Some((channel, chat)) = text
         .split_once(':')
         .map(|(channel, chat)| (channel.trim(), chat.trim()))
@@ -314,10 +319,11 @@ impl HeartbeatSection {
     /// The heartbeat as a job, when `every` is set; errors name `heartbeat.<key>`.
     pub fn declared(
         &self,
-        config: &Config,
+        scheduler: &SchedulerSection,
+        channels: &[&str],
+        source: &Source,
         now: jiff::Timestamp,
     ) -> Result<Option<Declared>, ConfigError> {
-        let source = &config.source;
         let at = |spanned: &Spanned<String>, key: &str, why: String| {
             source.error_at(Some(spanned.span()), format!("heartbeat.{key}"), why)
         };
@@ -331,7 +337,7 @@ impl HeartbeatSection {
             }
             return Ok(None);
         };
-        if !config.scheduler.enabled {
+        if !scheduler.enabled {
             return Err(at(
                 every,
                 "every",
@@ -346,8 +352,8 @@ impl HeartbeatSection {
             ));
         };
         let chat =
-            chat_target(config, chat_text.get_ref()).map_err(|why| at(chat_text, "chat", why))?;
-        let settings = config.scheduler.settings();
+            chat_target(channels, chat_text.get_ref()).map_err(|why| at(chat_text, "chat", why))?;
+        let settings = scheduler.settings();
         let schedule =
             Schedule::every(every.get_ref(), now).map_err(|why| at(every, "every", why))?;
         let interval = schedule.shortest_gap(now).unwrap_or_default();
@@ -400,31 +406,16 @@ impl HeartbeatSection {
 }
 
 /// Every job the config declares: `[[scheduler.jobs]]` and the heartbeat.
-pub fn declared_jobs(config: &Config, now: jiff::Timestamp) -> Result<Vec<Declared>, ConfigError> {
-    let mut declared = config.scheduler.declared(config, now)?;
-    declared.extend(config.heartbeat.declared(config, now)?);
+pub fn declared_jobs(
+    scheduler: &SchedulerSection,
+    heartbeat: &HeartbeatSection,
+    channels: &[&str],
+    source: &Source,
+    now: jiff::Timestamp,
+) -> Result<Vec<Declared>, ConfigError> {
+    let mut declared = scheduler.declared(channels, source, now)?;
+    declared.extend(heartbeat.declared(scheduler, channels, source, now)?);
     Ok(declared)
-}
-
-/// Makes the job store's config jobs what `config` declares; logs what changed. A store that
-/// cannot be written is logged, not fatal: the jobs already stored go on.
-pub async fn sync_declared(jobs: &Jobs, config: &Config) {
-    let declared = match declared_jobs(config, jiff::Timestamp::now()) {
-        Ok(declared) => declared,
-        Err(err) => {
-            tracing::error!(error = %err, "the config's jobs do not read");
-            return;
-        }
-    };
-    if declared.is_empty() && !jobs.has_declared().await {
-        return;
-    }
-    match jobs.sync_declared(&declared).await {
-        Ok(synced) if synced == Synced::default() => {}
-        Ok(synced) => tracing::info!(added = ?synced.added, changed = ?synced.changed,
-            removed = ?synced.removed, "the config's jobs are in the job store"),
-        Err(err) => tracing::error!(error = %err, "the config's jobs could not be stored"),
-    }
 }
 
 #[cfg(test)]
@@ -432,6 +423,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::config::Config;
 
     fn parse(jobs: &str) -> Result<Config, ConfigError> {
         let text = format!("[channels.websocket]\nauth = \"none\"\n\n{jobs}");
@@ -511,7 +503,11 @@ mod tests {
         .expect("reads");
         let declared = config
             .scheduler
-            .declared(&config, jiff::Timestamp::now())
+            .declared(
+                &config.channels.enabled(),
+                &config.source,
+                jiff::Timestamp::now(),
+            )
             .expect("declared");
         assert_eq!(declared.len(), 1);
         let morning = &declared[0];
@@ -570,7 +566,12 @@ mod tests {
             parse("[heartbeat]\nevery = \"30m\"\nchat = \"websocket:c\"\n").expect("reads");
         let beat = config
             .heartbeat
-            .declared(&config, jiff::Timestamp::now())
+            .declared(
+                &config.scheduler,
+                &config.channels.enabled(),
+                &config.source,
+                jiff::Timestamp::now(),
+            )
             .expect("declared")
             .expect("on");
         assert_eq!(beat.id, "heartbeat");

@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use switchboard_agent::scheduler::Scheduler;
+use switchboard_agent::scheduler::{Jobs, Scheduler, Synced};
 
 use crate::component::{Assembly, Change, Component, change, under};
 use crate::config::Config;
-use crate::scheduler_config::sync_declared;
 
 /// The running scheduler.
 pub(crate) struct Scheduling(Scheduler);
@@ -40,5 +39,26 @@ impl Component for Scheduling {
                 Ok(())
             },
         ))
+    }
+}
+
+/// Makes the job store's config jobs what `config` declares; logs what changed. A store that
+/// cannot be written is logged, not fatal: the jobs already stored go on.
+pub(crate) async fn sync_declared(jobs: &Jobs, config: &Config) {
+    let declared = match config.declared_jobs(jiff::Timestamp::now()) {
+        Ok(declared) => declared,
+        Err(err) => {
+            tracing::error!(error = %err, "the config's jobs do not read");
+            return;
+        }
+    };
+    if declared.is_empty() && !jobs.has_declared().await {
+        return;
+    }
+    match jobs.sync_declared(&declared).await {
+        Ok(synced) if synced == Synced::default() => {}
+        Ok(synced) => tracing::info!(added = ?synced.added, changed = ?synced.changed,
+            removed = ?synced.removed, "the config's jobs are in the job store"),
+        Err(err) => tracing::error!(error = %err, "the config's jobs could not be stored"),
     }
 }

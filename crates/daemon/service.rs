@@ -30,7 +30,7 @@ pub async fn run_until_signal(
     let mut config = Config::load(&path)?;
     if role.is_some() {
         config.role = role;
-        crate::cluster::validate(&config)?;
+        config.validate_place()?;
     }
     let telemetry = Telemetry::start(&config.telemetry).await?;
     let mut running = crate::app::start(config, ToolRegistry::new()).await?;

@@ -53,14 +53,14 @@ pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
                 path.display()
             );
             // The cluster is seen from NATS, whether this host's daemon answers or not.
-            if let Some(cluster) = Box::pin(crate::cluster::status(&config)).await {
+            if let Some(cluster) = Box::pin(crate::cluster_report::status(&config)).await {
                 let _ = write!(std::io::stdout(), "{cluster}");
             }
             return Ok(ExitCode::from(NOT_ANSWERING));
         }
     };
     let _ = write!(std::io::stdout(), "{}", describe(&health));
-    if let Some(cluster) = Box::pin(crate::cluster::status(&config)).await {
+    if let Some(cluster) = Box::pin(crate::cluster_report::status(&config)).await {
         let _ = write!(std::io::stdout(), "{cluster}");
     }
     Ok(ExitCode::from(if health["status"] == "ok" {

@@ -9,7 +9,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::config::{ConfigError, Source};
+use crate::config_error::{ConfigError, Source};
 
 /// `[telemetry]`.
 #[derive(Debug, Deserialize)]
@@ -45,7 +45,7 @@ impl TelemetrySection {
                     .into(),
             ));
         }
-        crate::llm_config::check_url(source, Some(endpoint), "telemetry.otlp_endpoint")
+        switchboard_llm::section::check_url(source, Some(endpoint), "telemetry.otlp_endpoint")
     }
 }
 

@@ -9,8 +9,11 @@ use switchboard_agent::{Agent, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT, Jud
 use switchboard_tools::ToolRegistry;
 use toml::Spanned;
 
-use crate::config::{AgentSection, Config, ConfigError, Source};
-use crate::llm_config::{self, ProviderKind};
+use switchboard_llm::section::{LlmSection, ModelEntry, ProviderKind, check_url};
+
+use crate::agents_config::AgentSection;
+use crate::config_error::{ConfigError, Source};
+use crate::config_values::duration;
 
 /// `[agent.verify]`: checks of a final reply before it is sent.
 #[derive(Debug, Deserialize)]
@@ -125,7 +128,7 @@ impl SpawnSection {
             max_depth: *self.max_depth.get_ref(),
             max_children: *self.max_children.get_ref(),
             max_per_turn: *self.max_per_turn.get_ref(),
-            timeout: Config::duration(&self.timeout_secs),
+            timeout: duration(&self.timeout_secs),
             max_turn_tokens: self.max_turn_tokens,
             tools: self.tools.clone(),
             exclude_tools: self.exclude_tools.clone(),
@@ -147,7 +150,7 @@ pub(crate) fn validate(
         ));
     }
     if let Some(judge) = &agent.verify.judge {
-        llm_config::check_url(
+        check_url(
             source,
             judge.base_url.as_ref(),
             &format!("{key}.verify.judge.base_url"),
@@ -200,14 +203,13 @@ pub(crate) fn validate(
 }
 
 /// An agent's `verify` policy (`key`: its section, for errors).
-pub(crate) fn verify(config: &Config, agent: &AgentSection, key: &str) -> anyhow::Result<Verify> {
+pub(crate) fn verify(llm: &LlmSection, agent: &AgentSection, key: &str) -> anyhow::Result<Verify> {
     let section = &agent.verify;
     let judge = match &section.judge {
         None => None,
         Some(judge) => Some(Judge {
-            llm: llm_config::model(
-                &config.llm,
-                llm_config::ModelEntry {
+            llm: llm.model(
+                ModelEntry {
                     kind: *judge.provider.get_ref(),
                     base_url: judge.base_url.as_ref(),
                     api_key: judge.api_key.as_ref(),
@@ -233,8 +235,8 @@ pub(crate) fn verify(config: &Config, agent: &AgentSection, key: &str) -> anyhow
 }
 
 /// Adds the `ask_user` tool to `tools`.
-pub(crate) fn add_ask_user(config: &Config, tools: &mut ToolRegistry) {
-    let timeout = Config::duration(&config.agent.ask_timeout_secs);
+pub(crate) fn add_ask_user(agent: &AgentSection, tools: &mut ToolRegistry) {
+    let timeout = duration(&agent.ask_timeout_secs);
     tools.register(Arc::new(AskUserTool::new(timeout)));
 }
 
@@ -254,7 +256,7 @@ pub(crate) fn with_approvals(section: &ApprovalsSection, agent: Agent) -> anyhow
     let approvals = Approvals::new(
         tools,
         section.commands.get_ref(),
-        Config::duration(&section.timeout_secs),
+        duration(&section.timeout_secs),
     )?;
     Ok(agent.with_hook(Arc::new(approvals)))
 }

@@ -1,27 +1,12 @@
-//! `[llm.prices."MODEL"]` and `[limits]`: what the models cost and the daily caps on it, and
-//! the daemon's [`Spending`] built from them.
-
-use std::collections::BTreeMap;
-use std::sync::Arc;
+//! `[limits]`, with `[llm.prices."MODEL"]`: the daily caps on what the models cost, and
+//! the prices they are counted at.
 
 use serde::Deserialize;
-use switchboard_agent::scheduler::SystemClock;
-use switchboard_agent::usage::{Limits, Price, Prices, Spending, UsageStore};
+use switchboard_agent::usage::{Limits, Price, Prices};
+use switchboard_llm::section::PriceTable;
 use toml::Spanned;
 
-use crate::config::{Config, ConfigError};
-
-/// One model's `[llm.prices."MODEL"]`, in US dollars per million tokens.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceSection {
-    /// Input (prompt) tokens.
-    pub input_per_mtok: Spanned<f64>,
-    /// Output (completion) tokens.
-    pub output_per_mtok: Spanned<f64>,
-    /// Input tokens read from the provider's prompt cache (the input price when absent).
-    pub cached_input_per_mtok: Option<Spanned<f64>>,
-}
+use crate::config_error::{ConfigError, Source};
 
 /// `[limits]`: daily caps on what the models cost.
 #[derive(Debug, Default, Deserialize)]
@@ -36,10 +21,15 @@ pub struct LimitsSection {
     pub timezone: Option<Spanned<String>>,
 }
 
-impl Config {
-    /// Checks the price table (models the config names, sane prices) and the caps.
-    pub(crate) fn validate_usage(&self) -> Result<(), ConfigError> {
-        let source = &self.source;
+impl LimitsSection {
+    /// Checks the price table (`prices`: for models the config names, `models`; sane
+    /// prices) and the caps; errors name `llm.prices.<model>` or `limits.<key>`.
+    pub(crate) fn validate(
+        &self,
+        prices: &PriceTable,
+        models: &[String],
+        source: &Source,
+    ) -> Result<(), ConfigError> {
         let amount = |value: &Spanned<f64>, key: String| {
             let amount = *value.get_ref();
             if (0.0..1e9).contains(&amount) {
@@ -52,8 +42,7 @@ impl Config {
                 ))
             }
         };
-        let models = self.model_names();
-        for (model, price) in &self.llm.prices {
+        for (model, price) in prices {
             let key = format!("llm.prices.{model}");
             if !models.iter().any(|known| known == model) {
                 return Err(source.error_at(
@@ -73,7 +62,7 @@ impl Config {
                 amount(cached, format!("{key}.cached_input_per_mtok"))?;
             }
         }
-        let limits = &self.limits;
+        let limits = self;
         for (value, key) in [
             (&limits.daily_usd, "limits.daily_usd"),
             (&limits.daily_usd_per_chat, "limits.daily_usd_per_chat"),
@@ -89,100 +78,37 @@ impl Config {
         Ok(())
     }
 
-    /// Every model the config names, `[llm]`'s first.
-    pub(crate) fn model_names(&self) -> Vec<String> {
-        let llm = &self.llm;
-        let mut names = vec![llm.model.clone()];
-        let fallbacks = llm.fallbacks.iter().map(|fallback| &fallback.model);
-        let specs = self.agent_specs();
-        let agents = specs
-            .iter()
-            .filter_map(|spec| spec.section.model.as_ref().map(|m| m.get_ref().clone()));
-        // A judge's calls are priced (and counted against the chat) like the agent's own.
-        let judges = specs
-            .iter()
-            .filter_map(|spec| spec.section.verify.judge.as_ref().map(|j| j.model.clone()));
-        for name in fallbacks
-            .chain(&llm.models)
-            .cloned()
-            .chain(agents)
-            .chain(judges)
-        {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
-        names
-    }
-
     /// The caps, as the agent reads them.
     pub(crate) fn limits(&self) -> Limits {
         Limits {
-            daily_usd: self.limits.daily_usd.as_ref().map(|v| *v.get_ref()),
-            daily_usd_per_chat: self
-                .limits
-                .daily_usd_per_chat
-                .as_ref()
-                .map(|v| *v.get_ref()),
+            daily_usd: self.daily_usd.as_ref().map(|v| *v.get_ref()),
+            daily_usd_per_chat: self.daily_usd_per_chat.as_ref().map(|v| *v.get_ref()),
         }
     }
 
-    /// The price table, as the agent reads it.
-    pub(crate) fn prices(&self) -> Prices {
-        Prices::new(self.llm.prices.iter().map(|(model, price)| {
-            let price = price.get_ref();
-            (
-                model.clone(),
-                Price {
-                    input_per_mtok: *price.input_per_mtok.get_ref(),
-                    output_per_mtok: *price.output_per_mtok.get_ref(),
-                    cached_input_per_mtok: price
-                        .cached_input_per_mtok
-                        .as_ref()
-                        .map(|p| *p.get_ref()),
-                },
-            )
-        }))
-    }
-
-    /// The zone whose midnight begins a day for the caps.
-    pub(crate) fn limits_zone(&self) -> Option<String> {
-        self.limits
-            .timezone
+    /// The zone whose midnight begins a day for the caps: its own, else `scheduler`'s.
+    pub(crate) fn zone(&self, scheduler: Option<&Spanned<String>>) -> Option<String> {
+        self.timezone
             .as_ref()
-            .or(self.scheduler.timezone.as_ref())
+            .or(scheduler)
             .map(|zone| zone.get_ref().clone())
     }
 }
 
-/// The daemon's spending, recorded in `state_dir/usage/`; with caps but no price for a
-/// model, says that model's calls count nothing toward them.
-pub(crate) fn spending(config: &Config, store: Arc<dyn UsageStore>) -> Arc<Spending> {
-    let prices = config.prices();
-    let limits = config.limits();
-    if limits != Limits::default() {
-        let unpriced: Vec<String> = config
-            .model_names()
-            .into_iter()
-            .filter(|model| !prices.has(model))
-            .collect();
-        if !unpriced.is_empty() {
-            tracing::warn!(models = ?unpriced,
-                "[limits] caps what the models cost, but these have no price in [llm.prices]: \
-                 their calls count $0 toward the caps");
-        }
-    }
-    Arc::new(Spending::new(
-        store,
-        prices,
-        limits,
-        config.limits_zone(),
-        Arc::new(SystemClock),
-    ))
+/// The price table, as the agent reads it.
+pub(crate) fn prices(table: &PriceTable) -> Prices {
+    Prices::new(table.iter().map(|(model, price)| {
+        let price = price.get_ref();
+        (
+            model.clone(),
+            Price {
+                input_per_mtok: *price.input_per_mtok.get_ref(),
+                output_per_mtok: *price.output_per_mtok.get_ref(),
+                cached_input_per_mtok: price.cached_input_per_mtok.as_ref().map(|p| *p.get_ref()),
+            },
+        )
+    }))
 }
-
-/// The price table of `[llm]`.
-pub type PriceTable = BTreeMap<String, Spanned<PriceSection>>;
 
 #[cfg(test)]
 mod tests {

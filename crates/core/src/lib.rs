@@ -47,7 +47,9 @@ pub use ack::{Ack, Fate};
 pub use bus::Bus;
 pub use channel::{Channel, ChannelContext, ChannelScope, Transcripts};
 pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
-pub use config::{ConfigProblem, Unresolved, expand_env};
+pub use config::{
+    ConfigError, ConfigProblem, ConfigSource, Unresolved, expand_env, positive_seconds,
+};
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
 };

@@ -36,6 +36,7 @@ mod observe;
 mod openai;
 mod provider;
 mod retry;
+pub mod section;
 
 #[cfg(test)]
 mod properties;
@@ -51,3 +52,4 @@ pub use provider::{
     ChatRequest, ChatResponse, ImageData, LlmProvider, StopReason, StreamEvent, StreamSink,
 };
 pub use retry::{RetryPolicy, Retrying};
+pub use section::{LlmSection, ProviderKind};
