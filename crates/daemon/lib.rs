@@ -5,33 +5,37 @@
 //!
 //! # Layout
 //! Building and running the daemon:
-//! - `app`: [`app::start`] in phases (place, core, channels, dispatcher, MCP, panel,
-//!   scheduler, listener), [`app::Running`], graceful shutdown.
-//! - `cluster`: `[cluster]`: what this process is (alone, a gateway, a worker), its bus and
-//!   stores.
-//! - `agents`: building the daemon's agents; `history`: a chat's conversation read for the
-//!   channels that show it; `outbox`: where the `message` tool sends, and to whom it may.
-//! - `platforms`: the channels the config enables, built from their sections;
-//!   `supervisor`: channel tasks restarted with backoff, outbound delivery loops.
-//! - `mcp_servers`: the MCP servers (feature `mcp`).
+//! - `app`: [`app::start`] in phases (place, core, components and channels, dispatcher,
+//!   listener), [`app::Running`], graceful shutdown.
+//! - `component`: the seam every part but the core is built and reloaded through
+//!   (`Component`, `Assembly`, `NotBuilt`), and the core they are built on.
+//! - `cluster`: what this process is (alone, a gateway, a worker), its bus and stores;
+//!   `cluster_report`: what `doctor` and `status` say of the cluster.
+//! - `engine`: the core (agents, models' health, scheduler, spending, pairing) and the
+//!   components a reload changes of it (their models, tools and caps); `agents`: building the
+//!   agents; `catalog`: the models the config names; `history`: a chat's conversation for
+//!   the channels that show it; `outbox`: where the `message` tool sends, and to whom.
+//! - `platforms`: the channels, built from their sections, as one component;
+//!   `supervisor`: channel tasks restarted with backoff.
+//! - `scheduling`: the scheduler as a component; `mcp_servers`: the MCP servers (feature
+//!   `mcp`); `metrics`: `/metrics`; `admin`: the control panel (`/admin`).
 //! - `service`: `switchboard run` — started, reloaded, stopped on signals, told to systemd.
-//! - `reload`: SIGHUP and the panel's reload — what changes live, what needs a restart.
+//! - `reload`: SIGHUP and the panel's reload, through the components.
 //! - `health`: `/healthz` and the states behind it; `llm_health`: whether the models answer.
 //!
 //! Its config (the file, `${ENV}`, credentials, and the sections that are the daemon's):
-//! - `config`: [`config::Config`], composing every section; `config_error`: where a problem
-//!   is (`ConfigError`, `Source`); `config_values`: `${…}` references, bind names, masking
-//!   secrets for display; `config_properties` (tests): no file panics the parser.
+//! - `config`: [`config::Config`], composing every section, and what reads across them;
+//!   `config_error`: reading serde's path into a key (the located error is the core's);
+//!   `config_values`: `${…}` references, bind names, seconds, masking secrets for display;
+//!   `config_properties` (tests): no file panics the parser.
 //! - `agents_config`: `[agent]`, `[agents.NAME]`, `[[bindings]]`; `turn_config`:
-//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `llm_config`: `[llm]` and the
-//!   provider chain; `scheduler_config`: `[scheduler]`, `[heartbeat]`; `usage_config`:
-//!   `[llm.prices]`, `[limits]`; `http_config`: `[http]`.
+//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `scheduler_config`:
+//!   `[scheduler]`, `[heartbeat]`; `usage_config`: `[limits]` and the prices; `http_config`:
+//!   `[http]`; `telemetry`: `[telemetry]`, spans over OTLP (feature `otlp`). (`[llm]` is
+//!   the llm crate's.)
 //!
-//! HTTP:
-//! - `server`: the listener (header timeout, connection limits, descriptor reserve);
-//!   `admission`: who gets a pre-auth slot (per client, shared out when scarce).
-//! - `metrics`: `/metrics`; `admin`: the control panel (`/admin`); `telemetry`: spans over
-//!   OTLP (feature `otlp`).
+//! HTTP: `server`: the listener (header timeout, connection limits, descriptor reserve);
+//! `admission`: who gets a pre-auth slot (per client, shared out when scarce).
 //!
 //! The command line:
 //! - `cli`: the commands (clap); `terminal` and `prompt`: `switchboard agent`; `cron`,

@@ -11,27 +11,24 @@
 //! - **Internal** channels (sub-agents, scheduled runs in sessions of their own) never leave
 //!   the process: their messages go through local lanes and the local inbound queue.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::{self, consumer};
+use async_nats::jetstream::{self};
 use async_trait::async_trait;
-use dashmap::DashMap;
 use futures::StreamExt;
 use switchboard_core::{
-    Bus, Channel, ChannelLanes, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage,
-    LaneOptions, Lanes, MessageId, OutboundKind, OutboundMessage, Tenure, wire,
+    Bus, Channel, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage, LaneOptions,
+    Lanes, MessageId, OutboundKind, OutboundMessage, Tenure, wire,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use crate::cluster::Cluster;
+use crate::deliver::RECEIPT;
 use crate::names::partition_of;
-
-/// The header naming where a delivery receipt goes.
-const RECEIPT: &str = "Switchboard-Receipt";
+use crate::shared::Inner;
 
 /// How long [`Bus::deliver_outbound`] waits for its receipt. A receipt can be lost in a
 /// break of the connection; the message itself is stored, and goes out with the gateway's
@@ -59,45 +56,12 @@ impl std::fmt::Debug for NatsBus {
     }
 }
 
-pub(crate) struct Inner {
-    pub(crate) cluster: Cluster,
-    /// Cancelled when the daemon stops taking messages.
-    pub(crate) intake: CancellationToken,
-    /// Cancelled when the bus's own tasks must end (after the channels stopped).
-    pub(crate) stop: CancellationToken,
-    pub(crate) tasks: TaskTracker,
-    /// Where the partitions' messages (and internal channels') go for the dispatcher.
-    pub(crate) inbound_tx: mpsc::Sender<InboundMessage>,
-    inbound_rx: Mutex<Option<mpsc::Receiver<InboundMessage>>>,
-    /// The channels this process delivers for.
-    lanes: ChannelLanes,
-    /// The partitions this worker reads now.
-    pub(crate) held: Mutex<Vec<u32>>,
-    /// Whether this gateway holds each platform channel's connection (its tenure while it
-    /// does).
-    connections: DashMap<ChannelName, tokio::sync::watch::Receiver<Option<Tenure>>>,
-    /// Whether this member does each duty asked for (see [`Bus::lead`]).
-    duties: DashMap<String, tokio::sync::watch::Receiver<Option<Tenure>>>,
-}
-
 impl NatsBus {
     /// A bus on `cluster`, whose local inbound queue holds `capacity` messages; `intake`
     /// stops it taking messages.
     pub fn new(cluster: Cluster, capacity: usize, intake: CancellationToken) -> Self {
-        let (inbound_tx, inbound_rx) = mpsc::channel(capacity.max(1));
         Self {
-            inner: Arc::new(Inner {
-                cluster,
-                intake,
-                stop: CancellationToken::new(),
-                tasks: TaskTracker::new(),
-                inbound_tx,
-                inbound_rx: Mutex::new(Some(inbound_rx)),
-                lanes: ChannelLanes::default(),
-                held: Mutex::new(Vec::new()),
-                connections: DashMap::new(),
-                duties: DashMap::new(),
-            }),
+            inner: Arc::new(Inner::new(cluster, capacity, intake)),
         }
     }
 
@@ -167,6 +131,17 @@ impl NatsBus {
                 }
             }
         }
+    }
+}
+
+impl NatsBus {
+    /// Starts taking partitions and reading their messages into the inbound queue (a
+    /// process that runs agents calls it once, before its dispatcher takes the queue).
+    pub fn start_worker(&self) {
+        let inner = self.inner().clone();
+        self.inner()
+            .tasks
+            .spawn(async move { crate::partitions::hold_partitions(inner).await });
     }
 }
 
@@ -395,24 +370,6 @@ impl Bus for NatsBus {
     }
 }
 
-/// Answers a delivery receipt: empty when delivered, else why not.
-pub(crate) async fn answer_receipt(
-    client: &async_nats::Client,
-    headers: Option<&HeaderMap>,
-    delivered: &Result<(), CoreError>,
-) {
-    let Some(inbox) = headers.and_then(|headers| headers.get(RECEIPT)) else {
-        return;
-    };
-    let body = match delivered {
-        Ok(()) => bytes::Bytes::new(),
-        Err(err) => err.to_string().into(),
-    };
-    if let Err(err) = client.publish(inbox.to_string(), body).await {
-        tracing::warn!(error = %err, "could not send a delivery receipt");
-    }
-}
-
 /// The server's dedupe id of the parts of an answer that must reach a chat once — its whole
 /// reply, its error, its end — named after the message it answers. A worker that takes over
 /// a turn whose answer was saved sends it again; the server drops the copy if the first
@@ -470,21 +427,6 @@ pub(crate) fn nuid() -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
-}
-
-/// What the consumers of both directions are made with.
-pub(crate) fn pull_config(name: String, filter: String) -> consumer::pull::Config {
-    consumer::pull::Config {
-        durable_name: Some(name.clone()),
-        name: Some(name),
-        filter_subject: filter,
-        ack_policy: consumer::AckPolicy::Explicit,
-        deliver_policy: consumer::DeliverPolicy::All,
-        // Never waited out while the owner lives: a new owner starts the consumer afresh.
-        ack_wait: Duration::from_secs(12 * 60 * 60),
-        max_ack_pending: 512,
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]

@@ -253,7 +253,7 @@ impl Cluster {
                 let key = key.map_err(|err| failed("read a bucket")(Box::new(err)))?;
                 if let Ok(Some(value)) = store.get(&key).await {
                     let text = String::from_utf8_lossy(&value).into_owned();
-                    let shown = serde_json::from_str::<crate::partitions::Presence>(&text)
+                    let shown = serde_json::from_str::<Presence>(&text)
                         .map_or(text, |presence| presence.role);
                     into.insert(key, shown);
                 }
@@ -273,4 +273,10 @@ impl Cluster {
         }
         Ok(survey)
     }
+}
+
+/// What a member says of itself in the members bucket.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Presence {
+    pub(crate) role: String,
 }

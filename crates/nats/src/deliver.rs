@@ -9,13 +9,34 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer};
 use futures::StreamExt;
-use switchboard_core::{ChannelName, ChannelScope, Lanes, OutboundMessage, wire};
-
+use switchboard_core::{ChannelName, ChannelScope, CoreError, Lanes, OutboundMessage, wire};
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Inner, answer_receipt, pull_config};
+use crate::shared::{Inner, pull_config};
+
+/// The header naming where a delivery receipt goes.
+pub(crate) const RECEIPT: &str = "Switchboard-Receipt";
+
+/// Answers a delivery receipt: empty when delivered, else why not.
+pub(crate) async fn answer_receipt(
+    client: &async_nats::Client,
+    headers: Option<&HeaderMap>,
+    delivered: &Result<(), CoreError>,
+) {
+    let Some(inbox) = headers.and_then(|headers| headers.get(RECEIPT)) else {
+        return;
+    };
+    let body = match delivered {
+        Ok(()) => bytes::Bytes::new(),
+        Err(err) => err.to_string().into(),
+    };
+    if let Err(err) = client.publish(inbox.to_string(), body).await {
+        tracing::warn!(error = %err, "could not send a delivery receipt");
+    }
+}
 
 /// How long a platform channel's message may wait for delivery before the server offers it
 /// again, unless the gateway says it is still in progress (every third of it).

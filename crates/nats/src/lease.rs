@@ -13,7 +13,7 @@ use std::sync::Arc;
 use switchboard_core::Tenure;
 use tokio::time::Instant;
 
-use crate::bus::Inner;
+use crate::shared::Inner;
 
 /// Holds the lease `key` whenever it can, until the bus stops. While held, `held` carries
 /// its tenure, and `on_held` was told so; otherwise `None`.

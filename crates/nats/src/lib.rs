@@ -5,12 +5,14 @@
 //!
 //! # Layout
 //! - `config`: `[cluster]` ([`ClusterSection`]) and the [`Role`] a process plays.
-//! - `cluster`: [`Cluster`], the connection and the shared streams and buckets.
+//! - `cluster`: [`Cluster`], the connection and the shared streams and buckets, and what a
+//!   member says of itself there.
 //! - `names`: what everything is called on the server; a session's partition.
-//! - `bus`: [`NatsBus`], the bus.
+//! - `bus`: [`NatsBus`], the bus; `shared`: what it shares with the tasks it starts (the
+//!   three below), none of which reaches into another.
 //! - `partitions`: a worker's leases on partitions, and reading them.
 //! - `lease`: a lease held whenever it can be (a connection, a duty).
-//! - `deliver`: a gateway's delivery of its channels' outbound messages.
+//! - `deliver`: a gateway's delivery of its channels' outbound messages, and its receipts.
 //! - `store`: [`NatsStore`], the sessions.
 //! - `state`: [`NatsState`], the small documents every member shares.
 //! - `error`: [`ClusterError`].
@@ -23,6 +25,7 @@ mod error;
 mod lease;
 mod names;
 mod partitions;
+mod shared;
 mod state;
 mod store;
 

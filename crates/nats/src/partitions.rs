@@ -27,9 +27,9 @@ use switchboard_core::{Ack, Fate, InboundMessage, Tenure, wire};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::bus::{Inner, NatsBus, pull_config};
 use crate::lease::sure_until;
 use crate::names::partition_key;
+use crate::shared::{Inner, pull_config};
 
 /// A partition this worker holds.
 struct Held {
@@ -53,24 +53,8 @@ impl Drop for Held {
     }
 }
 
-/// What a member says of itself in the members bucket.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub(crate) struct Presence {
-    pub(crate) role: String,
-}
-
-impl NatsBus {
-    /// Starts taking partitions and reading their messages into the inbound queue (a
-    /// process that runs agents calls it once, before its dispatcher takes the queue).
-    pub fn start_worker(&self) {
-        let inner = self.inner().clone();
-        self.inner()
-            .tasks
-            .spawn(async move { hold_partitions(inner).await });
-    }
-}
-
-async fn hold_partitions(inner: Arc<Inner>) {
+/// Takes partitions and reads their messages into the inbound queue, until the bus stops.
+pub(crate) async fn hold_partitions(inner: Arc<Inner>) {
     let lease = inner.cluster.config.lease;
     let mut held: BTreeMap<u32, Held> = BTreeMap::new();
     let mut tick = tokio::time::interval(lease / 3);
@@ -122,7 +106,7 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
     let cluster = &inner.cluster;
     // The leases first: the rest of the round may wait on the server.
     renew(inner, held).await;
-    let presence = serde_json::to_vec(&Presence {
+    let presence = serde_json::to_vec(&crate::cluster::Presence {
         role: cluster.config.role.as_str().to_owned(),
     })?;
     cluster
@@ -283,7 +267,7 @@ async fn workers(inner: &Arc<Inner>) -> Result<u32, Failure> {
         let Some(value) = members.get(&key).await? else {
             continue;
         };
-        let runs_agents = serde_json::from_slice::<Presence>(&value)
+        let runs_agents = serde_json::from_slice::<crate::cluster::Presence>(&value)
             .ok()
             .and_then(|presence| presence.role.parse::<crate::Role>().ok())
             .is_some_and(crate::Role::runs_agents);

@@ -9,6 +9,9 @@ use toml::Spanned;
 
 use switchboard_http::{Auth, check_token};
 
+/// The channel's name, and the prefix of its session keys.
+pub const CHANNEL_NAME: &str = "websocket";
+
 /// The most `max_frame_bytes` may be: the WebSocket reader holds at most this much of a
 /// client's frame per socket.
 pub const MAX_FRAME_BYTES_LIMIT: usize = 1024 * 1024;

@@ -17,9 +17,10 @@ use switchboard_core::{
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::channel::{CHANNEL_NAME, Frame, Shared, Subscriber};
+use crate::config::CHANNEL_NAME;
 use crate::history::said_of;
 use crate::protocol::{ClientFrame, ServerFrame};
+use crate::subscribers::{Frame, Shared, Subscriber};
 use crate::upload;
 
 pub(crate) async fn serve(socket: WebSocket, shared: Arc<Shared>) {

@@ -10,11 +10,10 @@ use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc::error::TrySendError;
 
-use crate::channel::Subscriber;
-use crate::protocol::ServerFrame;
+use crate::protocol::{Conversation, ServerFrame};
+use crate::subscribers::Subscriber;
 
 /// The most conversations kept; the least recent go first.
 pub const MAX_CONVERSATIONS: usize = 500;
@@ -22,17 +21,6 @@ pub const MAX_CONVERSATIONS: usize = 500;
 pub const UNTITLED: &str = "New chat";
 /// The largest list file read (a bigger one is set aside as corrupt).
 const MAX_FILE_BYTES: u64 = 1024 * 1024;
-
-/// One conversation of the list.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Conversation {
-    /// Its chat (session `websocket_<chat_id>`).
-    pub chat_id: String,
-    /// Its title.
-    pub title: String,
-    /// When it was last written in or renamed (milliseconds since the Unix epoch).
-    pub updated_ms: u64,
-}
 
 /// The list, loaded on first use, and the sockets watching it.
 pub(crate) struct Conversations {
@@ -223,7 +211,7 @@ mod tests {
     use tokio::sync::mpsc;
     use tokio_util::sync::CancellationToken;
 
-    fn subscriber(conn: u64) -> (Subscriber, mpsc::Receiver<crate::channel::Frame>) {
+    fn subscriber(conn: u64) -> (Subscriber, mpsc::Receiver<crate::subscribers::Frame>) {
         let (tx, rx) = mpsc::channel(8);
         (
             Subscriber {

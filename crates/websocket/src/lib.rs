@@ -10,7 +10,9 @@
 //! # Layout
 //! - `protocol`: the frames, and parsing a client frame into a clear error.
 //! - `connection`: one socket, as a send task and a receive task.
-//! - `channel`: [`WebSocketChannel`], the `Channel` impl and its subscriber table.
+//! - `channel`: [`WebSocketChannel`], the `Channel` impl and the `/ws` route.
+//! - `subscribers`: which sockets receive each chat's frames, and what is kept for a chat
+//!   whose sockets are gone.
 //! - `live`: what each chat's running turn is doing (for a page shown again mid-turn).
 //! - `conversations`: the web page's list of conversations, kept by the server.
 //! - `upload`: `POST /upload`, files a web client attaches.
@@ -25,13 +27,17 @@ mod history;
 mod live;
 mod page;
 mod protocol;
+mod subscribers;
 mod upload;
 
 pub use channel::WebSocketChannel;
+pub use config::CHANNEL_NAME;
 pub use config::{
     AuthMode, DEFAULT_ATTACHMENT_BYTES, MAX_ATTACHMENT_BYTES_LIMIT, MAX_FRAME_BYTES_LIMIT,
     WsConfig, WsSection,
 };
-pub use conversations::{Conversation, MAX_CONVERSATIONS};
+pub use conversations::MAX_CONVERSATIONS;
 pub use history::said_of;
-pub use protocol::{AttachmentRef, ClientFrame, Said, SaidTool, ServerFrame, Waiting};
+pub use protocol::{
+    AttachmentRef, ClientFrame, Conversation, Said, SaidTool, ServerFrame, Waiting,
+};

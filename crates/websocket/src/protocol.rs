@@ -280,7 +280,7 @@ pub enum ServerFrame {
     /// The list of conversations, most recent first.
     Conversations {
         /// The conversations.
-        conversations: Vec<crate::conversations::Conversation>,
+        conversations: Vec<Conversation>,
     },
 }
 
@@ -411,6 +411,17 @@ impl ServerFrame {
         // Serializing these plain structs cannot fail.
         serde_json::to_string(self).unwrap_or_else(|_| r#"{"type":"error"}"#.to_owned())
     }
+}
+
+/// One conversation of the list.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Conversation {
+    /// Its chat (session `websocket_<chat_id>`).
+    pub chat_id: String,
+    /// Its title.
+    pub title: String,
+    /// When it was last written in or renamed (milliseconds since the Unix epoch).
+    pub updated_ms: u64,
 }
 
 #[cfg(test)]

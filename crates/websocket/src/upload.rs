@@ -21,8 +21,9 @@ use serde::Deserialize;
 use switchboard_adapter::media::{self, Incoming};
 use switchboard_core::{Attachment, ImagePart};
 
-use crate::channel::{CHANNEL_NAME, Shared};
+use crate::config::CHANNEL_NAME;
 use crate::protocol::AttachmentRef;
+use crate::subscribers::Shared;
 
 /// How long one upload may take.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(120);

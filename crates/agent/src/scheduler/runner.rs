@@ -49,49 +49,11 @@ use tokio_util::sync::CancellationToken;
 use super::clock::Clock;
 use super::isolated;
 use super::job::{Job, Outcome, Run, SessionMode};
-use super::jobs::Jobs;
+use super::jobs::{Jobs, SchedulerConfig};
 use super::outcome::{Outcomes, Settler};
 use super::store::JobStore;
 use crate::hooks::Hook;
 use crate::usage::Spending;
-
-/// How the scheduler behaves (the daemon fills it from `[scheduler]`).
-#[derive(Clone, Debug)]
-pub struct SchedulerConfig {
-    /// The zone cron expressions are read in when a job names none; `None`: the system's,
-    /// looked up when a job first needs it (not at start: a daemon without jobs never
-    /// touches the time zone database).
-    pub timezone: Option<String>,
-    /// How late a run may start after the daemon was down, for jobs that say nothing.
-    pub catch_up: Duration,
-    /// Jobs one chat may have.
-    pub max_jobs_per_chat: usize,
-    /// Jobs one person may have, in all their chats (see [`NewJob::owner`]).
-    ///
-    /// [`NewJob::owner`]: super::NewJob::owner
-    pub max_jobs_per_person: usize,
-    /// Jobs the daemon may have in all (the config's own not counted).
-    pub max_jobs: usize,
-    /// The shortest time allowed between two runs of a job.
-    pub min_interval: Duration,
-    /// The longest the loop sleeps before looking again (for jobs another process changed,
-    /// and a wall clock that jumped).
-    pub poll: Duration,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        Self {
-            timezone: None,
-            catch_up: Duration::from_secs(3600),
-            max_jobs_per_chat: 50,
-            max_jobs_per_person: 200,
-            max_jobs: 1000,
-            min_interval: Duration::from_secs(60),
-            poll: Duration::from_secs(2),
-        }
-    }
-}
 
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]

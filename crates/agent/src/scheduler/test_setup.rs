@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::clock::{Clock, TokioClock};
 use super::due::Schedule;
 use super::job::{Job, SessionMode};
+use super::jobs::SchedulerConfig;
 use super::jobs::{Asker, NewJob};
-use super::runner::{Scheduler, SchedulerConfig};
+use super::runner::Scheduler;
 use super::store::FileJobStore;
 
 /// A channel that keeps what it is sent.
