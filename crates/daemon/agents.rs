@@ -9,14 +9,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use switchboard_agent::scheduler::{CronTool, Scheduler};
 use switchboard_agent::spawn::{SpawnTool, Spawner};
 use switchboard_agent::usage::Spending;
 use switchboard_agent::{
-    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, TurnSlots, default_subagents,
+    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, RunOutcomes, TurnSlots,
+    default_subagents,
 };
 use switchboard_core::{AgentName, Bus};
 use switchboard_llm::Observer;
+use switchboard_scheduler::{CronTool, Scheduler};
 use switchboard_sessions::{JsonlStore, SessionStore};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
@@ -282,7 +283,7 @@ fn agent_of(
     }
     if let Some(scheduler) = &shared.scheduler {
         agent = agent
-            .with_hook(scheduler.hook())
+            .with_hook(Arc::new(RunOutcomes(scheduler.outcomes())))
             .with_jobs(scheduler.jobs().clone());
     }
     let agent = turn_config::with_approvals(&section.approvals, agent)?;

@@ -232,7 +232,7 @@ pub enum CronAction {
         /// `chat` (a turn in the chat's session) or `isolated` (a session of its own whose
         /// answer is posted to the chat).
         #[arg(long, default_value = "chat", value_parser = parse_session_mode)]
-        session: switchboard_agent::scheduler::SessionMode,
+        session: switchboard_scheduler::SessionMode,
         /// How late a run may still start after the daemon was down (default:
         /// `scheduler.catch_up_secs`): `30m`.
         #[arg(long, value_name = "DURATION")]
@@ -268,8 +268,8 @@ pub enum CronAction {
     },
 }
 
-fn parse_session_mode(text: &str) -> Result<switchboard_agent::scheduler::SessionMode, String> {
-    switchboard_agent::scheduler::SessionMode::parse(text)
+fn parse_session_mode(text: &str) -> Result<switchboard_scheduler::SessionMode, String> {
+    switchboard_scheduler::SessionMode::parse(text)
         .ok_or_else(|| "expected chat or isolated".to_owned())
 }
 

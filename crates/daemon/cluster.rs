@@ -6,12 +6,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use switchboard_agent::scheduler::{FileJobStore, JobStore};
 use switchboard_agent::usage::{FileUsageStore, UsageStore};
 use switchboard_agent::{ChoiceStore, FileChoices};
 #[cfg(feature = "cluster")]
-use switchboard_agent::{StateChoices, scheduler::StateJobStore, usage::StateUsageStore};
+use switchboard_agent::{StateChoices, usage::StateUsageStore};
 use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
+#[cfg(feature = "cluster")]
+use switchboard_scheduler::StateJobStore;
+use switchboard_scheduler::{FileJobStore, JobStore};
 use switchboard_sessions::{FileState, SessionStore};
 use tokio_util::sync::CancellationToken;
 

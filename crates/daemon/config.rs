@@ -51,10 +51,10 @@ pub struct Config {
     pub telemetry: crate::telemetry::TelemetrySection,
     /// `[scheduler]`.
     #[serde(default)]
-    pub scheduler: crate::scheduler_config::SchedulerSection,
+    pub scheduler: switchboard_scheduler::SchedulerSection,
     /// `[heartbeat]`.
     #[serde(default)]
-    pub heartbeat: crate::scheduler_config::HeartbeatSection,
+    pub heartbeat: switchboard_scheduler::HeartbeatSection,
     /// `[limits]`: daily caps on what the models cost.
     #[serde(default)]
     pub limits: crate::usage_config::LimitsSection,
@@ -395,8 +395,8 @@ impl Config {
     pub fn declared_jobs(
         &self,
         now: jiff::Timestamp,
-    ) -> Result<Vec<switchboard_agent::scheduler::Declared>, ConfigError> {
-        crate::scheduler_config::declared_jobs(
+    ) -> Result<Vec<switchboard_scheduler::Declared>, ConfigError> {
+        switchboard_scheduler::declared_jobs(
             &self.scheduler,
             &self.heartbeat,
             &self.channels.enabled(),

@@ -9,13 +9,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use switchboard_agent::scheduler::{
+use switchboard_scheduler::{
     Asker, Job, JobAction, JobStore, Jobs, NewJob, Run, SystemClock, When, describe, duration,
 };
 
 use crate::cli::{CronAction, resolve_config};
 use crate::config::{Config, Secrets};
-use crate::scheduler_config::chat_target;
+use switchboard_scheduler::chat_target;
 
 /// Runs a cron command.
 pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<ExitCode> {
@@ -166,7 +166,7 @@ mod tests {
     use std::str::FromStr;
 
     use jiff::Timestamp;
-    use switchboard_agent::scheduler::Outcome;
+    use switchboard_scheduler::Outcome;
 
     use super::*;
 

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use serde_json::json;
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
-use switchboard_agent::scheduler::{Scheduler, SystemClock};
 use switchboard_agent::usage::{Limits, Spending, UsageStore};
 use switchboard_core::{Bus, Shutdown};
 use switchboard_llm::Observer;
+use switchboard_scheduler::{Scheduler, SystemClock};
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
 

@@ -29,10 +29,10 @@
 //!   `config_values`: `${…}` references, bind names, seconds, masking secrets for display;
 //!   `config_properties` (tests): no file panics the parser.
 //! - `agents_config`: `[agent]`, `[agents.NAME]`, `[[bindings]]`; `turn_config`:
-//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `scheduler_config`:
-//!   `[scheduler]`, `[heartbeat]`; `usage_config`: `[limits]` and the prices; `http_config`:
-//!   `[http]`; `telemetry`: `[telemetry]`, spans over OTLP (feature `otlp`). (`[llm]` is
-//!   the llm crate's.)
+//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `usage_config`: `[limits]` and
+//!   the prices; `http_config`: `[http]`; `telemetry`: `[telemetry]`, spans over OTLP
+//!   (feature `otlp`). (`[llm]` is the llm crate's, `[scheduler]` and `[heartbeat]` the
+//!   scheduler's.)
 //!
 //! HTTP: `server`: the listener (header timeout, connection limits, descriptor reserve);
 //! `admission`: who gets a pre-auth slot (per client, shared out when scarce).
@@ -81,7 +81,6 @@ pub mod pairing;
 pub mod platforms;
 pub mod prompt;
 pub mod reload;
-pub mod scheduler_config;
 mod scheduling;
 pub mod server;
 pub mod service;

@@ -294,7 +294,7 @@ pub struct Series {
 fn publish_zeros(series: &Series) {
     metrics::counter!("switchboard_turns_started_total").increment(0);
     if series.scheduler {
-        for outcome in switchboard_agent::scheduler::Outcome::ENDED {
+        for outcome in switchboard_scheduler::Outcome::ENDED {
             metrics::counter!("switchboard_scheduled_runs_total", "outcome" => outcome)
                 .increment(0);
         }

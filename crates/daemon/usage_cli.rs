@@ -44,7 +44,7 @@ impl Report {
     pub async fn read(config: &Config, store: &dyn UsageStore, days: u32) -> anyhow::Result<Self> {
         let zone = config
             .limits_zone()
-            .map(|name| switchboard_agent::scheduler::zone(&name))
+            .map(|name| switchboard_scheduler::zone(&name))
             .transpose()
             .map_err(anyhow::Error::msg)?
             .unwrap_or_else(|| jiff::tz::TimeZone::try_system().unwrap_or(jiff::tz::TimeZone::UTC));

@@ -72,7 +72,7 @@ impl LimitsSection {
             }
         }
         if let Some(zone) = &limits.timezone {
-            switchboard_agent::scheduler::zone(zone.get_ref())
+            switchboard_scheduler::zone(zone.get_ref())
                 .map_err(|why| source.error_at(Some(zone.span()), "limits.timezone".into(), why))?;
         }
         Ok(())

@@ -15,11 +15,11 @@ use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
 use crate::models::Models;
-use crate::scheduler::Jobs;
 use crate::slots::TurnSlots;
 use crate::spawn::{self, Spawner, TreeLimits, TurnChildren};
 use crate::turn;
 use crate::usage::Spending;
+use switchboard_scheduler::Jobs;
 
 /// One agent: what all its sessions share. Built by the daemon (one per `[agent]` and
 /// `[agents.NAME]`) or the CLI.

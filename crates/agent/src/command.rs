@@ -7,7 +7,7 @@ use switchboard_sessions::Session;
 
 use crate::agent::Agent;
 use crate::choices::Choices;
-use crate::scheduler::{Asker, JobAction};
+use switchboard_scheduler::{Asker, JobAction};
 
 /// A command a person can type in any chat.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -30,7 +30,7 @@
 //! - `worker`: a session's worker: commands, turns, the exactly-once journal, and fencing
 //!   (a session read again under a new tenure, a stale write decided anew).
 //! - `replies`: what a chat is told outside a turn's stream (shutting down, dropped messages).
-//! - `scheduler`: scheduled work — jobs, when they are due, the job store.
+//! - `scheduled`: the hook that tells the scheduler (its own crate) how a run's turn ended.
 //! - `usage`: what calls cost ([`usage::Spending`]: records, daily caps, `/usage`).
 
 mod agent;
@@ -48,7 +48,7 @@ mod hooks;
 mod input;
 mod models;
 mod replies;
-pub mod scheduler;
+mod scheduled;
 mod slots;
 pub mod spawn;
 mod turn;
@@ -71,6 +71,7 @@ pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use input::TurnInput;
 pub use models::Models;
+pub use scheduled::RunOutcomes;
 pub use slots::{HeldSlot, Taker, TurnSlots, default_subagents};
 pub use turn::MAX_LLM_FAILURES;
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

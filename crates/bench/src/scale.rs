@@ -42,10 +42,10 @@ pub fn write_sessions(
 pub async fn write_jobs(state_dir: &Path, count: usize) -> anyhow::Result<()> {
     use std::sync::Arc;
 
-    use switchboard_agent::scheduler::{
+    use switchboard_core::{ChannelName, ChatId};
+    use switchboard_scheduler::{
         FileJobStore, Jobs, NewJob, Schedule, SchedulerConfig, SessionMode, SystemClock,
     };
-    use switchboard_core::{ChannelName, ChatId};
     std::fs::create_dir_all(state_dir)?;
     let jobs = Jobs::new(
         Arc::new(FileJobStore::new(state_dir)),

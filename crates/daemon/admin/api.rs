@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_adapter::PairingError;
-use switchboard_agent::scheduler::{Asker, describe};
 use switchboard_core::{AgentName, InboundMessage, SenderId, SessionKey};
+use switchboard_scheduler::{Asker, describe};
 
 use super::Admin;
 use crate::component::Reloaded;

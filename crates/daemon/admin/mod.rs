@@ -21,9 +21,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
-use switchboard_agent::scheduler::Jobs;
 use switchboard_core::Bus;
 use switchboard_http::Auth;
+use switchboard_scheduler::Jobs;
 use tokio::sync::mpsc;
 
 use crate::component::{Assembly, Change, Component, ReloadRequest};

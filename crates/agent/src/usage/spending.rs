@@ -11,7 +11,7 @@ use switchboard_core::{AgentName, SessionKey, Usage};
 
 use super::price::Prices;
 use super::store::{Spent, UsageKey, UsageRecord, UsageStore};
-use crate::scheduler::Clock;
+use switchboard_scheduler::Clock;
 
 /// The share of a cap at which a chat is told, once a day, how close it is.
 pub const WARN_AT: f64 = 0.8;
@@ -78,7 +78,7 @@ impl Spending {
 
     fn zone(&self) -> &(TimeZone, String) {
         self.resolved.get_or_init(|| match &self.zone {
-            Zone::Named(name) => match crate::scheduler::zone(name) {
+            Zone::Named(name) => match switchboard_scheduler::zone(name) {
                 Ok(zone) => (zone, name.clone()),
                 Err(err) => {
                     tracing::error!(zone = %name, error = %err,
@@ -321,8 +321,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::scheduler::TokioClock;
     use crate::usage::{MemoryUsageStore, Price};
+    use switchboard_scheduler::TokioClock;
 
     fn spending(limits: Limits) -> Spending {
         let prices = Prices::new([(

@@ -52,8 +52,14 @@ use super::job::{Job, Outcome, Run, SessionMode};
 use super::jobs::{Jobs, SchedulerConfig};
 use super::outcome::{Outcomes, Settler};
 use super::store::JobStore;
-use crate::hooks::Hook;
-use crate::usage::Spending;
+
+/// Whether a chat may spend on the models now: the daily cost caps (the agent's spending).
+#[async_trait::async_trait]
+pub trait Budget: Send + Sync {
+    /// Why a new request of `chat` is refused now (a cap it, or the daemon, reached); `None`
+    /// when it may go on.
+    async fn refusal(&self, chat: &switchboard_core::SessionKey) -> Option<String>;
+}
 
 /// The scheduler. Cloning shares it.
 #[derive(Clone)]
@@ -83,7 +89,7 @@ struct Inner {
     /// `stat`, and keeps a few words per job, not the jobs.
     timings: Mutex<Option<(u64, Arc<[Timing]>)>>,
     /// The daily cost caps: a run due while one is reached is skipped (set by the daemon).
-    spending: std::sync::OnceLock<Arc<Spending>>,
+    spending: std::sync::OnceLock<Arc<dyn Budget>>,
 }
 
 /// What the loop keeps of a job between its runs: when it is next due, and under which
@@ -153,15 +159,15 @@ impl Scheduler {
         }
     }
 
-    /// The hook that settles its runs where their turns end (add it to the agent).
-    pub fn hook(&self) -> Arc<dyn Hook> {
-        Arc::new(Outcomes(self.inner.settler.clone()))
+    /// What settles its runs where their turns end (the agent's hook calls it).
+    pub fn outcomes(&self) -> Outcomes {
+        Outcomes(self.inner.settler.clone())
     }
 
-    /// Skips a run that comes due while a daily cost cap of `spending` is reached (set once;
+    /// Skips a run that comes due while a daily cost cap of `budget` is reached (set once;
     /// later calls are ignored).
-    pub fn keep_to(&self, spending: Arc<Spending>) {
-        let _ = self.inner.spending.set(spending);
+    pub fn keep_to(&self, budget: Arc<dyn Budget>) {
+        let _ = self.inner.spending.set(budget);
     }
 
     /// Why a run of `job` may not start now for its cost: a cap its chat (or the daemon)

@@ -13,17 +13,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use jiff::{SignedDuration, Timestamp};
 use switchboard_core::{
-    Bus, ChannelName, ChatId, Fate, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
-    SessionKey, TurnEnd, is_quiet,
+    Bus, ChannelName, ChatId, Fate, OutboundKind, OutboundMessage, ScheduledRun, TurnEnd, is_quiet,
 };
 
 use super::job::{Job, JobKind, Outcome, Retry, Run, SessionMode};
 use super::jobs::Jobs;
 use super::store::JobStore;
-use crate::hooks::{Hook, TurnInfo, TurnSummary};
 
 /// How often a failed run is tried in all.
 pub const MAX_ATTEMPTS: u32 = 3;
@@ -241,20 +238,19 @@ fn retry_of(job: &Job, due: Timestamp, attempt: u32, now: Timestamp) -> Option<R
     })
 }
 
-/// The hook that settles a scheduled run where its turn ended (on a cluster, that may be
-/// another member than the one that handed the run over).
-pub(super) struct Outcomes(pub(super) Settler);
+/// What settles a scheduled run where its turn ended (on a cluster, that may be another
+/// member than the one that handed the run over): the agent's hook calls it.
+#[derive(Clone)]
+pub struct Outcomes(pub(super) Settler);
 
-#[async_trait]
-impl Hook for Outcomes {
-    async fn on_turn_end(&self, _turn: TurnInfo<'_>, summary: TurnSummary<'_>) {
-        let Some(run) = summary.run else {
-            return;
-        };
-        let outcome = match summary.end {
-            Some(TurnEnd::Answered) if run.isolated && is_quiet(summary.text) => Outcome::Quiet,
+impl Outcomes {
+    /// A run's turn ended (`end`: how; `None`: it failed, `text` saying why), with `text`
+    /// its answer.
+    pub async fn turn_ended(&self, run: &ScheduledRun, end: Option<TurnEnd>, text: &str) {
+        let outcome = match end {
+            Some(TurnEnd::Answered) if run.isolated && is_quiet(text) => Outcome::Quiet,
             None => Outcome::Failed {
-                why: summary.text.lines().next().unwrap_or_default().to_owned(),
+                why: text.lines().next().unwrap_or_default().to_owned(),
             },
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(_) => Outcome::Answered,
@@ -264,15 +260,7 @@ impl Hook for Outcomes {
 
     /// A run's message handled again without a turn: its turn ended, on another worker or
     /// before a crash, and may not have been settled there (it died first).
-    async fn on_handled_again(
-        &self,
-        _session: &SessionKey,
-        message: &InboundMessage,
-        end: Option<TurnEnd>,
-    ) {
-        let Some(run) = &message.run else {
-            return;
-        };
+    pub async fn handled_again(&self, run: &ScheduledRun, end: Option<TurnEnd>) {
         let outcome = match end {
             Some(TurnEnd::Cancelled) => Outcome::Stopped,
             Some(TurnEnd::Failed) => Outcome::Failed {

@@ -1,5 +1,8 @@
-//! Scheduled work: jobs that hand the agent a message on a schedule, in a chat, as work
-//! whose [`Origin`](switchboard_core::Origin) says where it comes from.
+//! switchboard-scheduler: scheduled work — jobs that hand the agent a message on a
+//! schedule, in a chat, as work whose [`Origin`](switchboard_core::Origin) says where it
+//! comes from. It knows the bus and the tools, not the agent: the agent's hook tells it how
+//! a run's turn ended ([`Outcomes`]), and a [`Budget`] (the agent's spending) whether a
+//! chat may spend.
 //!
 //! # Layout
 //! - `job`: [`Job`], [`Run`] and [`Outcome`]: the records the store keeps.
@@ -17,8 +20,10 @@
 //!   agent.
 //! - `firing`: what happens at a due time — its verdict, its claim, the due times it folds,
 //!   a retry — and the claims a lost scheduler left, taken over.
-//! - `outcome`: what becomes of a run handed over: recorded, tried again, told.
+//! - `outcome`: what becomes of a run handed over: recorded, tried again, told
+//!   ([`Outcomes`]: where its turn ended).
 //! - `tool`: [`CronTool`], the agent's `cron` tool.
+//! - `section`: `[scheduler]` ([`SchedulerSection`], the jobs it declares) and `[heartbeat]`.
 
 mod clock;
 mod due;
@@ -32,6 +37,7 @@ mod once_tests;
 mod outcome;
 mod runner;
 mod runs;
+mod section;
 mod state_store;
 mod store;
 #[cfg(test)]
@@ -44,8 +50,10 @@ pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::SchedulerConfig;
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
-pub use runner::Scheduler;
+pub use outcome::Outcomes;
+pub use runner::{Budget, Scheduler};
 pub use runs::RUNS_KEPT;
+pub use section::{HeartbeatSection, JobEntry, SchedulerSection, chat_target, declared_jobs};
 pub use state_store::StateJobStore;
 pub use store::{FileJobStore, JobChange, JobStore, JobStoreError};
 pub use tool::CronTool;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use switchboard_core::{InboundMessage, MessageId};
 
 use super::*;
-use crate::scheduler::due::Schedule;
-use crate::scheduler::jobs::NewJob;
-use crate::scheduler::store::{FileJobStore, JobStore};
-use crate::scheduler::test_setup::*;
+use crate::due::Schedule;
+use crate::jobs::NewJob;
+use crate::store::{FileJobStore, JobStore};
+use crate::test_setup::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped_and_told() {
@@ -92,24 +92,14 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
     s.stop.cancel();
 }
 
-/// Ends the turn of `message` as the agent would for a model that is down: the hook
-/// hears it failed, then the message is settled handled.
+/// Ends the turn of `message` as the agent's hook would for a model that is down: its
+/// outcome is that it failed, then the message is settled handled.
 async fn fail(s: &Setup, message: InboundMessage) {
-    let session = message.session_key();
-    let summary = TurnSummary {
-        end: None,
-        text: "the model is unreachable",
-        usage: Default::default(),
-        duration: Duration::ZERO,
-        inbound: message.id.as_ref(),
-        run: message.run.as_ref(),
-    };
-    let turn = TurnInfo {
-        session: &session,
-        iteration: 1,
-        user: None,
-    };
-    s.scheduler.hook().on_turn_end(turn, summary).await;
+    let run = message.run.as_ref().expect("a run");
+    s.scheduler
+        .outcomes()
+        .turn_ended(run, None, "the model is unreachable")
+        .await;
     message.settle(Fate::Handled);
 }
 
@@ -204,9 +194,10 @@ async fn a_run_answered_again_without_a_turn_is_settled_then() {
         .expect("added");
     let message = next(&mut s, Duration::from_secs(2)).await.expect("the run");
     assert!(message.run.is_some(), "the message names its run");
+    let run = message.run.as_ref().expect("a run");
     s.scheduler
-        .hook()
-        .on_handled_again(&message.session_key(), &message, Some(TurnEnd::Answered))
+        .outcomes()
+        .handled_again(run, Some(TurnEnd::Answered))
         .await;
     let runs = s.store.runs(&job.id, 5).await.expect("runs");
     assert_eq!(runs[0].outcome, Outcome::Answered, "{runs:?}");

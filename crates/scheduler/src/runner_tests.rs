@@ -6,12 +6,12 @@ use jiff::SignedDuration;
 use switchboard_core::{ChannelName, ChatId, Origin, SenderId};
 
 use super::*;
-use crate::scheduler::clock::{Clock, TokioClock};
-use crate::scheduler::due::Schedule;
-use crate::scheduler::job::Outcome;
-use crate::scheduler::job::{JobKind, SessionMode};
-use crate::scheduler::jobs::{Asker, NewJob, owner_of};
-use crate::scheduler::test_setup::*;
+use crate::clock::{Clock, TokioClock};
+use crate::due::Schedule;
+use crate::job::Outcome;
+use crate::job::{JobKind, SessionMode};
+use crate::jobs::{Asker, NewJob, owner_of};
+use crate::test_setup::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_reminder_comes_once_at_its_time_as_scheduled_work() {
@@ -139,7 +139,7 @@ async fn a_chat_sees_and_changes_only_its_own_jobs_and_limits_are_told() {
         .expect_err("too often");
     assert!(err.contains("scheduler.min_interval_secs"), "{err}");
     let long = NewJob {
-        message: "x".repeat(crate::scheduler::jobs::MAX_MESSAGE_BYTES + 1),
+        message: "x".repeat(crate::jobs::MAX_MESSAGE_BYTES + 1),
         ..new_job(Schedule::every("1h", now).expect("every"))
     };
     let err = s.scheduler.jobs().add(long).await.expect_err("too long");
@@ -175,10 +175,10 @@ async fn a_chat_sees_and_changes_only_its_own_jobs_and_limits_are_told() {
 
 /// The heartbeat as the daemon declares it: every 30 s, 08:00-22:00 UTC, its
 /// instructions in `dir/HEARTBEAT.md`.
-fn heartbeat(s: &Setup, dir: &std::path::Path) -> crate::scheduler::Declared {
+fn heartbeat(s: &Setup, dir: &std::path::Path) -> crate::Declared {
     let workspace = Workspace::new(dir, &[], true).expect("workspace");
     s.scheduler.read_instructions_in(Arc::new(workspace));
-    crate::scheduler::Declared {
+    crate::Declared {
         id: "heartbeat".into(),
         message: String::new(),
         schedule: Schedule::Every {
@@ -192,9 +192,7 @@ fn heartbeat(s: &Setup, dir: &std::path::Path) -> crate::scheduler::Declared {
         kind: JobKind::Heartbeat {
             instructions: "HEARTBEAT.md".into(),
         },
-        active_hours: Some(
-            crate::scheduler::ActiveHours::parse("08:00-22:00", "UTC").expect("hours"),
-        ),
+        active_hours: Some(crate::ActiveHours::parse("08:00-22:00", "UTC").expect("hours")),
         spec: "heartbeat".into(),
     }
 }

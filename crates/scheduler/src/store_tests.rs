@@ -3,9 +3,9 @@
 use jiff::Timestamp;
 
 use super::*;
-use crate::scheduler::due::Schedule;
-use crate::scheduler::job::{JobKind, Outcome, SessionMode};
-use crate::scheduler::runs::RUNS_KEPT;
+use crate::due::Schedule;
+use crate::job::{JobKind, Outcome, SessionMode};
+use crate::runs::RUNS_KEPT;
 
 fn job(id: &str) -> Job {
     Job {

@@ -5,15 +5,13 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_agent::scheduler::{
+use switchboard_core::{ChannelName, ChatId, ConfigError, ConfigSource as Source};
+use toml::Spanned;
+
+use crate::{
     ActiveHours, Declared, JobKind, Schedule, SchedulerConfig, SessionMode, When, default_zone,
     zone,
 };
-use toml::Spanned;
-
-use switchboard_core::{ChannelName, ChatId};
-
-use crate::config_error::{ConfigError, Source};
 
 /// `[scheduler]`.
 #[derive(Debug, Deserialize)]
@@ -94,7 +92,7 @@ impl SchedulerSection {
     /// Checks the values; errors name `scheduler.<key>` at its line.
     /// `heartbeat` and the enabled `channels` are read with the jobs, to name a mistake in
     /// them at start (or refuse a reload), not at the first run.
-    pub(crate) fn validate(
+    pub fn validate(
         &self,
         heartbeat: &HeartbeatSection,
         channels: &[&str],
@@ -416,166 +414,4 @@ pub fn declared_jobs(
     let mut declared = scheduler.declared(channels, source, now)?;
     declared.extend(heartbeat.declared(scheduler, channels, source, now)?);
     Ok(declared)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use super::*;
-    use crate::config::Config;
-
-    fn parse(jobs: &str) -> Result<Config, ConfigError> {
-        let text = format!("[channels.websocket]\nauth = \"none\"\n\n{jobs}");
-        Config::parse(&text, Path::new("/etc/switchboard/config.toml"))
-    }
-
-    #[test]
-    fn a_declared_job_that_does_not_read_is_named_at_its_line() {
-        let job = |rest: &str| {
-            format!(
-                "[[scheduler.jobs]]\nname = \"digest\"\nchat = \"websocket:c\"\nmessage = \"m\"\n{rest}"
-            )
-        };
-        for (text, key, says, line) in [
-            (
-                job("cron = \"0 99 * * *\"\n"),
-                "scheduler.jobs[0].cron",
-                "0 99",
-                8,
-            ),
-            (
-                job("every = \"10s\"\n"),
-                "scheduler.jobs[0].every",
-                "min_interval_secs",
-                8,
-            ),
-            (job(""), "scheduler.jobs[0]", "exactly one of", 5),
-            (
-                job("every = \"1h\"\ncron = \"0 9 * * *\"\n"),
-                "scheduler.jobs[0]",
-                "exactly one of",
-                5,
-            ),
-            (
-                job("every = \"1h\"\ntz = \"Mars/Olympus\"\n"),
-                "scheduler.jobs[0].tz",
-                "Mars/Olympus",
-                9,
-            ),
-            (
-                job("every = \"1h\"\nsession = \"own\"\n"),
-                "scheduler.jobs[0].session",
-                "isolated",
-                9,
-            ),
-            (
-                job("every = \"1h\"\n").replace("websocket:c", "telegram:1"),
-                "scheduler.jobs[0].chat",
-                "enables no channel `telegram`",
-                6,
-            ),
-            (
-                job("every = \"1h\"\n").replace("digest", "j7"),
-                "scheduler.jobs[0].name",
-                "kept for jobs made in chats",
-                5,
-            ),
-        ] {
-            let err = parse(&text).expect_err(&text);
-            assert_eq!(err.key, key, "{text}");
-            assert!(err.message.contains(says), "{err}");
-            assert_eq!(err.line, Some(line), "{err}");
-        }
-        let twice = format!("{}\n{}", job("every = \"1h\"\n"), job("every = \"2h\"\n"));
-        let err = parse(&twice).expect_err("twice");
-        assert_eq!(err.key, "scheduler.jobs[1].name");
-        assert!(err.message.contains("declared twice"), "{err}");
-    }
-
-    #[test]
-    fn a_declared_job_reads_with_its_defaults_filled_in() {
-        let config = parse(
-            "[scheduler]\ntimezone = \"Europe/Berlin\"\ncatch_up_secs = 600\n\n[[scheduler.jobs]]\n\
-             name = \"morning\"\nchat = \"websocket:c\"\nmessage = \"Good morning.\"\n\
-             cron = \"0 8 * * 1-5\"\nsession = \"isolated\"\n",
-        )
-        .expect("reads");
-        let declared = config
-            .scheduler
-            .declared(
-                &config.channels.enabled(),
-                &config.source,
-                jiff::Timestamp::now(),
-            )
-            .expect("declared");
-        assert_eq!(declared.len(), 1);
-        let morning = &declared[0];
-        assert_eq!(morning.id, "morning");
-        assert_eq!(morning.session, SessionMode::Isolated);
-        assert_eq!(morning.catch_up, Duration::from_secs(600));
-        assert_eq!(
-            morning.schedule,
-            switchboard_agent::scheduler::Schedule::Cron {
-                expr: "0 8 * * 1-5".into(),
-                tz: "Europe/Berlin".into()
-            }
-        );
-        assert!(
-            morning.spec.contains("\"tz\":\"Europe/Berlin\""),
-            "{}",
-            morning.spec
-        );
-    }
-
-    #[test]
-    fn a_heartbeat_that_cannot_beat_is_named_at_its_line() {
-        for (text, key, says) in [
-            (
-                "[heartbeat]\nevery = \"30m\"\n",
-                "heartbeat.chat",
-                "where the heartbeat speaks",
-            ),
-            (
-                "[heartbeat]\nchat = \"websocket:c\"\n",
-                "heartbeat.every",
-                "turn the heartbeat on",
-            ),
-            (
-                "[heartbeat]\nevery = \"10s\"\nchat = \"websocket:c\"\n",
-                "heartbeat.every",
-                "scheduler.min_interval_secs",
-            ),
-            (
-                "[scheduler]\nenabled = false\n[heartbeat]\nevery = \"1h\"\nchat = \"websocket:c\"\n",
-                "heartbeat.every",
-                "enabled = true",
-            ),
-            (
-                "[heartbeat]\nevery = \"1h\"\nchat = \"websocket:c\"\nactive_hours = \"8 to 22\"\n",
-                "heartbeat.active_hours",
-                "08:00-22:00",
-            ),
-        ] {
-            let err = parse(text).expect_err(text);
-            assert_eq!(err.key, key, "{text}");
-            assert!(err.message.contains(says), "{err}");
-            assert!(err.line.is_some(), "{err}");
-        }
-        let config =
-            parse("[heartbeat]\nevery = \"30m\"\nchat = \"websocket:c\"\n").expect("reads");
-        let beat = config
-            .heartbeat
-            .declared(
-                &config.scheduler,
-                &config.channels.enabled(),
-                &config.source,
-                jiff::Timestamp::now(),
-            )
-            .expect("declared")
-            .expect("on");
-        assert_eq!(beat.id, "heartbeat");
-        assert_eq!(beat.session, SessionMode::Isolated);
-        assert_eq!(beat.catch_up, Duration::from_secs(1800));
-    }
 }
