@@ -1,5 +1,5 @@
 //! Building the daemon's agents from the config: one per `[agent]` and `[agents.NAME]`
-//! (`agents_config.rs`), each with its own workspace, session store, model chain, tool
+//! (their sections are the agent crate's), each with its own workspace, session store, model chain, tool
 //! filter, limits and approvals; one set of tools (by source: the built-in ones, an
 //! embedder's, each MCP server's), one catalog of models and one set of turn slots shared by
 //! them all; and the bindings between chats and them.
@@ -9,27 +9,27 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use switchboard_agent::spawn::{SpawnTool, Spawner};
-use switchboard_agent::usage::Spending;
+use switchboard_agent::section::{AgentSection, AgentSpec, ApprovalsSection};
 use switchboard_agent::{
-    Agent, AgentConfig, Agents, DEFAULT_SYSTEM_PROMPT, FileChoices, RunOutcomes, TurnSlots,
-    default_subagents,
+    Agent, AgentConfig, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
+    DEFAULT_SYSTEM_PROMPT, FileChoices, Judge, RunOutcomes, TurnSlots, Verify, default_subagents,
 };
 use switchboard_core::{AgentName, Bus};
 use switchboard_llm::Observer;
+use switchboard_llm::section::{LlmSection, ModelEntry};
 use switchboard_scheduler::{CronTool, Scheduler};
 use switchboard_sessions::{JsonlStore, SessionStore};
+use switchboard_spawn::{SpawnTool, Spawner};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
 use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources, Workspace};
+use switchboard_usage::Spending;
 
-use crate::agents_config::AgentSpec;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::config_values::duration;
 use crate::metrics::MetricsHook;
 use crate::outbox::HubOutbox;
-use crate::turn_config;
 
 /// The source of the tools the config describes (replaced on reload).
 pub(crate) const BUILTIN_SOURCE: &str = "builtin";
@@ -81,7 +81,7 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
     if let Some(wait) = parts.spawn_wait {
         tools.register(Arc::new(SpawnTool::new(wait)));
     }
-    turn_config::add_ask_user(&config.agent, &mut tools);
+    add_ask_user(&config.agent, &mut tools);
     Ok(tools)
 }
 
@@ -176,7 +176,7 @@ pub(crate) fn build_agents(
     let agents = Agents::new(
         default,
         agents,
-        crate::agents_config::bindings(&config.bindings),
+        switchboard_agent::section::bindings(&config.bindings),
     )?;
     Ok((agents, tool_parts))
 }
@@ -253,7 +253,7 @@ fn agent_of(
         max_queued_messages: *section.max_queued_messages.get_ref(),
         max_turn_tokens: section.max_turn_tokens,
         turn_timeout: section.turn_timeout_secs.as_ref().map(duration),
-        verify: turn_config::verify(&config.llm, section, &spec.key)?,
+        verify: verify(&config.llm, section, &spec.key)?,
         spawn: section.spawn.config(),
     };
     let model = section.model.as_ref().map(|m| m.get_ref().as_str());
@@ -286,7 +286,7 @@ fn agent_of(
             .with_hook(Arc::new(RunOutcomes(scheduler.outcomes())))
             .with_jobs(scheduler.jobs().clone());
     }
-    let agent = turn_config::with_approvals(&section.approvals, agent)?;
+    let agent = with_approvals(&section.approvals, agent)?;
     warn_unmatched_tools(spec, &agent);
     Ok(agent)
 }
@@ -438,4 +438,166 @@ pub(crate) fn create_dir(path: &Path, key: &str) -> anyhow::Result<()> {
     builder
         .create(path)
         .with_context(|| format!("cannot create {} ({key})", path.display()))
+}
+
+/// An agent's `verify` policy (`key`: its section, for errors).
+pub(crate) fn verify(llm: &LlmSection, agent: &AgentSection, key: &str) -> anyhow::Result<Verify> {
+    let section = &agent.verify;
+    let judge = match &section.judge {
+        None => None,
+        Some(judge) => Some(Judge {
+            llm: llm.model(
+                ModelEntry {
+                    kind: *judge.provider.get_ref(),
+                    base_url: judge.base_url.as_ref(),
+                    api_key: judge.api_key.as_ref(),
+                    model: &judge.model,
+                    images: true,
+                    key_name: &format!("{key}.verify.judge.api_key"),
+                },
+                None,
+            )?,
+            prompt: judge
+                .prompt
+                .clone()
+                .unwrap_or_else(|| DEFAULT_JUDGE_PROMPT.to_owned()),
+        }),
+    };
+    Ok(Verify {
+        enabled: section.enabled,
+        max_attempts: *section.max_attempts.get_ref(),
+        min_chars: section.min_chars,
+        max_chars: section.max_chars,
+        judge,
+    })
+}
+
+/// Adds the `ask_user` tool to `tools`.
+fn add_ask_user(agent: &AgentSection, tools: &mut ToolRegistry) {
+    let timeout = duration(&agent.ask_timeout_secs);
+    tools.register(Arc::new(AskUserTool::new(timeout)));
+}
+
+/// Attaches an agent's `approvals` hook, when there is anything to approve: the tools it
+/// lists, those that say they always need approval (`Tool::needs_approval`), and `exec`
+/// commands matching its patterns.
+fn with_approvals(section: &ApprovalsSection, agent: Agent) -> anyhow::Result<Agent> {
+    let mut tools = section.tools.clone();
+    let registry = agent.tools();
+    let flagged = registry
+        .names()
+        .filter(|name| registry.get(name).is_some_and(|tool| tool.needs_approval()));
+    tools.extend(flagged.map(str::to_owned).collect::<Vec<_>>());
+    if tools.is_empty() && section.commands.get_ref().is_empty() {
+        return Ok(agent);
+    }
+    let approvals = Approvals::new(
+        tools,
+        section.commands.get_ref(),
+        duration(&section.timeout_secs),
+    )?;
+    Ok(agent.with_hook(Arc::new(approvals)))
+}
+
+/// The agents' sections as the config reads them.
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::parse_minimal_for_test as parse;
+    use switchboard_agent::section::bindings;
+
+    #[test]
+    fn an_agent_takes_what_it_does_not_set_from_agent_but_not_its_workspace() {
+        let config = parse(
+            "[agent]\nworkspace = \"/srv/main\"\nmax_iterations = 7\nsystem_prompt = \"hi\"\n\
+             [agent.approvals]\ntools = [\"exec\"]\n\
+             [agents.home]\nmax_iterations = 3\n\
+             [agents.work]\nworkspace = \"/srv/work\"\n[agents.work.approvals]\ntools = []\n",
+        )
+        .expect("parses");
+        let home = config.agents["home"].get_ref();
+        assert_eq!(*home.max_iterations.get_ref(), 3);
+        assert_eq!(home.system_prompt.as_deref(), Some("hi"));
+        assert_eq!(home.approvals.tools, ["exec"]);
+        let work = config.agents["work"].get_ref();
+        assert_eq!(*work.max_iterations.get_ref(), 7);
+        assert!(
+            work.approvals.tools.is_empty(),
+            "a sub-table is taken whole"
+        );
+        let specs = config.agent_specs();
+        let names: Vec<_> = specs.iter().map(|s| s.name.to_string()).collect();
+        assert_eq!(names, ["default", "home", "work"]);
+        assert!(specs[1].workspace.ends_with(".switchboard/agents/home"));
+        assert_eq!(specs[2].workspace, Path::new("/srv/work"));
+        assert!(specs[2].state_dir.ends_with("agents/work"));
+    }
+
+    #[test]
+    fn a_binding_to_an_unknown_agent_is_refused_at_its_line_naming_the_agents() {
+        let err = parse(
+            "[agents.home]\nworkspace = \"/srv/home\"\n\n[[bindings]]\nagent = \"hoem\"\n\
+             channel = \"telegram\"\nchat = 123\n",
+        )
+        .expect_err("unknown agent");
+        assert_eq!(err.key, "bindings[0].agent");
+        assert_eq!(err.line, Some(7), "{err}");
+        assert!(err.message.contains("default, home"), "{err}");
+    }
+
+    #[test]
+    fn two_agents_sharing_a_workspace_or_one_inside_another_are_refused() {
+        let err = parse(
+            "[agent]\nworkspace = \"/srv/agent\"\n[agents.home]\nworkspace = \"/srv/agent/../agent\"\n",
+        )
+        .expect_err("shared");
+        assert_eq!(err.key, "agents.home.workspace");
+        assert_eq!(err.line, Some(5), "{err}");
+        assert!(
+            err.message
+                .contains("is the workspace of the agent `default`"),
+            "{err}"
+        );
+        let err =
+            parse("[agents.a]\nworkspace = \"/srv/a\"\n[agents.b]\nworkspace = \"/srv/a/b\"\n")
+                .expect_err("nested");
+        assert_eq!(err.key, "agents.b.workspace");
+        assert!(err.message.contains("overlaps"), "{err}");
+    }
+
+    #[test]
+    fn the_daemons_keys_bad_names_and_empty_bindings_are_refused() {
+        let err = parse("[agents.home]\nstate_dir = \"/x\"\n").expect_err("daemon key");
+        assert_eq!(
+            (err.key.as_str(), err.line),
+            ("agents.home.state_dir", Some(4))
+        );
+        let err = parse("[agents.Home]\n").expect_err("name");
+        assert_eq!(err.key, "agents.Home");
+        let err = parse("[agents.default]\n").expect_err("reserved");
+        assert!(err.message.contains("[agent]"), "{err}");
+        let err = parse("[[bindings]]\nagent = \"default\"\n").expect_err("no condition");
+        assert_eq!(err.key, "bindings[0]");
+        let err =
+            parse("[[bindings]]\nagent = \"default\"\nchat = \"1\"\n").expect_err("no channel");
+        assert!(err.message.contains("channel"), "{err}");
+        let err = parse("[agents.home]\nhistory_limt = 5\n").expect_err("typo");
+        assert_eq!(err.key, "agents.home.history_limt");
+    }
+
+    #[test]
+    fn bindings_read_ids_written_as_numbers_or_strings() {
+        let config = parse(
+            "[agents.home]\n[[bindings]]\nagent = \"home\"\nchannel = \"telegram\"\nchat = -100123\n\
+             sender = \"42\"\n",
+        )
+        .expect("parses");
+        let bindings = bindings(&config.bindings);
+        assert_eq!(
+            bindings[0].chat.as_ref().map(|c| c.as_str()),
+            Some("-100123")
+        );
+        assert_eq!(bindings[0].sender.as_ref().map(|s| s.as_str()), Some("42"));
+    }
 }

@@ -6,15 +6,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use switchboard_agent::usage::{FileUsageStore, UsageStore};
-use switchboard_agent::{ChoiceStore, FileChoices};
 #[cfg(feature = "cluster")]
-use switchboard_agent::{StateChoices, usage::StateUsageStore};
+use switchboard_agent::StateChoices;
+use switchboard_agent::{ChoiceStore, FileChoices};
 use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
 #[cfg(feature = "cluster")]
 use switchboard_scheduler::StateJobStore;
 use switchboard_scheduler::{FileJobStore, JobStore};
 use switchboard_sessions::{FileState, SessionStore};
+#[cfg(feature = "cluster")]
+use switchboard_usage::StateUsageStore;
+use switchboard_usage::{FileUsageStore, UsageStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;

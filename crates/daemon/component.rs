@@ -27,9 +27,9 @@ use std::sync::Arc;
 
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
-use switchboard_agent::usage::Spending;
 use switchboard_core::{Bus, Shutdown};
 use switchboard_scheduler::Scheduler;
+use switchboard_usage::Spending;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;

@@ -8,13 +8,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use switchboard_adapter::{ChannelSection, HttpFacts};
 
-pub use crate::agents_config::AgentSection;
 use crate::config_error::key_of;
 pub use crate::config_error::{ConfigError, Source};
 pub use crate::config_values::BindAddress;
 use crate::config_values::{expand_strings, seconds};
 pub use crate::http_config::HttpSection;
-pub use crate::turn_config::{ApprovalsSection, JudgeSection, VerifySection};
+pub use switchboard_agent::section::AgentSection;
+pub use switchboard_agent::section::{ApprovalsSection, JudgeSection, VerifySection};
 pub use switchboard_llm::section::{Fallback, LlmSection, ProviderKind};
 use toml::Spanned;
 
@@ -27,10 +27,10 @@ pub struct Config {
     pub agent: AgentSection,
     /// `[agents.NAME]`: further agents (with the keys of `[agent]` they do not set).
     #[serde(default)]
-    pub agents: crate::agents_config::AgentSections,
+    pub agents: switchboard_agent::section::AgentSections,
     /// `[[bindings]]`: which chats go to which agent.
     #[serde(default)]
-    pub bindings: Vec<Spanned<crate::agents_config::BindingSection>>,
+    pub bindings: Vec<Spanned<switchboard_agent::section::BindingSection>>,
     /// `[llm]`.
     #[serde(default)]
     pub llm: LlmSection,
@@ -57,7 +57,7 @@ pub struct Config {
     pub heartbeat: switchboard_scheduler::HeartbeatSection,
     /// `[limits]`: daily caps on what the models cost.
     #[serde(default)]
-    pub limits: crate::usage_config::LimitsSection,
+    pub limits: switchboard_usage::LimitsSection,
     /// `[mcp]`.
     #[cfg(feature = "mcp")]
     #[serde(default)]
@@ -199,7 +199,7 @@ impl Config {
             .map_err(|err| source.error_at(err.span(), String::new(), err.message().to_owned()))?;
         expand_strings(table.get_mut(), &mut Vec::new())
             .map_err(|(span, key, message)| source.error_at(Some(span), key, message))?;
-        crate::agents_config::inherit(table.get_mut())
+        switchboard_agent::section::inherit(table.get_mut())
             .map_err(|(span, key, message)| source.error_at(Some(span), key, message))?;
         let deserializer = toml::de::Deserializer::from(table);
         let mut config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
@@ -217,7 +217,7 @@ impl Config {
         for spec in &specs {
             spec.section.validate(&spec.key, &self.source)?;
         }
-        crate::agents_config::validate_agents(&specs, &self.bindings, &self.source)?;
+        switchboard_agent::section::validate_agents(&specs, &self.bindings, &self.source)?;
         self.limits
             .validate(&self.llm.prices, &self.model_names(), &self.source)?;
         self.http.validate(&self.source)?;
@@ -406,13 +406,13 @@ impl Config {
     }
 
     /// The caps, as the agent reads them.
-    pub(crate) fn limits(&self) -> switchboard_agent::usage::Limits {
+    pub(crate) fn limits(&self) -> switchboard_usage::Limits {
         self.limits.limits()
     }
 
     /// The price table, as the agent reads it.
-    pub(crate) fn prices(&self) -> switchboard_agent::usage::Prices {
-        crate::usage_config::prices(&self.llm.prices)
+    pub(crate) fn prices(&self) -> switchboard_usage::Prices {
+        switchboard_usage::prices(&self.llm.prices)
     }
 
     /// The zone whose midnight begins a day for the caps.
@@ -421,8 +421,8 @@ impl Config {
     }
 
     /// Every agent, the default first.
-    pub(crate) fn agent_specs(&self) -> Vec<crate::agents_config::AgentSpec<'_>> {
-        crate::agents_config::specs(&self.agent, &self.agents, |raw| self.path(raw))
+    pub(crate) fn agent_specs(&self) -> Vec<switchboard_agent::section::AgentSpec<'_>> {
+        switchboard_agent::section::specs(&self.agent, &self.agents, |raw| self.path(raw))
     }
 
     /// The names of the MCP servers the config enables (none in a build without MCP).

@@ -22,7 +22,6 @@ use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};
 use crate::health::Health;
 use crate::platforms::{Parts, Platforms};
-use crate::turn_config;
 
 /// How long one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -266,7 +265,7 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             Err(err) => lines.push(Line::failed(format!("model {name}: {err:#}"))),
         }
     }
-    match turn_config::verify(&config.llm, &config.agent, "agent") {
+    match crate::agents::verify(&config.llm, &config.agent, "agent") {
         Ok(verify) => {
             if let Some(judge) = verify.judge {
                 models.push(("agent.verify.judge".to_owned(), judge.llm));

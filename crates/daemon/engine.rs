@@ -10,12 +10,12 @@ use std::sync::Arc;
 use serde_json::json;
 use switchboard_adapter::Pairing;
 use switchboard_agent::Agents;
-use switchboard_agent::usage::{Limits, Spending, UsageStore};
 use switchboard_core::{Bus, Shutdown};
 use switchboard_llm::Observer;
 use switchboard_scheduler::{Scheduler, SystemClock};
 use switchboard_sessions::StoreHealth;
 use switchboard_tools::ToolRegistry;
+use switchboard_usage::{Limits, Spending, UsageStore};
 
 use crate::agents::{AgentParts, BUILTIN_SOURCE, ToolParts};
 use crate::catalog::Catalog;
@@ -61,7 +61,7 @@ pub(crate) fn build_core(
             .agent_specs()
             .iter()
             .any(|spec| spec.section.spawn.enabled)
-            .then(|| switchboard_agent::spawn::Spawner::new(hub.clone(), shutdown.turns().clone())),
+            .then(|| switchboard_spawn::Spawner::new(hub.clone(), shutdown.turns().clone())),
     };
     let (agents, tool_parts) = crate::agents::build_agents(config, parts)?;
     Ok(Core {
@@ -245,5 +245,44 @@ impl Component for Caps {
             spending.reconfigure(prices, limits);
             Ok(())
         }))
+    }
+}
+
+/// The caps and prices as the config reads them.
+#[cfg(test)]
+mod tests {
+    use crate::config::parse_minimal_for_test as parse;
+
+    #[test]
+    fn a_price_for_a_model_the_config_does_not_name_is_refused_at_its_line() {
+        let err = parse(
+            "[llm]\nmodel = \"gpt-4o\"\nmodels = [\"o3\"]\n\n[llm.prices.\"gpt-4.1\"]\n\
+             input_per_mtok = 2.0\noutput_per_mtok = 8.0\n",
+        )
+        .expect_err("unknown model");
+        assert_eq!(err.key, "llm.prices.gpt-4.1");
+        assert_eq!(err.line, Some(7), "{err}");
+        assert!(err.message.contains("the models are gpt-4o, o3"), "{err}");
+        let fine = parse(
+            "[llm]\nmodel = \"gpt-4o\"\n[llm.prices.\"gpt-4o\"]\ninput_per_mtok = 2.5\n\
+             output_per_mtok = 10\ncached_input_per_mtok = 1.25\n[limits]\ndaily_usd = 5\n\
+             daily_usd_per_chat = 1.5\ntimezone = \"Europe/Berlin\"\n",
+        )
+        .expect("parses");
+        assert_eq!(fine.limits().daily_usd_per_chat, Some(1.5));
+        assert!(fine.prices().has("gpt-4o"));
+    }
+
+    #[test]
+    fn a_negative_price_or_cap_and_an_unknown_zone_are_refused() {
+        let err = parse("[limits]\ndaily_usd = -1\n").expect_err("negative");
+        assert_eq!((err.key.as_str(), err.line), ("limits.daily_usd", Some(4)));
+        let err = parse("[limits]\ntimezone = \"Mars/Olympus\"\n").expect_err("zone");
+        assert_eq!(err.key, "limits.timezone");
+        let err = parse(
+            "[llm]\nmodel = \"m\"\n[llm.prices.m]\ninput_per_mtok = 1\noutput_per_mtok = \"x\"\n",
+        )
+        .expect_err("type");
+        assert_eq!(err.key, "llm.prices.m.output_per_mtok");
     }
 }

@@ -28,11 +28,11 @@
 //!   `config_error`: reading serde's path into a key (the located error is the core's);
 //!   `config_values`: `${…}` references, bind names, seconds, masking secrets for display;
 //!   `config_properties` (tests): no file panics the parser.
-//! - `agents_config`: `[agent]`, `[agents.NAME]`, `[[bindings]]`; `turn_config`:
-//!   `[agent.verify]`, `[agent.approvals]`, `[agent.spawn]`; `usage_config`: `[limits]` and
-//!   the prices; `http_config`: `[http]`; `telemetry`: `[telemetry]`, spans over OTLP
-//!   (feature `otlp`). (`[llm]` is the llm crate's, `[scheduler]` and `[heartbeat]` the
-//!   scheduler's.)
+//! - `http_config`: `[http]`;
+//!   `telemetry`: `[telemetry]`, spans over OTLP (feature `otlp`). The other sections are
+//!   their crates': `[agent]`, `[agents.NAME]` and `[[bindings]]` the agent's, `[llm]` the
+//!   llm's, `[scheduler]` and `[heartbeat]` the scheduler's, `[limits]` usage's, `[tools]`
+//!   the tools', each channel's its own.
 //!
 //! HTTP: `server`: the listener (header timeout, connection limits, descriptor reserve);
 //! `admission`: who gets a pre-auth slot (per client, shared out when scarce).
@@ -49,7 +49,6 @@
 mod admin;
 mod admission;
 pub mod agents;
-mod agents_config;
 pub mod app;
 pub mod catalog;
 pub mod cli;
@@ -88,9 +87,7 @@ pub mod status;
 pub mod supervisor;
 pub mod telemetry;
 pub mod terminal;
-pub mod turn_config;
 pub mod usage_cli;
-mod usage_config;
 
 #[cfg(test)]
 mod config_properties;

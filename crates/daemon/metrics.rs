@@ -27,11 +27,11 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use dashmap::DashMap;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use switchboard_agent::usage::Spending;
 use switchboard_agent::{Hook, ToolOutcome, TurnInfo, TurnSummary};
 use switchboard_core::{SessionKey, ToolCall};
 use switchboard_http::{Auth, check_host};
 use switchboard_llm::{ChatRequest, ChatResponse};
+use switchboard_usage::Spending;
 
 use crate::component::{Assembly, Change, Component};
 use crate::config::Config;

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use switchboard_agent::usage::{Spent, UsageStore};
+use switchboard_usage::{Spent, UsageStore};
 
 use crate::cli::resolve_config;
 use crate::config::{Config, Secrets};

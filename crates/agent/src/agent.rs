@@ -16,10 +16,10 @@ use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
 use crate::models::Models;
 use crate::slots::TurnSlots;
-use crate::spawn::{self, Spawner, TreeLimits, TurnChildren};
 use crate::turn;
-use crate::usage::Spending;
 use switchboard_scheduler::Jobs;
+use switchboard_spawn::{self as spawn, Spawner, TreeLimits, TurnChildren};
+use switchboard_usage::Spending;
 
 /// One agent: what all its sessions share. Built by the daemon (one per `[agent]` and
 /// `[agents.NAME]`) or the CLI.

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use switchboard_tools::Workspace;
 
-use crate::spawn::SpawnConfig;
 use crate::verify::Verify;
+use switchboard_spawn::SpawnConfig;
 
 /// How the agent loop behaves. The daemon fills it from `[agent]` in the config.
 #[derive(Clone, Debug)]

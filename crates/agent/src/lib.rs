@@ -25,13 +25,16 @@
 //! - `events`: [`AgentEvent`], its sink, and what a chat is shown of each event.
 //! - `hooks`: [`Hook`], where policies attach to a turn (LLM calls, tool calls, its end).
 //! - `slots`: [`TurnSlots`], how many turns run at once, lent by a turn that waits on others.
-//! - `spawn`: sub-agents — the `spawn` tool, the children of each session, their channel.
 //! - `dispatcher`: [`Dispatcher`]: routing to per-session workers, `/stop`.
 //! - `worker`: a session's worker: commands, turns, the exactly-once journal, and fencing
 //!   (a session read again under a new tenure, a stale write decided anew).
 //! - `replies`: what a chat is told outside a turn's stream (shutting down, dropped messages).
-//! - `scheduled`: the hook that tells the scheduler (its own crate) how a run's turn ended.
-//! - `usage`: what calls cost ([`usage::Spending`]: records, daily caps, `/usage`).
+//! - `scheduled`: [`RunOutcomes`], the hook that tells the scheduler how a run's turn ended.
+//! - `section`: `[agent]`, `[agents.NAME]` (inherited from `[agent]`) and `[[bindings]]`, and
+//!   the loop's policies in them (`verify`, `approvals`, `spawn`).
+//!
+//! Scheduled work, sub-agents and what calls cost are crates of their own
+//! (`switchboard-scheduler`, `-spawn`, `-usage`): none of them knows the agent.
 
 mod agent;
 mod agents;
@@ -49,10 +52,9 @@ mod input;
 mod models;
 mod replies;
 mod scheduled;
+pub mod section;
 mod slots;
-pub mod spawn;
 mod turn;
-pub mod usage;
 mod verify;
 mod worker;
 

@@ -1,14 +1,12 @@
 //! The agent's side of scheduled work: the hook that tells the scheduler how a run's turn
 //! ended — where it ended (on a cluster, perhaps another member than the one that handed the
-//! run over), or when its message is handled again without a turn — and the spending that
-//! tells it whether a chat may spend.
+//! run over), or when its message is handled again without a turn.
 
 use async_trait::async_trait;
 use switchboard_core::{InboundMessage, SessionKey, TurnEnd};
-use switchboard_scheduler::{Budget, Outcomes};
+use switchboard_scheduler::Outcomes;
 
 use crate::hooks::{Hook, TurnInfo, TurnSummary};
-use crate::usage::Spending;
 
 /// The hook that settles scheduled runs (add it to every agent a scheduler hands runs to).
 pub struct RunOutcomes(pub Outcomes);
@@ -30,12 +28,5 @@ impl Hook for RunOutcomes {
         if let Some(run) = &message.run {
             self.0.handled_again(run, end).await;
         }
-    }
-}
-
-#[async_trait]
-impl Budget for Spending {
-    async fn refusal(&self, chat: &SessionKey) -> Option<String> {
-        Spending::refusal(self, chat).await
     }
 }

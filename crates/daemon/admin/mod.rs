@@ -38,7 +38,7 @@ pub(crate) struct Admin {
     pub hub: Arc<dyn Bus>,
     pub pairing: Arc<Pairing>,
     /// What the models cost.
-    pub usage: Arc<dyn switchboard_agent::usage::UsageStore>,
+    pub usage: Arc<dyn switchboard_usage::UsageStore>,
     /// `None` when the scheduler is off.
     pub jobs: Option<Jobs>,
     /// The config file.

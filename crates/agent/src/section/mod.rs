@@ -16,18 +16,24 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
-use switchboard_agent::Binding;
-use switchboard_core::{AgentName, ChannelName, ChatId, SenderId};
+use switchboard_core::{
+    AgentName, ChannelName, ChatId, ConfigError, ConfigSource as Source, SenderId, positive_seconds,
+};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use crate::config_error::{ConfigError, Source};
-use crate::config_values::{ValueProblem, seconds};
-use crate::turn_config::{ApprovalsSection, VerifySection};
+pub use turn::{ApprovalsSection, JudgeSection, SpawnSection, VerifySection};
+
+use crate::Binding;
+
+mod turn;
+
+/// A located problem with one value: its span, dotted key and message.
+pub type ValueProblem = (std::ops::Range<usize>, String, String);
 
 /// Keys of `[agent]` that belong to the daemon, not to one agent: an `[agents.NAME]` may not
 /// set them, and does not take them. Each with why.
-pub(crate) const DAEMON_KEYS: &[(&str, &str)] = &[
+pub const DAEMON_KEYS: &[(&str, &str)] = &[
     (
         "state_dir",
         "every agent keeps its sessions under agent.state_dir (in agents/NAME/); set it in [agent]",
@@ -88,7 +94,7 @@ pub struct AgentSection {
     /// `[agent.approvals]`.
     pub approvals: ApprovalsSection,
     /// `[agent.spawn]`.
-    pub spawn: crate::turn_config::SpawnSection,
+    pub spawn: SpawnSection,
     /// The model its turns use, first; the rest of `[llm]`'s chain after it. `[llm] model`
     /// when absent.
     pub model: Option<Spanned<String>>,
@@ -166,7 +172,7 @@ impl<'de> Deserialize<'de> for Id {
 
 /// Gives each `[agents.NAME]` table the keys of `[agent]` it does not set (see the module
 /// doc), in place; a daemon's key set in one is an error at its value.
-pub(crate) fn inherit(document: &mut DeTable<'_>) -> Result<(), ValueProblem> {
+pub fn inherit(document: &mut DeTable<'_>) -> Result<(), ValueProblem> {
     let base = match document.get("agent").map(|value| value.get_ref()) {
         Some(DeValue::Table(table)) => table.clone(),
         _ => DeTable::default(),
@@ -210,7 +216,7 @@ pub(crate) fn inherit(document: &mut DeTable<'_>) -> Result<(), ValueProblem> {
 }
 
 /// One agent as the config describes it: its name, its section and where it keeps what.
-pub(crate) struct AgentSpec<'a> {
+pub struct AgentSpec<'a> {
     /// `default` for `[agent]`.
     pub name: AgentName,
     /// Its section (the inherited keys filled in).
@@ -227,7 +233,7 @@ pub(crate) struct AgentSpec<'a> {
 
 impl AgentSection {
     /// Checks an agent's section (`key`: `agent` or `agents.NAME`).
-    pub(crate) fn validate(&self, key: &str, source: &Source) -> Result<(), ConfigError> {
+    pub fn validate(&self, key: &str, source: &Source) -> Result<(), ConfigError> {
         let agent = self;
         let at_least = |value: &Spanned<usize>, min: usize, name: &str| {
             if *value.get_ref() < min {
@@ -269,19 +275,19 @@ impl AgentSection {
             timeouts.push((value, "turn_timeout_secs"));
         }
         for (value, name) in timeouts {
-            seconds(value).map_err(|message| {
+            positive_seconds(*value.get_ref()).map_err(|message| {
                 source.error_at(Some(value.span()), format!("{key}.{name}"), message)
             })?;
         }
-        crate::turn_config::validate(agent, key, source)
+        turn::validate(agent, key, source)
     }
 }
 
 /// `[agent]` and each `[agents.NAME]`.
-pub(crate) type AgentSections = BTreeMap<String, Spanned<AgentSection>>;
+pub type AgentSections = BTreeMap<String, Spanned<AgentSection>>;
 
 /// Every agent, the default first; `path` makes a path of the config whole.
-pub(crate) fn specs<'a>(
+pub fn specs<'a>(
     agent: &'a AgentSection,
     agents: &'a AgentSections,
     path: impl Fn(&str) -> PathBuf,
@@ -309,7 +315,7 @@ pub(crate) fn specs<'a>(
 }
 
 /// The bindings, as the dispatcher reads them.
-pub(crate) fn bindings(sections: &[Spanned<BindingSection>]) -> Vec<Binding> {
+pub fn bindings(sections: &[Spanned<BindingSection>]) -> Vec<Binding> {
     sections
         .iter()
         .map(|binding| {
@@ -328,7 +334,7 @@ pub(crate) fn bindings(sections: &[Spanned<BindingSection>]) -> Vec<Binding> {
 }
 
 /// Checks the agents' names and workspaces (`specs`) and the bindings.
-pub(crate) fn validate_agents(
+pub fn validate_agents(
     specs: &[AgentSpec<'_>],
     bindings: &[Spanned<BindingSection>],
     source: &Source,
@@ -417,105 +423,4 @@ fn lexical(path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use std::path::Path;
-
-    use crate::config::parse_minimal_for_test as parse;
-
-    #[test]
-    fn an_agent_takes_what_it_does_not_set_from_agent_but_not_its_workspace() {
-        let config = parse(
-            "[agent]\nworkspace = \"/srv/main\"\nmax_iterations = 7\nsystem_prompt = \"hi\"\n\
-             [agent.approvals]\ntools = [\"exec\"]\n\
-             [agents.home]\nmax_iterations = 3\n\
-             [agents.work]\nworkspace = \"/srv/work\"\n[agents.work.approvals]\ntools = []\n",
-        )
-        .expect("parses");
-        let home = config.agents["home"].get_ref();
-        assert_eq!(*home.max_iterations.get_ref(), 3);
-        assert_eq!(home.system_prompt.as_deref(), Some("hi"));
-        assert_eq!(home.approvals.tools, ["exec"]);
-        let work = config.agents["work"].get_ref();
-        assert_eq!(*work.max_iterations.get_ref(), 7);
-        assert!(
-            work.approvals.tools.is_empty(),
-            "a sub-table is taken whole"
-        );
-        let specs = config.agent_specs();
-        let names: Vec<_> = specs.iter().map(|s| s.name.to_string()).collect();
-        assert_eq!(names, ["default", "home", "work"]);
-        assert!(specs[1].workspace.ends_with(".switchboard/agents/home"));
-        assert_eq!(specs[2].workspace, Path::new("/srv/work"));
-        assert!(specs[2].state_dir.ends_with("agents/work"));
-    }
-
-    #[test]
-    fn a_binding_to_an_unknown_agent_is_refused_at_its_line_naming_the_agents() {
-        let err = parse(
-            "[agents.home]\nworkspace = \"/srv/home\"\n\n[[bindings]]\nagent = \"hoem\"\n\
-             channel = \"telegram\"\nchat = 123\n",
-        )
-        .expect_err("unknown agent");
-        assert_eq!(err.key, "bindings[0].agent");
-        assert_eq!(err.line, Some(7), "{err}");
-        assert!(err.message.contains("default, home"), "{err}");
-    }
-
-    #[test]
-    fn two_agents_sharing_a_workspace_or_one_inside_another_are_refused() {
-        let err = parse(
-            "[agent]\nworkspace = \"/srv/agent\"\n[agents.home]\nworkspace = \"/srv/agent/../agent\"\n",
-        )
-        .expect_err("shared");
-        assert_eq!(err.key, "agents.home.workspace");
-        assert_eq!(err.line, Some(5), "{err}");
-        assert!(
-            err.message
-                .contains("is the workspace of the agent `default`"),
-            "{err}"
-        );
-        let err =
-            parse("[agents.a]\nworkspace = \"/srv/a\"\n[agents.b]\nworkspace = \"/srv/a/b\"\n")
-                .expect_err("nested");
-        assert_eq!(err.key, "agents.b.workspace");
-        assert!(err.message.contains("overlaps"), "{err}");
-    }
-
-    #[test]
-    fn the_daemons_keys_bad_names_and_empty_bindings_are_refused() {
-        let err = parse("[agents.home]\nstate_dir = \"/x\"\n").expect_err("daemon key");
-        assert_eq!(
-            (err.key.as_str(), err.line),
-            ("agents.home.state_dir", Some(4))
-        );
-        let err = parse("[agents.Home]\n").expect_err("name");
-        assert_eq!(err.key, "agents.Home");
-        let err = parse("[agents.default]\n").expect_err("reserved");
-        assert!(err.message.contains("[agent]"), "{err}");
-        let err = parse("[[bindings]]\nagent = \"default\"\n").expect_err("no condition");
-        assert_eq!(err.key, "bindings[0]");
-        let err =
-            parse("[[bindings]]\nagent = \"default\"\nchat = \"1\"\n").expect_err("no channel");
-        assert!(err.message.contains("channel"), "{err}");
-        let err = parse("[agents.home]\nhistory_limt = 5\n").expect_err("typo");
-        assert_eq!(err.key, "agents.home.history_limt");
-    }
-
-    #[test]
-    fn bindings_read_ids_written_as_numbers_or_strings() {
-        let config = parse(
-            "[agents.home]\n[[bindings]]\nagent = \"home\"\nchannel = \"telegram\"\nchat = -100123\n\
-             sender = \"42\"\n",
-        )
-        .expect("parses");
-        let bindings = super::bindings(&config.bindings);
-        assert_eq!(
-            bindings[0].chat.as_ref().map(|c| c.as_str()),
-            Some("-100123")
-        );
-        assert_eq!(bindings[0].sender.as_ref().map(|s| s.as_str()), Some("42"));
-    }
 }

@@ -133,7 +133,7 @@ impl Spawner {
     }
 
     /// A number for a turn that begins its chat's count of sub-agents.
-    pub(crate) fn begin_turn(&self) -> u64 {
+    pub fn begin_turn(&self) -> u64 {
         self.inner
             .turns_begun
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)

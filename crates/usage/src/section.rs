@@ -2,11 +2,11 @@
 //! the prices they are counted at.
 
 use serde::Deserialize;
-use switchboard_agent::usage::{Limits, Price, Prices};
+use switchboard_core::{ConfigError, ConfigSource as Source};
 use switchboard_llm::section::PriceTable;
 use toml::Spanned;
 
-use crate::config_error::{ConfigError, Source};
+use crate::{Limits, Price, Prices};
 
 /// `[limits]`: daily caps on what the models cost.
 #[derive(Debug, Default, Deserialize)]
@@ -24,7 +24,7 @@ pub struct LimitsSection {
 impl LimitsSection {
     /// Checks the price table (`prices`: for models the config names, `models`; sane
     /// prices) and the caps; errors name `llm.prices.<model>` or `limits.<key>`.
-    pub(crate) fn validate(
+    pub fn validate(
         &self,
         prices: &PriceTable,
         models: &[String],
@@ -79,7 +79,7 @@ impl LimitsSection {
     }
 
     /// The caps, as the agent reads them.
-    pub(crate) fn limits(&self) -> Limits {
+    pub fn limits(&self) -> Limits {
         Limits {
             daily_usd: self.daily_usd.as_ref().map(|v| *v.get_ref()),
             daily_usd_per_chat: self.daily_usd_per_chat.as_ref().map(|v| *v.get_ref()),
@@ -87,7 +87,7 @@ impl LimitsSection {
     }
 
     /// The zone whose midnight begins a day for the caps: its own, else `scheduler`'s.
-    pub(crate) fn zone(&self, scheduler: Option<&Spanned<String>>) -> Option<String> {
+    pub fn zone(&self, scheduler: Option<&Spanned<String>>) -> Option<String> {
         self.timezone
             .as_ref()
             .or(scheduler)
@@ -96,7 +96,7 @@ impl LimitsSection {
 }
 
 /// The price table, as the agent reads it.
-pub(crate) fn prices(table: &PriceTable) -> Prices {
+pub fn prices(table: &PriceTable) -> Prices {
     Prices::new(table.iter().map(|(model, price)| {
         let price = price.get_ref();
         (
@@ -108,42 +108,4 @@ pub(crate) fn prices(table: &PriceTable) -> Prices {
             },
         )
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::config::parse_minimal_for_test as parse;
-
-    #[test]
-    fn a_price_for_a_model_the_config_does_not_name_is_refused_at_its_line() {
-        let err = parse(
-            "[llm]\nmodel = \"gpt-4o\"\nmodels = [\"o3\"]\n\n[llm.prices.\"gpt-4.1\"]\n\
-             input_per_mtok = 2.0\noutput_per_mtok = 8.0\n",
-        )
-        .expect_err("unknown model");
-        assert_eq!(err.key, "llm.prices.gpt-4.1");
-        assert_eq!(err.line, Some(7), "{err}");
-        assert!(err.message.contains("the models are gpt-4o, o3"), "{err}");
-        let fine = parse(
-            "[llm]\nmodel = \"gpt-4o\"\n[llm.prices.\"gpt-4o\"]\ninput_per_mtok = 2.5\n\
-             output_per_mtok = 10\ncached_input_per_mtok = 1.25\n[limits]\ndaily_usd = 5\n\
-             daily_usd_per_chat = 1.5\ntimezone = \"Europe/Berlin\"\n",
-        )
-        .expect("parses");
-        assert_eq!(fine.limits().daily_usd_per_chat, Some(1.5));
-        assert!(fine.prices().has("gpt-4o"));
-    }
-
-    #[test]
-    fn a_negative_price_or_cap_and_an_unknown_zone_are_refused() {
-        let err = parse("[limits]\ndaily_usd = -1\n").expect_err("negative");
-        assert_eq!((err.key.as_str(), err.line), ("limits.daily_usd", Some(4)));
-        let err = parse("[limits]\ntimezone = \"Mars/Olympus\"\n").expect_err("zone");
-        assert_eq!(err.key, "limits.timezone");
-        let err = parse(
-            "[llm]\nmodel = \"m\"\n[llm.prices.m]\ninput_per_mtok = 1\noutput_per_mtok = \"x\"\n",
-        )
-        .expect_err("type");
-        assert_eq!(err.key, "llm.prices.m.output_per_mtok");
-    }
 }

@@ -316,12 +316,20 @@ fn describe(spent: &Spent, priced: bool) -> String {
     }
 }
 
+/// The scheduler skips a run whose chat may not spend now.
+#[async_trait::async_trait]
+impl switchboard_scheduler::Budget for Spending {
+    async fn refusal(&self, chat: &SessionKey) -> Option<String> {
+        Spending::refusal(self, chat).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::usage::{MemoryUsageStore, Price};
+    use crate::{MemoryUsageStore, Price};
     use switchboard_scheduler::TokioClock;
 
     fn spending(limits: Limits) -> Spending {

@@ -27,7 +27,7 @@ const KEPT: usize = 1024;
 
 /// How many sub-agents one chat may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct TreeLimits {
+pub struct TreeLimits {
     /// Running at once, at every depth (`spawn.max_children`).
     pub running: usize,
     /// Started for one turn of the chat, at every depth (`spawn.max_per_turn`).

@@ -1,4 +1,4 @@
-//! Sub-agents: a turn hands a task to a child — a turn of the same agent in a session of its
+//! switchboard-spawn: sub-agents. A turn hands a task to a child — a turn of the same agent in a session of its
 //! own — with the `spawn` tool, and goes on or waits for the answer.
 //!
 //! A child is a message of the internal channel `spawn`: chat `<parent session>~<n>`, so its
@@ -39,7 +39,7 @@ mod tool;
 mod tree;
 
 pub use config::SpawnConfig;
-pub(crate) use handle::TurnChildren;
+pub use handle::TurnChildren;
 pub use spawner::{CHANNEL, Spawner};
 pub use tool::SpawnTool;
-pub(crate) use tree::TreeLimits;
+pub use tree::TreeLimits;

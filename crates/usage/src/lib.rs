@@ -1,4 +1,4 @@
-//! What turns cost, and the daily caps on it.
+//! switchboard-usage: what turns cost, and the daily caps on it.
 //!
 //! Every LLM call's tokens are priced ([`Prices`], from the config's price table) and
 //! recorded per day, agent, chat and model in a [`UsageStore`] the moment the call
@@ -14,13 +14,16 @@
 //! - `state_store`: [`StateUsageStore`], spending as documents of a state store (a
 //!   cluster's).
 //! - `spending`: [`Spending`], [`Limits`]: recording, the caps, `/usage`.
+//! - `section`: `[limits]` ([`LimitsSection`]) and the prices of `[llm.prices]`, read.
 
 mod price;
+mod section;
 mod spending;
 mod state_store;
 mod store;
 
 pub use price::{Price, Prices};
+pub use section::{LimitsSection, prices};
 pub use spending::{Limits, Spending, WARN_AT};
 pub use state_store::StateUsageStore;
 pub use store::{

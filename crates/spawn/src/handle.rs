@@ -19,7 +19,7 @@ pub const MAX_TASK_BYTES: usize = 16 * 1024;
 const MAX_LABEL_CHARS: usize = 80;
 
 /// One turn's way to start sub-agents.
-pub(crate) struct TurnChildren {
+pub struct TurnChildren {
     pub spawner: Spawner,
     pub agent: AgentName,
     /// The turn's session: the children's parent.

@@ -1,19 +1,16 @@
 //! The policies of the agent loop in the config — `[agent.verify]`, `[agent.approvals]`,
 //! the `ask_user` tool's wait — and building them into the agent.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
-use switchboard_agent::spawn::SpawnConfig;
-use switchboard_agent::{Agent, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT, Judge, Verify};
-use switchboard_tools::ToolRegistry;
+use switchboard_core::{ConfigError, ConfigSource as Source};
+use switchboard_llm::section::{ProviderKind, check_url};
+use switchboard_spawn::SpawnConfig;
 use toml::Spanned;
 
-use switchboard_llm::section::{LlmSection, ModelEntry, ProviderKind, check_url};
-
-use crate::agents_config::AgentSection;
-use crate::config_error::{ConfigError, Source};
-use crate::config_values::duration;
+use super::AgentSection;
+use crate::Approvals;
 
 /// `[agent.verify]`: checks of a final reply before it is sent.
 #[derive(Debug, Deserialize)]
@@ -122,13 +119,13 @@ impl Default for SpawnSection {
 
 impl SpawnSection {
     /// How the agent's turns may start sub-agents.
-    pub(crate) fn config(&self) -> SpawnConfig {
+    pub fn config(&self) -> SpawnConfig {
         SpawnConfig {
             enabled: self.enabled,
             max_depth: *self.max_depth.get_ref(),
             max_children: *self.max_children.get_ref(),
             max_per_turn: *self.max_per_turn.get_ref(),
-            timeout: duration(&self.timeout_secs),
+            timeout: Duration::from_secs_f64(*self.timeout_secs.get_ref()),
             max_turn_tokens: self.max_turn_tokens,
             tools: self.tools.clone(),
             exclude_tools: self.exclude_tools.clone(),
@@ -137,11 +134,7 @@ impl SpawnSection {
 }
 
 /// Checks what serde cannot in an agent's section (`key`: `agent` or `agents.NAME`).
-pub(crate) fn validate(
-    agent: &AgentSection,
-    key: &str,
-    source: &Source,
-) -> Result<(), ConfigError> {
+pub fn validate(agent: &AgentSection, key: &str, source: &Source) -> Result<(), ConfigError> {
     if *agent.verify.max_attempts.get_ref() == 0 {
         return Err(source.error_at(
             Some(agent.verify.max_attempts.span()),
@@ -200,63 +193,4 @@ pub(crate) fn validate(
         ));
     }
     Ok(())
-}
-
-/// An agent's `verify` policy (`key`: its section, for errors).
-pub(crate) fn verify(llm: &LlmSection, agent: &AgentSection, key: &str) -> anyhow::Result<Verify> {
-    let section = &agent.verify;
-    let judge = match &section.judge {
-        None => None,
-        Some(judge) => Some(Judge {
-            llm: llm.model(
-                ModelEntry {
-                    kind: *judge.provider.get_ref(),
-                    base_url: judge.base_url.as_ref(),
-                    api_key: judge.api_key.as_ref(),
-                    model: &judge.model,
-                    images: true,
-                    key_name: &format!("{key}.verify.judge.api_key"),
-                },
-                None,
-            )?,
-            prompt: judge
-                .prompt
-                .clone()
-                .unwrap_or_else(|| DEFAULT_JUDGE_PROMPT.to_owned()),
-        }),
-    };
-    Ok(Verify {
-        enabled: section.enabled,
-        max_attempts: *section.max_attempts.get_ref(),
-        min_chars: section.min_chars,
-        max_chars: section.max_chars,
-        judge,
-    })
-}
-
-/// Adds the `ask_user` tool to `tools`.
-pub(crate) fn add_ask_user(agent: &AgentSection, tools: &mut ToolRegistry) {
-    let timeout = duration(&agent.ask_timeout_secs);
-    tools.register(Arc::new(AskUserTool::new(timeout)));
-}
-
-/// Attaches an agent's `approvals` hook, when there is anything to approve: the tools it
-/// lists, those that say they always need approval (`Tool::needs_approval`), and `exec`
-/// commands matching its patterns.
-pub(crate) fn with_approvals(section: &ApprovalsSection, agent: Agent) -> anyhow::Result<Agent> {
-    let mut tools = section.tools.clone();
-    let registry = agent.tools();
-    let flagged = registry
-        .names()
-        .filter(|name| registry.get(name).is_some_and(|tool| tool.needs_approval()));
-    tools.extend(flagged.map(str::to_owned).collect::<Vec<_>>());
-    if tools.is_empty() && section.commands.get_ref().is_empty() {
-        return Ok(agent);
-    }
-    let approvals = Approvals::new(
-        tools,
-        section.commands.get_ref(),
-        duration(&section.timeout_secs),
-    )?;
-    Ok(agent.with_hook(Arc::new(approvals)))
 }
