@@ -43,50 +43,7 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
             }
             return Ok(ExitCode::SUCCESS);
         }
-        CronAction::Add {
-            chat,
-            message,
-            name,
-            after,
-            at,
-            every,
-            cron,
-            tz,
-            session,
-            catch_up,
-        } => {
-            let chat = chat_target(&config.channels.enabled(), chat).map_err(anyhow::Error::msg)?;
-            let tz = tz.clone().unwrap_or_else(|| jobs.timezone());
-            let schedule = When::one_of(
-                after.as_deref(),
-                at.as_deref(),
-                every.as_deref(),
-                cron.as_deref(),
-            )
-            .and_then(|when| when.schedule(&tz, jobs.now()))
-            .map_err(anyhow::Error::msg)?;
-            let catch_up = catch_up
-                .as_deref()
-                .map(duration)
-                .transpose()
-                .map_err(anyhow::Error::msg)?
-                .map(|wait| std::time::Duration::try_from(wait).unwrap_or_default());
-            let job = jobs
-                .add(NewJob {
-                    name: name.clone(),
-                    message: message.clone(),
-                    schedule,
-                    chat,
-                    session: *session,
-                    catch_up,
-                    created_by: Some("operator".into()),
-                    agent: None,
-                    owner: None,
-                })
-                .await
-                .map_err(anyhow::Error::msg)?;
-            format!("Added {}", describe(&job, jobs.now()))
-        }
+        CronAction::Add { .. } => add(&config, &jobs, action).await?,
         CronAction::Rm { id } => act(&jobs, JobAction::Remove(id.clone())).await?,
         CronAction::Pause { id } => act(&jobs, JobAction::Pause(id.clone())).await?,
         CronAction::Resume { id } => act(&jobs, JobAction::Resume(id.clone())).await?,
@@ -112,6 +69,56 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
     };
     writeln!(out, "{done}").context("cannot write to stdout")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `switchboard cron add`: the job the operator describes, in its chat.
+async fn add(config: &Config, jobs: &Jobs, action: &CronAction) -> anyhow::Result<String> {
+    let CronAction::Add {
+        chat,
+        message,
+        name,
+        after,
+        at,
+        every,
+        cron,
+        tz,
+        session,
+        catch_up,
+    } = action
+    else {
+        anyhow::bail!("not an add");
+    };
+    let chat = chat_target(&config.channels.enabled(), chat).map_err(anyhow::Error::msg)?;
+    let tz = tz.clone().unwrap_or_else(|| jobs.timezone());
+    let schedule = When::one_of(
+        after.as_deref(),
+        at.as_deref(),
+        every.as_deref(),
+        cron.as_deref(),
+    )
+    .and_then(|when| when.schedule(&tz, jobs.now()))
+    .map_err(anyhow::Error::msg)?;
+    let catch_up = catch_up
+        .as_deref()
+        .map(duration)
+        .transpose()
+        .map_err(anyhow::Error::msg)?
+        .map(|wait| std::time::Duration::try_from(wait).unwrap_or_default());
+    let job = jobs
+        .add(NewJob {
+            name: name.clone(),
+            message: message.clone(),
+            schedule,
+            chat,
+            session: *session,
+            catch_up,
+            created_by: Some("operator".into()),
+            agent: None,
+            owner: None,
+        })
+        .await
+        .map_err(anyhow::Error::msg)?;
+    Ok(format!("Added {}", describe(&job, jobs.now())))
 }
 
 async fn act(jobs: &Jobs, action: JobAction) -> anyhow::Result<String> {

@@ -225,7 +225,43 @@ fn unit_settings() -> Vec<String> {
 /// secret keys that cannot be resolved here: the models and channels that need them are
 /// marked `?`, not asked.
 pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
-    let mut lines = Vec::new();
+    let mut lines = directories(config);
+    for (key, model) in models(config, &mut lines) {
+        if unchecked.iter().any(|k| *k == format!("{key}.api_key")) {
+            lines.push(Line::unchecked(format!(
+                "{key} ({} {}): not asked, its key is the service's",
+                model.name(),
+                model.model()
+            )));
+            continue;
+        }
+        lines.push(ask(&key, model.as_ref()).await);
+    }
+    #[cfg(feature = "mcp")]
+    mcp_servers(config, &mut lines).await;
+    if let Some(checked) = Box::pin(crate::cluster_report::doctor(config)).await {
+        lines.push(checked.map_or_else(Line::failed, Line::ok));
+    }
+    for channel in channels(config, unchecked, &mut lines) {
+        let name = channel.name();
+        let checked = tokio::time::timeout(CHECK_TIMEOUT, channel.check()).await;
+        lines.push(match checked {
+            Ok(Ok(Some(said))) => {
+                Line::ok(format!("channels.{name}: the token is accepted ({said})"))
+            }
+            Ok(Ok(None)) => continue,
+            Ok(Err(err)) => Line::failed(format!("channels.{name}: {err}")),
+            Err(_) => Line::failed(format!(
+                "channels.{name}: no answer within {} s",
+                CHECK_TIMEOUT.as_secs()
+            )),
+        });
+    }
+    lines
+}
+
+/// Whether each workspace and the state directory take a file.
+fn directories(config: &Config) -> Vec<Line> {
     let mut dirs = vec![(
         "agent.state_dir".to_owned(),
         config.path(&config.agent.state_dir),
@@ -236,13 +272,17 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             (format!("{}.workspace", spec.key), spec.workspace),
         );
     }
-    for (key, dir) in dirs {
-        lines.push(match writable(&dir) {
+    dirs.into_iter()
+        .map(|(key, dir)| match writable(&dir) {
             Ok(()) => Line::ok(format!("{key} {} is writable", dir.display())),
             Err(err) => Line::failed(format!("{key} {}: {err}", dir.display())),
-        });
-    }
+        })
+        .collect()
+}
 
+/// Every model to ask, with the config key that describes it: the chain, the models beyond
+/// it (on `[llm]`'s server), the judge; one that cannot be built is a failed line.
+fn models(config: &Config, lines: &mut Vec<Line>) -> Vec<switchboard_llm::section::Keyed> {
     let mut models = match config.llm.chain_models(None) {
         Ok(models) => models,
         Err(err) => {
@@ -250,7 +290,6 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
             Vec::new()
         }
     };
-    // The models a chat may switch to or an agent uses, beyond the chain: [llm]'s server.
     let chain: Vec<String> = models
         .iter()
         .map(|(_, model)| model.model().to_owned())
@@ -273,59 +312,35 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         }
         Err(err) => lines.push(Line::failed(format!("agent.verify.judge: {err:#}"))),
     }
-    for (key, model) in models {
-        if unchecked.iter().any(|k| *k == format!("{key}.api_key")) {
-            lines.push(Line::unchecked(format!(
-                "{key} ({} {}): not asked, its key is the service's",
-                model.name(),
-                model.model()
-            )));
-            continue;
-        }
-        lines.push(ask(&key, model.as_ref()).await);
-    }
+    models
+}
 
-    #[cfg(feature = "mcp")]
-    match config.mcp_servers() {
-        Ok(specs) => {
-            for spec in specs {
-                let key = format!("mcp.servers.{}", spec.name);
-                lines.push(match Box::pin(switchboard_mcp::probe(&spec)).await {
-                    Ok(tools) => {
-                        let names: Vec<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
-                        Line::ok(format!(
-                            "{key}: up, {} tools ({})",
-                            names.len(),
-                            names.join(", ")
-                        ))
-                    }
-                    Err(why) => Line::failed(format!("{key}: {why}")),
-                });
-            }
+/// Whether each MCP server starts (or answers) and which tools it offers.
+#[cfg(feature = "mcp")]
+async fn mcp_servers(config: &Config, lines: &mut Vec<Line>) {
+    let specs = match config.mcp_servers() {
+        Ok(specs) => specs,
+        Err(err) => {
+            lines.push(Line::unchecked(format!(
+                "mcp: {err}: servers not started here"
+            )));
+            return;
         }
-        Err(err) => lines.push(Line::unchecked(format!(
-            "mcp: {err}: servers not started here"
-        ))),
-    }
-    if let Some(checked) = Box::pin(crate::cluster_report::doctor(config)).await {
-        lines.push(checked.map_or_else(Line::failed, Line::ok));
-    }
-    for channel in channels(config, unchecked, &mut lines) {
-        let name = channel.name();
-        let checked = tokio::time::timeout(CHECK_TIMEOUT, channel.check()).await;
-        lines.push(match checked {
-            Ok(Ok(Some(said))) => {
-                Line::ok(format!("channels.{name}: the token is accepted ({said})"))
+    };
+    for spec in specs {
+        let key = format!("mcp.servers.{}", spec.name);
+        lines.push(match Box::pin(switchboard_mcp::probe(&spec)).await {
+            Ok(tools) => {
+                let names: Vec<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
+                Line::ok(format!(
+                    "{key}: up, {} tools ({})",
+                    names.len(),
+                    names.join(", ")
+                ))
             }
-            Ok(Ok(None)) => continue,
-            Ok(Err(err)) => Line::failed(format!("channels.{name}: {err}")),
-            Err(_) => Line::failed(format!(
-                "channels.{name}: no answer within {} s",
-                CHECK_TIMEOUT.as_secs()
-            )),
+            Err(why) => Line::failed(format!("{key}: {why}")),
         });
     }
-    lines
 }
 
 /// Whether `dir` exists (or can be made) and takes a file.

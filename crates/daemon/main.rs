@@ -15,7 +15,44 @@ use switchboard::{
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::SandboxExec {
+    if let Command::SandboxExec { .. } = cli.command {
+        // Before any runtime or thread: the helper isolates and confines itself and runs
+        // one command.
+        return sandbox_exec(cli.command);
+    }
+    prepare_process(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("switchboard: cannot start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // The daemon's future is large (its whole start is one `async fn`), and lives on the
+    // main thread's stack, which is there anyway: boxing it would put ~17 KiB on the heap
+    // of every daemon, idle or not.
+    #[allow(clippy::large_futures)]
+    let result = runtime.block_on(run(cli.command));
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if let Some(config_error) = err.downcast_ref::<ConfigError>() {
+                eprintln!("switchboard: config error: {config_error}");
+                return ExitCode::from(2);
+            }
+            eprintln!("switchboard: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `switchboard sandbox-exec` (hidden): runs one command confined, exec's helper.
+fn sandbox_exec(command: Command) -> ExitCode {
+    use switchboard_tools::sandbox::{self, RunAs, SandboxArgs};
+    let Command::SandboxExec {
         probe_isolation,
         workspace,
         tmp,
@@ -24,29 +61,29 @@ fn main() -> ExitCode {
         gid,
         isolation,
         command,
-    } = cli.command
-    {
-        use switchboard_tools::sandbox::{self, RunAs, SandboxArgs};
-        // Before any runtime or thread: the helper isolates and confines itself and runs
-        // one command.
-        let code = if probe_isolation {
-            sandbox::probe_isolation()
-        } else {
-            sandbox::run_sandboxed(&SandboxArgs {
-                workspace: workspace.unwrap_or_default(),
-                tmp: tmp.unwrap_or_default(),
-                forbidden: forbid,
-                run_as: uid.zip(gid).map(|(uid, gid)| RunAs { uid, gid }),
-                isolation,
-                command: command.unwrap_or_default(),
-            })
-        };
-        return ExitCode::from(u8::try_from(code).unwrap_or(1));
-    }
-    // Before any thread: the commands that run tools keep no secret in their environment
-    // (this may start the binary again, in place) and are not dumpable.
-    // The daemon holds a stop back until it can stop cleanly (see `early_stop`), across the
-    // start again.
+    } = command
+    else {
+        return ExitCode::FAILURE;
+    };
+    let code = if probe_isolation {
+        sandbox::probe_isolation()
+    } else {
+        sandbox::run_sandboxed(&SandboxArgs {
+            workspace: workspace.unwrap_or_default(),
+            tmp: tmp.unwrap_or_default(),
+            forbidden: forbid,
+            run_as: uid.zip(gid).map(|(uid, gid)| RunAs { uid, gid }),
+            isolation,
+            command: command.unwrap_or_default(),
+        })
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+/// Before any thread: the commands that run tools keep no secret in their environment (this
+/// may start the binary again, in place) and are not dumpable; the daemon holds a stop back
+/// until it can stop cleanly (see `early_stop`), across the start again; then logging.
+fn prepare_process(cli: &Cli) {
     let daemon = matches!(cli.command, Command::Run { .. });
     if daemon {
         early_stop::hold();
@@ -82,91 +119,75 @@ fn main() -> ExitCode {
             tracing::warn!(error = %err, "the process could not be made non-dumpable");
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("switchboard: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    // The daemon's future is large (its whole start is one `async fn`), and lives on the
-    // main thread's stack, which is there anyway: boxing it would put ~17 KiB on the heap
-    // of every daemon, idle or not.
-    #[allow(clippy::large_futures)]
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Run { config, role } => {
-                service::run_until_signal(config.as_deref(), role).await
-            }
-            Command::Agent {
-                config,
-                message,
-                session,
-            } => terminal::run(config.as_deref(), message, &session).await,
-            Command::Pairing { config, action } => pairing::run(config.as_deref(), &action).await,
-            Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
-            #[cfg(feature = "mcp")]
-            Command::Mcp { config, action } => match action {
-                switchboard::cli::McpAction::List => mcp_cli::list(config.as_deref()).await,
-            },
-            Command::Onboard {
-                workspace,
-                config,
+}
+
+/// Runs a command (all but `sandbox-exec`, which runs before the runtime). Its futures
+/// stay unboxed: they live on the main thread's stack (see `main`).
+#[allow(clippy::large_futures)]
+async fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Run { config, role } => service::run_until_signal(config.as_deref(), role).await,
+        Command::Agent {
+            config,
+            message,
+            session,
+        } => terminal::run(config.as_deref(), message, &session).await,
+        Command::Pairing { config, action } => pairing::run(config.as_deref(), &action).await,
+        Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
+        #[cfg(feature = "mcp")]
+        Command::Mcp { config, action } => match action {
+            switchboard::cli::McpAction::List => mcp_cli::list(config.as_deref()).await,
+        },
+        Command::Onboard {
+            workspace,
+            config,
+            provider,
+            model,
+            base_url,
+            api_key_env,
+            credential_key,
+            state_dir,
+            force,
+        } => {
+            let choices = onboard::Choices {
                 provider,
                 model,
                 base_url,
                 api_key_env,
                 credential_key,
+                workspace,
                 state_dir,
-                force,
-            } => {
-                let only_workspace = config.is_none()
-                    && provider.is_none()
-                    && model.is_none()
-                    && base_url.is_none()
-                    && api_key_env.is_none()
-                    && credential_key.is_none()
-                    && state_dir.is_none();
-                match workspace {
-                    Some(workspace) if only_workspace => onboard::run(&workspace, force),
-                    workspace => {
-                        let choices = onboard::Choices {
-                            provider,
-                            model,
-                            base_url,
-                            api_key_env,
-                            credential_key,
-                            workspace,
-                            state_dir,
-                        };
-                        let path = config
-                            .or_else(|| cli::resolve_config(None).ok())
-                            .or_else(cli::default_config_path)
-                            .ok_or_else(|| {
-                                anyhow::anyhow!("no place for a config: pass --config PATH")
-                            });
-                        path.and_then(|path| onboard::with_config(&path, choices, force))
-                    }
-                }
-            }
-            Command::Status { config } => status::run(config.as_deref()).await,
-            Command::Usage { config, days } => usage_cli::run(config.as_deref(), days).await,
-            Command::Doctor { config } => doctor::run(config.as_deref()).await,
-            Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
+            };
+            onboard_with(config, choices, force)
         }
-    });
-    match result {
-        Ok(code) => code,
-        Err(err) => {
-            if let Some(config_error) = err.downcast_ref::<ConfigError>() {
-                eprintln!("switchboard: config error: {config_error}");
-                return ExitCode::from(2);
-            }
-            eprintln!("switchboard: {err:#}");
-            ExitCode::FAILURE
+        Command::Status { config } => status::run(config.as_deref()).await,
+        Command::Usage { config, days } => usage_cli::run(config.as_deref(), days).await,
+        Command::Doctor { config } => doctor::run(config.as_deref()).await,
+        Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
+    }
+}
+
+/// `switchboard onboard`: only a workspace when nothing else is asked, else a config too.
+fn onboard_with(
+    config: Option<std::path::PathBuf>,
+    choices: onboard::Choices,
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    let only_workspace = config.is_none()
+        && choices.provider.is_none()
+        && choices.model.is_none()
+        && choices.base_url.is_none()
+        && choices.api_key_env.is_none()
+        && choices.credential_key.is_none()
+        && choices.state_dir.is_none();
+    match &choices.workspace {
+        Some(workspace) if only_workspace => onboard::run(workspace, force),
+        _ => {
+            let path = config
+                .or_else(|| cli::resolve_config(None).ok())
+                .or_else(cli::default_config_path)
+                .ok_or_else(|| anyhow::anyhow!("no place for a config: pass --config PATH"));
+            path.and_then(|path| onboard::with_config(&path, choices, force))
         }
     }
 }

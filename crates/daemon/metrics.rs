@@ -65,106 +65,144 @@ pub fn recorder() -> Option<PrometheusHandle> {
         .clone()
 }
 
+/// What kind of metric each is: histograms are all of seconds.
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Seconds,
+}
+
+/// Every metric with its `# HELP`.
+const HELP: &[(Kind, &str, &str)] = &[
+    (
+        Kind::Counter,
+        "switchboard_messages_in_total",
+        "Messages taken in from people, by channel",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_messages_out_total",
+        "Messages sent out (replies, deltas, notices), by channel",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_turns_started_total",
+        "Turns of the agent loop started",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_turns_finished_total",
+        "Turns finished, by how they ended",
+    ),
+    (
+        Kind::Seconds,
+        "switchboard_turn_seconds",
+        "How long a turn took, end to end",
+    ),
+    (
+        Kind::Seconds,
+        "switchboard_llm_call_seconds",
+        "How long an answered LLM call took, by provider and model",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_llm_tokens_total",
+        "Tokens spent, by provider, model and direction (in, out)",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_llm_errors_total",
+        "LLM attempts that failed, by provider, model and kind of failure",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_scheduled_runs_total",
+        "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, stopped, \
+         failed (after its tries), skipped",
+    ),
+    (
+        Kind::Seconds,
+        "switchboard_scheduled_run_lateness_seconds",
+        "How late after its due time a scheduled run started",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_tool_calls_total",
+        "Tool calls, by tool and outcome (ok, error)",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_mcp_calls_total",
+        "Calls of MCP servers' tools, by server and outcome (ok, error)",
+    ),
+    (
+        Kind::Seconds,
+        "switchboard_mcp_call_seconds",
+        "How long calls of an MCP server's tools took, by server",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_usage_usd",
+        "US dollars the models cost, by agent and period (today, month; days in limits.timezone), by the price table",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_usage_tokens",
+        "Tokens spent, by agent, period (today, month) and kind (input, output, cached input)",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_usage_limit_usd",
+        "The daily caps on what the models cost, by scope (daily, daily_per_chat)",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_channel_up",
+        "1 while the channel runs, 0 while it is failing or stopped",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_channel_restarts_total",
+        "Restarts of the channel's task since the daemon started",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_undeliverable_total",
+        "Outbound messages given up on after their retries, by channel",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_active_sessions",
+        "Sessions with a worker in memory",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_websocket_connections",
+        "Open WebSocket connections",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_http_connections",
+        "Open client connections to the HTTP listener, WebSockets included",
+    ),
+    (
+        Kind::Gauge,
+        "switchboard_http_refused_connections",
+        "Connections refused for being over a limit, since start",
+    ),
+];
+
 /// `# HELP` of every metric (and its unit, where it has one).
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        "switchboard_messages_in_total",
-        "Messages taken in from people, by channel"
-    );
-    describe_counter!(
-        "switchboard_messages_out_total",
-        "Messages sent out (replies, deltas, notices), by channel"
-    );
-    describe_counter!(
-        "switchboard_turns_started_total",
-        "Turns of the agent loop started"
-    );
-    describe_counter!(
-        "switchboard_turns_finished_total",
-        "Turns finished, by how they ended"
-    );
-    describe_histogram!(
-        "switchboard_turn_seconds",
-        Unit::Seconds,
-        "How long a turn took, end to end"
-    );
-    describe_histogram!(
-        "switchboard_llm_call_seconds",
-        Unit::Seconds,
-        "How long an answered LLM call took, by provider and model"
-    );
-    describe_counter!(
-        "switchboard_llm_tokens_total",
-        "Tokens spent, by provider, model and direction (in, out)"
-    );
-    describe_counter!(
-        "switchboard_llm_errors_total",
-        "LLM attempts that failed, by provider, model and kind of failure"
-    );
-    describe_counter!(
-        "switchboard_scheduled_runs_total",
-        "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, stopped, \
-         failed (after its tries), skipped"
-    );
-    describe_histogram!(
-        "switchboard_scheduled_run_lateness_seconds",
-        Unit::Seconds,
-        "How late after its due time a scheduled run started"
-    );
-    describe_counter!(
-        "switchboard_tool_calls_total",
-        "Tool calls, by tool and outcome (ok, error)"
-    );
-    describe_counter!(
-        "switchboard_mcp_calls_total",
-        "Calls of MCP servers' tools, by server and outcome (ok, error)"
-    );
-    describe_histogram!(
-        "switchboard_mcp_call_seconds",
-        Unit::Seconds,
-        "How long calls of an MCP server's tools took, by server"
-    );
-    describe_gauge!(
-        "switchboard_usage_usd",
-        "US dollars the models cost, by agent and period (today, month; days in limits.timezone), by the price table"
-    );
-    describe_gauge!(
-        "switchboard_usage_tokens",
-        "Tokens spent, by agent, period (today, month) and kind (input, output, cached input)"
-    );
-    describe_gauge!(
-        "switchboard_usage_limit_usd",
-        "The daily caps on what the models cost, by scope (daily, daily_per_chat)"
-    );
-    describe_gauge!(
-        "switchboard_channel_up",
-        "1 while the channel runs, 0 while it is failing or stopped"
-    );
-    describe_counter!(
-        "switchboard_channel_restarts_total",
-        "Restarts of the channel's task since the daemon started"
-    );
-    describe_counter!(
-        "switchboard_undeliverable_total",
-        "Outbound messages given up on after their retries, by channel"
-    );
-    describe_gauge!(
-        "switchboard_active_sessions",
-        "Sessions with a worker in memory"
-    );
-    describe_gauge!(
-        "switchboard_websocket_connections",
-        "Open WebSocket connections"
-    );
-    describe_gauge!(
-        "switchboard_http_connections",
-        "Open client connections to the HTTP listener, WebSockets included"
-    );
-    describe_gauge!(
-        "switchboard_http_refused_connections",
-        "Connections refused for being over a limit, since start"
-    );
+    for &(kind, name, help) in HELP {
+        match kind {
+            Kind::Counter => describe_counter!(name, help),
+            Kind::Gauge => describe_gauge!(name, help),
+            Kind::Seconds => describe_histogram!(name, Unit::Seconds, help),
+        }
+    }
 }
 
 /// Today's and this month's spending per agent, and the caps, as gauges (read from the

@@ -475,27 +475,12 @@ impl Turn<'_> {
         iteration: usize,
     ) -> Result<ChatResponse, CallFailed> {
         let agent = self.agent;
-        let events = self.events;
         // The text this call has shown so far: kept if the turn is stopped mid-answer.
-        let shown = std::sync::Mutex::new(String::new());
-        let shown_text = || {
-            shown
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        let shown = Shown {
+            text: std::sync::Mutex::new(String::new()),
+            events: self.events,
         };
-        let forward = |event: StreamEvent| {
-            let _ = events.send(match event {
-                StreamEvent::Text(text) => {
-                    shown_text().push_str(&text);
-                    AgentEvent::TextDelta(text)
-                }
-                StreamEvent::Reset => {
-                    shown_text().clear();
-                    AgentEvent::TextReset
-                }
-                StreamEvent::Status(text) => AgentEvent::Status(text),
-            });
-        };
+        let forward = |event: StreamEvent| shown.forward(event);
         let info = TurnInfo {
             session: self.session.key(),
             iteration,
@@ -518,8 +503,7 @@ impl Turn<'_> {
         let result = tokio::select! {
             biased;
             () = cancel.cancelled() => {
-                let partial = std::mem::take(&mut *shown_text());
-                return Err(CallFailed::Stopped(Self::stopped_after(&partial)));
+                return Err(CallFailed::Stopped(Self::stopped_after(&shown.take())));
             }
             result = call => result,
         };
@@ -545,19 +529,7 @@ impl Turn<'_> {
             };
             agent.hooks.after_llm(info, &response).await;
         }
-        let mut taken: HashSet<String> = request
-            .messages
-            .iter()
-            .flat_map(|message| message.tool_calls())
-            .map(|call| call.id.clone())
-            .collect();
-        let renamed = make_call_ids_unique(&mut response.tool_calls, &mut taken);
-        if renamed > 0 {
-            tracing::info!(
-                renamed,
-                "the model repeated tool call ids; they were made unique"
-            );
-        }
+        unique_call_ids(request, &mut response);
         Ok(response)
     }
 
@@ -733,5 +705,57 @@ impl Turn<'_> {
         };
         let _ = events.send(event);
         true
+    }
+}
+
+/// What a call has shown of its answer so far, forwarded to the chat as it streams.
+struct Shown<'e> {
+    text: std::sync::Mutex<String>,
+    events: &'e EventSink,
+}
+
+impl Shown<'_> {
+    fn text(&self) -> std::sync::MutexGuard<'_, String> {
+        self.text
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forwards a piece of the stream to the chat, keeping the text shown.
+    fn forward(&self, event: StreamEvent) {
+        let _ = self.events.send(match event {
+            StreamEvent::Text(text) => {
+                self.text().push_str(&text);
+                AgentEvent::TextDelta(text)
+            }
+            StreamEvent::Reset => {
+                self.text().clear();
+                AgentEvent::TextReset
+            }
+            StreamEvent::Status(text) => AgentEvent::Status(text),
+        });
+    }
+
+    /// The text shown so far.
+    fn take(&self) -> String {
+        std::mem::take(&mut *self.text())
+    }
+}
+
+/// Makes the response's tool-call ids unique across the conversation (providers refuse
+/// repeated ones).
+fn unique_call_ids(request: &ChatRequest, response: &mut ChatResponse) {
+    let mut taken: HashSet<String> = request
+        .messages
+        .iter()
+        .flat_map(|message| message.tool_calls())
+        .map(|call| call.id.clone())
+        .collect();
+    let renamed = make_call_ids_unique(&mut response.tool_calls, &mut taken);
+    if renamed > 0 {
+        tracing::info!(
+            renamed,
+            "the model repeated tool call ids; they were made unique"
+        );
     }
 }

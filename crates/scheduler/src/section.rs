@@ -139,123 +139,14 @@ impl SchedulerSection {
         let settings = self.settings();
         let mut declared: Vec<Declared> = Vec::new();
         for (index, entry) in self.jobs.iter().enumerate() {
-            let key = |name: &str| format!("scheduler.jobs[{index}].{name}");
-            let at = |spanned: &Spanned<String>, name: &str, why: String| {
-                source.error_at(Some(spanned.span()), key(name), why)
+            let read = Reading {
+                index,
+                source,
+                settings: &settings,
+                now,
             };
-            let id = entry.name.get_ref();
-            let well_formed = !id.is_empty()
-                && id.len() <= 64
-                && id
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !well_formed {
-                return Err(at(
-                    &entry.name,
-                    "name",
-                    "must be 1-64 letters, digits, `-` or `_` (it is the job's id)".into(),
-                ));
-            }
-            let generated = id
-                .strip_prefix('j')
-                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
-            if generated || id == "heartbeat" {
-                return Err(at(
-                    &entry.name,
-                    "name",
-                    format!(
-                        "`{id}` is kept for jobs made in chats and the heartbeat; pick another"
-                    ),
-                ));
-            }
-            if declared.iter().any(|job| job.id == *id) {
-                return Err(at(&entry.name, "name", format!("`{id}` is declared twice")));
-            }
-            let chat = chat_target(channels, entry.chat.get_ref())
-                .map_err(|why| at(&entry.chat, "chat", why))?;
-            if entry.message.get_ref().trim().is_empty() {
-                return Err(at(&entry.message, "message", "must not be empty".into()));
-            }
-            let tz = match &entry.tz {
-                Some(tz) => {
-                    zone(tz.get_ref()).map_err(|why| at(tz, "tz", why))?;
-                    tz.get_ref().clone()
-                }
-                None => default_zone(settings.timezone.as_deref()),
-            };
-            let given = [
-                ("at", &entry.at),
-                ("every", &entry.every),
-                ("cron", &entry.cron),
-            ];
-            let mut set = given
-                .iter()
-                .filter_map(|(name, value)| Some((*name, (*value).as_ref()?)));
-            let (Some((which, value)), None) = (set.next(), set.next()) else {
-                return Err(source.error_at(
-                    Some(entry.name.span()),
-                    format!("scheduler.jobs[{index}]"),
-                    "give exactly one of `at`, `every`, `cron`".into(),
-                ));
-            };
-            let when = match which {
-                "at" => When::At(value.get_ref()),
-                "every" => When::Every(value.get_ref()),
-                _ => When::Cron(value.get_ref()),
-            };
-            let schedule = when
-                .schedule(&tz, now)
-                .map_err(|why| at(value, which, why))?;
-            if let Some(gap) = schedule.shortest_gap(now)
-                && gap < settings.min_interval
-            {
-                return Err(at(
-                    value,
-                    which,
-                    format!(
-                        "it would run every {} s; the shortest interval allowed is {} s \
-                         (scheduler.min_interval_secs)",
-                        gap.as_secs(),
-                        settings.min_interval.as_secs()
-                    ),
-                ));
-            }
-            let session = match &entry.session {
-                Some(session) => SessionMode::parse(session.get_ref()).ok_or_else(|| {
-                    at(
-                        session,
-                        "session",
-                        "must be \"chat\" or \"isolated\"".into(),
-                    )
-                })?,
-                None => SessionMode::Chat,
-            };
-            let catch_up = entry
-                .catch_up_secs
-                .map_or(settings.catch_up, Duration::from_secs);
-            // The definition as written, with what it defaults to filled in.
-            let spec = serde_json::json!({
-                "chat": entry.chat.get_ref(),
-                "message": entry.message.get_ref(),
-                "when": [which, value.get_ref()],
-                "tz": tz,
-                "session": session.as_str(),
-                "catch_up_secs": catch_up.as_secs(),
-                "enabled": entry.enabled,
-            })
-            .to_string();
-            declared.push(Declared {
-                id: id.clone(),
-                message: entry.message.get_ref().clone(),
-                schedule,
-                chat,
-                session,
-                catch_up,
-                enabled: entry.enabled,
-                kind: JobKind::Task,
-                active_hours: None,
-                spec,
-            });
+            read.check_name(entry, &declared)?;
+            declared.push(read.job(entry, channels)?);
         }
         Ok(declared)
     }
@@ -271,6 +162,157 @@ impl SchedulerSection {
             min_interval: Duration::from_secs(*self.min_interval_secs.get_ref()),
             ..SchedulerConfig::default()
         }
+    }
+}
+
+/// One `[[scheduler.jobs]]` entry being read: where it is, and what it is read with.
+struct Reading<'a> {
+    index: usize,
+    source: &'a Source,
+    settings: &'a SchedulerConfig,
+    now: jiff::Timestamp,
+}
+
+impl Reading<'_> {
+    fn key(&self, name: &str) -> String {
+        format!("scheduler.jobs[{}].{name}", self.index)
+    }
+
+    fn at(&self, spanned: &Spanned<String>, name: &str, why: String) -> ConfigError {
+        self.source
+            .error_at(Some(spanned.span()), self.key(name), why)
+    }
+
+    /// Its name is an id: well formed, not one kept for chats' jobs and the heartbeat, and
+    /// not one of `declared` already.
+    fn check_name(&self, entry: &JobEntry, declared: &[Declared]) -> Result<(), ConfigError> {
+        let id = entry.name.get_ref();
+        let well_formed = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !well_formed {
+            return Err(self.at(
+                &entry.name,
+                "name",
+                "must be 1-64 letters, digits, `-` or `_` (it is the job's id)".into(),
+            ));
+        }
+        let generated = id
+            .strip_prefix('j')
+            .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if generated || id == "heartbeat" {
+            return Err(self.at(
+                &entry.name,
+                "name",
+                format!("`{id}` is kept for jobs made in chats and the heartbeat; pick another"),
+            ));
+        }
+        if declared.iter().any(|job| job.id == *id) {
+            return Err(self.at(&entry.name, "name", format!("`{id}` is declared twice")));
+        }
+        Ok(())
+    }
+
+    /// The job it declares (its name checked already).
+    fn job(&self, entry: &JobEntry, channels: &[&str]) -> Result<Declared, ConfigError> {
+        let chat = chat_target(channels, entry.chat.get_ref())
+            .map_err(|why| self.at(&entry.chat, "chat", why))?;
+        if entry.message.get_ref().trim().is_empty() {
+            return Err(self.at(&entry.message, "message", "must not be empty".into()));
+        }
+        let tz = match &entry.tz {
+            Some(tz) => {
+                zone(tz.get_ref()).map_err(|why| self.at(tz, "tz", why))?;
+                tz.get_ref().clone()
+            }
+            None => default_zone(self.settings.timezone.as_deref()),
+        };
+        let (which, value, schedule) = self.schedule(entry, &tz)?;
+        let session = match &entry.session {
+            Some(session) => SessionMode::parse(session.get_ref()).ok_or_else(|| {
+                self.at(
+                    session,
+                    "session",
+                    "must be \"chat\" or \"isolated\"".into(),
+                )
+            })?,
+            None => SessionMode::Chat,
+        };
+        let catch_up = entry
+            .catch_up_secs
+            .map_or(self.settings.catch_up, Duration::from_secs);
+        // The definition as written, with what it defaults to filled in.
+        let spec = serde_json::json!({
+            "chat": entry.chat.get_ref(),
+            "message": entry.message.get_ref(),
+            "when": [which, value],
+            "tz": tz,
+            "session": session.as_str(),
+            "catch_up_secs": catch_up.as_secs(),
+            "enabled": entry.enabled,
+        })
+        .to_string();
+        Ok(Declared {
+            id: entry.name.get_ref().clone(),
+            message: entry.message.get_ref().clone(),
+            schedule,
+            chat,
+            session,
+            catch_up,
+            enabled: entry.enabled,
+            kind: JobKind::Task,
+            active_hours: None,
+            spec,
+        })
+    }
+
+    /// Its schedule: exactly one of `at`, `every`, `cron`, in zone `tz`, no more often than
+    /// `scheduler.min_interval_secs`.
+    fn schedule<'e>(
+        &self,
+        entry: &'e JobEntry,
+        tz: &str,
+    ) -> Result<(&'static str, &'e str, Schedule), ConfigError> {
+        let given = [
+            ("at", &entry.at),
+            ("every", &entry.every),
+            ("cron", &entry.cron),
+        ];
+        let mut set = given
+            .iter()
+            .filter_map(|(name, value)| Some((*name, (*value).as_ref()?)));
+        let (Some((which, value)), None) = (set.next(), set.next()) else {
+            return Err(self.source.error_at(
+                Some(entry.name.span()),
+                format!("scheduler.jobs[{}]", self.index),
+                "give exactly one of `at`, `every`, `cron`".into(),
+            ));
+        };
+        let when = match which {
+            "at" => When::At(value.get_ref()),
+            "every" => When::Every(value.get_ref()),
+            _ => When::Cron(value.get_ref()),
+        };
+        let schedule = when
+            .schedule(tz, self.now)
+            .map_err(|why| self.at(value, which, why))?;
+        if let Some(gap) = schedule.shortest_gap(self.now)
+            && gap < self.settings.min_interval
+        {
+            return Err(self.at(
+                value,
+                which,
+                format!(
+                    "it would run every {} s; the shortest interval allowed is {} s \
+                     (scheduler.min_interval_secs)",
+                    gap.as_secs(),
+                    self.settings.min_interval.as_secs()
+                ),
+            ));
+        }
+        Ok((which, value.get_ref(), schedule))
     }
 }
 
@@ -313,6 +355,9 @@ pub struct HeartbeatSection {
     pub active_hours: Option<Spanned<String>>,
 }
 
+/// The heartbeat's `every` and `chat`, as written.
+type EveryAndChat<'a> = (&'a Spanned<String>, &'a Spanned<String>);
+
 impl HeartbeatSection {
     /// The heartbeat as a job, when `every` is set; errors name `heartbeat.<key>`.
     pub fn declared(
@@ -325,29 +370,8 @@ impl HeartbeatSection {
         let at = |spanned: &Spanned<String>, key: &str, why: String| {
             source.error_at(Some(spanned.span()), format!("heartbeat.{key}"), why)
         };
-        let Some(every) = &self.every else {
-            if let Some(set) = self.chat.as_ref().or(self.active_hours.as_ref()) {
-                return Err(at(
-                    set,
-                    "every",
-                    "set it (e.g. \"30m\") to turn the heartbeat on".into(),
-                ));
-            }
+        let Some((every, chat_text)) = self.turned_on(scheduler, source)? else {
             return Ok(None);
-        };
-        if !scheduler.enabled {
-            return Err(at(
-                every,
-                "every",
-                "the heartbeat runs on the scheduler: set [scheduler] enabled = true".into(),
-            ));
-        }
-        let Some(chat_text) = &self.chat else {
-            return Err(at(
-                every,
-                "chat",
-                "say where the heartbeat speaks: chat = \"telegram:123456\"".into(),
-            ));
         };
         let chat =
             chat_target(channels, chat_text.get_ref()).map_err(|why| at(chat_text, "chat", why))?;
@@ -400,6 +424,47 @@ impl HeartbeatSection {
             active_hours,
             spec,
         }))
+    }
+
+    /// Its `every` and `chat` when it is on (`every` set), checked for what that needs: the
+    /// scheduler on, a chat to speak in. `None`: off (nothing else set).
+    fn turned_on(
+        &self,
+        scheduler: &SchedulerSection,
+        source: &Source,
+    ) -> Result<Option<EveryAndChat<'_>>, ConfigError> {
+        let at = |spanned: &Spanned<String>, key: &str, why: &str| {
+            source.error_at(
+                Some(spanned.span()),
+                format!("heartbeat.{key}"),
+                why.to_owned(),
+            )
+        };
+        let Some(every) = &self.every else {
+            return match self.chat.as_ref().or(self.active_hours.as_ref()) {
+                Some(set) => Err(at(
+                    set,
+                    "every",
+                    "set it (e.g. \"30m\") to turn the heartbeat on",
+                )),
+                None => Ok(None),
+            };
+        };
+        if !scheduler.enabled {
+            return Err(at(
+                every,
+                "every",
+                "the heartbeat runs on the scheduler: set [scheduler] enabled = true",
+            ));
+        }
+        let Some(chat) = &self.chat else {
+            return Err(at(
+                every,
+                "chat",
+                "say where the heartbeat speaks: chat = \"telegram:123456\"",
+            ));
+        };
+        Ok(Some((every, chat)))
     }
 }
 
