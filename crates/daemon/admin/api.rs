@@ -1,16 +1,18 @@
-//! The panel's JSON API, under `/admin/api/`: one HTTP handler that dispatches on the method
-//! and the path (one handler's worth of code, not a dozen: the panel costs a daemon without
-//! it nothing but its size, docs/benchmarks.md), each answer a thin reading of what the CLI or
-//! the chats already use (see the module doc of `admin`).
+//! The panel's JSON API, under `/admin/api/`: a route per request on axum's `Router`, each
+//! handler taking what it needs as typed extractors (its state, its path's parts, its query),
+//! each answer — and each refusal — JSON and a thin reading of what the CLI or the chats
+//! already use (see the module doc of `admin`).
 
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, UNIX_EPOCH};
 
-use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, any, get, post};
+use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_adapter::PairingError;
@@ -30,55 +32,63 @@ const RELOAD_WAIT: Duration = Duration::from_secs(60);
 /// Why a request got no answer: the status and what to tell the operator.
 pub(super) struct Failure(StatusCode, String);
 
-type Answer = Result<Value, Failure>;
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({"error": self.1}))).into_response()
+    }
+}
+
+/// What a request is answered: JSON, or why not (JSON too).
+type Answer = Result<Json<Value>, Failure>;
 
 fn failed(status: StatusCode, error: impl std::fmt::Display) -> Failure {
     Failure(status, error.to_string())
 }
 
-/// Every `/admin/api/…` request (the token was checked before).
-pub(super) async fn handle(
-    State(admin): State<Arc<Admin>>,
-    method: Method,
-    uri: Uri,
-    body: Bytes,
-) -> Response {
-    let path = uri.path().strip_prefix("/admin/api/").unwrap_or_default();
-    let segments: Vec<&str> = path.split('/').collect();
-    let answer = match (method.as_str(), segments.as_slice()) {
-        ("GET", ["overview"]) => Ok(overview(&admin)),
-        ("GET", ["sessions"]) => sessions(&admin).await,
-        ("GET", ["transcript"]) => transcript(&admin, &uri).await,
-        ("POST", ["reset"]) => reset(&admin, &body).await,
-        ("GET", ["pairing"]) => pairing(&admin).await,
-        ("POST", ["pairing", code, verdict]) => decide(&admin, code, verdict).await,
-        ("GET", ["usage"]) => usage(&admin, &uri).await,
-        ("GET", ["jobs"]) => jobs(&admin).await,
-        ("GET", ["jobs", id, "runs"]) => runs(&admin, id).await,
-        ("POST", ["jobs", id, action]) => act(&admin, id, action).await,
-        ("GET", ["config"]) => Ok(config(&admin)),
-        ("POST", ["reload"]) => reload(&admin).await,
-        _ => Err(failed(
-            StatusCode::NOT_FOUND,
-            format!("no {method} /admin/api/{path}"),
-        )),
-    };
-    match answer {
-        Ok(body) => Json(body).into_response(),
-        Err(Failure(status, error)) => (status, Json(json!({"error": error}))).into_response(),
-    }
+/// The panel's state, as its handlers take it.
+type Panel = State<Arc<Admin>>;
+
+/// The API's routes (under `/admin/api/`; the token was checked before). A method or path it
+/// does not have is answered 404, in JSON like every answer.
+pub(super) fn routes() -> Router<Arc<Admin>> {
+    let only = |route: MethodRouter<Arc<Admin>>| route.fallback(not_found);
+    Router::new()
+        .route("/admin/api/overview", only(get(overview)))
+        .route("/admin/api/sessions", only(get(sessions)))
+        .route("/admin/api/transcript", only(get(transcript)))
+        .route("/admin/api/reset", only(post(reset)))
+        .route("/admin/api/pairing", only(get(pairing)))
+        .route("/admin/api/pairing/{code}/{verdict}", only(post(decide)))
+        .route("/admin/api/usage", only(get(usage)))
+        .route("/admin/api/jobs", only(get(jobs)))
+        .route("/admin/api/jobs/{id}/runs", only(get(runs)))
+        .route("/admin/api/jobs/{id}/{action}", only(post(act)))
+        .route("/admin/api/config", only(get(config)))
+        .route("/admin/api/reload", only(post(reload)))
+        .route("/admin/api/{*path}", any(not_found))
 }
 
-/// The query of `uri` as `T`.
-fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, Failure> {
-    Query::<T>::try_from_uri(uri)
-        .map(|Query(query)| query)
-        .map_err(|err| failed(StatusCode::BAD_REQUEST, err.body_text()))
+/// A method or path the API does not have.
+async fn not_found(method: Method, uri: Uri) -> Failure {
+    failed(StatusCode::NOT_FOUND, format!("no {method} {}", uri.path()))
+}
+
+/// A query, refused in JSON when it does not read.
+struct Asked<T>(T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Asked<T> {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Failure> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|Query(query)| Asked(query))
+            .map_err(|err| failed(StatusCode::BAD_REQUEST, err.body_text()))
+    }
 }
 
 /// Channels and checks (`/healthz`'s report), the agents, and the tools each source offers
 /// (the built-in ones, each MCP server's).
-fn overview(admin: &Admin) -> Value {
+async fn overview(State(admin): Panel) -> Answer {
     let (healthy, health) = admin.health.report();
     let tools = admin.agents.default_agent().tool_sources().snapshot();
     let mut servers: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
@@ -102,17 +112,17 @@ fn overview(admin: &Admin) -> Value {
             })
         })
         .collect();
-    json!({
+    Ok(Json(json!({
         "healthy": healthy,
         "health": health,
         "agents": agents,
         "tools": builtin,
         "mcp": servers,
-    })
+    })))
 }
 
 /// The sessions of every agent, most recently written first, with their message counts.
-async fn sessions(admin: &Admin) -> Answer {
+async fn sessions(State(admin): Panel) -> Answer {
     let mut all = Vec::new();
     for agent in admin.agents.iter() {
         let store = agent.store();
@@ -147,7 +157,7 @@ async fn sessions(admin: &Admin) -> Answer {
             "messages": messages,
         }));
     }
-    Ok(json!({"sessions": sessions}))
+    Ok(Json(json!({"sessions": sessions})))
 }
 
 #[derive(Deserialize)]
@@ -157,8 +167,7 @@ struct SessionRef {
 }
 
 /// A session's conversation, read-only, as the chat page shows it.
-async fn transcript(admin: &Admin, uri: &Uri) -> Answer {
-    let session: SessionRef = query(uri)?;
+async fn transcript(State(admin): Panel, Asked(session): Asked<SessionRef>) -> Answer {
     let Some(agent) = admin.agents.get(&AgentName::from(session.agent.as_str())) else {
         return Err(failed(
             StatusCode::NOT_FOUND,
@@ -168,15 +177,17 @@ async fn transcript(admin: &Admin, uri: &Uri) -> Answer {
     let store = agent.store();
     let key = SessionKey::from(session.key);
     match store.transcript(&key).await {
-        Ok(messages) => Ok(json!({"messages": switchboard_websocket::said_of(messages)})),
+        Ok(messages) => Ok(Json(
+            json!({"messages": switchboard_websocket::said_of(messages)}),
+        )),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// Starts a session anew: `/new` sent to its chat, through its worker, as if its person sent
 /// it (the chat is told "Started a new session.").
-async fn reset(admin: &Admin, body: &[u8]) -> Answer {
-    let session: SessionRef = serde_json::from_slice(body).map_err(|err| {
+async fn reset(State(admin): Panel, body: Bytes) -> Answer {
+    let session: SessionRef = serde_json::from_slice(&body).map_err(|err| {
         failed(
             StatusCode::BAD_REQUEST,
             format!("expected {{\"agent\", \"key\"}}: {err}"),
@@ -203,35 +214,35 @@ async fn reset(admin: &Admin, body: &[u8]) -> Answer {
     let mut new = InboundMessage::text(channel, chat, SenderId::from("operator"), "/new");
     new.agent = Some(agent);
     match admin.hub.publish_inbound(new).await {
-        Ok(()) => Ok(json!({"reset": key.to_string()})),
+        Ok(()) => Ok(Json(json!({"reset": key.to_string()}))),
         Err(err) => Err(failed(StatusCode::SERVICE_UNAVAILABLE, err)),
     }
 }
 
 /// The codes waiting and the senders approved (`switchboard pairing list`).
-async fn pairing(admin: &Admin) -> Answer {
+async fn pairing(State(admin): Panel) -> Answer {
     let pairing = admin.pairing.clone();
     match pairing.list().await {
-        Ok(file) => {
-            serde_json::to_value(file).map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))
-        }
+        Ok(file) => serde_json::to_value(file)
+            .map(Json)
+            .map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// Approves or denies a code (`switchboard pairing approve|deny CODE`).
-async fn decide(admin: &Admin, code: &str, verdict: &str) -> Answer {
+async fn decide(State(admin): Panel, Path((code, verdict)): Path<(String, String)>) -> Answer {
     let pairing = &admin.pairing;
     let status = |err: &PairingError| match err {
         PairingError::UnknownCode(_) | PairingError::UnknownSender(_) => StatusCode::NOT_FOUND,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     };
-    let decided = match verdict {
+    let decided = match verdict.as_str() {
         "approve" => pairing
-            .approve(code)
+            .approve(&code)
             .await
             .map(|a| json!({"approved": format!("{}:{}", a.channel, a.sender)})),
-        "deny" => pairing.deny(code).await.map(|p| json!({"denied": p.code})),
+        "deny" => pairing.deny(&code).await.map(|p| json!({"denied": p.code})),
         other => {
             return Err(failed(
                 StatusCode::NOT_FOUND,
@@ -239,7 +250,7 @@ async fn decide(admin: &Admin, code: &str, verdict: &str) -> Answer {
             ));
         }
     };
-    decided.map_err(|err| failed(status(&err), err))
+    decided.map(Json).map_err(|err| failed(status(&err), err))
 }
 
 #[derive(Deserialize)]
@@ -248,8 +259,7 @@ struct Days {
 }
 
 /// What the models cost, per day, agent and chat (`switchboard usage`).
-async fn usage(admin: &Admin, uri: &Uri) -> Answer {
-    let days: Days = query(uri)?;
+async fn usage(State(admin): Panel, Asked(days): Asked<Days>) -> Answer {
     let text = admin
         .config_text
         .lock()
@@ -264,7 +274,7 @@ async fn usage(admin: &Admin, uri: &Uri) -> Answer {
                 .into_iter()
                 .map(|(day, spent)| json!({"day": day, "spent": spent}))
                 .collect();
-            Ok(json!({"report": report, "days": days}))
+            Ok(Json(json!({"report": report, "days": days})))
         }
         Err(err) => Err(failed(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -274,9 +284,9 @@ async fn usage(admin: &Admin, uri: &Uri) -> Answer {
 }
 
 /// Every scheduled job, as `switchboard cron list` describes it.
-async fn jobs(admin: &Admin) -> Answer {
+async fn jobs(State(admin): Panel) -> Answer {
     let Some(jobs) = &admin.jobs else {
-        return Ok(json!({"enabled": false, "jobs": []}));
+        return Ok(Json(json!({"enabled": false, "jobs": []})));
     };
     match jobs.list(&Asker::Operator).await {
         Ok(all) => {
@@ -285,30 +295,31 @@ async fn jobs(admin: &Admin) -> Answer {
                 .iter()
                 .map(|job| json!({"job": job, "summary": describe(job, now)}))
                 .collect();
-            Ok(json!({"enabled": true, "jobs": listed}))
+            Ok(Json(json!({"enabled": true, "jobs": listed})))
         }
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
 }
 
 /// A job's last runs (`switchboard cron runs ID`).
-async fn runs(admin: &Admin, id: &str) -> Answer {
+async fn runs(State(admin): Panel, Path(id): Path<String>) -> Answer {
     let Some(jobs) = &admin.jobs else {
         return Err(failed(StatusCode::NOT_FOUND, "the scheduler is off"));
     };
-    match jobs.runs(&Asker::Operator, id, 20).await {
-        Ok(runs) => Ok(json!({"runs": runs})),
+    match jobs.runs(&Asker::Operator, &id, 20).await {
+        Ok(runs) => Ok(Json(json!({"runs": runs}))),
         Err(err) => Err(failed(StatusCode::NOT_FOUND, err)),
     }
 }
 
 /// Pauses, resumes or runs a job now (`switchboard cron pause|resume|run ID`).
-async fn act(admin: &Admin, id: &str, action: &str) -> Answer {
+async fn act(State(admin): Panel, Path((id, action)): Path<(String, String)>) -> Answer {
     let Some(jobs) = &admin.jobs else {
         return Err(failed(StatusCode::NOT_FOUND, "the scheduler is off"));
     };
     let asker = Asker::Operator;
-    let done = match action {
+    let id = id.as_str();
+    let done = match action.as_str() {
         "pause" => jobs.set_enabled(&asker, id, false).await,
         "resume" => jobs.set_enabled(&asker, id, true).await,
         "run" => jobs.run_now(&asker, id).await,
@@ -320,26 +331,26 @@ async fn act(admin: &Admin, id: &str, action: &str) -> Answer {
         }
     };
     match done {
-        Ok(job) => Ok(json!({"job": job})),
+        Ok(job) => Ok(Json(json!({"job": job}))),
         Err(err) => Err(failed(StatusCode::NOT_FOUND, err)),
     }
 }
 
 /// The config in use, its secrets masked.
-fn config(admin: &Admin) -> Value {
+async fn config(State(admin): Panel) -> Json<Value> {
     let text = admin
         .config_text
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    json!({
+    Json(json!({
         "path": admin.path.display().to_string(),
         "text": crate::config_values::masked(&text),
-    })
+    }))
 }
 
 /// Reads the config again and applies what can change live — what SIGHUP does.
-async fn reload(admin: &Admin) -> Answer {
+async fn reload(State(admin): Panel) -> Answer {
     let (answer, reloaded) = tokio::sync::oneshot::channel();
     if admin.reloads.send(answer).await.is_err() {
         return Err(failed(
@@ -349,9 +360,9 @@ async fn reload(admin: &Admin) -> Answer {
     }
     match tokio::time::timeout(RELOAD_WAIT, reloaded).await {
         Ok(Ok(Reloaded::Applied { need_restart })) => {
-            Ok(json!({"applied": true, "need_restart": need_restart}))
+            Ok(Json(json!({"applied": true, "need_restart": need_restart})))
         }
-        Ok(Ok(Reloaded::Refused(error))) => Ok(json!({"applied": false, "error": error})),
+        Ok(Ok(Reloaded::Refused(error))) => Ok(Json(json!({"applied": false, "error": error}))),
         Ok(Err(_)) => Err(failed(
             StatusCode::SERVICE_UNAVAILABLE,
             "the reload was not answered",

@@ -109,12 +109,10 @@ impl Admin {
     /// The panel's routes.
     pub(crate) fn router(self) -> Router {
         let admin = Arc::new(self);
-        let api = Router::new()
-            .route("/admin/api/{*path}", axum::routing::any(api::handle))
-            .layer(axum::middleware::from_fn_with_state(
-                admin.clone(),
-                require_token,
-            ));
+        let api = api::routes().layer(axum::middleware::from_fn_with_state(
+            admin.clone(),
+            require_token,
+        ));
         Router::new()
             .route(
                 "/admin",
