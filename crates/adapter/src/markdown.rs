@@ -10,214 +10,258 @@ use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 
 /// Renders Markdown in Telegram's HTML.
 pub fn telegram_html(markdown: &str) -> String {
-    let mut out = String::with_capacity(markdown.len() + 32);
-    // Numbers of the ordered lists we are in (None for a bulleted one).
-    let mut lists: Vec<Option<u64>> = Vec::new();
-    let mut in_code_block = false;
-    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES;
-    for event in Parser::new_ext(markdown, options) {
+    let mut html = Html {
+        out: String::with_capacity(markdown.len() + 32),
+        lists: Vec::new(),
+        in_code_block: false,
+    };
+    for event in Parser::new_ext(markdown, OPTIONS) {
+        html.event(event);
+    }
+    html.out.trim().to_owned()
+}
+
+/// What both renderings read beyond CommonMark.
+const OPTIONS: Options = Options::ENABLE_STRIKETHROUGH.union(Options::ENABLE_TABLES);
+
+/// Telegram's HTML, as it is written.
+struct Html {
+    out: String,
+    /// Numbers of the ordered lists we are in (None for a bulleted one).
+    lists: Vec<Option<u64>>,
+    in_code_block: bool,
+}
+
+impl Html {
+    fn event(&mut self, event: Event<'_>) {
+        let out = &mut self.out;
         match event {
-            Event::Start(tag) => match tag {
-                Tag::Strong => out.push_str("<b>"),
-                Tag::Emphasis => out.push_str("<i>"),
-                Tag::Strikethrough => out.push_str("<s>"),
-                Tag::Heading { .. } => out.push_str("<b>"),
-                Tag::BlockQuote(_) => out.push_str("<blockquote>"),
-                Tag::Link { dest_url, .. } => {
-                    out.push_str("<a href=\"");
-                    escape_into(&mut out, &dest_url, true);
-                    out.push_str("\">");
-                }
-                Tag::CodeBlock(kind) => {
-                    in_code_block = true;
-                    match kind {
-                        CodeBlockKind::Fenced(lang) if !lang.trim().is_empty() => {
-                            let lang = lang.split_whitespace().next().unwrap_or_default();
-                            out.push_str("<pre><code class=\"language-");
-                            escape_into(&mut out, lang, true);
-                            out.push_str("\">");
-                        }
-                        _ => out.push_str("<pre><code>"),
-                    }
-                }
-                Tag::List(start) => lists.push(start),
-                Tag::Item => {
-                    let depth = lists.len().saturating_sub(1);
-                    out.push_str(&"  ".repeat(depth));
-                    match lists.last_mut() {
-                        Some(Some(number)) => {
-                            out.push_str(&format!("{number}. "));
-                            *number += 1;
-                        }
-                        _ => out.push_str("• "),
-                    }
-                }
-                _ => {}
-            },
-            Event::End(tag) => match tag {
-                TagEnd::Strong | TagEnd::Heading(_) => {
-                    out.push_str("</b>");
-                    if matches!(tag, TagEnd::Heading(_)) {
-                        out.push_str("\n\n");
-                    }
-                }
-                TagEnd::Emphasis => out.push_str("</i>"),
-                TagEnd::Strikethrough => out.push_str("</s>"),
-                TagEnd::BlockQuote(_) => {
-                    trim_newlines(&mut out);
-                    out.push_str("</blockquote>\n\n");
-                }
-                TagEnd::Link => out.push_str("</a>"),
-                TagEnd::CodeBlock => {
-                    in_code_block = false;
-                    trim_newlines(&mut out);
-                    out.push_str("</code></pre>\n\n");
-                }
-                TagEnd::Paragraph => out.push_str("\n\n"),
-                TagEnd::List(_) => {
-                    lists.pop();
-                    if lists.is_empty() {
-                        out.push('\n');
-                    }
-                }
-                TagEnd::Item => {
-                    trim_newlines(&mut out);
-                    out.push('\n');
-                }
-                TagEnd::TableCell => out.push_str(" | "),
-                TagEnd::TableRow | TagEnd::TableHead => {
-                    let trimmed = out.trim_end_matches([' ', '|']).len();
-                    out.truncate(trimmed);
-                    out.push('\n');
-                }
-                TagEnd::Table => out.push('\n'),
-                _ => {}
-            },
-            Event::Text(text) => escape_into(&mut out, &text, false),
+            Event::Start(tag) => self.start(tag),
+            Event::End(tag) => self.end(tag),
+            Event::Text(text) => escape_into(out, &text, false),
             Event::Code(code) => {
-                if in_code_block {
-                    escape_into(&mut out, &code, false);
+                if self.in_code_block {
+                    escape_into(out, &code, false);
                 } else {
                     out.push_str("<code>");
-                    escape_into(&mut out, &code, false);
+                    escape_into(out, &code, false);
                     out.push_str("</code>");
                 }
             }
-            Event::Html(html) | Event::InlineHtml(html) => escape_into(&mut out, &html, false),
+            Event::Html(html) | Event::InlineHtml(html) => escape_into(out, &html, false),
             Event::SoftBreak | Event::HardBreak => out.push('\n'),
             Event::Rule => out.push_str("———\n\n"),
             Event::TaskListMarker(done) => out.push_str(if done { "☑ " } else { "☐ " }),
-            Event::FootnoteReference(name) => escape_into(&mut out, &name, false),
+            Event::FootnoteReference(name) => escape_into(out, &name, false),
             _ => {}
         }
     }
-    out.trim().to_owned()
+
+    fn start(&mut self, tag: Tag<'_>) {
+        let out = &mut self.out;
+        match tag {
+            Tag::Strong | Tag::Heading { .. } => out.push_str("<b>"),
+            Tag::Emphasis => out.push_str("<i>"),
+            Tag::Strikethrough => out.push_str("<s>"),
+            Tag::BlockQuote(_) => out.push_str("<blockquote>"),
+            Tag::Link { dest_url, .. } => {
+                out.push_str("<a href=\"");
+                escape_into(out, &dest_url, true);
+                out.push_str("\">");
+            }
+            Tag::CodeBlock(kind) => {
+                self.in_code_block = true;
+                match kind {
+                    CodeBlockKind::Fenced(lang) if !lang.trim().is_empty() => {
+                        let lang = lang.split_whitespace().next().unwrap_or_default();
+                        out.push_str("<pre><code class=\"language-");
+                        escape_into(out, lang, true);
+                        out.push_str("\">");
+                    }
+                    _ => out.push_str("<pre><code>"),
+                }
+            }
+            Tag::List(start) => self.lists.push(start),
+            Tag::Item => item(out, &mut self.lists, "  "),
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, tag: TagEnd) {
+        let out = &mut self.out;
+        match tag {
+            TagEnd::Strong => out.push_str("</b>"),
+            TagEnd::Heading(_) => out.push_str("</b>\n\n"),
+            TagEnd::Emphasis => out.push_str("</i>"),
+            TagEnd::Strikethrough => out.push_str("</s>"),
+            TagEnd::BlockQuote(_) => {
+                trim_newlines(out);
+                out.push_str("</blockquote>\n\n");
+            }
+            TagEnd::Link => out.push_str("</a>"),
+            TagEnd::CodeBlock => {
+                self.in_code_block = false;
+                trim_newlines(out);
+                out.push_str("</code></pre>\n\n");
+            }
+            TagEnd::Paragraph => out.push_str("\n\n"),
+            other => end_block(out, &mut self.lists, other),
+        }
+    }
+}
+
+/// A list item's bullet or number, indented by `indent` per level of nesting.
+fn item(out: &mut String, lists: &mut [Option<u64>], indent: &str) {
+    out.push_str(&indent.repeat(lists.len().saturating_sub(1)));
+    match lists.last_mut() {
+        Some(Some(number)) => {
+            out.push_str(&format!("{number}. "));
+            *number += 1;
+        }
+        _ => out.push_str("• "),
+    }
+}
+
+/// The end of a list, an item, or a table's cell, row or whole — written alike by both.
+fn end_block(out: &mut String, lists: &mut Vec<Option<u64>>, tag: TagEnd) {
+    match tag {
+        TagEnd::List(_) => {
+            lists.pop();
+            if lists.is_empty() {
+                out.push('\n');
+            }
+        }
+        TagEnd::Item => {
+            trim_newlines(out);
+            out.push('\n');
+        }
+        TagEnd::TableCell => out.push_str(" | "),
+        TagEnd::TableRow | TagEnd::TableHead => {
+            let trimmed = out.trim_end_matches([' ', '|']).len();
+            out.truncate(trimmed);
+            out.push('\n');
+        }
+        TagEnd::Table => out.push('\n'),
+        _ => {}
+    }
 }
 
 /// Renders Markdown in Slack's mrkdwn.
 pub fn slack_mrkdwn(markdown: &str) -> String {
-    let mut out = String::with_capacity(markdown.len() + 32);
-    let mut lists: Vec<Option<u64>> = Vec::new();
-    let mut quote = 0usize;
-    // The text of the link being written, and its target.
-    let mut link: Option<(String, String)> = None;
-    let options = Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES;
-    for event in Parser::new_ext(markdown, options) {
-        let target = match &mut link {
+    let mut mrkdwn = Mrkdwn {
+        out: String::with_capacity(markdown.len() + 32),
+        lists: Vec::new(),
+        quote: 0,
+        link: None,
+    };
+    for event in Parser::new_ext(markdown, OPTIONS) {
+        mrkdwn.event(event);
+    }
+    let out = mrkdwn.out;
+    out.trim().trim_end_matches('>').trim_end().to_owned()
+}
+
+/// Slack's mrkdwn, as it is written.
+struct Mrkdwn {
+    out: String,
+    lists: Vec<Option<u64>>,
+    /// How deep in quotes.
+    quote: usize,
+    /// The text of the link being written, and its target.
+    link: Option<(String, String)>,
+}
+
+impl Mrkdwn {
+    /// Where text goes: the link being written, or the output.
+    fn target(&mut self) -> &mut String {
+        match &mut self.link {
             Some((text, _)) => text,
-            None => &mut out,
-        };
+            None => &mut self.out,
+        }
+    }
+
+    fn event(&mut self, event: Event<'_>) {
         match event {
-            Event::Start(tag) => match tag {
-                Tag::Strong | Tag::Heading { .. } => target.push('*'),
-                Tag::Emphasis => target.push('_'),
-                Tag::Strikethrough => target.push('~'),
-                Tag::BlockQuote(_) => {
-                    quote += 1;
-                    out.push_str("> ");
-                }
-                Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
-                    link = Some((String::new(), dest_url.to_string()));
-                }
-                Tag::CodeBlock(_) => out.push_str("```\n"),
-                Tag::List(start) => lists.push(start),
-                Tag::Item => {
-                    out.push_str(&"    ".repeat(lists.len().saturating_sub(1)));
-                    match lists.last_mut() {
-                        Some(Some(number)) => {
-                            out.push_str(&format!("{number}. "));
-                            *number += 1;
-                        }
-                        _ => out.push_str("• "),
-                    }
-                }
-                _ => {}
-            },
-            Event::End(tag) => match tag {
-                TagEnd::Strong => target.push('*'),
-                TagEnd::Heading(_) => out.push_str("*\n\n"),
-                TagEnd::Emphasis => target.push('_'),
-                TagEnd::Strikethrough => target.push('~'),
-                TagEnd::BlockQuote(_) => {
-                    quote = quote.saturating_sub(1);
-                    trim_newlines(&mut out);
-                    out.push_str("\n\n");
-                }
-                TagEnd::Link | TagEnd::Image => {
-                    if let Some((text, url)) = link.take() {
-                        out.push('<');
-                        escape_into(&mut out, &url, false);
-                        if !text.is_empty() && text != url {
-                            out.push('|');
-                            out.push_str(&text);
-                        }
-                        out.push('>');
-                    }
-                }
-                TagEnd::CodeBlock => {
-                    trim_newlines(&mut out);
-                    out.push_str("\n```\n\n");
-                }
-                TagEnd::Paragraph => out.push_str(if quote > 0 { "\n> " } else { "\n\n" }),
-                TagEnd::List(_) => {
-                    lists.pop();
-                    if lists.is_empty() {
-                        out.push('\n');
-                    }
-                }
-                TagEnd::Item => {
-                    trim_newlines(&mut out);
-                    out.push('\n');
-                }
-                TagEnd::TableCell => out.push_str(" | "),
-                TagEnd::TableRow | TagEnd::TableHead => {
-                    let trimmed = out.trim_end_matches([' ', '|']).len();
-                    out.truncate(trimmed);
-                    out.push('\n');
-                }
-                TagEnd::Table => out.push('\n'),
-                _ => {}
-            },
-            Event::Text(text) => escape_into(target, &text, false),
+            Event::Start(tag) => self.start(tag),
+            Event::End(tag) => self.end(tag),
+            Event::Text(text) => escape_into(self.target(), &text, false),
             Event::Code(code) => {
+                let target = self.target();
                 target.push('`');
                 escape_into(target, &code, false);
                 target.push('`');
             }
-            Event::Html(html) | Event::InlineHtml(html) => escape_into(target, &html, false),
+            Event::Html(html) | Event::InlineHtml(html) => escape_into(self.target(), &html, false),
             Event::SoftBreak | Event::HardBreak => {
+                let quoted = self.quote > 0;
+                let target = self.target();
                 target.push('\n');
-                if quote > 0 {
+                if quoted {
                     target.push_str("> ");
                 }
             }
-            Event::Rule => out.push_str("———\n\n"),
-            Event::TaskListMarker(done) => target.push_str(if done { "☑ " } else { "☐ " }),
-            Event::FootnoteReference(name) => escape_into(target, &name, false),
+            Event::Rule => self.out.push_str("———\n\n"),
+            Event::TaskListMarker(done) => {
+                self.target().push_str(if done { "☑ " } else { "☐ " })
+            }
+            Event::FootnoteReference(name) => escape_into(self.target(), &name, false),
             _ => {}
         }
     }
-    out.trim().trim_end_matches('>').trim_end().to_owned()
+
+    fn start(&mut self, tag: Tag<'_>) {
+        match tag {
+            Tag::Strong | Tag::Heading { .. } => self.target().push('*'),
+            Tag::Emphasis => self.target().push('_'),
+            Tag::Strikethrough => self.target().push('~'),
+            Tag::BlockQuote(_) => {
+                self.quote += 1;
+                self.out.push_str("> ");
+            }
+            Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } => {
+                self.link = Some((String::new(), dest_url.to_string()));
+            }
+            Tag::CodeBlock(_) => self.out.push_str("```\n"),
+            Tag::List(start) => self.lists.push(start),
+            Tag::Item => item(&mut self.out, &mut self.lists, "    "),
+            _ => {}
+        }
+    }
+
+    fn end(&mut self, tag: TagEnd) {
+        match tag {
+            TagEnd::Strong => self.target().push('*'),
+            TagEnd::Heading(_) => self.out.push_str("*\n\n"),
+            TagEnd::Emphasis => self.target().push('_'),
+            TagEnd::Strikethrough => self.target().push('~'),
+            TagEnd::BlockQuote(_) => {
+                self.quote = self.quote.saturating_sub(1);
+                trim_newlines(&mut self.out);
+                self.out.push_str("\n\n");
+            }
+            TagEnd::Link | TagEnd::Image => {
+                if let Some((text, url)) = self.link.take() {
+                    let out = &mut self.out;
+                    out.push('<');
+                    escape_into(out, &url, false);
+                    if !text.is_empty() && text != url {
+                        out.push('|');
+                        out.push_str(&text);
+                    }
+                    out.push('>');
+                }
+            }
+            TagEnd::CodeBlock => {
+                trim_newlines(&mut self.out);
+                self.out.push_str("\n```\n\n");
+            }
+            TagEnd::Paragraph => {
+                let end = if self.quote > 0 { "\n> " } else { "\n\n" };
+                self.out.push_str(end);
+            }
+            other => end_block(&mut self.out, &mut self.lists, other),
+        }
+    }
 }
 
 fn trim_newlines(out: &mut String) {

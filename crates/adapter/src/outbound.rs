@@ -197,68 +197,14 @@ impl<S: Surface> Replies<S> {
     /// Delivers one outbound message.
     pub async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let place = self.surface.place(&message.chat_id)?;
-        let chat = &message.chat_id;
-        let answering = message.reply_to.as_ref();
         // Which turn it is of (a scheduled run's answers no message, and is still its run's).
-        let turn = message.turn.as_ref().or(answering);
-        let holds = &self.holds;
-        match &message.kind {
-            OutboundKind::Done(_) => {
-                // The turn is over: drop its state (and stop "typing…").
-                let ended = self.chats.remove(&message.chat_id);
-                if let (Some(kept), Some(cursor)) = (&self.kept, message.cursor) {
-                    let (until, mut done) = match ended {
-                        Some((_, out)) => {
-                            let out = out.lock().await;
-                            (out.kept_until, out.kept(cursor))
-                        }
-                        None => {
-                            let until = kept.get(chat).await.map_or(0, |kept| kept.cursor);
-                            (until, Kept::default())
-                        }
-                    };
-                    if cursor > until {
-                        done.cursor = cursor;
-                        done.turn = turn.map(|turn| turn.as_str().to_owned());
-                        done.done = true;
-                        kept.put(chat, &done).await;
-                    }
-                }
-                return Ok(());
-            }
-            OutboundKind::Error(text) => {
-                let text = format!("⚠️ {text}");
-                let said = notice(&text, answering, true);
-                return holds
-                    .call(chat, self.surface.send(&place, said))
-                    .await
-                    .map(drop);
-            }
-            OutboundKind::Notice(text) => {
-                let text = format!("ℹ️ {text}");
-                let said = notice(&text, None, false);
-                return holds
-                    .call(chat, self.surface.send(&place, said))
-                    .await
-                    .map(drop);
-            }
-            OutboundKind::Question { text, .. } => {
-                // A message of its own, kept apart from the draft: the turn waits on it.
-                let text = format!("❓ {text}");
-                let said = notice(&text, answering, true);
-                return holds
-                    .call(chat, self.surface.send(&place, said))
-                    .await
-                    .map(drop);
-            }
-            OutboundKind::Post(text) => {
-                // Outside any turn: its own parts, never the chat's draft.
-                let mut own = ChatOut::new();
-                return self.deliver_reply(&mut own, chat, place, None, text).await;
-            }
-            OutboundKind::Status(_) | OutboundKind::Tool(_) => return Ok(()),
-            OutboundKind::Delta(_) if !self.stream => return Ok(()),
-            _ => {}
+        let turn = message.turn.as_ref().or(message.reply_to.as_ref());
+        if let OutboundKind::Done(_) = &message.kind {
+            self.done(&message, turn).await;
+            return Ok(());
+        }
+        if let Some(sent) = self.send_apart(&message, &place).await {
+            return sent;
         }
         let state = self
             .chats
@@ -266,6 +212,7 @@ impl<S: Surface> Replies<S> {
             .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(ChatOut::new())))
             .clone();
         let mut out = state.lock().await;
+        let chat = &message.chat_id;
         self.recall(&mut out, chat, turn).await;
         if message
             .cursor
@@ -274,23 +221,83 @@ impl<S: Surface> Replies<S> {
             // It went out before, from the gateway that held the connection then.
             return Ok(());
         }
+        self.in_turn(&mut out, &message, place, turn).await
+    }
+
+    /// The turn is over: its state dropped (and "typing…" stopped), and kept as done.
+    async fn done(&self, message: &OutboundMessage, turn: Option<&MessageId>) {
+        let chat = &message.chat_id;
+        let ended = self.chats.remove(chat);
+        let (Some(kept), Some(cursor)) = (&self.kept, message.cursor) else {
+            return;
+        };
+        let (until, mut done) = match ended {
+            Some((_, out)) => {
+                let out = out.lock().await;
+                (out.kept_until, out.kept(cursor))
+            }
+            None => {
+                let until = kept.get(chat).await.map_or(0, |kept| kept.cursor);
+                (until, Kept::default())
+            }
+        };
+        if cursor > until {
+            done.cursor = cursor;
+            done.turn = turn.map(|turn| turn.as_str().to_owned());
+            done.done = true;
+            kept.put(chat, &done).await;
+        }
+    }
+
+    /// What is sent apart from a turn's draft — an error, a notice, a question, a post — or
+    /// not shown at all; `None` for a piece of the turn's answer.
+    async fn send_apart(
+        &self,
+        message: &OutboundMessage,
+        place: &S::Place,
+    ) -> Option<Result<(), CoreError>> {
+        let chat = &message.chat_id;
+        let answering = message.reply_to.as_ref();
+        let (text, answers) = match &message.kind {
+            OutboundKind::Error(text) => (format!("⚠️ {text}"), answering),
+            OutboundKind::Notice(text) => (format!("ℹ️ {text}"), None),
+            // A message of its own, kept apart from the draft: the turn waits on it.
+            OutboundKind::Question { text, .. } => (format!("❓ {text}"), answering),
+            OutboundKind::Post(text) => {
+                // Outside any turn: its own parts, never the chat's draft.
+                let mut own = ChatOut::new();
+                let place = place.clone();
+                return Some(self.deliver_reply(&mut own, chat, place, None, text).await);
+            }
+            OutboundKind::Status(_) | OutboundKind::Tool(_) => return Some(Ok(())),
+            OutboundKind::Delta(_) if !self.stream => return Some(Ok(())),
+            _ => return None,
+        };
+        let loud = !matches!(message.kind, OutboundKind::Notice(_));
+        let said = notice(&text, answers, loud);
+        Some(
+            self.holds
+                .call(chat, self.surface.send(place, said))
+                .await
+                .map(drop),
+        )
+    }
+
+    /// A piece of a turn's answer, with the chat's state: its start, a delta of its draft, a
+    /// reset of it, its whole reply.
+    async fn in_turn(
+        &self,
+        out: &mut ChatOut,
+        message: &OutboundMessage,
+        place: S::Place,
+        turn: Option<&MessageId>,
+    ) -> Result<(), CoreError> {
+        let chat = &message.chat_id;
+        let answering = message.reply_to.as_ref();
         let cursor = message.cursor.unwrap_or_default();
-        match message.kind {
+        match &message.kind {
             OutboundKind::TurnStarted => {
-                // The same turn started again (its worker changed): its draft is finished,
-                // not left behind beside a new one.
-                let again = out.turn.as_ref() == turn;
-                let mut draft = out.draft.take().filter(|_| again);
-                if let Some(draft) = &mut draft {
-                    draft.reset();
-                }
-                let (kept_until, recalled) = (out.kept_until, out.recalled);
-                *out = ChatOut::new();
-                out.draft = draft;
-                out.turn = turn.cloned();
-                out.kept_until = kept_until;
-                out.recalled = recalled;
-                out.typing = Some(self.typing(chat.clone(), place));
+                self.turn_started(out, chat, place, turn);
                 Ok(())
             }
             // A piece of a turn this chat's state is not of — one whose start was not seen
@@ -306,10 +313,9 @@ impl<S: Surface> Replies<S> {
                 let draft = out
                     .draft
                     .get_or_insert_with(|| Draft::new(self.edit_interval, limit, measure));
-                let step = draft.push(&piece, now);
+                let step = draft.push(piece, now);
                 let sends = matches!(step, Step::Send(_));
-                self.draft_step(&mut out, step, chat, place, answering)
-                    .await;
+                self.draft_step(out, step, chat, place, answering).await;
                 if sends && let Some(kept) = &self.kept {
                     kept.put(chat, &out.kept(cursor)).await;
                 }
@@ -322,9 +328,7 @@ impl<S: Surface> Replies<S> {
                 Ok(())
             }
             OutboundKind::Message(text) => {
-                let delivered = self
-                    .deliver_reply(&mut out, chat, place, answering, &text)
-                    .await;
+                let delivered = self.deliver_reply(out, chat, place, answering, text).await;
                 if delivered.is_ok() {
                     out.turn = turn.cloned();
                     out.finished = true;
@@ -334,14 +338,31 @@ impl<S: Surface> Replies<S> {
                 }
                 delivered
             }
-            OutboundKind::Error(_)
-            | OutboundKind::Notice(_)
-            | OutboundKind::Question { .. }
-            | OutboundKind::Post(_)
-            | OutboundKind::Status(_)
-            | OutboundKind::Tool(_)
-            | OutboundKind::Done(_) => Ok(()),
+            _ => Ok(()),
         }
+    }
+
+    /// A turn started: the chat's state begins anew (typing…). The same turn started again
+    /// (its worker changed) has its draft finished, not left behind beside a new one.
+    fn turn_started(
+        &self,
+        out: &mut ChatOut,
+        chat: &ChatId,
+        place: S::Place,
+        turn: Option<&MessageId>,
+    ) {
+        let again = out.turn.as_ref() == turn;
+        let mut draft = out.draft.take().filter(|_| again);
+        if let Some(draft) = &mut draft {
+            draft.reset();
+        }
+        let (kept_until, recalled) = (out.kept_until, out.recalled);
+        *out = ChatOut::new();
+        out.draft = draft;
+        out.turn = turn.cloned();
+        out.kept_until = kept_until;
+        out.recalled = recalled;
+        out.typing = Some(self.typing(chat.clone(), place));
     }
 
     /// Reads what is kept of `chat` once per turn (with shared state): frames up to the kept

@@ -341,14 +341,7 @@ impl Gateway {
         let mut settled_seq = None;
         loop {
             let envelope = tokio::select! {
-                () = stop.cancelled() => {
-                    // A normal close ends the session: the next start identifies anew.
-                    *self.resume() = None;
-                    self.kept.forget().await;
-                    let frame = CloseFrame { code: CloseCode::Normal, reason: "".into() };
-                    let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
-                    return Ok(Ended::Stopped);
-                }
+                () = stop.cancelled() => return Ok(self.close(socket).await),
                 () = &mut handshake, if !live_yet => {
                     return Err(unavailable("the gateway did not answer IDENTIFY or RESUME in time".into()));
                 }
@@ -380,27 +373,12 @@ impl Gateway {
             };
             match envelope.op {
                 op::DISPATCH => {
-                    if let Some(seq) = envelope.s
-                        && let Some(resume) = self.resume().as_mut()
+                    live_yet |= matches!(envelope.t.as_deref(), Some("READY" | "RESUMED"));
+                    if let Some(ended) = self
+                        .dispatched(envelope, live, events, &mut settled_seq)
+                        .await
                     {
-                        resume.seq = resume.seq.max(seq);
-                    }
-                    if matches!(envelope.t.as_deref(), Some("READY" | "RESUMED")) {
-                        live_yet = true;
-                    }
-                    let ready = (envelope.t.as_deref() == Some("READY"))
-                        .then(|| envelope.s.unwrap_or_default());
-                    let event = self.dispatch(envelope, live);
-                    if let Some(seq) = ready {
-                        // Kept at once from READY's sequence: nothing came before it.
-                        settled_seq = Some(seq);
-                        self.keep(seq).await;
-                    }
-                    let Some(event) = event else {
-                        continue;
-                    };
-                    if events.send(event).await.is_err() {
-                        return Ok(Ended::Stopped);
+                        return Ok(ended);
                     }
                 }
                 // Discord asks for a heartbeat now.
@@ -418,6 +396,46 @@ impl Gateway {
                 _ => {}
             }
         }
+    }
+
+    /// A normal close, which ends the session: the next start identifies anew.
+    async fn close(&self, socket: &mut Socket) -> Ended {
+        *self.resume() = None;
+        self.kept.forget().await;
+        let frame = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(2), socket.close(Some(frame))).await;
+        Ended::Stopped
+    }
+
+    /// An event: its sequence noted (kept at once from READY's: nothing came before it),
+    /// and what it says handed on; `Some` when the reading ends.
+    async fn dispatched(
+        &self,
+        envelope: Envelope,
+        live: &impl Fn(),
+        events: &mpsc::Sender<Event>,
+        settled_seq: &mut Option<u64>,
+    ) -> Option<Ended> {
+        if let Some(seq) = envelope.s
+            && let Some(resume) = self.resume().as_mut()
+        {
+            resume.seq = resume.seq.max(seq);
+        }
+        let ready =
+            (envelope.t.as_deref() == Some("READY")).then(|| envelope.s.unwrap_or_default());
+        let event = self.dispatch(envelope, live);
+        if let Some(seq) = ready {
+            *settled_seq = Some(seq);
+            self.keep(seq).await;
+        }
+        let event = event?;
+        if events.send(event).await.is_err() {
+            return Some(Ended::Stopped);
+        }
+        None
     }
 
     /// Sends a heartbeat with the last sequence number seen.

@@ -92,92 +92,11 @@ impl McpSection {
     /// Checks the entries (keys relative to `[mcp]`: `servers.NAME.command`).
     pub fn validate(&self) -> Result<(), ConfigProblem> {
         for (name, entry) in &self.servers {
+            check_name(name)?;
             let key = |field: &str| format!("servers.{name}.{field}");
-            if name.is_empty()
-                || name.len() > MAX_NAME
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                || name.contains("__")
-            {
-                return Err(ConfigProblem::new(
-                    None,
-                    &format!("servers.{name}"),
-                    format!(
-                        "a server's name is 1-{MAX_NAME} letters, digits, `-` or `_` (no `__`): \
-                         its tools are offered as NAME__tool"
-                    ),
-                ));
-            }
-            if let Some(url) = &entry.url {
-                if entry.command.is_some() {
-                    return Err(ConfigProblem::new(
-                        Some(url.span()),
-                        &key("url"),
-                        "a server is either started (`command`) or reached (`url`), not both",
-                    ));
-                }
-                let parsed = url::Url::parse(url.get_ref()).map_err(|err| {
-                    ConfigProblem::new(Some(url.span()), &key("url"), format!("not a URL: {err}"))
-                })?;
-                if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                    return Err(ConfigProblem::new(
-                        Some(url.span()),
-                        &key("url"),
-                        "an http:// or https:// URL with a host",
-                    ));
-                }
-                for (header, value) in &entry.headers {
-                    if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
-                        return Err(ConfigProblem::new(
-                            Some(value.span()),
-                            &key("headers"),
-                            format!("`{header}` is not a header's name"),
-                        ));
-                    }
-                }
-                continue;
-            }
-            if let Some((header, value)) = entry.headers.iter().next() {
-                return Err(ConfigProblem::new(
-                    Some(value.span()),
-                    &key("headers"),
-                    format!("`{header}`: headers go to a server reached by `url`"),
-                ));
-            }
-            let Some(command) = &entry.command else {
-                return Err(ConfigProblem::new(
-                    None,
-                    &key("command"),
-                    "say how to start the server: command = \"npx\", args = [\"-y\", \"…\"] \
-                     — or where to reach it: url = \"https://…/mcp\"",
-                ));
-            };
-            if command.get_ref().trim().is_empty() {
-                return Err(ConfigProblem::new(
-                    Some(command.span()),
-                    &key("command"),
-                    "empty",
-                ));
-            }
-            if let Some(timeout) = &entry.timeout_secs {
-                let secs = *timeout.get_ref();
-                if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
-                    return Err(ConfigProblem::new(
-                        Some(timeout.span()),
-                        &key("timeout_secs"),
-                        "seconds, more than 0 and at most 86400",
-                    ));
-                }
-            }
-            for (variable, value) in &entry.env {
-                if variable.is_empty() || variable.contains('=') || variable.contains('\0') {
-                    return Err(ConfigProblem::new(
-                        Some(value.span()),
-                        &key("env"),
-                        format!("`{variable}` is not a variable's name"),
-                    ));
-                }
+            match &entry.url {
+                Some(url) => entry.check_reached(url, &key)?,
+                None => entry.check_started(&key)?,
             }
         }
         Ok(())
@@ -193,24 +112,7 @@ impl McpSection {
                 .as_ref()
                 .map(|secs| Duration::from_secs_f64(*secs.get_ref()));
             if let Some(url) = &entry.url {
-                let mut headers = Vec::new();
-                for (header, value) in &entry.headers {
-                    let resolved = expand_env(value.get_ref()).map_err(|err| {
-                        ConfigProblem::new(
-                            Some(value.span()),
-                            &format!("servers.{name}.headers.{header}"),
-                            err.to_string(),
-                        )
-                    })?;
-                    if http::HeaderValue::from_str(&resolved).is_err() {
-                        return Err(ConfigProblem::new(
-                            Some(value.span()),
-                            &format!("servers.{name}.headers.{header}"),
-                            "not a header's value (a line break or a control character?)",
-                        ));
-                    }
-                    headers.push((header.clone(), resolved));
-                }
+                let headers = entry.headers(name)?;
                 specs.push(ServerSpec {
                     name: name.clone(),
                     command: String::new(),
@@ -230,24 +132,7 @@ impl McpSection {
             let Some(command) = &entry.command else {
                 continue;
             };
-            let mut env = Vec::new();
-            for (variable, value) in &entry.env {
-                let resolved = expand_env(value.get_ref()).map_err(|err| {
-                    ConfigProblem::new(
-                        Some(value.span()),
-                        &format!("servers.{name}.env.{variable}"),
-                        err.to_string(),
-                    )
-                })?;
-                env.push((variable.clone(), resolved));
-            }
-            for inherited in ["PATH", "HOME"] {
-                if !entry.env.contains_key(inherited)
-                    && let Some(value) = std::env::var_os(inherited)
-                {
-                    env.push((inherited.to_owned(), value.to_string_lossy().into_owned()));
-                }
-            }
+            let env = entry.environment(name)?;
             let cwd = entry
                 .cwd
                 .as_ref()
@@ -276,6 +161,153 @@ impl McpSection {
             });
         }
         Ok(specs)
+    }
+}
+
+/// A server's name: its tools are offered as `NAME__tool`.
+fn check_name(name: &str) -> Result<(), ConfigProblem> {
+    if name.is_empty()
+        || name.len() > MAX_NAME
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        || name.contains("__")
+    {
+        return Err(ConfigProblem::new(
+            None,
+            &format!("servers.{name}"),
+            format!(
+                "a server's name is 1-{MAX_NAME} letters, digits, `-` or `_` (no `__`): \
+                 its tools are offered as NAME__tool"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl ServerEntry {
+    /// Its headers, their `${…}` filled in and checked.
+    fn headers(&self, name: &str) -> Result<Vec<(String, String)>, ConfigProblem> {
+        let mut headers = Vec::new();
+        for (header, value) in &self.headers {
+            let key = format!("servers.{name}.headers.{header}");
+            let resolved = expand_env(value.get_ref())
+                .map_err(|err| ConfigProblem::new(Some(value.span()), &key, err.to_string()))?;
+            if http::HeaderValue::from_str(&resolved).is_err() {
+                return Err(ConfigProblem::new(
+                    Some(value.span()),
+                    &key,
+                    "not a header's value (a line break or a control character?)",
+                ));
+            }
+            headers.push((header.clone(), resolved));
+        }
+        Ok(headers)
+    }
+
+    /// The environment it starts with: its `env`, `${…}` filled in, and the daemon's `PATH`
+    /// and `HOME` unless it sets them.
+    fn environment(&self, name: &str) -> Result<Vec<(String, String)>, ConfigProblem> {
+        let mut env = Vec::new();
+        for (variable, value) in &self.env {
+            let resolved = expand_env(value.get_ref()).map_err(|err| {
+                ConfigProblem::new(
+                    Some(value.span()),
+                    &format!("servers.{name}.env.{variable}"),
+                    err.to_string(),
+                )
+            })?;
+            env.push((variable.clone(), resolved));
+        }
+        for inherited in ["PATH", "HOME"] {
+            if !self.env.contains_key(inherited)
+                && let Some(value) = std::env::var_os(inherited)
+            {
+                env.push((inherited.to_owned(), value.to_string_lossy().into_owned()));
+            }
+        }
+        Ok(env)
+    }
+
+    /// A server reached over HTTP: a URL with a host, headers with names — and no command.
+    fn check_reached(
+        &self,
+        url: &Spanned<String>,
+        key: &impl Fn(&str) -> String,
+    ) -> Result<(), ConfigProblem> {
+        if self.command.is_some() {
+            return Err(ConfigProblem::new(
+                Some(url.span()),
+                &key("url"),
+                "a server is either started (`command`) or reached (`url`), not both",
+            ));
+        }
+        let parsed = url::Url::parse(url.get_ref()).map_err(|err| {
+            ConfigProblem::new(Some(url.span()), &key("url"), format!("not a URL: {err}"))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+            return Err(ConfigProblem::new(
+                Some(url.span()),
+                &key("url"),
+                "an http:// or https:// URL with a host",
+            ));
+        }
+        for (header, value) in &self.headers {
+            if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(ConfigProblem::new(
+                    Some(value.span()),
+                    &key("headers"),
+                    format!("`{header}` is not a header's name"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A server started over stdio: its command, timeout and environment — and no headers.
+    fn check_started(&self, key: &impl Fn(&str) -> String) -> Result<(), ConfigProblem> {
+        if let Some((header, value)) = self.headers.iter().next() {
+            return Err(ConfigProblem::new(
+                Some(value.span()),
+                &key("headers"),
+                format!("`{header}`: headers go to a server reached by `url`"),
+            ));
+        }
+        let Some(command) = &self.command else {
+            return Err(ConfigProblem::new(
+                None,
+                &key("command"),
+                "say how to start the server: command = \"npx\", args = [\"-y\", \"…\"] \
+             — or where to reach it: url = \"https://…/mcp\"",
+            ));
+        };
+        if command.get_ref().trim().is_empty() {
+            return Err(ConfigProblem::new(
+                Some(command.span()),
+                &key("command"),
+                "empty",
+            ));
+        }
+        if let Some(timeout) = &self.timeout_secs {
+            let secs = *timeout.get_ref();
+            if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+                return Err(ConfigProblem::new(
+                    Some(timeout.span()),
+                    &key("timeout_secs"),
+                    "seconds, more than 0 and at most 86400",
+                ));
+            }
+        }
+        for (variable, value) in &self.env {
+            if variable.is_empty() || variable.contains('=') || variable.contains('\0') {
+                return Err(ConfigProblem::new(
+                    Some(value.span()),
+                    &key("env"),
+                    format!("`{variable}` is not a variable's name"),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -45,56 +45,66 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
+/// How this member connects: its name, timeouts, reconnecting for ever (each connection
+/// counted in `reconnected`), its credentials and TLS.
+fn options(
+    config: &ClusterConfig,
+    reconnected: tokio::sync::watch::Sender<u64>,
+) -> Result<async_nats::ConnectOptions, ClusterError> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name(format!(
+            "switchboard {} ({})",
+            config.member,
+            config.role.as_str()
+        ))
+        .connection_timeout(REQUEST_TIMEOUT)
+        .request_timeout(Some(REQUEST_TIMEOUT))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .event_callback(move |event| {
+            let reconnected = reconnected.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        tracing::info!("connected to NATS");
+                        reconnected.send_modify(|count| *count += 1);
+                    }
+                    async_nats::Event::Disconnected => {
+                        tracing::warn!("disconnected from NATS; reconnecting");
+                    }
+                    other => tracing::debug!(event = %other, "NATS"),
+                }
+            }
+        });
+    options = match &config.auth {
+        Auth::None => options,
+        Auth::Credentials(creds) => options
+            .credentials(creds)
+            .map_err(|err| ClusterError::Credentials(err.to_string()))?,
+        Auth::Nkey(seed) => options.nkey(seed.clone()),
+        Auth::Token(token) => options.token(token.clone()),
+        Auth::UserPassword(user, password) => {
+            options.user_and_password(user.clone(), password.clone())
+        }
+    };
+    if let Some(tls) = &config.tls {
+        options = options.require_tls(true);
+        if let Some(ca) = &tls.ca_file {
+            options = options.add_root_certificates(ca.clone());
+        }
+        if let Some((cert, key)) = &tls.client {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+    }
+    Ok(options)
+}
+
 impl Cluster {
     /// Connects to the servers and makes what is missing of the streams and buckets. The
     /// client reconnects by itself for as long as the process runs.
     pub async fn connect(config: ClusterConfig) -> Result<Self, ClusterError> {
         let (reconnected, reconnects) = tokio::sync::watch::channel(0u64);
-        let mut options = async_nats::ConnectOptions::new()
-            .name(format!(
-                "switchboard {} ({})",
-                config.member,
-                config.role.as_str()
-            ))
-            .connection_timeout(REQUEST_TIMEOUT)
-            .request_timeout(Some(REQUEST_TIMEOUT))
-            .retry_on_initial_connect()
-            .max_reconnects(None)
-            .event_callback(move |event| {
-                let reconnected = reconnected.clone();
-                async move {
-                    match event {
-                        async_nats::Event::Connected => {
-                            tracing::info!("connected to NATS");
-                            reconnected.send_modify(|count| *count += 1);
-                        }
-                        async_nats::Event::Disconnected => {
-                            tracing::warn!("disconnected from NATS; reconnecting");
-                        }
-                        other => tracing::debug!(event = %other, "NATS"),
-                    }
-                }
-            });
-        options = match &config.auth {
-            Auth::None => options,
-            Auth::Credentials(creds) => options
-                .credentials(creds)
-                .map_err(|err| ClusterError::Credentials(err.to_string()))?,
-            Auth::Nkey(seed) => options.nkey(seed.clone()),
-            Auth::Token(token) => options.token(token.clone()),
-            Auth::UserPassword(user, password) => {
-                options.user_and_password(user.clone(), password.clone())
-            }
-        };
-        if let Some(tls) = &config.tls {
-            options = options.require_tls(true);
-            if let Some(ca) = &tls.ca_file {
-                options = options.add_root_certificates(ca.clone());
-            }
-            if let Some((cert, key)) = &tls.client {
-                options = options.add_client_certificate(cert.clone(), key.clone());
-            }
-        }
+        let options = options(&config, reconnected)?;
         let unreachable = |why: String| ClusterError::Unreachable {
             url: config.nats_url.clone(),
             why,

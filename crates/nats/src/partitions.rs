@@ -116,12 +116,20 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
     let workers = workers(inner).await?.max(1);
     let partitions = cluster.config.partitions;
     let share = partitions.div_ceil(workers);
+    give_up_beyond(inner, held, share).await;
+    take_up_to(inner, held, share).await;
+    measure_lag(inner, held).await;
+    Ok(())
+}
+
+/// More than our `share`: gives up the last ones, once their running turns end.
+async fn give_up_beyond(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>, share: u32) {
+    let cluster = &inner.cluster;
     let active: Vec<u32> = held
         .iter()
         .filter(|(_, partition)| !partition.leaving)
         .map(|(number, _)| *number)
         .collect();
-    // More than our share: give up the last ones, once their running turns end.
     for number in active.iter().skip(share as usize) {
         if let Some(partition) = held.get_mut(number) {
             tracing::info!(
@@ -147,8 +155,13 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
                 .await;
         }
     }
-    // Fewer: take free ones, starting at a place of our own so workers do not all race
-    // for the same.
+}
+
+/// Fewer than our `share`: takes free ones, starting at a place of our own so workers do
+/// not all race for the same.
+async fn take_up_to(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>, share: u32) {
+    let cluster = &inner.cluster;
+    let partitions = cluster.config.partitions;
     let mut count = held.values().filter(|partition| !partition.leaving).count() as u32;
     let start = crate::names::partition_of(
         &switchboard_core::SessionKey::from(cluster.config.member.as_str()),
@@ -185,8 +198,6 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
             }
         }
     }
-    measure_lag(inner, held).await;
-    Ok(())
 }
 
 /// Renews every lease held; one that cannot be renewed (it lapsed and another took it) is
@@ -396,28 +407,37 @@ async fn read(
             }
         };
         inbound.tenure = Some(tenure.clone());
-        in_flight.fetch_add(1, Ordering::AcqRel);
-        let settled = in_flight.clone();
-        let runtime = tokio::runtime::Handle::current();
-        inbound.ack = Some(Ack::new(move |fate| {
-            runtime.spawn(async move {
-                let kind = match fate {
-                    Fate::Handled | Fate::Dropped => AckKind::Ack,
-                    // Not processed (this worker stops): offered again, to whoever reads next.
-                    Fate::Unprocessed => AckKind::Nak(Some(Duration::from_secs(1))),
-                };
-                if let Err(err) = message.ack_with(kind).await {
-                    tracing::warn!(error = %err, "could not acknowledge an inbound message");
-                }
-                settled.fetch_sub(1, Ordering::AcqRel);
-            });
-        }));
+        inbound.ack = Some(acked_on_the_server(message, &in_flight));
         tokio::select! {
             // Dropped unsent: its ack says unprocessed.
             () = reading.cancelled() => return,
             sent = inner.inbound_tx.send(inbound) => if sent.is_err() { return },
         }
     }
+}
+
+/// The ack of a message read off a partition: its fate told to the server (handled or
+/// dropped: acknowledged; not processed, as this worker stops: offered again, to whoever
+/// reads next), counted in flight until then.
+fn acked_on_the_server(
+    message: async_nats::jetstream::Message,
+    in_flight: &Arc<AtomicUsize>,
+) -> Ack {
+    in_flight.fetch_add(1, Ordering::AcqRel);
+    let settled = in_flight.clone();
+    let runtime = tokio::runtime::Handle::current();
+    Ack::new(move |fate| {
+        runtime.spawn(async move {
+            let kind = match fate {
+                Fate::Handled | Fate::Dropped => AckKind::Ack,
+                Fate::Unprocessed => AckKind::Nak(Some(Duration::from_secs(1))),
+            };
+            if let Err(err) = message.ack_with(kind).await {
+                tracing::warn!(error = %err, "could not acknowledge an inbound message");
+            }
+            settled.fetch_sub(1, Ordering::AcqRel);
+        });
+    })
 }
 
 /// Opens the partition again once the server answers; `None` when reading stopped first.

@@ -176,15 +176,7 @@ impl Spawner {
         } else {
             (None, None)
         };
-        // A number used before a restart has its history still: skip it. Each number is
-        // handed out once, so two calls at once never get the same one.
-        let mut child = self.next_child(&parent, &base);
-        for _ in 0..10_000 {
-            if !taken(SessionKey::of(&ChannelName::from(CHANNEL), &child)).await {
-                break;
-            }
-            child = self.next_child(&parent, &base);
-        }
+        let child = self.free_child(&parent, &base, taken).await;
         let token = {
             let mut state = self.state();
             let token = family_of(&mut state, &self.inner.turns, &parent)
@@ -228,6 +220,28 @@ impl Spawner {
             answer,
             token,
         })
+    }
+
+    /// The next child number of `parent` whose session holds no history: a number used
+    /// before a restart has its history still. Each number is handed out once, so two calls
+    /// at once never get the same one.
+    async fn free_child<F>(
+        &self,
+        parent: &Parent,
+        base: &str,
+        taken: impl Fn(SessionKey) -> F,
+    ) -> ChatId
+    where
+        F: std::future::Future<Output = bool>,
+    {
+        let mut child = self.next_child(parent, base);
+        for _ in 0..10_000 {
+            if !taken(SessionKey::of(&ChannelName::from(CHANNEL), &child)).await {
+                break;
+            }
+            child = self.next_child(parent, base);
+        }
+        child
     }
 
     /// `/stop` in `session` of `agent`: cancels its children and forgets their answers;

@@ -265,26 +265,7 @@ impl Inner {
             };
             last_ok = Instant::now();
             backoff = Duration::from_millis(500);
-            let mut new = 0;
-            for update in updates.iter() {
-                let id = update.id.0;
-                if !self.cursor().take(id, std::time::Instant::now()) {
-                    continue;
-                }
-                new += 1;
-                let inner = self.clone();
-                let settle = move |fate: Fate| inner.settle(id, fate);
-                let Some(received) = self.intake.read(update, me) else {
-                    settle(Fate::Dropped);
-                    continue;
-                };
-                // A message with files is fetched beside other chats' messages.
-                let chat = received.chat.clone();
-                let quick = received.files.is_empty();
-                let inner = self.clone();
-                let work = async move { inner.intake.admit(received, settle).await };
-                per_chat.run(&chat, quick, work).await;
-            }
+            let new = self.take_in(&updates, me, &mut per_chat).await;
             let offset = self.cursor().confirmed();
             if offset != saved {
                 self.save_offset(offset).await;
@@ -299,6 +280,37 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// Takes in the updates not taken before, each chat's in order (one with files beside
+    /// other chats'); how many were new.
+    async fn take_in(
+        self: &Arc<Self>,
+        updates: &[Update],
+        me: &Me,
+        per_chat: &mut PerChat,
+    ) -> usize {
+        let mut new = 0;
+        for update in updates {
+            let id = update.id.0;
+            if !self.cursor().take(id, std::time::Instant::now()) {
+                continue;
+            }
+            new += 1;
+            let inner = self.clone();
+            let settle = move |fate: Fate| inner.settle(id, fate);
+            let Some(received) = self.intake.read(update, me) else {
+                settle(Fate::Dropped);
+                continue;
+            };
+            // A message with files is fetched beside other chats' messages.
+            let chat = received.chat.clone();
+            let quick = received.files.is_empty();
+            let inner = self.clone();
+            let work = async move { inner.intake.admit(received, settle).await };
+            per_chat.run(&chat, quick, work).await;
+        }
+        new
     }
 
     fn settle(&self, id: u32, fate: Fate) {

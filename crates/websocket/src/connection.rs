@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::CHANNEL_NAME;
 use crate::history::said_of;
-use crate::protocol::{ClientFrame, ServerFrame};
+use crate::protocol::{AttachmentRef, ClientFrame, ServerFrame};
 use crate::subscribers::{Frame, Shared, Subscriber};
 use crate::upload;
 
@@ -233,40 +233,13 @@ async fn handle(
             id,
             attachments,
         } => {
-            let chat = ChatId::from(chat_id.as_str());
-            shared.subscribe(chats, subscriber, chat.clone(), None);
-            let mut files = Vec::with_capacity(attachments.len());
-            for reference in &attachments {
-                match upload::resolve(shared.config.workspace.as_deref(), &chat_id, reference).await
-                {
-                    Ok(file) => files.push(file),
-                    Err(problem) => {
-                        let frame = ServerFrame::Error {
-                            chat_id: Some(chat_id),
-                            message: problem,
-                        };
-                        return reply(subscriber, frame).await;
-                    }
-                }
-            }
-            let mut inbound = InboundMessage::text(
-                CHANNEL_NAME.into(),
-                chat,
-                SenderId::from(format!("ws:{}", subscriber.conn)),
+            let said = Said {
+                chat_id,
                 content,
-            );
-            inbound.attachments = files;
-            if let Some(id) = id {
-                inbound.ack = Some(handled_frame(subscriber, &chat_id, &id));
-                inbound.id = Some(MessageId::from(id));
-            }
-            if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
-                let frame = ServerFrame::Error {
-                    chat_id: Some(chat_id),
-                    message: err.to_string(),
-                };
-                reply(subscriber, frame).await;
-            }
+                id,
+                attachments,
+            };
+            message(said, shared, subscriber, chats).await;
         }
         ClientFrame::Subscribe { chat_id, after } => {
             shared.subscribe(chats, subscriber, ChatId::from(chat_id), after);
@@ -280,30 +253,7 @@ async fn handle(
             shared.unsubscribe(subscriber.conn, &chat);
         }
         ClientFrame::Ping => reply(subscriber, ServerFrame::Pong).await,
-        ClientFrame::History { chat_id } => {
-            let chat = ChatId::from(chat_id.as_str());
-            let messages = match &shared.history {
-                Some(source) => {
-                    let channel = ChannelName::from(CHANNEL_NAME);
-                    match source.transcript(&channel, &chat).await {
-                        Ok(messages) => said_of(messages),
-                        Err(err) => {
-                            tracing::warn!(%chat, error = %err, "could not read a chat's history");
-                            Vec::new()
-                        }
-                    }
-                }
-                None => Vec::new(),
-            };
-            let (running, waiting) = shared.live.get(&ChatId::from(chat_id.as_str()));
-            let frame = ServerFrame::History {
-                chat_id,
-                messages,
-                running,
-                waiting,
-            };
-            reply(subscriber, frame).await;
-        }
+        ClientFrame::History { chat_id } => reply(subscriber, history(shared, chat_id).await).await,
         ClientFrame::Conversations => {
             let conversations = shared.conversations.watch(subscriber).await;
             reply(subscriber, ServerFrame::Conversations { conversations }).await;
@@ -327,6 +277,88 @@ async fn handle(
             );
             let _ = shared.hub.publish_inbound(new).await;
         }
+    }
+}
+
+/// A person's message, as the client sent it.
+struct Said {
+    chat_id: String,
+    content: String,
+    id: Option<String>,
+    attachments: Vec<AttachmentRef>,
+}
+
+/// A person's message: its chat subscribed to, its files found among the uploads, and it
+/// taken in (its `handled` frame sent once the bus has it).
+async fn message(
+    said: Said,
+    shared: &Shared,
+    subscriber: &Subscriber,
+    chats: &Mutex<HashSet<ChatId>>,
+) {
+    let Said {
+        chat_id,
+        content,
+        id,
+        attachments,
+    } = said;
+    let chat = ChatId::from(chat_id.as_str());
+    shared.subscribe(chats, subscriber, chat.clone(), None);
+    let mut files = Vec::with_capacity(attachments.len());
+    for reference in &attachments {
+        match upload::resolve(shared.config.workspace.as_deref(), &chat_id, reference).await {
+            Ok(file) => files.push(file),
+            Err(problem) => {
+                let frame = ServerFrame::Error {
+                    chat_id: Some(chat_id),
+                    message: problem,
+                };
+                return reply(subscriber, frame).await;
+            }
+        }
+    }
+    let mut inbound = InboundMessage::text(
+        CHANNEL_NAME.into(),
+        chat,
+        SenderId::from(format!("ws:{}", subscriber.conn)),
+        content,
+    );
+    inbound.attachments = files;
+    if let Some(id) = id {
+        inbound.ack = Some(handled_frame(subscriber, &chat_id, &id));
+        inbound.id = Some(MessageId::from(id));
+    }
+    if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
+        let frame = ServerFrame::Error {
+            chat_id: Some(chat_id),
+            message: err.to_string(),
+        };
+        reply(subscriber, frame).await;
+    }
+}
+
+/// A chat's conversation so far and what its running turn is doing, for a page shown again.
+async fn history(shared: &Shared, chat_id: String) -> ServerFrame {
+    let chat = ChatId::from(chat_id.as_str());
+    let messages = match &shared.history {
+        Some(source) => {
+            let channel = ChannelName::from(CHANNEL_NAME);
+            match source.transcript(&channel, &chat).await {
+                Ok(messages) => said_of(messages),
+                Err(err) => {
+                    tracing::warn!(%chat, error = %err, "could not read a chat's history");
+                    Vec::new()
+                }
+            }
+        }
+        None => Vec::new(),
+    };
+    let (running, waiting) = shared.live.get(&chat);
+    ServerFrame::History {
+        chat_id,
+        messages,
+        running,
+        waiting,
     }
 }
 

@@ -97,6 +97,12 @@ pub(crate) async fn upload(
     let saved = tokio::time::timeout(UPLOAD_TIMEOUT, media::save(workspace, incoming, chunks))
         .await
         .unwrap_or_else(|_| Err(format!("the upload took longer than {UPLOAD_TIMEOUT:?}")));
+    answer(saved, &query.name, &incoming)
+}
+
+/// What the client is told of its upload: the file saved (its name in the chat's media),
+/// or why not.
+fn answer(saved: Result<Attachment, String>, name: &str, incoming: &Incoming<'_>) -> Response {
     match saved {
         Ok(attachment) => {
             let file = Path::new(&attachment.path)
@@ -105,13 +111,13 @@ pub(crate) async fn upload(
                 .unwrap_or_default();
             Json(serde_json::json!({
                 "file": file,
-                "name": query.name,
+                "name": name,
                 "mime": attachment.mime,
                 "bytes": attachment.bytes,
             }))
             .into_response()
         }
-        Err(why) if why == incoming.too_large() => too_large(&incoming),
+        Err(why) if why == incoming.too_large() => too_large(incoming),
         Err(why) => {
             tracing::warn!(error = %why, "an upload failed");
             (

@@ -113,68 +113,7 @@ fn input(arguments: &str) -> Value {
 pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> Request<'a> {
     let mut messages: Vec<Message<'a>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
-        let (role, blocks) = match &**message {
-            ChatMessage::User {
-                content, images, ..
-            } => {
-                let mut blocks = Vec::with_capacity(1 + images.len());
-                if !content.is_empty() {
-                    // Opened by a line saying where it comes from, when a person did not
-                    // write it.
-                    blocks.push(Block::Text {
-                        text: message.model_text(),
-                    });
-                }
-                blocks.extend(request.shown(images, settings.images).map(image_block));
-                ("user", blocks)
-            }
-            ChatMessage::Assistant {
-                content,
-                tool_calls,
-            } => {
-                let mut blocks = Vec::with_capacity(1 + tool_calls.len());
-                if !content.is_empty() {
-                    blocks.push(Block::Text {
-                        text: content.as_str().into(),
-                    });
-                }
-                blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
-                    id: &call.id,
-                    name: &call.name,
-                    input: input(&call.arguments),
-                }));
-                ("assistant", blocks)
-            }
-            ChatMessage::Tool {
-                tool_call_id,
-                content,
-                is_error,
-                images,
-                ..
-            } => {
-                let mut shown = request.shown(images, settings.images).peekable();
-                let content = if shown.peek().is_none() {
-                    ResultContent::Text(content)
-                } else {
-                    let mut blocks = Vec::new();
-                    if !content.is_empty() {
-                        blocks.push(Block::Text {
-                            text: content.as_str().into(),
-                        });
-                    }
-                    blocks.extend(shown.map(image_block));
-                    ResultContent::Blocks(blocks)
-                };
-                (
-                    "user",
-                    vec![Block::ToolResult {
-                        tool_use_id: tool_call_id,
-                        content,
-                        is_error: *is_error,
-                    }],
-                )
-            }
-        };
+        let (role, blocks) = blocks_of(settings, request, message);
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
             _ => messages.push(Message {
@@ -207,6 +146,77 @@ pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> 
             .collect(),
         temperature: settings.temperature,
         stream: request.stream,
+    }
+}
+
+/// One message of the conversation as Anthropic's role and content blocks (a tool's
+/// result is a block of a user message).
+fn blocks_of<'a>(
+    settings: &Settings<'a>,
+    request: &'a ChatRequest,
+    message: &'a ChatMessage,
+) -> (&'static str, Vec<Block<'a>>) {
+    match message {
+        ChatMessage::User {
+            content, images, ..
+        } => {
+            let mut blocks = Vec::with_capacity(1 + images.len());
+            if !content.is_empty() {
+                // Opened by a line saying where it comes from, when a person did not
+                // write it.
+                blocks.push(Block::Text {
+                    text: message.model_text(),
+                });
+            }
+            blocks.extend(request.shown(images, settings.images).map(image_block));
+            ("user", blocks)
+        }
+        ChatMessage::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut blocks = Vec::with_capacity(1 + tool_calls.len());
+            if !content.is_empty() {
+                blocks.push(Block::Text {
+                    text: content.as_str().into(),
+                });
+            }
+            blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: input(&call.arguments),
+            }));
+            ("assistant", blocks)
+        }
+        ChatMessage::Tool {
+            tool_call_id,
+            content,
+            is_error,
+            images,
+            ..
+        } => {
+            let mut shown = request.shown(images, settings.images).peekable();
+            let content = if shown.peek().is_none() {
+                ResultContent::Text(content)
+            } else {
+                let mut blocks = Vec::new();
+                if !content.is_empty() {
+                    blocks.push(Block::Text {
+                        text: content.as_str().into(),
+                    });
+                }
+                blocks.extend(shown.map(image_block));
+                ResultContent::Blocks(blocks)
+            };
+            (
+                "user",
+                vec![Block::ToolResult {
+                    tool_use_id: tool_call_id,
+                    content,
+                    is_error: *is_error,
+                }],
+            )
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! away.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -116,6 +116,54 @@ impl Exec {
     }
 
     /// How commands are isolated: asked of the helper once (see [`Isolation::probe`]).
+    /// The process that runs `line`: the sandbox helper (confined, as `[tools.exec] user`,
+    /// held by its lifeline) or a shell, in the workspace, with a minimal environment.
+    async fn command(&self, line: &str, workspace: &Path, tmp: &Path) -> Command {
+        let mut command = match &self.options.sandbox {
+            Some(helper) => {
+                let isolation = self.isolation(helper).await;
+                let mut command = Command::new(&helper.program);
+                command.args(&helper.args);
+                command.arg("--workspace").arg(workspace);
+                command.arg("--tmp").arg(tmp);
+                for path in &helper.forbidden {
+                    command.arg("--forbid").arg(path);
+                }
+                if let Some(run_as) = &self.options.run_as {
+                    command.arg("--uid").arg(run_as.uid.to_string());
+                    command.arg("--gid").arg(run_as.gid.to_string());
+                }
+                command.arg("--isolation").arg(isolation.as_str());
+                command.arg("--").arg(line);
+                // The lifeline: the helper ends the command when this pipe closes.
+                command.stdin(Stdio::piped());
+                command
+            }
+            None => {
+                let mut command = Command::new("/bin/sh");
+                command.arg("-c").arg(line).stdin(Stdio::null());
+                if let Some(run_as) = &self.options.run_as {
+                    command.uid(run_as.uid).gid(run_as.gid);
+                }
+                command
+            }
+        };
+        command
+            .current_dir(workspace)
+            .env_clear()
+            .env("PATH", minimal_path())
+            .env("HOME", workspace)
+            .env("TMPDIR", tmp)
+            .env(
+                "LANG",
+                std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        command
+    }
+
     async fn isolation(&self, helper: &SandboxHelper) -> Isolation {
         *self
             .isolation
@@ -257,48 +305,7 @@ impl Tool for Exec {
             })?;
         }
 
-        let mut command = match &self.options.sandbox {
-            Some(helper) => {
-                let isolation = self.isolation(helper).await;
-                let mut command = Command::new(&helper.program);
-                command.args(&helper.args);
-                command.arg("--workspace").arg(workspace);
-                command.arg("--tmp").arg(tmp.path());
-                for path in &helper.forbidden {
-                    command.arg("--forbid").arg(path);
-                }
-                if let Some(run_as) = &self.options.run_as {
-                    command.arg("--uid").arg(run_as.uid.to_string());
-                    command.arg("--gid").arg(run_as.gid.to_string());
-                }
-                command.arg("--isolation").arg(isolation.as_str());
-                command.arg("--").arg(&args.command);
-                // The lifeline: the helper ends the command when this pipe closes.
-                command.stdin(Stdio::piped());
-                command
-            }
-            None => {
-                let mut command = Command::new("/bin/sh");
-                command.arg("-c").arg(&args.command).stdin(Stdio::null());
-                if let Some(run_as) = &self.options.run_as {
-                    command.uid(run_as.uid).gid(run_as.gid);
-                }
-                command
-            }
-        };
-        command
-            .current_dir(workspace)
-            .env_clear()
-            .env("PATH", minimal_path())
-            .env("HOME", workspace)
-            .env("TMPDIR", tmp.path())
-            .env(
-                "LANG",
-                std::env::var("LANG").unwrap_or_else(|_| "C.UTF-8".into()),
-            )
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        let mut command = self.command(&args.command, workspace, tmp.path()).await;
         let mut child = command
             .spawn()
             .map_err(|err| ToolError::Failed(format!("cannot start the command: {err}")))?;
@@ -328,35 +335,46 @@ impl Tool for Exec {
             .await
             .unwrap_or_else(|_| (HeadTail::new(half), HeadTail::new(half)));
 
-        let mut text = String::new();
-        if let Some(note) = self.confinement_note(ctx.session.as_str()).await {
-            text.push_str(note);
-            text.push('\n');
-        }
         let timed_out = matches!(ended, Ended::TimedOut);
-        match ended {
-            Ended::Exited(Ok(status)) => {
-                text.push_str(&format!("exit code {}\n", exit_code(status)))
-            }
-            Ended::Exited(Err(err)) => text.push_str(&format!("exit status unknown: {err}\n")),
-            Ended::TimedOut => text.push_str(&format!(
-                "killed after {} s (its timeout), with every process it started\n",
-                timeout.as_secs_f64()
-            )),
-            Ended::Cancelled => return Err(ToolError::Cancelled),
-        }
-        for (name, stream) in [("stdout", out), ("stderr", err)] {
-            if stream.total() > 0 {
-                text.push_str(&format!("--- {name} ---\n"));
-                text.push_str(stream.finish().trim_end_matches('\n'));
-                text.push('\n');
-            }
-        }
+        let note = self.confinement_note(ctx.session.as_str()).await;
+        let text = report(note, ended, timeout, [("stdout", out), ("stderr", err)])?;
         if timed_out {
             return Err(ToolError::Failed(text));
         }
         Ok(text.into())
     }
+}
+
+/// What the model is told of a command that ended: the note on its confinement, how it
+/// ended, and what it wrote; a command stopped is an error of its own.
+fn report(
+    note: Option<&str>,
+    ended: Ended,
+    timeout: Duration,
+    streams: [(&str, HeadTail); 2],
+) -> Result<String, ToolError> {
+    let mut text = String::new();
+    if let Some(note) = note {
+        text.push_str(note);
+        text.push('\n');
+    }
+    match ended {
+        Ended::Exited(Ok(status)) => text.push_str(&format!("exit code {}\n", exit_code(status))),
+        Ended::Exited(Err(err)) => text.push_str(&format!("exit status unknown: {err}\n")),
+        Ended::TimedOut => text.push_str(&format!(
+            "killed after {} s (its timeout), with every process it started\n",
+            timeout.as_secs_f64()
+        )),
+        Ended::Cancelled => return Err(ToolError::Cancelled),
+    }
+    for (name, stream) in streams {
+        if stream.total() > 0 {
+            text.push_str(&format!("--- {name} ---\n"));
+            text.push_str(stream.finish().trim_end_matches('\n'));
+            text.push('\n');
+        }
+    }
+    Ok(text)
 }
 
 /// How a command's wait ended.

@@ -68,15 +68,7 @@ impl Tool for Grep {
             .size_limit(1 << 20)
             .build(&args.pattern)
             .map_err(|err| ToolError::InvalidArguments(format!("bad regex: {err}")))?;
-        let glob = match &args.glob {
-            Some(glob) => Some(
-                GlobBuilder::new(glob)
-                    .build()
-                    .map_err(|err| ToolError::InvalidArguments(format!("bad glob: {err}")))?
-                    .compile_matcher(),
-            ),
-            None => None,
-        };
+        let glob = args.glob.as_deref().map(glob_matcher).transpose()?;
         let workspace = ctx.workspace.clone();
         let cancel = ctx.cancel.clone();
         blocking(move || {
@@ -111,26 +103,14 @@ impl Tool for Grep {
                 let Ok(file) = workspace.open_read(&relative) else {
                     continue;
                 };
-                let shown_path = relative.shown();
-                let _ = searcher.search_file(
-                    &matcher,
-                    &file,
-                    UTF8(|line_number, line| {
-                        if shown >= MAX_MATCHES {
-                            more += 1;
-                            return Ok(true);
-                        }
-                        shown += 1;
-                        let line = line.trim_end_matches(['\n', '\r']);
-                        let end = crate::cap::floor_char_boundary(line, MAX_LINE_BYTES);
-                        let cut = if end < line.len() { " […]" } else { "" };
-                        out.push_str(&format!(
-                            "{shown_path}:{line_number}: {}{cut}\n",
-                            &line[..end]
-                        ));
-                        Ok(true)
-                    }),
-                );
+                let mut found = Found {
+                    out: &mut out,
+                    shown: &mut shown,
+                    more: &mut more,
+                    path: relative.shown(),
+                };
+                let _ =
+                    searcher.search_file(&matcher, &file, UTF8(|at, line| found.line(at, line)));
             }
             if shown == 0 {
                 return Ok(format!("no match for `{}`", args.pattern));
@@ -141,5 +121,38 @@ impl Tool for Grep {
             Ok(out)
         })
         .await
+    }
+}
+/// A glob of file names, or why it is not one.
+fn glob_matcher(glob: &str) -> Result<globset::GlobMatcher, ToolError> {
+    Ok(GlobBuilder::new(glob)
+        .build()
+        .map_err(|err| ToolError::InvalidArguments(format!("bad glob: {err}")))?
+        .compile_matcher())
+}
+
+/// The matching lines found so far, shown up to [`MAX_MATCHES`] (the rest counted).
+struct Found<'a, P> {
+    out: &'a mut String,
+    shown: &'a mut usize,
+    more: &'a mut usize,
+    path: P,
+}
+
+impl<P: std::fmt::Display> Found<'_, P> {
+    /// One matching line, cut at [`MAX_LINE_BYTES`]; the search goes on.
+    fn line(&mut self, line_number: u64, line: &str) -> Result<bool, std::io::Error> {
+        if *self.shown >= MAX_MATCHES {
+            *self.more += 1;
+            return Ok(true);
+        }
+        *self.shown += 1;
+        let line = line.trim_end_matches(['\n', '\r']);
+        let end = crate::cap::floor_char_boundary(line, MAX_LINE_BYTES);
+        let cut = if end < line.len() { " […]" } else { "" };
+        let path = &self.path;
+        self.out
+            .push_str(&format!("{path}:{line_number}: {}{cut}\n", &line[..end]));
+        Ok(true)
     }
 }
