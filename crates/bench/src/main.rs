@@ -122,285 +122,50 @@ async fn main() -> anyhow::Result<()> {
     results.insert("binary_mib".into(), size as f64 / (1024.0 * 1024.0));
 
     let run = |scenario| args.only.is_empty() || args.only.contains(&scenario);
+    let bench = Bench {
+        args: &args,
+        launcher: &launcher,
+        llm_url: &llm_url,
+    };
 
-    // Startup.
     if run(Scenario::Startup) {
-        let mut ready = Vec::new();
-        let mut healthz = Vec::new();
-        for _ in 0..args.starts {
-            let dir = tempfile::tempdir()?;
-            let (daemon, times) = daemon::start(&launcher, dir.path(), &llm_url).await?;
-            ready.push(times.ready);
-            daemon.stop().await?;
-            let dir = tempfile::tempdir()?;
-            healthz.push(daemon::time_to_healthz(&launcher, dir.path(), &llm_url).await?);
-        }
-        results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
-        results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
+        bench_startup(&bench, &mut results).await?;
     }
 
-    // Telegram polling the fake Bot API beside the WebSocket channel: start and idle cost.
     if run(Scenario::Telegram) {
-        let fake = switchboard_testkit::FakeTelegram::start().await?;
-        let tables = format!(
-            "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
-            switchboard_testkit::telegram::TEST_TOKEN,
-            fake.api_url()
-        );
-        let mut ready = Vec::new();
-        let mut polling = Vec::new();
-        for _ in 0..args.starts {
-            let dir = tempfile::tempdir()?;
-            let polls = fake.polls();
-            let started = std::time::Instant::now();
-            let (daemon, times) =
-                daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
-            ready.push(times.ready);
-            fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
-                f.polls() > polls
-            })
-            .await;
-            polling.push(started.elapsed());
-            daemon.stop().await?;
-        }
-        results.insert("telegram_start_ready_ms_p50".into(), median_ms(&mut ready));
-        results.insert("telegram_first_poll_ms_p50".into(), median_ms(&mut polling));
-        let dir = tempfile::tempdir()?;
-        // Counted before the start: the daemon may poll before it reports READY.
-        let polls = fake.polls();
-        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
-        fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
-            f.polls() > polls
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        results.insert("telegram_rss_idle_mib".into(), mib(daemon.rss_kib()));
-        daemon.stop().await?;
+        bench_telegram(&bench, &mut results).await?;
     }
 
-    // Every channel at once — WebSocket, Telegram polling, Discord's gateway — each
-    // connected to its fake: start and idle cost.
     if run(Scenario::Channels) {
-        let telegram = switchboard_testkit::FakeTelegram::start().await?;
-        let discord = switchboard_testkit::FakeDiscord::start().await?;
-        let tables = format!(
-            "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n\n\
-             [channels.discord]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
-            switchboard_testkit::telegram::TEST_TOKEN,
-            telegram.api_url(),
-            switchboard_testkit::discord::TEST_TOKEN,
-            discord.api_url(),
-        );
-        let mut ready = Vec::new();
-        let mut connected = Vec::new();
-        for _ in 0..args.starts {
-            let dir = tempfile::tempdir()?;
-            let identifies = discord.identifies();
-            let started = std::time::Instant::now();
-            let (daemon, times) =
-                daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
-            ready.push(times.ready);
-            discord
-                .wait_until(Duration::from_secs(10), "Discord READY", |f| {
-                    f.identifies() > identifies && f.connected()
-                })
-                .await;
-            connected.push(started.elapsed());
-            daemon.stop().await?;
-        }
-        results.insert("channels_start_ready_ms_p50".into(), median_ms(&mut ready));
-        results.insert("discord_connected_ms_p50".into(), median_ms(&mut connected));
-        let dir = tempfile::tempdir()?;
-        let identifies = discord.identifies();
-        let polls = telegram.polls();
-        let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
-        discord
-            .wait_until(Duration::from_secs(10), "Discord READY", |f| {
-                f.identifies() > identifies && f.connected()
-            })
-            .await;
-        telegram
-            .wait_until(Duration::from_secs(10), "a long poll", |f| {
-                f.polls() > polls
-            })
-            .await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        results.insert("channels_rss_idle_mib".into(), mib(daemon.rss_kib()));
-        daemon.stop().await?;
+        bench_channels(&bench, &mut results).await?;
     }
 
-    // Turns on the platform channels, streaming, one after another in one chat.
     if run(Scenario::ChannelTurns) {
-        let turns = args.channel_turns;
-        for (tag, run) in [
-            (
-                "telegram",
-                turns::telegram(&launcher, &llm_url, 10, turns).await?,
-            ),
-            (
-                "discord",
-                turns::discord(&launcher, &llm_url, 10, turns).await?,
-            ),
-        ] {
-            results.insert(format!("{tag}_turn_ms_p50"), run.p50_ms);
-            results.insert(format!("{tag}_turn_ms_p99"), run.p99_ms);
-            results.insert(format!("{tag}_cpu_us_per_turn"), run.cpu_us_per_turn);
-        }
+        bench_channel_turns(&bench, &mut results).await?;
     }
 
-    // Footprint and latency against one daemon.
     if run(Scenario::Load) {
-        let dir = tempfile::tempdir()?;
-        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
-
-        // Warm both paths, then measure: 1 session, then 100 sessions.
-        load::floor(&llm_url, 1, 200).await?;
-        load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
-        // Each measurement is repeated and its median kept: this machine's neighbours
-        // make single runs vary by a factor of two.
-        let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-        for round in 0..args.repeat {
-            for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
-                let floor = floor(&args, &llm_url, sessions, messages).await?;
-                let tag = format!("r{round}s{sessions}");
-                let run =
-                    load::through_daemon(daemon.addr, daemon.pid, sessions, messages, &tag).await?;
-                let mut sample = |name: &str, value: f64| {
-                    samples
-                        .entry(format!("{name}_{sessions}s"))
-                        .or_default()
-                        .push(value);
-                };
-                sample("floor_ms_p50", floor.p50);
-                sample("floor_ms_p99", floor.p99);
-                sample("daemon_ms_p50", run.p(0.5));
-                sample("daemon_ms_p99", run.p(0.99));
-                sample("overhead_ms_p50", run.p(0.5) - floor.p50);
-                sample("overhead_ms_p99", run.p(0.99) - floor.p99);
-                sample("turns_per_sec", run.turns_per_sec());
-                sample("daemon_cpu_us_per_turn", run.cpu_us_per_turn());
-                sample("floor_turns_per_sec", floor.turns_per_sec);
-                sample("rss_under_load_mib", mib(run.max_rss_kib));
-            }
-        }
-        for (name, mut values) in samples {
-            values.sort_by(f64::total_cmp);
-            results.insert(name, values[values.len() / 2]);
-        }
-        results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
-        daemon.stop().await?;
+        bench_load(&bench, &mut results).await?;
     }
 
-    // Memory under load against a slow server: 100 sessions at once, each turn waiting
-    // half a second for its first byte. Connections (and their buffers) are what grows.
     if run(Scenario::Slow) {
-        let slow = ScriptedLlm::start().await?;
-        slow.stop_recording();
-        slow.respond_with(|request| {
-            let text = switchboard_testkit::last_user_text(request);
-            switchboard_testkit::Reply::paced(
-                format!("echo: {text} (slowly)"),
-                Duration::from_millis(20),
-            )
-            .delayed(Duration::from_millis(500))
-        });
-        for (tag, llm) in [
-            ("cap16", "max_connections = 16"),
-            ("default", ""),
-            ("uncapped", "max_connections = 1024"),
-        ] {
-            let dir = tempfile::tempdir()?;
-            let (daemon, _) =
-                daemon::start_with_llm(&launcher, dir.path(), &slow.base_url(), llm).await?;
-            let run = load::through_daemon(daemon.addr, daemon.pid, 100, 10, tag).await?;
-            results.insert(
-                format!("slow_llm_rss_under_load_mib_{tag}"),
-                mib(run.max_rss_kib),
-            );
-            results.insert(
-                format!("slow_llm_rss_after_mib_{tag}"),
-                mib(daemon.rss_kib()),
-            );
-            results.insert(format!("slow_llm_turns_per_sec_{tag}"), run.turns_per_sec());
-            results.insert(
-                format!("slow_llm_most_connections_{tag}"),
-                slow.most_in_flight() as f64,
-            );
-            slow.reset_most_in_flight();
-            daemon.stop().await?;
-        }
+        bench_slow(&bench, &mut results).await?;
     }
 
-    // An idle scheduler, without jobs and with `--jobs` of them.
     if run(Scenario::Jobs) {
-        let off = "[scheduler]\nenabled = false\n";
-        for (tag, count, tables) in [("off", 0, off), ("none", 0, ""), ("many", args.jobs, "")] {
-            let dir = tempfile::tempdir()?;
-            scale::write_jobs(&dir.path().join("state"), count).await?;
-            let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, tables).await?;
-            // The loop's first look reads every job; then it only watches the file.
-            let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
-            results.insert(format!("jobs_idle_rss_mib_{tag}"), mib(rss));
-            results.insert(format!("jobs_idle_cpu_ms_per_min_{tag}"), per_minute);
-            daemon.stop().await?;
-        }
+        bench_jobs(&bench, &mut results).await?;
     }
 
-    // An idle MCP server connection.
     if run(Scenario::Mcp) {
-        let server = args.daemon.with_file_name("mcp-test-server");
-        anyhow::ensure!(
-            server.exists(),
-            "{} is missing: cargo build --release -p switchboard-testkit --bin mcp-test-server",
-            server.display()
-        );
-        // The server starts in the daemon's workspace: a relative path would miss it.
-        let server = std::fs::canonicalize(server)?;
-        let one = format!("[mcp.servers.test]\ncommand = \"{}\"\n", server.display());
-        for (tag, tables) in [("none", String::new()), ("one", one)] {
-            let dir = tempfile::tempdir()?;
-            let (daemon, _) = daemon::start_with(&launcher, dir.path(), &llm_url, &tables).await?;
-            if tag == "one" {
-                daemon::wait_for_mcp_tools(daemon.addr, Duration::from_secs(10)).await?;
-            }
-            let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
-            results.insert(format!("mcp_idle_rss_mib_{tag}"), mib(rss));
-            results.insert(format!("mcp_idle_cpu_ms_per_min_{tag}"), per_minute);
-            daemon.stop().await?;
-        }
+        bench_mcp(&bench, &mut results).await?;
     }
 
-    // Scale: sessions on disk, some active.
     if run(Scenario::Disk) {
-        let dir = tempfile::tempdir()?;
-        scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
-        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
-        let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
-        results.insert("scale_activate_secs".into(), took.as_secs_f64());
-        results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
-        let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
-        results.insert("scale_turn_ms_p50".into(), one.p(0.5));
-        results.insert("scale_turn_ms_p99".into(), one.p(0.99));
-        daemon.stop().await?;
+        bench_disk(&bench, &mut results).await?;
     }
 
-    // Scale: idle WebSocket connections.
     if run(Scenario::Idle) {
-        let dir = tempfile::tempdir()?;
-        let (daemon, _) = daemon::start(&launcher, dir.path(), &llm_url).await?;
-        let base = daemon.rss_kib();
-        let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let rss = daemon.rss_kib();
-        results.insert("idle_ws_rss_mib".into(), mib(rss));
-        results.insert(
-            "idle_ws_kib_per_conn".into(),
-            (rss - base.min(rss)) as f64 / args.idle_connections as f64,
-        );
-        drop(sockets);
-        daemon.stop().await?;
+        bench_idle(&bench, &mut results).await?;
     }
 
     if args.only.contains(&Scenario::Cluster) {
@@ -408,6 +173,347 @@ async fn main() -> anyhow::Result<()> {
     }
 
     report(&args, &results)
+}
+
+/// What every scenario runs with.
+struct Bench<'a> {
+    args: &'a Args,
+    launcher: &'a daemon::Launcher,
+    llm_url: &'a str,
+}
+
+/// Startup.
+async fn bench_startup(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let mut ready = Vec::new();
+    let mut healthz = Vec::new();
+    for _ in 0..args.starts {
+        let dir = tempfile::tempdir()?;
+        let (daemon, times) = daemon::start(launcher, dir.path(), llm_url).await?;
+        ready.push(times.ready);
+        daemon.stop().await?;
+        let dir = tempfile::tempdir()?;
+        healthz.push(daemon::time_to_healthz(launcher, dir.path(), llm_url).await?);
+    }
+    results.insert("start_ready_ms_p50".into(), median_ms(&mut ready));
+    results.insert("start_healthz_ms_p50".into(), median_ms(&mut healthz));
+    Ok(())
+}
+
+/// Telegram polling the fake Bot API beside the WebSocket channel: start and idle cost.
+async fn bench_telegram(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let fake = switchboard_testkit::FakeTelegram::start().await?;
+    let tables = format!(
+        "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
+        switchboard_testkit::telegram::TEST_TOKEN,
+        fake.api_url()
+    );
+    let mut ready = Vec::new();
+    let mut polling = Vec::new();
+    for _ in 0..args.starts {
+        let dir = tempfile::tempdir()?;
+        let polls = fake.polls();
+        let started = std::time::Instant::now();
+        let (daemon, times) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+        ready.push(times.ready);
+        fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
+            f.polls() > polls
+        })
+        .await;
+        polling.push(started.elapsed());
+        daemon.stop().await?;
+    }
+    results.insert("telegram_start_ready_ms_p50".into(), median_ms(&mut ready));
+    results.insert("telegram_first_poll_ms_p50".into(), median_ms(&mut polling));
+    let dir = tempfile::tempdir()?;
+    // Counted before the start: the daemon may poll before it reports READY.
+    let polls = fake.polls();
+    let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+    fake.wait_until(Duration::from_secs(10), "a long poll", |f| {
+        f.polls() > polls
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    results.insert("telegram_rss_idle_mib".into(), mib(daemon.rss_kib()));
+    daemon.stop().await?;
+    Ok(())
+}
+
+/// Every channel at once — WebSocket, Telegram polling, Discord's gateway — each
+/// connected to its fake: start and idle cost.
+async fn bench_channels(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let telegram = switchboard_testkit::FakeTelegram::start().await?;
+    let discord = switchboard_testkit::FakeDiscord::start().await?;
+    let tables = format!(
+        "[channels.telegram]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n\n\
+         [channels.discord]\nenabled = true\ntoken = \"{}\"\napi_url = \"{}\"\n",
+        switchboard_testkit::telegram::TEST_TOKEN,
+        telegram.api_url(),
+        switchboard_testkit::discord::TEST_TOKEN,
+        discord.api_url(),
+    );
+    let mut ready = Vec::new();
+    let mut connected = Vec::new();
+    for _ in 0..args.starts {
+        let dir = tempfile::tempdir()?;
+        let identifies = discord.identifies();
+        let started = std::time::Instant::now();
+        let (daemon, times) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+        ready.push(times.ready);
+        discord
+            .wait_until(Duration::from_secs(10), "Discord READY", |f| {
+                f.identifies() > identifies && f.connected()
+            })
+            .await;
+        connected.push(started.elapsed());
+        daemon.stop().await?;
+    }
+    results.insert("channels_start_ready_ms_p50".into(), median_ms(&mut ready));
+    results.insert("discord_connected_ms_p50".into(), median_ms(&mut connected));
+    let dir = tempfile::tempdir()?;
+    let identifies = discord.identifies();
+    let polls = telegram.polls();
+    let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+    discord
+        .wait_until(Duration::from_secs(10), "Discord READY", |f| {
+            f.identifies() > identifies && f.connected()
+        })
+        .await;
+    telegram
+        .wait_until(Duration::from_secs(10), "a long poll", |f| {
+            f.polls() > polls
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    results.insert("channels_rss_idle_mib".into(), mib(daemon.rss_kib()));
+    daemon.stop().await?;
+    Ok(())
+}
+
+/// Turns on the platform channels, streaming, one after another in one chat.
+async fn bench_channel_turns(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let turns = args.channel_turns;
+    for (tag, run) in [
+        (
+            "telegram",
+            turns::telegram(launcher, llm_url, 10, turns).await?,
+        ),
+        (
+            "discord",
+            turns::discord(launcher, llm_url, 10, turns).await?,
+        ),
+    ] {
+        results.insert(format!("{tag}_turn_ms_p50"), run.p50_ms);
+        results.insert(format!("{tag}_turn_ms_p99"), run.p99_ms);
+        results.insert(format!("{tag}_cpu_us_per_turn"), run.cpu_us_per_turn);
+    }
+    Ok(())
+}
+
+/// Footprint and latency against one daemon.
+async fn bench_load(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let dir = tempfile::tempdir()?;
+    let (daemon, _) = daemon::start(launcher, dir.path(), llm_url).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    results.insert("rss_idle_mib".into(), mib(daemon.rss_kib()));
+
+    // Warm both paths, then measure: 1 session, then 100 sessions.
+    load::floor(llm_url, 1, 200).await?;
+    load::through_daemon(daemon.addr, daemon.pid, 1, 200, "warm").await?;
+    // Each measurement is repeated and its median kept: this machine's neighbours
+    // make single runs vary by a factor of two.
+    let mut samples: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for round in 0..args.repeat {
+        for (sessions, messages) in [(1, args.messages), (100, (args.messages / 20).max(50))] {
+            let floor = floor(args, llm_url, sessions, messages).await?;
+            let tag = format!("r{round}s{sessions}");
+            let run =
+                load::through_daemon(daemon.addr, daemon.pid, sessions, messages, &tag).await?;
+            let mut sample = |name: &str, value: f64| {
+                samples
+                    .entry(format!("{name}_{sessions}s"))
+                    .or_default()
+                    .push(value);
+            };
+            sample("floor_ms_p50", floor.p50);
+            sample("floor_ms_p99", floor.p99);
+            sample("daemon_ms_p50", run.p(0.5));
+            sample("daemon_ms_p99", run.p(0.99));
+            sample("overhead_ms_p50", run.p(0.5) - floor.p50);
+            sample("overhead_ms_p99", run.p(0.99) - floor.p99);
+            sample("turns_per_sec", run.turns_per_sec());
+            sample("daemon_cpu_us_per_turn", run.cpu_us_per_turn());
+            sample("floor_turns_per_sec", floor.turns_per_sec);
+            sample("rss_under_load_mib", mib(run.max_rss_kib));
+        }
+    }
+    for (name, mut values) in samples {
+        values.sort_by(f64::total_cmp);
+        results.insert(name, values[values.len() / 2]);
+    }
+    results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
+    daemon.stop().await?;
+    Ok(())
+}
+
+/// Memory under load against a slow server: 100 sessions at once, each turn waiting
+/// half a second for its first byte. Connections (and their buffers) are what grows.
+async fn bench_slow(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let launcher = bench.launcher;
+    let slow = ScriptedLlm::start().await?;
+    slow.stop_recording();
+    slow.respond_with(|request| {
+        let text = switchboard_testkit::last_user_text(request);
+        switchboard_testkit::Reply::paced(
+            format!("echo: {text} (slowly)"),
+            Duration::from_millis(20),
+        )
+        .delayed(Duration::from_millis(500))
+    });
+    for (tag, llm) in [
+        ("cap16", "max_connections = 16"),
+        ("default", ""),
+        ("uncapped", "max_connections = 1024"),
+    ] {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) =
+            daemon::start_with_llm(launcher, dir.path(), &slow.base_url(), llm).await?;
+        let run = load::through_daemon(daemon.addr, daemon.pid, 100, 10, tag).await?;
+        results.insert(
+            format!("slow_llm_rss_under_load_mib_{tag}"),
+            mib(run.max_rss_kib),
+        );
+        results.insert(
+            format!("slow_llm_rss_after_mib_{tag}"),
+            mib(daemon.rss_kib()),
+        );
+        results.insert(format!("slow_llm_turns_per_sec_{tag}"), run.turns_per_sec());
+        results.insert(
+            format!("slow_llm_most_connections_{tag}"),
+            slow.most_in_flight() as f64,
+        );
+        slow.reset_most_in_flight();
+        daemon.stop().await?;
+    }
+    Ok(())
+}
+
+/// An idle scheduler, without jobs and with `--jobs` of them.
+async fn bench_jobs(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let off = "[scheduler]\nenabled = false\n";
+    for (tag, count, tables) in [("off", 0, off), ("none", 0, ""), ("many", args.jobs, "")] {
+        let dir = tempfile::tempdir()?;
+        scale::write_jobs(&dir.path().join("state"), count).await?;
+        let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, tables).await?;
+        // The loop's first look reads every job; then it only watches the file.
+        let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
+        results.insert(format!("jobs_idle_rss_mib_{tag}"), mib(rss));
+        results.insert(format!("jobs_idle_cpu_ms_per_min_{tag}"), per_minute);
+        daemon.stop().await?;
+    }
+    Ok(())
+}
+
+/// An idle MCP server connection.
+async fn bench_mcp(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let server = args.daemon.with_file_name("mcp-test-server");
+    anyhow::ensure!(
+        server.exists(),
+        "{} is missing: cargo build --release -p switchboard-testkit --bin mcp-test-server",
+        server.display()
+    );
+    // The server starts in the daemon's workspace: a relative path would miss it.
+    let server = std::fs::canonicalize(server)?;
+    let one = format!("[mcp.servers.test]\ncommand = \"{}\"\n", server.display());
+    for (tag, tables) in [("none", String::new()), ("one", one)] {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+        if tag == "one" {
+            daemon::wait_for_mcp_tools(daemon.addr, Duration::from_secs(10)).await?;
+        }
+        let (rss, per_minute) = daemon.idle_cost(args.idle_window).await;
+        results.insert(format!("mcp_idle_rss_mib_{tag}"), mib(rss));
+        results.insert(format!("mcp_idle_cpu_ms_per_min_{tag}"), per_minute);
+        daemon.stop().await?;
+    }
+    Ok(())
+}
+
+/// Scale: sessions on disk, some active.
+async fn bench_disk(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let dir = tempfile::tempdir()?;
+    scale::write_sessions(&dir.path().join("state"), args.disk_sessions, 50, 200)?;
+    let (daemon, _) = daemon::start(launcher, dir.path(), llm_url).await?;
+    let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
+    results.insert("scale_activate_secs".into(), took.as_secs_f64());
+    results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
+    let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
+    results.insert("scale_turn_ms_p50".into(), one.p(0.5));
+    results.insert("scale_turn_ms_p99".into(), one.p(0.99));
+    daemon.stop().await?;
+    Ok(())
+}
+
+/// Scale: idle WebSocket connections.
+async fn bench_idle(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        args,
+        launcher,
+        llm_url,
+    } = bench;
+    let dir = tempfile::tempdir()?;
+    let (daemon, _) = daemon::start(launcher, dir.path(), llm_url).await?;
+    let base = daemon.rss_kib();
+    let sockets = scale::open_idle(daemon.addr, args.idle_connections).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss = daemon.rss_kib();
+    results.insert("idle_ws_rss_mib".into(), mib(rss));
+    results.insert(
+        "idle_ws_kib_per_conn".into(),
+        (rss - base.min(rss)) as f64 / args.idle_connections as f64,
+    );
+    drop(sockets);
+    daemon.stop().await?;
+    Ok(())
 }
 
 /// The floor: the daemon's request pattern sent straight to the LLM by a client that runs
