@@ -16,6 +16,7 @@
 //! - `agents`: [`Agents`], a daemon's agents and the [`Binding`]s that route chats to them.
 //! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
 //! - `turn`: the loop of one turn.
+//! - `call`: one call of the model within a turn (hooks, its stream shown, stopped, ids).
 //! - `batch`: running the tool calls of one response concurrently.
 //! - `verify`: checks of a final reply (leaked markup always; rules and a judge by config).
 //! - `ask`: pausing a turn on the person (the waiting slot) and the `ask_user` tool.
@@ -41,6 +42,7 @@ mod agents;
 mod approval;
 mod ask;
 mod batch;
+mod call;
 mod choices;
 mod command;
 mod config;

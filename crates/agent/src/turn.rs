@@ -22,13 +22,10 @@
 //! The LLM call is one call of the provider: retries, the call's deadline and "still
 //! waiting" status lines belong to the provider's retry layer, whose events reach the chat.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use switchboard_core::{
-    ChatMessage, MessageId, ScheduledRun, SessionKey, TurnEnd, Usage, make_call_ids_unique,
-};
-use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StreamEvent};
+use switchboard_core::{ChatMessage, MessageId, ScheduledRun, SessionKey, TurnEnd, Usage};
+use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError};
 use switchboard_sessions::{Batch, InboundState, Session, StoreError};
 use switchboard_tools::{ToolContext, ToolRegistry, User};
 use tokio_util::sync::CancellationToken;
@@ -36,6 +33,7 @@ use tracing::Instrument;
 
 use crate::agent::Agent;
 use crate::batch;
+use crate::call::{Call, CallFailed};
 use crate::events::{AgentEvent, EventSink};
 use crate::hooks::{TurnInfo, TurnSummary};
 use crate::input::{ImageBudget, TurnInput, show_images};
@@ -137,14 +135,6 @@ enum End {
     Superseded,
 }
 
-/// Why an LLM call gave no response.
-enum CallFailed {
-    /// The turn was stopped meanwhile.
-    Stopped(End),
-    /// The call failed.
-    Llm(LlmError),
-}
-
 struct Turn<'a> {
     agent: &'a Agent,
     session: &'a mut Session,
@@ -201,7 +191,7 @@ impl Turn<'_> {
         for iteration in 1..=agent.config.max_iterations {
             let response = match self.call_llm(&request, cancel, iteration).await {
                 Ok(response) => response,
-                Err(CallFailed::Stopped(end)) => return end,
+                Err(CallFailed::Stopped(shown)) => return Self::stopped_after(&shown),
                 Err(CallFailed::Llm(err)) => {
                     failures += 1;
                     if err.is_bad_output() && failures < MAX_LLM_FAILURES {
@@ -465,72 +455,25 @@ impl Turn<'_> {
         outcome.cancelled
     }
 
-    /// Calls the model once (its retry layer retries); a failure ends the turn with the
-    /// error, which says what to fix. The response's tool-call ids are made unique across
-    /// the conversation, since providers refuse repeated ones.
+    /// Calls the model once (see `call.rs`): a failure ends the turn with the error, which
+    /// says what to fix.
     async fn call_llm(
         &mut self,
         request: &ChatRequest,
         cancel: &CancellationToken,
         iteration: usize,
     ) -> Result<ChatResponse, CallFailed> {
-        let agent = self.agent;
-        // The text this call has shown so far: kept if the turn is stopped mid-answer.
-        let shown = Shown {
-            text: std::sync::Mutex::new(String::new()),
-            events: self.events,
-        };
-        let forward = |event: StreamEvent| shown.forward(event);
-        let info = TurnInfo {
-            session: self.session.key(),
-            iteration,
-            user: self.user.as_ref(),
-        };
-        let mut request = std::borrow::Cow::Borrowed(request);
-        if !agent.hooks.is_empty() {
-            agent.hooks.before_llm(info, &mut request).await;
-        }
-        let request = &*request;
-        let llm = agent.models().chain(self.model.as_deref()).clone();
-        let span = tracing::info_span!(
-            "llm",
-            model = llm.model(),
-            iteration,
-            messages = request.messages.len(),
-            output_bytes = tracing::field::Empty
-        );
-        let call = llm.chat(request, &forward).instrument(span.clone());
-        let result = tokio::select! {
-            biased;
-            () = cancel.cancelled() => {
-                return Err(CallFailed::Stopped(Self::stopped_after(&shown.take())));
-            }
-            result = call => result,
-        };
-        let mut response = match result {
-            Ok(response) => response,
-            Err(err) => {
-                span.in_scope(|| tracing::warn!(error = %err, "LLM call failed"));
-                return Err(CallFailed::Llm(err));
-            }
-        };
-        let output: usize = response.content.len()
-            + response
-                .tool_calls
-                .iter()
-                .map(|c| c.arguments.len())
-                .sum::<usize>();
-        span.record("output_bytes", output);
-        if !agent.hooks.is_empty() {
-            let info = TurnInfo {
+        let call = Call {
+            llm: self.agent.models().chain(self.model.as_deref()).clone(),
+            hooks: &self.agent.hooks,
+            info: TurnInfo {
                 session: self.session.key(),
                 iteration,
                 user: self.user.as_ref(),
-            };
-            agent.hooks.after_llm(info, &response).await;
-        }
-        unique_call_ids(request, &mut response);
-        Ok(response)
+            },
+            events: self.events,
+        };
+        call.run(request, cancel).await
     }
 
     fn stopped(&mut self) -> End {
@@ -705,57 +648,5 @@ impl Turn<'_> {
         };
         let _ = events.send(event);
         true
-    }
-}
-
-/// What a call has shown of its answer so far, forwarded to the chat as it streams.
-struct Shown<'e> {
-    text: std::sync::Mutex<String>,
-    events: &'e EventSink,
-}
-
-impl Shown<'_> {
-    fn text(&self) -> std::sync::MutexGuard<'_, String> {
-        self.text
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Forwards a piece of the stream to the chat, keeping the text shown.
-    fn forward(&self, event: StreamEvent) {
-        let _ = self.events.send(match event {
-            StreamEvent::Text(text) => {
-                self.text().push_str(&text);
-                AgentEvent::TextDelta(text)
-            }
-            StreamEvent::Reset => {
-                self.text().clear();
-                AgentEvent::TextReset
-            }
-            StreamEvent::Status(text) => AgentEvent::Status(text),
-        });
-    }
-
-    /// The text shown so far.
-    fn take(&self) -> String {
-        std::mem::take(&mut *self.text())
-    }
-}
-
-/// Makes the response's tool-call ids unique across the conversation (providers refuse
-/// repeated ones).
-fn unique_call_ids(request: &ChatRequest, response: &mut ChatResponse) {
-    let mut taken: HashSet<String> = request
-        .messages
-        .iter()
-        .flat_map(|message| message.tool_calls())
-        .map(|call| call.id.clone())
-        .collect();
-    let renamed = make_call_ids_unique(&mut response.tool_calls, &mut taken);
-    if renamed > 0 {
-        tracing::info!(
-            renamed,
-            "the model repeated tool call ids; they were made unique"
-        );
     }
 }
