@@ -126,9 +126,11 @@ async fn build_components(daemon: &mut Assembly<'_>) -> anyhow::Result<Component
     // In the background: a slow or broken server delays nothing.
     components.add::<Mcp>(daemon).await?;
     components.add::<Panel>(daemon).await?;
-    // It only queues runs: the dispatcher that takes them starts after the channels.
-    components.add::<Scheduling>(daemon).await?;
     components.add::<Platforms>(daemon).await?;
+    // Last: its start reads the job store (temporaries freed before the daemon idles, not
+    // left as holes below what lasts), and it only queues runs — the dispatcher that takes
+    // them starts after it.
+    components.add::<Scheduling>(daemon).await?;
     Ok(components)
 }
 
