@@ -76,6 +76,10 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let core = build_core(&config, &place, &shutdown, tools)?;
     let health = Health::new();
     watch_core(&health, &core);
+    if place.runs_agents() {
+        // Waiting for messages from the start: nothing comes before the components run.
+        start_dispatcher(&core, &health, &shutdown);
+    }
     let (channels, channels_stop) = (TaskTracker::new(), CancellationToken::new());
     let mut daemon = Assembly {
         config: &config,
@@ -93,8 +97,8 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         router, reloads, ..
     } = daemon;
     if place.runs_agents() {
+        // A worker takes its partitions once the channels of a process that runs both exist.
         place.start_worker();
-        start_dispatcher(&core, &health, &shutdown);
     }
     let server = listen(&config, router, &health).await?;
     health.set_ready();
