@@ -132,7 +132,18 @@ pub async fn run(
     );
 
     // Failover: kill -9 the first worker, then ask in a chat of one of its partitions.
-    let held = holders(&nats).await?;
+    let killed = failover(&nats, &gateway, w1).await?;
+    results.insert("cluster_failover_s".into(), killed.elapsed().as_secs_f64());
+    results.insert("cluster_lease_s".into(), LEASE_SECS);
+    w2.stop().await?;
+    gateway.stop().await?;
+    Ok(())
+}
+
+/// Kills the first worker with -9 and asks in a chat of one of its partitions; when it died
+/// (the answer has come once this returns).
+async fn failover(nats: &NatsServer, gateway: &Daemon, w1: Daemon) -> anyhow::Result<Instant> {
+    let held = holders(nats).await?;
     let chat = (0..10_000)
         .map(|n| format!("failover-{n}"))
         .find(|chat| {
@@ -162,9 +173,5 @@ pub async fn run(
             break;
         }
     }
-    results.insert("cluster_failover_s".into(), killed.elapsed().as_secs_f64());
-    results.insert("cluster_lease_s".into(), LEASE_SECS);
-    w2.stop().await?;
-    gateway.stop().await?;
-    Ok(())
+    Ok(killed)
 }
