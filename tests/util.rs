@@ -14,7 +14,9 @@ use switchboard_tools::ToolRegistry;
 
 mod ws;
 
-pub use ws::{Read, TurnFrames, WsClient};
+#[cfg(feature = "cluster")]
+pub use ws::Read;
+pub use ws::{TurnFrames, WsClient};
 
 /// How long any single expected event may take before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(10);

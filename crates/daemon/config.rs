@@ -62,10 +62,10 @@ pub struct Config {
     #[cfg(feature = "mcp")]
     #[serde(default)]
     pub mcp: switchboard_mcp::McpSection,
-    /// `[mcp]`, in a build without MCP: refused when it names a server.
+    /// `[mcp]`, in a build without MCP: refused.
     #[cfg(not(feature = "mcp"))]
     #[serde(default)]
-    pub mcp: Option<Spanned<toml::Table>>,
+    pub mcp: crate::component::NotBuiltSection<crate::component::NoMcp>,
     /// `[cluster]`: gateways and workers on several hosts (absent: one process, no NATS).
     #[cfg(feature = "cluster")]
     #[serde(default)]
@@ -73,7 +73,7 @@ pub struct Config {
     /// `[cluster]`, in a build without the cluster: refused.
     #[cfg(not(feature = "cluster"))]
     #[serde(default)]
-    pub cluster: Option<Spanned<toml::Table>>,
+    pub cluster: crate::component::NotBuiltSection<crate::component::NoCluster>,
     /// The role `run --role` gave, over `[cluster] role`.
     #[serde(skip)]
     pub role: Option<String>,
@@ -237,20 +237,10 @@ impl Config {
         self.telemetry.validate(&self.source)?;
         self.scheduler
             .validate(&self.heartbeat, &self.channels.enabled(), &self.source)?;
-        #[cfg(feature = "mcp")]
+        // Either MCP's own section or, in a build without it, its refusal.
         self.mcp
             .validate()
             .map_err(|problem| self.source.problem("mcp", problem))?;
-        #[cfg(not(feature = "mcp"))]
-        if let Some(mcp) = &self.mcp {
-            return Err(self.source.error_at(
-                Some(mcp.span()),
-                "mcp".into(),
-                "this switchboard was built without MCP (the `mcp` cargo feature): build it \
-                 with `--features mcp`, or remove [mcp]"
-                    .into(),
-            ));
-        }
         self.validate_place()?;
         if secrets == Secrets::Skip {
             return Ok(());
@@ -297,20 +287,17 @@ impl Config {
         }
         #[cfg(not(feature = "cluster"))]
         {
-            match (&config.cluster, &config.role) {
-                (Some(cluster), _) => Err(config.source.error_at(
-                    Some(cluster.span()),
-                    "cluster".into(),
-                    "this switchboard was built without the cluster (the `cluster` cargo feature): \
-                     build it with `--features cluster`, or remove [cluster]"
-                        .into(),
-                )),
-                (None, Some(_)) => Err(config.source.error_at(
+            config
+                .cluster
+                .validate()
+                .map_err(|problem| config.source.problem("cluster", problem))?;
+            match &config.role {
+                Some(_) => Err(config.source.error_at(
                     None,
                     "cluster".into(),
                     "`--role` needs a [cluster] section: without one the daemon runs alone".into(),
                 )),
-                (None, None) => Ok(()),
+                None => Ok(()),
             }
         }
     }

@@ -106,6 +106,7 @@ impl WsClient {
 
     /// Connects to `/ws` without credentials, `None` when the server does not answer with
     /// `ready` (it went away meanwhile) — for clients that expect servers to die.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub async fn try_connect(addr: std::net::SocketAddr) -> Option<Self> {
         let request = format!("ws://{addr}/ws").into_client_request().ok()?;
         let (socket, _) = tokio_tungstenite::connect_async(request).await.ok()?;
@@ -124,6 +125,7 @@ impl WsClient {
     }
 
     /// Sends a raw text frame, `false` when the socket is gone.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     pub async fn try_send_json(&mut self, value: &Value) -> bool {
         self.socket
             .send(Message::text(value.to_string()))

@@ -169,11 +169,12 @@ pub struct ConfigSource {
 impl ConfigSource {
     /// The error for a problem an adapter found in its section `section`.
     pub fn problem(&self, section: &str, problem: ConfigProblem) -> ConfigError {
-        self.error_at(
-            problem.span,
-            format!("{section}.{}", problem.key),
-            problem.message,
-        )
+        let key = if problem.key.is_empty() {
+            section.to_owned()
+        } else {
+            format!("{section}.{}", problem.key)
+        };
+        self.error_at(problem.span, key, problem.message)
     }
 
     /// An error at a byte span of the text.
