@@ -65,7 +65,7 @@ pub struct Config {
     /// `[mcp]`, in a build without MCP: refused.
     #[cfg(not(feature = "mcp"))]
     #[serde(default)]
-    pub mcp: crate::component::NotBuiltSection<crate::component::NoMcp>,
+    pub mcp: crate::left_out::NotBuiltSection<crate::left_out::NoMcp>,
     /// `[cluster]`: gateways and workers on several hosts (absent: one process, no NATS).
     #[cfg(feature = "cluster")]
     #[serde(default)]
@@ -73,7 +73,7 @@ pub struct Config {
     /// `[cluster]`, in a build without the cluster: refused.
     #[cfg(not(feature = "cluster"))]
     #[serde(default)]
-    pub cluster: crate::component::NotBuiltSection<crate::component::NoCluster>,
+    pub cluster: crate::left_out::NotBuiltSection<crate::left_out::NoCluster>,
     /// The role `run --role` gave, over `[cluster] role`.
     #[serde(skip)]
     pub role: Option<String>,

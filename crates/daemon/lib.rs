@@ -27,7 +27,8 @@
 //! - `config`: [`config::Config`], composing every section, and what reads across them;
 //!   `config_error`: reading serde's path into a key (the located error is the core's);
 //!   `config_values`: `${…}` references, bind names, seconds, masking secrets for display;
-//!   `config_properties` (tests): no file panics the parser.
+//!   `config_properties` (tests): no file panics the parser; `left_out`: the section of a
+//!   part a cargo feature leaves out (`[mcp]`, `[cluster]`), refused.
 //! - `http_config`: `[http]`;
 //!   `telemetry`: `[telemetry]`, spans over OTLP (feature `otlp`). The other sections are
 //!   their crates': `[agent]`, `[agents.NAME]` and `[[bindings]]` the agent's, `[llm]` the
@@ -66,6 +67,7 @@ pub mod harden;
 pub mod health;
 mod history;
 mod http_config;
+mod left_out;
 pub mod llm_health;
 pub mod logging;
 #[cfg(feature = "mcp")]

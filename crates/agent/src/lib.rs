@@ -15,7 +15,7 @@
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
 //! - `agents`: [`Agents`], a daemon's agents and the [`Binding`]s that route chats to them.
 //! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
-//! - `turn`: the loop of one turn.
+//! - `turn`: the loop of one turn; `end`: how a turn ends, and what each ending leaves.
 //! - `call`: one call of the model within a turn (hooks, its stream shown, stopped, ids).
 //! - `batch`: running the tool calls of one response concurrently.
 //! - `verify`: checks of a final reply (leaked markup always; rules and a judge by config).
@@ -48,6 +48,7 @@ mod command;
 mod config;
 mod context;
 mod dispatcher;
+mod end;
 mod events;
 mod hooks;
 mod input;

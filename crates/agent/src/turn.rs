@@ -34,6 +34,7 @@ use tracing::Instrument;
 use crate::agent::Agent;
 use crate::batch;
 use crate::call::{Call, CallFailed};
+use crate::end::End;
 use crate::events::{AgentEvent, EventSink};
 use crate::hooks::{TurnInfo, TurnSummary};
 use crate::input::{ImageBudget, TurnInput, show_images};
@@ -42,14 +43,6 @@ use crate::verify::{self, Verdict};
 /// Consecutive LLM calls whose output could not be used (unreadable, too large) after
 /// which the turn gives up.
 pub const MAX_LLM_FAILURES: usize = 3;
-
-/// What the person sees when a turn is stopped.
-pub(crate) const STOPPED_REPLY: &str = "Stopped.";
-/// What history keeps for a stopped turn, so the model knows the request went unanswered.
-pub(crate) const STOPPED_NOTE: &str = "[This turn was stopped before it finished.]";
-/// What ends the text of an answer that was stopped while it streamed: what was shown is
-/// kept, on screen and in history, marked.
-const STOPPED_MARK: &str = "\n\n(stopped)";
 
 pub(crate) async fn run(
     agent: &Agent,
@@ -97,11 +90,7 @@ pub(crate) async fn run(
                         match drive.await {
                             End::Reply(_, TurnEnd::Cancelled) if !cancel.is_cancelled() => {
                                 tracing::warn!(limit_s = limit.as_secs_f64(), "turn ran out of time");
-                                End::Reply(format!(
-                                    "I stopped: this turn took longer than its limit of {} s \
-                                     (agent.turn_timeout_secs). Ask me to continue if you want more.",
-                                    limit.as_secs()
-                                ), TurnEnd::TimeLimit)
+                                End::out_of_time(limit)
                             }
                             end => end,
                         }
@@ -113,26 +102,6 @@ pub(crate) async fn run(
     }
     .instrument(span)
     .await;
-}
-
-/// What history keeps for a turn that failed: that it did, and why, in a line.
-fn failed_note(message: &str) -> String {
-    let first: String = message
-        .lines()
-        .next()
-        .unwrap_or_default()
-        .chars()
-        .take(300)
-        .collect();
-    format!("[This request was not answered. {first}]")
-}
-
-/// How the loop ended.
-enum End {
-    Reply(String, TurnEnd),
-    Failed(String),
-    /// A save found the session stale: nothing more is saved or sent (see the module doc).
-    Superseded,
 }
 
 struct Turn<'a> {
@@ -191,7 +160,7 @@ impl Turn<'_> {
         for iteration in 1..=agent.config.max_iterations {
             let response = match self.call_llm(&request, cancel, iteration).await {
                 Ok(response) => response,
-                Err(CallFailed::Stopped(shown)) => return Self::stopped_after(&shown),
+                Err(CallFailed::Stopped(shown)) => return End::stopped_after(&shown),
                 Err(CallFailed::Llm(err)) => {
                     failures += 1;
                     if err.is_bad_output() && failures < MAX_LLM_FAILURES {
@@ -233,7 +202,7 @@ impl Turn<'_> {
                 return End::Superseded;
             }
             if cancelled {
-                return self.stopped();
+                return End::stopped();
             }
         }
         let max = agent.config.max_iterations;
@@ -374,7 +343,7 @@ impl Turn<'_> {
             }
             Some(Verdict::Pass) => return Some(End::Reply(reply, TurnEnd::Answered)),
             Some(Verdict::Fail(reason)) => reason,
-            None => return Some(self.stopped()),
+            None => return Some(End::stopped()),
         };
         let max = config.verify.max_attempts.max(1);
         // The rejected text was a draft at most: it is void now.
@@ -476,20 +445,6 @@ impl Turn<'_> {
         call.run(request, cancel).await
     }
 
-    fn stopped(&mut self) -> End {
-        End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled)
-    }
-
-    /// A turn stopped while its answer streamed: the text shown so far stays the reply
-    /// (and goes into history), marked as stopped.
-    fn stopped_after(partial: &str) -> End {
-        let partial = partial.trim_end();
-        if partial.is_empty() {
-            return End::Reply(STOPPED_REPLY.to_owned(), TurnEnd::Cancelled);
-        }
-        End::Reply(format!("{partial}{STOPPED_MARK}"), TurnEnd::Cancelled)
-    }
-
     /// Appends messages to the store, then to this turn; returns them as saved.
     async fn save(&mut self, messages: Vec<ChatMessage>) -> &[Arc<ChatMessage>] {
         self.save_with(messages, None).await
@@ -536,9 +491,6 @@ impl Turn<'_> {
         }
     }
 
-    /// Saves the final message with the turn's usage (one write, before the reply is
-    /// published), moves the turn into the session, compacts when due, and reports; whether
-    /// the turn ended so (not when it was superseded: nothing is saved or reported).
     /// Finishes the turn with `end` (see [`Turn::finish`]) and tells the hooks how it ended,
     /// `started` then, answering the scheduled run `run` if it was one.
     async fn end(self, end: End, started: std::time::Instant, run: Option<&ScheduledRun>) {
@@ -547,11 +499,7 @@ impl Turn<'_> {
             self.finish(end).await;
             return;
         }
-        let (kind, text) = match &end {
-            End::Reply(reply, end) => (Some(*end), reply.clone()),
-            End::Failed(message) => (None, message.clone()),
-            End::Superseded => (None, String::new()),
-        };
+        let (kind, text) = end.told();
         let usage = self.usage;
         let key = self.session.key().clone();
         let inbound = self.inbound.clone();
@@ -574,33 +522,16 @@ impl Turn<'_> {
         agent.hooks.on_turn_end(info, summary).await;
     }
 
+    /// Saves the final message with the turn's usage (one write, before the reply is
+    /// published), moves the turn into the session, compacts when due, and reports; whether
+    /// the turn ended so (not when it was superseded: nothing is saved or reported).
     async fn finish(mut self, end: End) -> bool {
-        let last = match &end {
-            End::Superseded => {
-                tracing::warn!("the turn was superseded: its session was written elsewhere");
-                return false;
-            }
-            End::Reply(reply, TurnEnd::Cancelled) if reply == STOPPED_REPLY => {
-                ChatMessage::assistant(STOPPED_NOTE)
-            }
-            End::Reply(reply, _) => ChatMessage::assistant(reply.clone()),
-            // The request stays answered in history, so the next one does not follow it
-            // as a second user message in a row.
-            End::Failed(message) => ChatMessage::assistant(failed_note(message)),
+        let Some((last, answered)) = end.kept() else {
+            tracing::warn!("the turn was superseded: its session was written elsewhere");
+            return false;
         };
         let last = [last];
         let spent = (self.usage != Usage::default()).then_some(self.usage);
-        let answered = match &end {
-            End::Reply(_, end) => InboundState::Answered {
-                end: *end,
-                error: None,
-            },
-            End::Failed(message) => InboundState::Answered {
-                end: TurnEnd::Failed,
-                error: Some(message.clone()),
-            },
-            End::Superseded => return false,
-        };
         let inbound = self.inbound.clone();
         let batch = Batch {
             messages: &last,
@@ -630,21 +561,8 @@ impl Turn<'_> {
             session.add_usage(usage);
         }
         agent.compact_if_due(session).await;
-        let event = match end {
-            End::Reply(reply, end) => {
-                tracing::info!(
-                    input_tokens = usage.input_tokens,
-                    output_tokens = usage.output_tokens,
-                    ?end,
-                    "turn finished"
-                );
-                AgentEvent::Finished { reply, end, usage }
-            }
-            End::Failed(message) => {
-                tracing::warn!(%message, "turn failed");
-                AgentEvent::Failed { message }
-            }
-            End::Superseded => return false,
+        let Some(event) = end.event(usage) else {
+            return false;
         };
         let _ = events.send(event);
         true

@@ -42,11 +42,11 @@ use crate::agent::Agent;
 use crate::ask::ChatUser;
 use crate::command::{Command, command_of};
 use crate::dispatcher::{Queued, Route, SharedControl, WorkerHandle, control};
+use crate::end::STOPPED_REPLY;
 use crate::events::forward;
 use crate::input::TurnInput;
 use crate::replies::{dropped_text, refuse_shutting_down, reply, report_dropped};
 use crate::slots::{HeldSlot, Taker};
-use crate::turn::STOPPED_REPLY;
 
 /// One chat's worker.
 pub(crate) struct Worker {
