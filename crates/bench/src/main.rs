@@ -128,44 +128,21 @@ async fn main() -> anyhow::Result<()> {
         llm_url: &llm_url,
     };
 
-    if run(Scenario::Startup) {
-        bench_startup(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Telegram) {
-        bench_telegram(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Channels) {
-        bench_channels(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::ChannelTurns) {
-        bench_channel_turns(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Load) {
-        bench_load(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Slow) {
-        bench_slow(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Jobs) {
-        bench_jobs(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Mcp) {
-        bench_mcp(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Disk) {
-        bench_disk(&bench, &mut results).await?;
-    }
-
-    if run(Scenario::Idle) {
-        bench_idle(&bench, &mut results).await?;
+    // In this order; the cluster only when asked for by name.
+    const EVERY: [Scenario; 10] = [
+        Scenario::Startup,
+        Scenario::Telegram,
+        Scenario::Channels,
+        Scenario::ChannelTurns,
+        Scenario::Load,
+        Scenario::Slow,
+        Scenario::Jobs,
+        Scenario::Mcp,
+        Scenario::Disk,
+        Scenario::Idle,
+    ];
+    for scenario in EVERY.into_iter().filter(|scenario| run(*scenario)) {
+        bench.run(scenario, &mut results).await?;
     }
 
     if args.only.contains(&Scenario::Cluster) {
@@ -180,6 +157,25 @@ struct Bench<'a> {
     args: &'a Args,
     launcher: &'a daemon::Launcher,
     llm_url: &'a str,
+}
+
+impl Bench<'_> {
+    /// Runs `scenario` (but the cluster, which runs on its own), adding to `results`.
+    async fn run(&self, scenario: Scenario, results: &mut Results) -> anyhow::Result<()> {
+        match scenario {
+            Scenario::Startup => bench_startup(self, results).await,
+            Scenario::Telegram => bench_telegram(self, results).await,
+            Scenario::Channels => bench_channels(self, results).await,
+            Scenario::ChannelTurns => bench_channel_turns(self, results).await,
+            Scenario::Load => bench_load(self, results).await,
+            Scenario::Slow => bench_slow(self, results).await,
+            Scenario::Jobs => bench_jobs(self, results).await,
+            Scenario::Mcp => bench_mcp(self, results).await,
+            Scenario::Disk => bench_disk(self, results).await,
+            Scenario::Idle => bench_idle(self, results).await,
+            Scenario::Cluster => Ok(()),
+        }
+    }
 }
 
 /// Startup.
