@@ -265,3 +265,82 @@ async fn a_reload_applies_an_agents_model_and_the_cost_caps_live() {
     assert_eq!(llm.requests().len(), 3, "the refused turn called no model");
     daemon.shutdown().await;
 }
+
+/// A reload is applied whole or not at all: one whose tools cannot be set (a new built-in
+/// tool with the name of an embedder's) is refused, saying why, and what else it changed — the
+/// agent's model, the tools — stays as it ran; the same reload without the clash applies.
+#[tokio::test]
+async fn a_reload_refused_in_one_part_changes_nothing_else() {
+    use switchboard::reload::Reloaded;
+    /// An embedder's tool named like the built-in `web_fetch`.
+    struct Fetch;
+    #[async_trait::async_trait]
+    impl switchboard_tools::Tool for Fetch {
+        fn name(&self) -> &str {
+            "web_fetch"
+        }
+        fn description(&self) -> &str {
+            "the embedder's fetch"
+        }
+        fn parameters(&self) -> serde_json::Value {
+            json!({"type": "object"})
+        }
+        async fn call(
+            &self,
+            _: serde_json::Value,
+            _: &switchboard_tools::ToolContext,
+        ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
+            Ok(String::new().into())
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let write = |model: &str, fetch: bool| {
+        let tables = format!("[tools.web_fetch]\nenabled = {fetch}\n");
+        let extra = Extra {
+            agent: &format!("model = \"{model}\""),
+            llm: "models = [\"big\"]",
+            tables: &tables,
+            ..Extra::default()
+        };
+        write_config_with(&llm, dir.path(), extra)
+    };
+    let (path, text) = write("scripted", false);
+    let tools = crate::util::test_tools().with(std::sync::Arc::new(Fetch));
+    let mut daemon = switchboard::app::start(crate::util::config(&text, dir.path()), tools)
+        .await
+        .expect("daemon");
+    let mut client = crate::util::WsClient::connect(daemon.addr()).await;
+    let model = |n: usize| llm.requests()[n]["model"].as_str().map(str::to_owned);
+    client.say("c", "one").await;
+    assert_eq!(model(0).as_deref(), Some("scripted"));
+
+    write("big", true);
+    let Reloaded::Refused(why) = daemon.reload(&path).await else {
+        panic!("a reload with two tools named web_fetch was applied");
+    };
+    assert!(why.contains("web_fetch"), "{why}");
+    client.say("c", "two").await;
+    assert_eq!(
+        model(1).as_deref(),
+        Some("scripted"),
+        "the model stays as it ran"
+    );
+
+    write("big", false);
+    assert_eq!(
+        daemon.reload(&path).await,
+        Reloaded::Applied {
+            need_restart: Vec::new()
+        }
+    );
+    client.say("c", "three").await;
+    assert_eq!(
+        model(2).as_deref(),
+        Some("big"),
+        "applied without the clash"
+    );
+    daemon.shutdown().await;
+}
