@@ -63,12 +63,6 @@ impl<F: LeftOut> NotBuiltSection<F> {
             )),
         }
     }
-
-    /// Whether the config has the section.
-    #[allow(dead_code, reason = "used only in a build that leaves a part out")]
-    pub(crate) fn is_set(&self) -> bool {
-        self.at.is_some()
-    }
 }
 
 /// MCP, left out.
