@@ -80,8 +80,19 @@ async fn a_job_in_its_own_session_posts_only_what_is_worth_saying_to_its_chat() 
         "{answered}"
     );
     // Counted: one quiet, one answered (at least: the recorder is the test process's),
-    // and how late each started.
-    let metrics = scheduled_metrics(&h).await;
+    // and how late each started. A run is counted once what follows it is noted on its job,
+    // just after its outcome is recorded: wait for the count.
+    let answered_series = r#"switchboard_scheduled_runs_total{outcome="answered"}"#;
+    let deadline = std::time::Instant::now() + util::PATIENCE;
+    let metrics = loop {
+        let metrics = scheduled_metrics(&h).await;
+        if metrics.get(answered_series).is_some_and(|v| *v >= 1.0)
+            || std::time::Instant::now() > deadline
+        {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     for series in [
         r#"switchboard_scheduled_runs_total{outcome="quiet"}"#,
         r#"switchboard_scheduled_runs_total{outcome="answered"}"#,

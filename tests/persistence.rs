@@ -122,3 +122,116 @@ async fn an_idle_session_leaves_memory_and_is_read_back() {
     assert_eq!(conversation.len(), 3);
     h.daemon.shutdown().await;
 }
+
+/// An upgrade from a version that kept a chat's model, the month's spending and the jobs in
+/// files of their own (`choices.json`, `usage/YYYY-MM.jsonl`, `scheduler/jobs.jsonl`): an
+/// operator's command before the new daemon's first start moves nothing, the start moves
+/// them into the state store, and the chat, `/usage` and `switchboard cron` go on from them.
+#[tokio::test]
+async fn an_upgrade_moves_the_files_of_before_into_the_state_store() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let state = dir.path().join("state");
+    for made in ["usage", "scheduler"] {
+        std::fs::create_dir_all(state.join(made)).expect("dir");
+    }
+    std::fs::write(
+        state.join("choices.json"),
+        r#"{"websocket_c": {"model": "big"}}"#,
+    )
+    .expect("choices");
+    let today = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date();
+    let month = state.join(format!("usage/{}.jsonl", today.strftime("%Y-%m")));
+    std::fs::write(
+        &month,
+        format!(
+            "{}\n{}\n",
+            json!({"kind": "spent", "day": today.to_string(), "agent": "default",
+                "session": "websocket_c", "model": "big", "input": 300, "output": 20, "usd": 0.3}),
+            json!({"kind": "spent", "day": today.to_string(), "agent": "default",
+                "session": "websocket_c", "model": "big", "input": 100, "output": 5, "usd": 0.1}),
+        ),
+    )
+    .expect("usage");
+    let jobs = state.join("scheduler/jobs.jsonl");
+    std::fs::write(
+        &jobs,
+        format!(
+            "{}\n{}\n",
+            json!({"record": "counter", "next": 3}),
+            json!({"record": "job", "id": "j2", "name": "weekly report",
+                "message": "Summarise the week.",
+                "schedule": {"kind": "cron", "expr": "0 9 * * 1", "tz": "UTC"},
+                "channel": "websocket", "chat_id": "c", "created_by": "operator",
+                "catch_up_secs": 3600, "created_at": "2026-11-01T00:00:00Z",
+                "next_due": "2099-01-05T09:00:00Z"}),
+        ),
+    )
+    .expect("jobs");
+    let text = util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        util::Extra {
+            llm: "models = [\"big\"]",
+            tables: "[limits]\ntimezone = \"UTC\"",
+            ..util::Extra::default()
+        },
+    );
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).expect("config");
+
+    let before = util::cli(&["cron", "list"], &config).await;
+    assert!(!before.contains("weekly report"), "{before}");
+    assert!(jobs.exists(), "an operator's command moves nothing");
+
+    let (daemon, addr) = util::spawn_daemon(&config).await;
+    let mut client = WsClient::connect(addr).await;
+    let model = client.say("c", "/model").await;
+    assert!(
+        model.reply().starts_with("This chat uses big."),
+        "{}",
+        model.reply()
+    );
+    let usage = client.say("c", "/usage").await;
+    assert!(
+        usage.reply().starts_with("Today: 400 tokens in, 25 out"),
+        "{}",
+        usage.reply()
+    );
+    let listed = util::cli(&["cron", "list"], &config).await;
+    assert!(
+        listed.contains("j2") && listed.contains("weekly report"),
+        "{listed}"
+    );
+    let added = util::cli(
+        &[
+            "cron",
+            "add",
+            "--chat",
+            "websocket:c",
+            "--every",
+            "1h",
+            "-m",
+            "hi",
+        ],
+        &config,
+    )
+    .await;
+    assert!(
+        added.contains("j3"),
+        "ids go on from the old counter: {added}"
+    );
+    for moved in [&state.join("choices.json"), &month, &jobs] {
+        assert!(!moved.exists(), "{} is still there", moved.display());
+        let mut done = moved.as_os_str().to_owned();
+        done.push(".migrated");
+        assert!(
+            std::path::Path::new(&done).exists(),
+            "{} kept for the operator",
+            moved.display()
+        );
+    }
+    drop(daemon);
+}

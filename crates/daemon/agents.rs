@@ -12,13 +12,13 @@ use anyhow::Context;
 use switchboard_agent::section::{AgentSection, AgentSpec, ApprovalsSection};
 use switchboard_agent::{
     Agent, AgentConfig, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
-    DEFAULT_SYSTEM_PROMPT, FileChoices, Judge, RunOutcomes, TurnSlots, Verify, default_subagents,
+    DEFAULT_SYSTEM_PROMPT, Judge, RunOutcomes, StateChoices, TurnSlots, Verify, default_subagents,
 };
 use switchboard_core::{AgentName, Bus};
 use switchboard_llm::Observer;
 use switchboard_llm::section::{LlmSection, ModelEntry};
 use switchboard_scheduler::{CronTool, Scheduler};
-use switchboard_sessions::{JsonlStore, SessionStore};
+use switchboard_sessions::{FileState, JsonlStore, SessionStore};
 use switchboard_spawn::{SpawnTool, Spawner};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
@@ -268,8 +268,12 @@ fn agent_of(
     .with_slots(shared.slots.clone())
     .with_tool_filter(filter)
     .with_choices(match shared.place {
-        Some(place) => place.stores().choices(&spec.name, &spec.state_dir),
-        None => Arc::new(FileChoices::new(&spec.state_dir)),
+        Some(place) => place.stores().choices(&spec.name),
+        // The terminal agent: the daemon's choices, in its state directory.
+        None => Arc::new(StateChoices::new(
+            Arc::new(FileState::new(&config.path(&config.agent.state_dir))),
+            spec.name.as_str(),
+        )),
     });
     agent.set_models(shared.catalog.models_for(model));
     if let Some(metrics) = &shared.metrics {

@@ -6,33 +6,25 @@
 use std::path::Path;
 use std::sync::Arc;
 
-#[cfg(feature = "cluster")]
-use switchboard_agent::StateChoices;
-use switchboard_agent::{ChoiceStore, FileChoices};
+use switchboard_agent::{ChoiceStore, StateChoices};
 use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
-#[cfg(feature = "cluster")]
-use switchboard_scheduler::StateJobStore;
-use switchboard_scheduler::{FileJobStore, JobStore};
+use switchboard_scheduler::{JobStore, StateJobStore};
 use switchboard_sessions::{FileState, SessionStore};
-#[cfg(feature = "cluster")]
-use switchboard_usage::StateUsageStore;
-use switchboard_usage::{FileUsageStore, UsageStore};
+use switchboard_usage::{StateUsageStore, UsageStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
 /// Where the daemon keeps what is not a session: the small documents (pairing, a platform's
-/// cursor), the scheduler's jobs and what the models cost. Alone, each in its own files in
-/// the state directory; on a cluster, all of them in the cluster's state bucket, so every
-/// member sees one truth.
+/// cursor), the scheduler's jobs, the chats' choices and what the models cost — one state
+/// store, whose documents are files in the state directory alone, and entries of the
+/// cluster's state bucket on a cluster, so every member sees one truth.
 #[derive(Clone)]
 pub(crate) struct Stores {
     state: Arc<dyn StateStore>,
-    /// On a cluster: this process's name among its members (the documents are in its
-    /// bucket). Without the feature the bucket's stores are not even built in.
-    #[cfg(feature = "cluster")]
-    member: Option<String>,
-    state_dir: std::path::PathBuf,
+    /// This process as a writer of the day's spending totals: its member name on a
+    /// cluster, [`switchboard_usage::ALONE`] alone.
+    writer: String,
 }
 
 impl Stores {
@@ -47,27 +39,25 @@ impl Stores {
                 .resolve()
                 .map_err(|problem| config.source.problem("cluster", problem))?;
             let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
-            return Ok(Self::of_cluster(&cluster, state_dir));
+            return Ok(Self::of_cluster(&cluster));
         }
         check_owner(&state_dir)?;
-        Ok(Self::alone(state_dir))
+        crate::migrate::tell_left_behind(&state_dir);
+        Ok(Self::alone(&state_dir))
     }
 
-    fn alone(state_dir: std::path::PathBuf) -> Self {
+    fn alone(state_dir: &Path) -> Self {
         Self {
-            state: Arc::new(FileState::new(&state_dir)),
-            #[cfg(feature = "cluster")]
-            member: None,
-            state_dir,
+            state: Arc::new(FileState::new(state_dir)),
+            writer: switchboard_usage::ALONE.to_owned(),
         }
     }
 
     #[cfg(feature = "cluster")]
-    fn of_cluster(cluster: &switchboard_nats::Cluster, state_dir: std::path::PathBuf) -> Self {
+    fn of_cluster(cluster: &switchboard_nats::Cluster) -> Self {
         Self {
             state: Arc::new(switchboard_nats::NatsState::new(cluster)),
-            member: Some(cluster.member().to_owned()),
-            state_dir,
+            writer: cluster.member().to_owned(),
         }
     }
 
@@ -78,34 +68,25 @@ impl Stores {
 
     /// The scheduler's jobs.
     pub(crate) fn jobs(&self) -> Arc<dyn JobStore> {
-        #[cfg(feature = "cluster")]
-        if self.member.is_some() {
-            return Arc::new(StateJobStore::new(self.state.clone()));
-        }
-        Arc::new(FileJobStore::new(&self.state_dir))
+        Arc::new(self.job_store())
     }
 
-    /// What `agent`'s chats chose (`/model`); alone, in its state directory `agent_dir`.
-    pub(crate) fn choices(
-        &self,
-        agent: &AgentName,
-        agent_dir: &std::path::Path,
-    ) -> Arc<dyn ChoiceStore> {
-        #[cfg(feature = "cluster")]
-        if self.member.is_some() {
-            return Arc::new(StateChoices::new(self.state.clone(), agent.as_str()));
-        }
-        let _ = agent;
-        Arc::new(FileChoices::new(agent_dir))
+    pub(crate) fn job_store(&self) -> StateJobStore {
+        StateJobStore::new(self.state.clone())
+    }
+
+    /// What `agent`'s chats chose (`/model`).
+    pub(crate) fn choices(&self, agent: &AgentName) -> Arc<dyn ChoiceStore> {
+        Arc::new(StateChoices::new(self.state.clone(), agent.as_str()))
     }
 
     /// What the models cost.
     pub(crate) fn usage(&self) -> Arc<dyn UsageStore> {
-        #[cfg(feature = "cluster")]
-        if let Some(member) = &self.member {
-            return Arc::new(StateUsageStore::new(self.state.clone(), member));
-        }
-        Arc::new(FileUsageStore::new(&self.state_dir))
+        Arc::new(self.usage_store())
+    }
+
+    pub(crate) fn usage_store(&self) -> StateUsageStore {
+        StateUsageStore::new(self.state.clone(), &self.writer)
     }
 }
 
@@ -148,15 +129,18 @@ impl Place {
             let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
             return Ok(Self {
                 bus: Arc::new(bus.clone()),
-                stores: Stores::of_cluster(&cluster, config.path(&config.agent.state_dir)),
+                stores: Stores::of_cluster(&cluster),
                 runs_channels: role.runs_channels(),
                 runs_agents: role.runs_agents(),
                 nats: Some((cluster, bus)),
             });
         }
+        let state_dir = config.path(&config.agent.state_dir);
+        let stores = Stores::alone(&state_dir);
+        crate::migrate::move_in(&state_dir, &stores).await?;
         Ok(Self {
             bus: Arc::new(ChatHub::new(capacity, intake.clone())),
-            stores: Stores::alone(config.path(&config.agent.state_dir)),
+            stores,
             runs_channels: true,
             runs_agents: true,
             #[cfg(feature = "cluster")]

@@ -10,7 +10,8 @@
 //! - `component`: the seam every part but the core is built and reloaded through
 //!   (`Component`, `Assembly`, `NotBuilt`), and the core they are built on.
 //! - `cluster`: what this process is (alone, a gateway, a worker), its bus and stores;
-//!   `cluster_report`: what `doctor` and `status` say of the cluster.
+//!   `cluster_report`: what `doctor` and `status` say of the cluster; `migrate`: the files
+//!   of earlier versions moved into the state store at the first start.
 //! - `engine`: the core (agents, models' health, scheduler, spending, pairing) and the
 //!   components a reload changes of it (their models, tools and caps); `agents`: building the
 //!   agents; `catalog`: the models the config names; `history`: a chat's conversation for
@@ -75,6 +76,7 @@ pub mod mcp_cli;
 #[cfg(feature = "mcp")]
 mod mcp_servers;
 pub mod metrics;
+mod migrate;
 pub mod notify;
 pub mod onboard;
 pub mod outbox;

@@ -1,19 +1,16 @@
 //! [`ChoiceStore`]: what a chat has chosen for itself (its model, with `/model`), kept across
-//! restarts; [`FileChoices`], the store of one agent's chats in one file of its state
-//! directory; [`StateChoices`], a document per chat in a state store (a cluster's, so the
-//! choice holds on whichever worker answers the chat next).
+//! restarts: [`StateChoices`], a document per chat in the daemon's state store (a file in
+//! one process; on a cluster the bucket, so the choice holds on whichever worker answers
+//! the chat next), and [`MemoryChoices`] for an agent that keeps nothing.
+//! [`migrate_choices`] moves the `choices.json` files of earlier versions into the store.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use switchboard_core::SessionKey;
-use switchboard_sessions::durable;
-
-/// The most chats whose choices are kept; a new chat's choice beyond is refused.
-pub const MAX_CHATS: usize = 100_000;
+use switchboard_core::{AgentName, SessionKey, StateStore};
 
 /// A chat's choices. All default to the agent's.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,98 +68,17 @@ impl ChoiceStore for MemoryChoices {
     }
 }
 
-/// One agent's chats' choices in `choices.json` of its state directory: read once, kept in
-/// memory, and written whole (a temporary file, fsynced, renamed over it) at each change —
-/// choices change when a person types `/model`, rarely.
-pub struct FileChoices {
-    path: PathBuf,
-    /// The file's content; `None` until first read. The lock is held across the write, so
-    /// two changes never race to the file.
-    all: Mutex<Option<BTreeMap<SessionKey, Choices>>>,
-}
-
-impl FileChoices {
-    /// The store of the state directory `dir` (the file is made at the first choice).
-    pub fn new(dir: &Path) -> Self {
-        Self {
-            path: dir.join("choices.json"),
-            all: Mutex::new(None),
-        }
-    }
-
-    fn error(&self, message: impl std::fmt::Display) -> ChoiceStoreError {
-        ChoiceStoreError {
-            place: self.path.display().to_string(),
-            message: message.to_string(),
-        }
-    }
-
-    /// The file's choices; an unreadable file is logged and read as none (a chat then uses
-    /// the agent's model, and the next choice writes a good file).
-    fn read(&self) -> BTreeMap<SessionKey, Choices> {
-        match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|err| {
-                tracing::warn!(path = %self.path.display(), error = %err,
-                    "the chats' choices could not be read; every chat uses its agent's model");
-                BTreeMap::new()
-            }),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(err) => {
-                tracing::warn!(path = %self.path.display(), error = %err,
-                    "the chats' choices could not be read; every chat uses its agent's model");
-                BTreeMap::new()
-            }
-        }
-    }
-
-    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<SessionKey, Choices>) -> T) -> T {
-        let mut all = self.all.lock().unwrap_or_else(PoisonError::into_inner);
-        let all = all.get_or_insert_with(|| self.read());
-        f(all)
-    }
-}
-
-#[async_trait]
-impl ChoiceStore for FileChoices {
-    async fn get(&self, session: &SessionKey) -> Choices {
-        // Read once (a few KiB at most); after that, memory.
-        self.with(|all| all.get(session).cloned().unwrap_or_default())
-    }
-
-    async fn set(&self, session: &SessionKey, choices: Choices) -> Result<(), ChoiceStoreError> {
-        self.with(|all| {
-            let before = all.get(session).cloned();
-            if !choices.is_empty() && before.is_none() && all.len() >= MAX_CHATS {
-                return Err(self.error(format!("{MAX_CHATS} chats have choices already")));
-            }
-            match &choices {
-                empty if empty.is_empty() => all.remove(session),
-                chosen => all.insert(session.clone(), chosen.clone()),
-            };
-            let bytes = serde_json::to_vec_pretty(&*all).map_err(|err| self.error(err))?;
-            if let Err(err) = durable::replace(&self.path, &bytes) {
-                // Memory stays as the file is.
-                match before {
-                    Some(before) => all.insert(session.clone(), before),
-                    None => all.remove(session),
-                };
-                return Err(self.error(err));
-            }
-            Ok(())
-        })
-    }
-}
-
 /// One agent's chats' choices as documents of a state store
-/// (`agents/<agent>/choices/<session>`), read at each turn.
+/// (`agents/<agent>/choices/<session>`), read at each turn (in one process, a small file
+/// read in place; none, for a chat that never chose).
 pub struct StateChoices {
-    state: std::sync::Arc<dyn switchboard_core::StateStore>,
+    state: std::sync::Arc<dyn StateStore>,
     agent: String,
 }
 
 impl StateChoices {
     /// The choices of `agent`'s chats in `state`.
-    pub fn new(state: std::sync::Arc<dyn switchboard_core::StateStore>, agent: &str) -> Self {
+    pub fn new(state: std::sync::Arc<dyn StateStore>, agent: &str) -> Self {
         Self {
             state,
             agent: switchboard_core::state::segment(agent),
@@ -215,68 +131,55 @@ impl ChoiceStore for StateChoices {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn model(name: &str) -> Choices {
-        Choices {
-            model: Some(name.into()),
+/// Moves the `choices.json` files that versions before 0.4 kept in each agent's state
+/// directory (`state_dir/choices.json` for the default agent, `state_dir/agents/NAME/` for
+/// the others) into `state`, renaming each `choices.json.migrated`; the number of chats
+/// moved. Each choice is written whole, so a start killed half-way does it again with the
+/// same result.
+pub async fn migrate_choices(
+    state_dir: &Path,
+    state: &std::sync::Arc<dyn StateStore>,
+) -> Result<usize, ChoiceStoreError> {
+    let mut files = vec![(AgentName::default(), state_dir.join("choices.json"))];
+    if let Ok(agents) = std::fs::read_dir(state_dir.join("agents")) {
+        for agent in agents.filter_map(Result::ok) {
+            let name = agent.file_name().to_string_lossy().into_owned();
+            files.push((
+                AgentName::from(name.as_str()),
+                agent.path().join("choices.json"),
+            ));
         }
     }
-
-    #[tokio::test]
-    async fn a_choice_is_kept_across_a_restart_and_forgotten_when_emptied() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let key = SessionKey::from("telegram_1");
-        let store = FileChoices::new(dir.path());
-        assert_eq!(store.get(&key).await, Choices::default());
-        store.set(&key, model("big")).await.expect("set");
-        store
-            .set(&SessionKey::from("telegram_2"), model("small"))
-            .await
-            .expect("set");
-        let again = FileChoices::new(dir.path());
-        assert_eq!(again.get(&key).await, model("big"));
-        again.set(&key, Choices::default()).await.expect("forget");
-        let third = FileChoices::new(dir.path());
-        assert_eq!(third.get(&key).await, Choices::default());
-        assert_eq!(
-            third.get(&SessionKey::from("telegram_2")).await,
-            model("small")
-        );
+    let mut moved = 0;
+    for (agent, path) in files {
+        let fail = |message: String| ChoiceStoreError {
+            place: path.display().to_string(),
+            message,
+        };
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(fail(err.to_string())),
+        };
+        let chats: BTreeMap<SessionKey, Choices> =
+            serde_json::from_slice(&bytes).unwrap_or_else(|err| {
+                tracing::warn!(path = %path.display(), error = %err,
+                    "the chats' choices could not be read; they are not kept");
+                BTreeMap::new()
+            });
+        let store = StateChoices::new(state.clone(), agent.as_str());
+        for (session, choices) in &chats {
+            store.set(session, choices.clone()).await?;
+        }
+        moved += chats.len();
+        std::fs::rename(&path, path.with_extension("json.migrated"))
+            .map_err(|err| fail(err.to_string()))?;
+        tracing::info!(path = %path.display(), chats = chats.len(),
+            "the chats' choices moved into the state store");
     }
-
-    #[tokio::test]
-    async fn choices_in_a_state_store_are_seen_by_another_handle() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let state: std::sync::Arc<dyn switchboard_core::StateStore> =
-            std::sync::Arc::new(switchboard_sessions::FileState::new(dir.path()));
-        let key = SessionKey::from("telegram_1");
-        let one = StateChoices::new(state.clone(), "default");
-        let other = StateChoices::new(state.clone(), "default");
-        let elsewhere = StateChoices::new(state, "helper");
-        one.set(&key, model("big")).await.expect("set");
-        assert_eq!(other.get(&key).await, model("big"));
-        assert_eq!(elsewhere.get(&key).await, Choices::default(), "per agent");
-        other.set(&key, Choices::default()).await.expect("forget");
-        assert_eq!(one.get(&key).await, Choices::default());
-    }
-
-    #[tokio::test]
-    async fn a_broken_file_reads_as_no_choices_and_a_failed_write_changes_nothing() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("choices.json"), "{not json").expect("write");
-        let store = FileChoices::new(dir.path());
-        let key = SessionKey::from("websocket_c");
-        assert_eq!(store.get(&key).await, Choices::default());
-        // The directory is gone: the write fails, memory stays as the file was.
-        let gone = FileChoices::new(&dir.path().join("missing"));
-        let err = gone
-            .set(&key, model("big"))
-            .await
-            .expect_err("no directory");
-        assert!(err.to_string().contains("choices.json"), "{err}");
-        assert_eq!(gone.get(&key).await, Choices::default());
-    }
+    Ok(moved)
 }
+
+#[cfg(test)]
+#[path = "choices_tests.rs"]
+mod tests;

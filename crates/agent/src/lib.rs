@@ -66,7 +66,7 @@ pub use agents::{Agents, Binding, UnknownAgent};
 pub use approval::Approvals;
 pub use ask::AskUserTool;
 pub use choices::{
-    ChoiceStore, ChoiceStoreError, Choices, FileChoices, MemoryChoices, StateChoices,
+    ChoiceStore, ChoiceStoreError, Choices, MemoryChoices, StateChoices, migrate_choices,
 };
 pub use command::Command;
 pub use config::{AgentConfig, DEFAULT_SYSTEM_PROMPT};

@@ -44,11 +44,12 @@ pub async fn write_jobs(state_dir: &Path, count: usize) -> anyhow::Result<()> {
 
     use switchboard_core::{ChannelName, ChatId};
     use switchboard_scheduler::{
-        FileJobStore, Jobs, NewJob, Schedule, SchedulerConfig, SessionMode, SystemClock,
+        Jobs, NewJob, Schedule, SchedulerConfig, SessionMode, StateJobStore, SystemClock,
     };
+    use switchboard_sessions::FileState;
     std::fs::create_dir_all(state_dir)?;
     let jobs = Jobs::new(
-        Arc::new(FileJobStore::new(state_dir)),
+        Arc::new(StateJobStore::new(Arc::new(FileState::new(state_dir)))),
         Arc::new(SystemClock),
         SchedulerConfig::default(),
     );

@@ -9,7 +9,9 @@
 //! ASCII letters, digits, `.`, `_`, `-` and `=`, and is neither `.` nor `..`; [`segment`]
 //! makes one out of any text. A change is made with [`StateStore::update`], which reads,
 //! changes and writes in one step against every other writer (a file lock in one process,
-//! compare-and-set on a cluster), so two hosts never undo each other's changes.
+//! compare-and-set on a cluster), so two hosts never undo each other's changes; a document
+//! changed at every model call is changed with [`StateStore::update_often`], which one
+//! process does not fsync.
 
 use std::time::SystemTime;
 
@@ -89,6 +91,15 @@ pub trait StateStore: Send + Sync + std::fmt::Debug + 'static {
     /// Reads, changes and writes the document under `key` in one step against every other
     /// writer (see [`Changer`]).
     async fn update(&self, key: &str, change: Changer<'_>) -> Result<(), StateError>;
+
+    /// As [`update`](Self::update), for a document changed at every model call (what a chat
+    /// spent): one process writes it as atomically, but without waiting for the disk — a
+    /// killed process loses nothing, a power cut may lose the last changes, as it may the
+    /// sessions' last appended records (docs/architecture.md, "Trade-offs"). A cluster's
+    /// bucket writes it as any other change.
+    async fn update_often(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
+        self.update(key, change).await
+    }
 
     /// Every document whose key starts with the segments of `prefix` (`usage/2026-11-26`
     /// finds `usage/2026-11-26/telegram_1` and what lies deeper), with its key, in key

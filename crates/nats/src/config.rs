@@ -429,6 +429,22 @@ fn is_loopback(host: &str) -> bool {
 }
 
 impl ClusterConfig {
+    /// A worker named `member` of the cluster `switchboard` at `nats_url`, without
+    /// credentials or TLS, with the default partitions and lease: what a `[cluster]` with
+    /// only `nats_url` and `member` resolves to.
+    pub fn plain(nats_url: &str, member: &str) -> Self {
+        Self {
+            nats_url: nats_url.to_owned(),
+            auth: Auth::default(),
+            tls: None,
+            name: default_name().into_inner(),
+            partitions: *default_partitions().get_ref(),
+            role: Role::Worker,
+            lease: Duration::from_secs_f64(*default_lease_secs().get_ref()),
+            member: member.to_owned(),
+        }
+    }
+
     /// A server on another host the bus would reach without TLS, if there is one.
     pub fn in_the_clear(&self) -> Option<&str> {
         if self.tls.is_some() {

@@ -9,8 +9,10 @@
 //! - `runs`: a job's runs as every store keeps them: a due time claimed once, a run settled
 //!   once.
 //! - `due`: [`Schedule`] and the next due time, across time zones and daylight saving.
-//! - `store`: [`JobStore`], where jobs and runs are kept, and [`FileJobStore`].
-//! - `state_store`: [`StateJobStore`], jobs as documents of a state store (a cluster's).
+//! - `store`: [`JobStore`], what the scheduler needs of where jobs and runs are kept.
+//! - `state_store`: [`StateJobStore`], jobs as documents of the daemon's state store (files
+//!   in one process, the bucket on a cluster).
+//! - `migrate`: [`migrate_file`], the jobs file of earlier versions moved into it.
 //! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
@@ -32,6 +34,7 @@ mod isolated;
 mod job;
 mod jobs;
 mod message;
+mod migrate;
 #[cfg(test)]
 mod once_tests;
 mod outcome;
@@ -50,10 +53,11 @@ pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::SchedulerConfig;
 pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
+pub use migrate::migrate_file;
 pub use outcome::Outcomes;
 pub use runner::{Budget, Scheduler};
 pub use runs::RUNS_KEPT;
 pub use section::{HeartbeatSection, JobEntry, SchedulerSection, chat_target, declared_jobs};
 pub use state_store::StateJobStore;
-pub use store::{FileJobStore, JobChange, JobStore, JobStoreError};
+pub use store::{JobChange, JobStore, JobStoreError};
 pub use tool::CronTool;

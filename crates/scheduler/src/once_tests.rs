@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use super::due::Schedule;
 use super::job::{Job, JobKind, Outcome, Run, SessionMode};
 use super::jobs::NewJob;
-use super::store::{FileJobStore, JobStore};
+use super::store::JobStore;
+use super::test_setup::files;
 use super::test_setup::*;
 
 const START: &str = "2026-11-25T10:00:00Z";
@@ -117,10 +118,7 @@ async fn a_leader_paused_past_its_lease_fires_nothing_and_the_next_takes_its_cla
         "the old leader hands nothing over"
     );
     run_60.settle(Fate::Handled);
-    let runs = FileJobStore::new(dir.path())
-        .runs(&job.id, 10)
-        .await
-        .expect("runs");
+    let runs = files(dir.path()).runs(&job.id, 10).await.expect("runs");
     let claims: Vec<(String, Option<u64>)> = runs
         .iter()
         .map(|run| (run.due.to_string(), run.epoch))
@@ -145,7 +143,7 @@ async fn a_leader_paused_past_its_lease_fires_nothing_and_the_next_takes_its_cla
 #[tokio::test(start_paused = true)]
 async fn a_claim_that_lands_after_the_next_leader_looked_is_taken_over_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileJobStore::new(dir.path());
+    let store = files(dir.path());
     // Moved past 10:00 by the old leader (its claim of 10:00 lands later).
     let mut job = job_due("1h", "2026-11-25T11:00:00Z", 3600);
     job.schedule = Schedule::every("1h", at(START)).expect("every");
@@ -238,7 +236,7 @@ fn job_due(every: &str, due: &str, catch_up: u64) -> Job {
 #[tokio::test(start_paused = true)]
 async fn due_times_that_passed_while_nobody_fired_are_recorded_as_folded() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileJobStore::new(dir.path());
+    let store = files(dir.path());
     store
         .put(&job_due("10s", "2026-11-25T10:00:00Z", 3600))
         .await

@@ -8,7 +8,8 @@ use switchboard_core::{InboundMessage, MessageId};
 use super::*;
 use crate::due::Schedule;
 use crate::jobs::NewJob;
-use crate::store::{FileJobStore, JobStore};
+use crate::store::JobStore;
+use crate::test_setup::files;
 use crate::test_setup::*;
 
 #[tokio::test(start_paused = true)]
@@ -17,7 +18,7 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
     let base = Timestamp::from_str("2026-11-25T10:00:00Z").expect("ts");
     // The daemon before: one job started a run (pending) and crashed; another was due
     // two hours ago, past its catch-up of one.
-    let store = FileJobStore::new(dir.path());
+    let store = files(dir.path());
     let pending_due = base.checked_sub(SignedDuration::from_secs(30)).expect("ts");
     let mut pending = Job {
         id: "j1".into(),

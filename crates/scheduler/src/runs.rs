@@ -1,9 +1,9 @@
-//! A job's runs as every job store keeps them, and the two rules that make each due time
+//! A job's runs as the job store keeps them, and the two rules that make each due time
 //! happen once: a due time is **claimed** before its run is handed over — added only when no
 //! run of it is on record (or its last try ended, for the next try) — and a run is
 //! **settled** once — its outcome set only while it is still pending, wherever its turn
-//! ended. Pure functions over the list, so the file store and the state store (a cluster's)
-//! apply the same rules, each inside its own atomic step (the file's lock, a compare-and-set).
+//! ended. Pure functions over the list, applied inside the store's one atomic step (a
+//! document's lock in one process, a compare-and-set on a cluster).
 //!
 //! A claim whose scheduler lost the duty before its run ended is **adopted** by the one that
 //! holds the duty now (`runs::adopt`: its epoch replaced, while it is pending), which hands

@@ -1,10 +1,13 @@
-//! [`StateJobStore`]: jobs kept as documents of a [`StateStore`] — on a cluster, its shared
-//! bucket, so every worker (and the operator's `switchboard cron`) sees the same jobs.
+//! [`StateJobStore`]: jobs kept as documents of the daemon's [`StateStore`] — files under
+//! `state_dir/scheduler/` in one process; on a cluster, its shared bucket — so the daemon,
+//! every worker and the operator's `switchboard cron` see the same jobs.
 //!
 //! A job is one document (`scheduler/job/<id>`), its last runs another
 //! (`scheduler/runs/<id>`, newest first), and `scheduler/counter` holds the next job number
 //! and a version moved by every change to a job. Each change is one
-//! [`StateStore::update`]: two hosts changing one job never undo each other.
+//! [`StateStore::update`]: two hosts changing one job never undo each other. The scheduler
+//! asks for the version every few seconds: one read of the counter (in one process, a small
+//! file read in place).
 
 use std::sync::Arc;
 
@@ -65,6 +68,20 @@ impl StateJobStore {
 }
 
 impl StateJobStore {
+    /// Keeps the job numbers handed out from now on at `next` or above (jobs moved in from
+    /// elsewhere keep their ids, and removed ones' ids are not handed out again).
+    pub(crate) async fn number_from(&self, next: u64) -> Result<(), JobStoreError> {
+        let mut change = json_change(COUNTER, |counter: &mut Counter| {
+            counter.version += 1;
+            counter.next = counter.next.max(next);
+            true
+        });
+        self.state
+            .update(COUNTER, &mut change)
+            .await
+            .map_err(self.fail())
+    }
+
     /// Changes a run of `job` by `rule` in one step (the rule run again when another wrote
     /// first): the run as changed, or `None` when the rule changed nothing.
     async fn change_run(
@@ -264,3 +281,7 @@ impl JobStore for StateJobStore {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "state_store_tests.rs"]
+mod tests;

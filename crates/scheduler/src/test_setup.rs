@@ -1,4 +1,4 @@
-//! What the scheduler's tests share: a scheduler on paused time over a job store in a
+//! What the scheduler's tests share: a scheduler on paused time over the jobs in files of a
 //! temporary directory, with a hub whose messages the test reads, and a channel that keeps
 //! what the chat is told.
 
@@ -17,11 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::clock::{Clock, TokioClock};
 use super::due::Schedule;
-use super::job::{Job, SessionMode};
+use super::job::{Job, JobKind, SessionMode};
 use super::jobs::SchedulerConfig;
 use super::jobs::{Asker, NewJob};
 use super::runner::Scheduler;
-use super::store::FileJobStore;
+use super::state_store::StateJobStore;
 
 /// A channel that keeps what it is sent.
 pub(super) struct Collect(Mutex<Vec<OutboundKind>>);
@@ -49,7 +49,7 @@ pub(super) struct Setup {
     pub(super) inbound: Receiver<InboundMessage>,
     sent: Arc<Collect>,
     pub(super) stop: CancellationToken,
-    pub(super) store: FileJobStore,
+    pub(super) store: StateJobStore,
 }
 
 impl Setup {
@@ -102,7 +102,7 @@ pub(super) fn start_on(
     config: SchedulerConfig,
 ) -> Setup {
     let dir = state.unwrap_or_else(|| tempfile::tempdir().expect("tempdir"));
-    let store = FileJobStore::new(dir.path());
+    let store = files(dir.path());
     let hub: Arc<dyn Bus> = Arc::new(ChatHub::new(64, CancellationToken::new()));
     let sent = Arc::new(Collect(Mutex::new(Vec::new())));
     hub.register_channel(sent.clone(), LaneOptions::default());
@@ -202,13 +202,46 @@ pub(super) fn start_on_bus(
     let sent = Arc::new(Collect(Mutex::new(Vec::new())));
     bus.register_channel(sent, LaneOptions::default());
     let inbound = bus.take_inbound().expect("inbound");
-    let store = Arc::new(FileJobStore::new(dir));
+    let store = Arc::new(files(dir));
     let scheduler = Scheduler::new(store, bus, clock, config);
     let stop = CancellationToken::new();
     let running = scheduler.clone();
     let until = stop.clone();
     tokio::spawn(async move { running.run(until).await });
     (scheduler, inbound, stop)
+}
+
+/// The jobs kept in files under `dir`, as one process keeps them.
+pub(super) fn files(dir: &std::path::Path) -> StateJobStore {
+    StateJobStore::new(Arc::new(switchboard_sessions::FileState::new(dir)))
+}
+
+/// A job `id` of chat "c", every minute, due now.
+pub(super) fn job(id: &str) -> Job {
+    Job {
+        id: id.into(),
+        name: format!("job {id}"),
+        message: "ping".into(),
+        schedule: Schedule::Every {
+            every_secs: 60,
+            from: Timestamp::UNIX_EPOCH,
+        },
+        channel: "websocket".into(),
+        chat_id: "c".into(),
+        session: SessionMode::Chat,
+        enabled: true,
+        created_by: "operator".into(),
+        catch_up_secs: 3600,
+        created_at: Timestamp::UNIX_EPOCH,
+        next_due: Some(Timestamp::UNIX_EPOCH),
+        last: None,
+        declared: None,
+        kind: JobKind::Task,
+        active_hours: None,
+        retry: None,
+        agent: None,
+        owner: None,
+    }
 }
 
 pub(super) fn chat() -> (ChannelName, ChatId) {

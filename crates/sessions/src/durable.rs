@@ -1,4 +1,4 @@
-//! Files of whole records, as sessions (and the scheduler's jobs) are kept: a record is
+//! Files of whole records, as sessions are kept: a record is
 //! appended whole or not at all — a write that fails part-way (a full disk) is cut back to
 //! the file's length before it —, a file found ending in a partial record is cut after its
 //! last newline, and a file is replaced atomically (a temporary beside it, fsynced, renamed
@@ -94,6 +94,20 @@ pub fn cut_partial_tail(path: &Path) -> std::io::Result<()> {
 /// Replaces the file at `path` with `bytes` atomically: written to a temporary beside it,
 /// fsynced, renamed over it, and the directory fsynced.
 pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = swap_in(path, bytes, true)?;
+    sync_dir(dir)
+}
+
+/// Replaces the file at `path` with `bytes` atomically against a crash of the process (a
+/// temporary beside it renamed over it), without waiting for the disk: a power cut may
+/// leave the old content. For files rewritten at every model call.
+pub fn replace_unsynced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    swap_in(path, bytes, false).map(drop)
+}
+
+/// Writes `bytes` to a temporary beside `path` (fsynced when `sync`) and renames it over
+/// `path`; returns the directory.
+fn swap_in<'p>(path: &'p Path, bytes: &[u8], sync: bool) -> std::io::Result<&'p Path> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -102,10 +116,12 @@ pub fn replace(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     let mut file = std::fs::File::create(&tmp)?;
     file.write_all(bytes)?;
-    file.sync_all()?;
+    if sync {
+        file.sync_all()?;
+    }
     drop(file);
     std::fs::rename(&tmp, path)?;
-    sync_dir(dir)
+    Ok(dir)
 }
 
 /// Makes `dir` (and what is missing above it) readable by its owner only.

@@ -2,7 +2,13 @@
 //! directory, named by its key (`pairing.json` is `<state_dir>/pairing.json`, as it always
 //! was). A change is made under an exclusive lock on a file beside it (`pairing.lock`), so
 //! the daemon and the operator's commands never interleave, and the file is replaced
-//! atomically ([`durable::replace`]). The work runs on the blocking threads.
+//! atomically ([`durable::replace`]).
+//!
+//! Where the work runs: a document is read in place, on the thread that asks (a small file
+//! in the page cache reads faster than a hop to a blocking thread takes, and no thread of
+//! the blocking pool is kept awake by a loop that looks every few seconds); a change made
+//! with [`StateStore::update_often`] is made in place too, and not fsynced; changes that
+//! are fsynced, and scans (any number of files), run on the blocking threads.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -90,6 +96,21 @@ fn lock_of(path: &Path) -> PathBuf {
     path.with_extension("lock")
 }
 
+/// Takes the lock of the document at `path` (its directory made first); held until the
+/// file returned is dropped.
+fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        durable::create_private_dir(dir)?;
+    }
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_of(path))?;
+    lock.lock()?;
+    Ok(lock)
+}
+
 /// Every file under `dir` that is a document (not a lock or a temporary), as keys under
 /// `prefix`.
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
@@ -121,7 +142,8 @@ impl StateStore for FileState {
     }
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StateError> {
-        self.blocking(key, "read", |_, path| read(path)).await
+        check_key(key)?;
+        read(&self.path(key)).map_err(self.failed(format!("read {key}")))
     }
 
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StateError> {
@@ -139,15 +161,7 @@ impl StateStore for FileState {
         let (lock, before) = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || -> std::io::Result<_> {
-                if let Some(dir) = path.parent() {
-                    durable::create_private_dir(dir)?;
-                }
-                let lock = OpenOptions::new()
-                    .create(true)
-                    .truncate(false)
-                    .write(true)
-                    .open(lock_of(&path))?;
-                lock.lock()?;
+                let lock = lock(&path)?;
                 Ok((lock, read(&path)?))
             })
             .await
@@ -172,6 +186,23 @@ impl StateStore for FileState {
         .map_err(std::io::Error::other)
         .and_then(|done| done)
         .map_err(self.failed(what))
+    }
+
+    async fn update_often(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
+        check_key(key)?;
+        let path = self.path(key);
+        let lock = lock(&path).map_err(self.failed(format!("change {key}")))?;
+        let before = read(&path).map_err(self.failed(format!("read {key}")))?;
+        let done = match change(before.as_ref().map(|stored| stored.bytes.as_slice())) {
+            Change::Keep => Ok(()),
+            Change::Put(bytes) => {
+                check_size(key, &bytes)?;
+                durable::replace_unsynced(&path, &bytes)
+            }
+            Change::Delete => remove(&path),
+        };
+        drop(lock);
+        done.map_err(self.failed(format!("change {key}")))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StateError> {

@@ -10,22 +10,23 @@
 //!
 //! # Layout
 //! - `price`: [`Price`] and [`Prices`], dollars per million tokens.
-//! - `store`: [`UsageStore`], [`UsageRecord`], and [`FileUsageStore`] (a file per month).
-//! - `state_store`: [`StateUsageStore`], spending as documents of a state store (a
-//!   cluster's).
+//! - `store`: [`UsageStore`], what spending is kept as ([`UsageRecord`]).
+//! - `state_store`: [`StateUsageStore`], spending as documents of the daemon's state store
+//!   (files in one process, the bucket on a cluster).
+//! - `migrate`: [`migrate_files`], the month files of earlier versions moved into it.
 //! - `spending`: [`Spending`], [`Limits`]: recording, the caps, `/usage`.
 //! - `section`: `[limits]` ([`LimitsSection`]) and the prices of `[llm.prices]`, read.
 
+mod migrate;
 mod price;
 mod section;
 mod spending;
 mod state_store;
 mod store;
 
+pub use migrate::migrate_files;
 pub use price::{Price, Prices};
 pub use section::{LimitsSection, prices};
 pub use spending::{Limits, Spending, WARN_AT};
-pub use state_store::StateUsageStore;
-pub use store::{
-    FileUsageStore, MemoryUsageStore, Spent, UsageKey, UsageRecord, UsageStore, UsageStoreError,
-};
+pub use state_store::{ALONE, StateUsageStore};
+pub use store::{Spent, UsageKey, UsageRecord, UsageStore, UsageStoreError};

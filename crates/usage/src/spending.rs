@@ -329,10 +329,11 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::{MemoryUsageStore, Price};
+    use crate::{Price, StateUsageStore};
     use switchboard_scheduler::TokioClock;
 
-    fn spending(limits: Limits) -> Spending {
+    /// The spending, kept in files of a directory that lives as long as it.
+    fn spending(limits: Limits) -> (Spending, tempfile::TempDir) {
         let prices = Prices::new([(
             "m".to_owned(),
             Price {
@@ -343,13 +344,16 @@ mod tests {
         )]);
         // 2026-11-25 23:00 in Berlin.
         let start: jiff::Timestamp = "2026-11-25T22:00:00Z".parse().expect("time");
-        Spending::new(
-            Arc::new(MemoryUsageStore::default()),
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = Arc::new(switchboard_sessions::FileState::new(dir.path()));
+        let spending = Spending::new(
+            Arc::new(StateUsageStore::new(state, crate::ALONE)),
             prices,
             limits,
             Some("Europe/Berlin".into()),
             Arc::new(TokioClock::starting_at(start)),
-        )
+        );
+        (spending, dir)
     }
 
     /// `dollars` worth of the model `m` ($1 per million input tokens).
@@ -359,7 +363,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_chat_is_warned_once_at_80_percent_refused_at_100_and_free_again_the_next_day() {
-        let spending = spending(Limits {
+        let (spending, _dir) = spending(Limits {
             daily_usd: None,
             daily_usd_per_chat: Some(1.0),
         });
@@ -412,7 +416,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_daemons_cap_counts_every_chat_and_agent() {
-        let spending = spending(Limits {
+        let (spending, _dir) = spending(Limits {
             daily_usd: Some(1.0),
             daily_usd_per_chat: Some(10.0),
         });

@@ -1,14 +1,17 @@
-//! [`StateUsageStore`]: spending kept as documents of a [`StateStore`] — on a cluster, its
-//! shared bucket, so every worker checks the caps against what all of them spent.
+//! [`StateUsageStore`]: spending kept as documents of the daemon's [`StateStore`] — files
+//! under `state_dir/usage/` in one process; on a cluster, its shared bucket, so every worker
+//! checks the caps against what all of them spent.
 //!
 //! A chat's day is one document (`usage/chat/<day>/<session>`: its sums per agent, model
 //! and the session spent in — its own, its sub-agents', its isolated runs' — and whether it
 //! was warned); the day's total is one document per writer
 //! (`usage/day/<day>/<member>`), so workers recording at once never wait on each other's
 //! total, and the check after a call reads the chat's document and the day's few totals. A
-//! report scans one prefix per day. Each change is one [`StateStore::update`]: two workers
-//! recording in one chat at once both count.
+//! report scans one prefix per day. Each change is one [`StateStore::update_often`]: two
+//! workers recording in one chat at once both count, and one process does not wait for the
+//! disk at every model call.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -49,6 +52,9 @@ struct DayTotal {
     usd: f64,
 }
 
+/// The writer name of a process alone (on a cluster, each member writes as itself).
+pub const ALONE: &str = "local";
+
 /// Spending in a state store.
 #[derive(Clone, Debug)]
 pub struct StateUsageStore {
@@ -59,7 +65,8 @@ pub struct StateUsageStore {
 
 impl StateUsageStore {
     /// The spending kept in `state`, whose day totals this process adds to as `writer`
-    /// (its member name; any name, for a process that only reads).
+    /// (its member name, [`ALONE`] in one process; any name, for a process that only
+    /// reads).
     pub fn new(state: Arc<dyn StateStore>, writer: &str) -> Self {
         Self {
             state,
@@ -83,6 +90,56 @@ impl StateUsageStore {
         Ok(stored
             .and_then(|stored| serde_json::from_slice(&stored.bytes).ok())
             .unwrap_or_default())
+    }
+}
+
+impl StateUsageStore {
+    /// Writes `sums` (a sum per key) and `warned` (chats warned, by day) as the documents
+    /// of their days and chats, in place of what those hold, this writer's day totals being
+    /// their sums: what a day read from elsewhere (the files of before) becomes. Written
+    /// again with the same sums, the documents are the same.
+    pub(crate) async fn put_sums(
+        &self,
+        sums: &BTreeMap<UsageKey, Spent>,
+        warned: &BTreeSet<(Date, String)>,
+    ) -> Result<usize, UsageStoreError> {
+        let mut chats: BTreeMap<(Date, &str), ChatDay> = BTreeMap::new();
+        let mut totals: BTreeMap<Date, f64> = BTreeMap::new();
+        for (key, spent) in sums {
+            let chat = chats.entry((key.day, key.chat())).or_default();
+            key.chat().clone_into(&mut chat.session);
+            chat.spent.push(Sum {
+                agent: key.agent.clone(),
+                model: key.model.clone(),
+                session: key.chat.is_some().then(|| key.session.clone()),
+                spent: *spent,
+            });
+            *totals.entry(key.day).or_default() += spent.usd;
+        }
+        for (day, session) in warned {
+            let chat = chats.entry((*day, session)).or_default();
+            session.clone_into(&mut chat.session);
+            chat.warned = true;
+        }
+        let fail = |err: serde_json::Error| UsageStoreError {
+            place: self.state.place(),
+            message: err.to_string(),
+        };
+        for ((day, session), chat) in &chats {
+            let bytes = serde_json::to_vec(chat).map_err(fail)?;
+            self.state
+                .put(&chat_key(*day, session), bytes)
+                .await
+                .map_err(self.fail())?;
+        }
+        for (day, usd) in totals {
+            let bytes = serde_json::to_vec(&DayTotal { usd }).map_err(fail)?;
+            self.state
+                .put(&format!("{}/{}", day_prefix(day), self.writer), bytes)
+                .await
+                .map_err(self.fail())?;
+        }
+        Ok(chats.len())
     }
 }
 
@@ -116,7 +173,7 @@ impl UsageStore for StateUsageStore {
             true
         });
         self.state
-            .update(&chat, &mut change)
+            .update_often(&chat, &mut change)
             .await
             .map_err(self.fail())?;
         let total = format!("{}/{}", day_prefix(key.day), self.writer);
@@ -125,7 +182,7 @@ impl UsageStore for StateUsageStore {
             true
         });
         self.state
-            .update(&total, &mut change)
+            .update_often(&total, &mut change)
             .await
             .map_err(self.fail())
     }
@@ -195,3 +252,7 @@ impl UsageStore for StateUsageStore {
         Ok(first)
     }
 }
+
+#[cfg(test)]
+#[path = "state_store_tests.rs"]
+mod tests;

@@ -1,38 +1,15 @@
-//! The job store in a file: jobs and their runs kept across a restart, claims and settling.
+//! Jobs kept in the state store: the same contract on both backends — files in one
+//! process, and the bucket of a real `nats-server` shared by two members: jobs and their
+//! runs kept across a restart and seen by another process, claims and settling once.
 
 use jiff::Timestamp;
+use switchboard_nats::{Cluster, ClusterConfig, NatsState};
+use switchboard_sessions::FileState;
+use switchboard_testkit::NatsServer;
 
 use super::*;
-use crate::due::Schedule;
-use crate::job::{JobKind, Outcome, SessionMode};
 use crate::runs::RUNS_KEPT;
-
-fn job(id: &str) -> Job {
-    Job {
-        id: id.into(),
-        name: format!("job {id}"),
-        message: "ping".into(),
-        schedule: Schedule::Every {
-            every_secs: 60,
-            from: Timestamp::UNIX_EPOCH,
-        },
-        channel: "websocket".into(),
-        chat_id: "c".into(),
-        session: SessionMode::Chat,
-        enabled: true,
-        created_by: "operator".into(),
-        catch_up_secs: 3600,
-        created_at: Timestamp::UNIX_EPOCH,
-        next_due: Some(Timestamp::UNIX_EPOCH),
-        last: None,
-        declared: None,
-        kind: JobKind::Task,
-        active_hours: None,
-        retry: None,
-        agent: None,
-        owner: None,
-    }
-}
+use crate::test_setup::job;
 
 fn run(job: &str, second: i64, outcome: Outcome) -> Run {
     Run {
@@ -154,73 +131,44 @@ pub(crate) async fn behaves_as_a_job_store(store: &dyn JobStore, other: &dyn Job
 }
 
 #[tokio::test]
-async fn jobs_and_runs_survive_a_restart_and_another_process_is_seen() {
+async fn jobs_in_files_of_one_process() {
     let dir = tempfile::tempdir().expect("tempdir");
     // A second store on the same directory: another process, or the next start.
-    behaves_as_a_job_store(
-        &FileJobStore::new(dir.path()),
-        &FileJobStore::new(dir.path()),
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn jobs_in_a_state_store_behave_the_same() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let state = || {
-        let files: Arc<dyn switchboard_core::StateStore> =
-            Arc::new(switchboard_sessions::FileState::new(dir.path()));
-        super::super::StateJobStore::new(files)
-    };
-    behaves_as_a_job_store(&state(), &state()).await;
+    let files = || StateJobStore::new(Arc::new(FileState::new(dir.path())));
+    behaves_as_a_job_store(&files(), &files()).await;
     assert!(dir.path().join("scheduler/job/j1").exists());
 }
 
-#[tokio::test]
-async fn a_torn_last_record_is_cut_and_the_rest_read() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileJobStore::new(dir.path());
-    store.put(&job("j1")).await.expect("put");
-    store.put(&job("j2")).await.expect("put");
-    let path = dir.path().join("scheduler/jobs.jsonl");
-    let mut text = std::fs::read_to_string(&path).expect("read");
-    text.push_str(r#"{"record":"job","id":"j3","na"#);
-    std::fs::write(&path, text).expect("torn");
-    let again = FileJobStore::new(dir.path());
-    assert_eq!(again.jobs().await.expect("jobs").len(), 2);
-    again.put(&job("j5")).await.expect("appends after the cut");
-    let text = std::fs::read_to_string(&path).expect("read");
-    assert!(text.ends_with("}\n") && !text.contains(r#""na{"#), "{text}");
-    assert_eq!(
-        FileJobStore::new(dir.path())
-            .jobs()
-            .await
-            .expect("jobs")
-            .len(),
-        3
-    );
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_in_a_clusters_bucket() {
+    let server = NatsServer::start();
+    let member = |name: &'static str| {
+        let url = server.url();
+        async move {
+            let cluster = Cluster::connect(ClusterConfig::plain(&url, name))
+                .await
+                .expect("joins the cluster");
+            StateJobStore::new(Arc::new(NatsState::new(&cluster)))
+        }
+    };
+    behaves_as_a_job_store(&member("one").await, &member("two").await).await;
 }
 
 #[tokio::test]
-async fn the_file_is_rewritten_when_it_holds_far_more_than_it_needs() {
+async fn a_jobs_runs_are_kept_to_the_last_few() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = FileJobStore::new(dir.path());
+    let store = StateJobStore::new(Arc::new(FileState::new(dir.path())));
     store.put(&job("j1")).await.expect("put");
-    for second in 0..400 {
+    for second in 0..(RUNS_KEPT as i64 + 30) {
         store
             .record(&run("j1", second, Outcome::Answered))
             .await
             .expect("run");
     }
-    let lines = std::fs::read_to_string(dir.path().join("scheduler/jobs.jsonl"))
-        .expect("read")
-        .lines()
-        .count();
-    assert!(lines < 2 * (2 + RUNS_KEPT) + 64 + 2, "{lines} lines");
-    let runs = FileJobStore::new(dir.path())
-        .runs("j1", 100)
-        .await
-        .expect("runs");
+    let runs = store.runs("j1", 100).await.expect("runs");
     assert_eq!(runs.len(), RUNS_KEPT);
-    assert_eq!(runs[0].due, Timestamp::from_second(399).expect("ts"));
+    assert_eq!(
+        runs[0].due,
+        Timestamp::from_second(RUNS_KEPT as i64 + 29).expect("ts")
+    );
 }
