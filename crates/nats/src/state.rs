@@ -17,6 +17,8 @@ use switchboard_core::state::{Changer, MAX_SCAN, check_key, check_size};
 use switchboard_core::{Change, StateError, StateStore, Stored};
 
 use crate::cluster::Cluster;
+use crate::config::ClusterConfig;
+use crate::error::ClusterError;
 
 /// How long one call may take, tries included (NATS restarting), before it fails.
 const CALL_TIME: Duration = Duration::from_secs(30);
@@ -69,6 +71,11 @@ impl NatsState {
             stripes: (0..STRIPES).map(|_| tokio::sync::Mutex::new(())).collect(),
             known: std::sync::Arc::default(),
         }
+    }
+
+    /// Joins the cluster `config` names, for its state bucket alone.
+    pub async fn connect(config: ClusterConfig) -> Result<Self, ClusterError> {
+        Ok(Self::new(&Cluster::connect(config).await?))
     }
 
     fn failed(&self, what: &str, key: &str) -> impl Fn(String) -> StateError + '_ {

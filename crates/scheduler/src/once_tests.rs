@@ -12,11 +12,11 @@ use tokio::sync::mpsc::Receiver;
 use tokio::time::Instant;
 
 use super::due::Schedule;
-use super::job::{Job, JobKind, Outcome, Run, SessionMode};
+use super::job::{Job, Outcome, Run};
 use super::jobs::NewJob;
 use super::store::JobStore;
-use super::test_setup::files;
 use super::test_setup::*;
+use super::test_setup::{files, job};
 
 const START: &str = "2026-11-25T10:00:00Z";
 
@@ -208,25 +208,13 @@ async fn a_claim_that_lands_after_the_next_leader_looked_is_taken_over_at_once()
 /// before the scheduler started).
 fn job_due(every: &str, due: &str, catch_up: u64) -> Job {
     Job {
-        id: "j1".into(),
         name: "tick".into(),
         message: "tick".into(),
         schedule: Schedule::every(every, at("2026-11-25T09:00:00Z")).expect("every"),
-        channel: "websocket".into(),
-        chat_id: "c".into(),
-        session: SessionMode::Chat,
-        enabled: true,
-        created_by: "operator".into(),
         catch_up_secs: catch_up,
         created_at: at("2026-11-25T09:00:00Z"),
         next_due: Some(at(due)),
-        last: None,
-        declared: None,
-        kind: JobKind::Task,
-        active_hours: None,
-        retry: None,
-        agent: None,
-        owner: None,
+        ..job("j1")
     }
 }
 

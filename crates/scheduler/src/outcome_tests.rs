@@ -9,7 +9,6 @@ use super::*;
 use crate::due::Schedule;
 use crate::jobs::NewJob;
 use crate::store::JobStore;
-use crate::test_setup::files;
 use crate::test_setup::*;
 
 #[tokio::test(start_paused = true)]
@@ -21,25 +20,12 @@ async fn a_run_pending_at_a_crash_is_handed_over_again_and_a_late_one_is_skipped
     let store = files(dir.path());
     let pending_due = base.checked_sub(SignedDuration::from_secs(30)).expect("ts");
     let mut pending = Job {
-        id: "j1".into(),
         name: "pending".into(),
         message: "first".into(),
         schedule: Schedule::At { at: pending_due },
-        channel: "websocket".into(),
-        chat_id: "c".into(),
-        session: SessionMode::Chat,
-        enabled: true,
-        created_by: "operator".into(),
-        catch_up_secs: 3600,
         created_at: base,
         next_due: None,
-        last: None,
-        declared: None,
-        kind: JobKind::Task,
-        active_hours: None,
-        retry: None,
-        agent: None,
-        owner: None,
+        ..job("j1")
     };
     pending.last = Some(Run {
         job: "j1".into(),

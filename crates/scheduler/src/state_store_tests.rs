@@ -3,7 +3,7 @@
 //! runs kept across a restart and seen by another process, claims and settling once.
 
 use jiff::Timestamp;
-use switchboard_nats::{Cluster, ClusterConfig, NatsState};
+use switchboard_nats::{ClusterConfig, NatsState};
 use switchboard_sessions::FileState;
 use switchboard_testkit::NatsServer;
 
@@ -142,14 +142,11 @@ async fn jobs_in_files_of_one_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_in_a_clusters_bucket() {
     let server = NatsServer::start();
-    let member = |name: &'static str| {
-        let url = server.url();
-        async move {
-            let cluster = Cluster::connect(ClusterConfig::plain(&url, name))
-                .await
-                .expect("joins the cluster");
-            StateJobStore::new(Arc::new(NatsState::new(&cluster)))
-        }
+    let member = async |name: &str| {
+        let state = NatsState::connect(ClusterConfig::plain(&server.url(), name))
+            .await
+            .expect("joins the cluster");
+        StateJobStore::new(Arc::new(state))
     };
     behaves_as_a_job_store(&member("one").await, &member("two").await).await;
 }

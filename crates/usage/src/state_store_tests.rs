@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use switchboard_core::StateStore;
-use switchboard_nats::{Cluster, ClusterConfig, NatsState};
+use switchboard_nats::{ClusterConfig, NatsState};
 use switchboard_sessions::FileState;
 use switchboard_testkit::NatsServer;
 
@@ -121,14 +121,11 @@ async fn spending_in_files_of_one_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spending_in_a_clusters_bucket() {
     let server = NatsServer::start();
-    let member = |name: &'static str| {
-        let url = server.url();
-        async move {
-            let cluster = Cluster::connect(ClusterConfig::plain(&url, name))
-                .await
-                .expect("joins the cluster");
-            Arc::new(NatsState::new(&cluster)) as Arc<dyn StateStore>
-        }
+    let member = async |name: &str| {
+        let state = NatsState::connect(ClusterConfig::plain(&server.url(), name))
+            .await
+            .expect("joins the cluster");
+        Arc::new(state) as Arc<dyn StateStore>
     };
     behaves_as_a_usage_store(member("one").await, member("two").await).await;
 }
