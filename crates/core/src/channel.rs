@@ -81,6 +81,45 @@ pub trait Channel: Send + Sync + 'static {
     }
 }
 
+/// A channel inside the daemon (sub-agents', scheduled runs' in sessions of their own): it
+/// only takes what the agent sends — nothing comes in from outside, no person reads it (so a
+/// turn there asks nothing and is granted no approval), and its messages never leave the
+/// process. [`Internal`] makes it a [`Channel`].
+#[async_trait]
+pub trait InternalChannel: Send + Sync + 'static {
+    /// Its name.
+    fn name(&self) -> ChannelName;
+    /// Takes one message an agent sent to it.
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError>;
+}
+
+/// An [`InternalChannel`] as a [`Channel`].
+pub struct Internal<C>(pub C);
+
+#[async_trait]
+impl<C: InternalChannel> Channel for Internal<C> {
+    fn name(&self) -> ChannelName {
+        self.0.name()
+    }
+
+    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
+        ctx.shutdown.cancelled().await;
+        Ok(())
+    }
+
+    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        self.0.send(message).await
+    }
+
+    fn has_person(&self) -> bool {
+        false
+    }
+
+    fn scope(&self) -> ChannelScope {
+        ChannelScope::Internal
+    }
+}
+
 /// Where a chat's conversation so far is read from (the agent's session store, wherever it
 /// is kept), for a channel that shows it again (the web page's history after a reload).
 #[async_trait]

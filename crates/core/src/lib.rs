@@ -45,7 +45,7 @@ pub mod wire;
 
 pub use ack::{Ack, Fate};
 pub use bus::Bus;
-pub use channel::{Channel, ChannelContext, ChannelScope, Transcripts};
+pub use channel::{Channel, ChannelContext, ChannelScope, Internal, InternalChannel, Transcripts};
 pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
 pub use config::{
     ConfigError, ConfigProblem, ConfigSource, Unresolved, expand_env, positive_seconds,

@@ -10,8 +10,7 @@
 use async_trait::async_trait;
 use std::sync::Arc;
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ChatId, CoreError, OutboundKind, OutboundMessage,
-    is_quiet,
+    Bus, ChannelName, ChatId, CoreError, InternalChannel, OutboundKind, OutboundMessage, is_quiet,
 };
 
 use super::jobs::{Asker, Jobs};
@@ -26,15 +25,9 @@ pub(crate) struct IsolatedRuns {
 }
 
 #[async_trait]
-impl Channel for IsolatedRuns {
+impl InternalChannel for IsolatedRuns {
     fn name(&self) -> ChannelName {
         ChannelName::from(CHANNEL)
-    }
-
-    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
-        // Nothing comes in from outside: the scheduler publishes the runs.
-        ctx.shutdown.cancelled().await;
-        Ok(())
     }
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
@@ -76,13 +69,5 @@ impl Channel for IsolatedRuns {
         // Delivered before this returns: the run's `done` (behind this in its lane) then
         // means its answer reached the chat.
         self.hub.deliver_outbound(post).await
-    }
-
-    fn has_person(&self) -> bool {
-        false
-    }
-
-    fn scope(&self) -> switchboard_core::ChannelScope {
-        switchboard_core::ChannelScope::Internal
     }
 }

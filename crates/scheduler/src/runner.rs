@@ -397,10 +397,10 @@ impl Scheduler {
     /// Registers the `cron` channel isolated runs answer through, once.
     fn register_isolated(&self) {
         self.inner.isolated.get_or_init(|| {
-            let channel = isolated::IsolatedRuns {
+            let channel = switchboard_core::Internal(isolated::IsolatedRuns {
                 jobs: self.inner.jobs.clone(),
                 hub: self.inner.hub.clone(),
-            };
+            });
             self.inner
                 .hub
                 .register_channel(Arc::new(channel), LaneOptions::default());

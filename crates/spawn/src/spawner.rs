@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use switchboard_core::{
-    AgentName, Bus, Channel, ChannelContext, ChannelName, ChatId, CoreError, InboundMessage,
+    AgentName, Bus, ChannelName, ChatId, CoreError, InboundMessage, Internal, InternalChannel,
     LaneOptions, Origin, OutboundKind, OutboundMessage, SenderId, SessionKey, TurnEnd,
 };
 use tokio::sync::oneshot;
@@ -299,7 +299,7 @@ impl Spawner {
 
     fn register(&self) {
         self.inner.registered.get_or_init(|| {
-            let channel = Children(Arc::downgrade(&self.inner));
+            let channel = Internal(Children(Arc::downgrade(&self.inner)));
             self.inner
                 .hub
                 .register_channel(Arc::new(channel), LaneOptions::default());
@@ -436,15 +436,9 @@ fn hand_over(
 struct Children(std::sync::Weak<Inner>);
 
 #[async_trait]
-impl Channel for Children {
+impl InternalChannel for Children {
     fn name(&self) -> ChannelName {
         ChannelName::from(CHANNEL)
-    }
-
-    async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
-        // Nothing comes in from outside: parents publish their children's tasks.
-        ctx.shutdown.cancelled().await;
-        Ok(())
     }
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
@@ -452,14 +446,6 @@ impl Channel for Children {
             Spawner { inner }.take(&message.chat_id, message.kind).await;
         }
         Ok(())
-    }
-
-    fn has_person(&self) -> bool {
-        false
-    }
-
-    fn scope(&self) -> switchboard_core::ChannelScope {
-        switchboard_core::ChannelScope::Internal
     }
 }
 
