@@ -11,7 +11,8 @@
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
 //! - `origin`: [`Origin`], where a message comes from (a person, a schedule, the heartbeat).
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
-//! - `channel`: the [`Channel`] trait adapters implement.
+//! - `channel`: the [`Channel`] trait adapters implement, and [`Internal`] for the daemon's own
+//!   channels (sub-agents', isolated runs').
 //! - `config`: what adapter config sections share ([`ConfigProblem`], [`expand_env`]).
 //! - `environment`: the process environment as the config sees it, secrets withdrawn.
 //! - `bus`: the [`Bus`] trait, what adapters and agents meet on.

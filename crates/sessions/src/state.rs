@@ -8,7 +8,8 @@
 //! in the page cache reads faster than a hop to a blocking thread takes, and no thread of
 //! the blocking pool is kept awake by a loop that looks every few seconds); a change made
 //! with [`StateStore::update_often`] is made in place too, and not fsynced; changes that
-//! are fsynced, and scans (any number of files), run on the blocking threads.
+//! are fsynced, and scans (any number of files; of a directory that is not there, none),
+//! run on the blocking threads.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -143,7 +144,7 @@ impl StateStore for FileState {
 
     async fn get(&self, key: &str) -> Result<Option<Stored>, StateError> {
         check_key(key)?;
-        read(&self.path(key)).map_err(self.failed(format!("read {key}")))
+        read(&self.path(key)).map_err(|err| self.failed(format!("read {key}"))(err))
     }
 
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StateError> {
@@ -191,8 +192,8 @@ impl StateStore for FileState {
     async fn update_often(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
         check_key(key)?;
         let path = self.path(key);
-        let lock = lock(&path).map_err(self.failed(format!("change {key}")))?;
-        let before = read(&path).map_err(self.failed(format!("read {key}")))?;
+        let lock = lock(&path).map_err(|err| self.failed(format!("change {key}"))(err))?;
+        let before = read(&path).map_err(|err| self.failed(format!("read {key}"))(err))?;
         let done = match change(before.as_ref().map(|stored| stored.bytes.as_slice())) {
             Change::Keep => Ok(()),
             Change::Put(bytes) => {
@@ -202,10 +203,14 @@ impl StateStore for FileState {
             Change::Delete => remove(&path),
         };
         drop(lock);
-        done.map_err(self.failed(format!("change {key}")))
+        done.map_err(|err| self.failed(format!("change {key}"))(err))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StateError> {
+        // Nothing under it (a daemon that never had a job): one `stat`, no blocking thread.
+        if check_key(prefix).is_ok() && !self.path(prefix).exists() {
+            return Ok(Vec::new());
+        }
         let prefix = prefix.to_owned();
         let key = prefix.clone();
         let mut found = self
