@@ -12,9 +12,11 @@
 //! - `jsonl`: [`JsonlStore`], the on-disk store.
 //! - `record`: the file format (one record per line) and reading a file's tail back.
 //! - `durable`: files of whole records — appended whole or not at all, a torn tail cut,
-//!   replaced atomically (also the scheduler's).
+//!   replaced atomically.
 //! - `file_name`: a session's file name from its key (percent-encoded, long ones hashed).
 //! - `error`: [`StoreError`].
+//! - `state`: [`FileState`], the daemon's small documents as files (one process's
+//!   `StateStore`); `versions`: a document changed at every model call, as its versions.
 
 pub mod durable;
 mod error;
@@ -25,6 +27,7 @@ mod session;
 mod state;
 mod store;
 mod trim;
+mod versions;
 
 pub use error::StoreError;
 pub use jsonl::JsonlStore;

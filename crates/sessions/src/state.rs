@@ -4,12 +4,15 @@
 //! the daemon and the operator's commands never interleave, and the file is replaced
 //! atomically ([`durable::replace`]).
 //!
+//! A document changed with [`StateStore::update_often`] (what a chat spent, at every model
+//! call) is kept as the versions it was written as, each appended (`versions`): a change
+//! costs an append, not a file renamed over another, and is not fsynced.
+//!
 //! Where the work runs: a document is read in place, on the thread that asks (a small file
 //! in the page cache reads faster than a hop to a blocking thread takes, and no thread of
 //! the blocking pool is kept awake by a loop that looks every few seconds); a change made
-//! with [`StateStore::update_often`] is made in place too, and not fsynced; changes that
-//! are fsynced, and scans (any number of files; of a directory that is not there, none),
-//! run on the blocking threads.
+//! with [`StateStore::update_often`] is made in place too; changes that
+//! are fsynced, and scans of more than a few files, run on the blocking threads.
 
 use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ use switchboard_core::state::{Changer, MAX_SCAN, check_key, check_size};
 use switchboard_core::{Change, StateError, StateStore, Stored};
 
 use crate::durable;
+use crate::versions;
 
 /// Documents as files under a directory.
 #[derive(Clone, Debug)]
@@ -67,15 +71,29 @@ impl FileState {
     }
 }
 
-fn read(path: &Path) -> std::io::Result<Option<Stored>> {
+/// The file of a document, as it is; `None` when there is none.
+fn read_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
     match std::fs::read(path) {
-        Ok(bytes) => {
-            let written = std::fs::metadata(path)?.modified()?;
-            Ok(Some(Stored { bytes, written }))
-        }
+        Ok(bytes) => Ok(Some(bytes)),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(err) => Err(err),
     }
+}
+
+/// A document: its content (the last version, for one kept as versions) and when it was
+/// written.
+fn read(path: &Path) -> std::io::Result<Option<Stored>> {
+    let Some(bytes) = content_of(path)? else {
+        return Ok(None);
+    };
+    let written = std::fs::metadata(path)?.modified()?;
+    Ok(Some(Stored { bytes, written }))
+}
+
+/// Appends `frame` to the file at `path`, with one `write`.
+fn append(path: &Path, frame: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    OpenOptions::new().append(true).open(path)?.write_all(frame)
 }
 
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -114,7 +132,7 @@ fn lock(path: &Path) -> std::io::Result<std::fs::File> {
 
 /// Every file under `dir` that is a document (not a lock or a temporary), as keys under
 /// `prefix`.
-fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+fn walk(dir: &Path, prefix: &str, out: &mut Documents) -> std::io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -122,18 +140,33 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<(String, Vec<u8>)>) -> std::io::
     };
     for entry in entries {
         let entry = entry?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let key = format!("{prefix}/{name}");
-        if name.starts_with('.') || name.ends_with(".lock") || check_key(&key).is_err() {
+        let Some(key) = key_of(prefix, &entry.file_name()) else {
             continue;
-        }
+        };
         if entry.file_type()?.is_dir() {
             walk(&entry.path(), &key, out)?;
-        } else if out.len() < MAX_SCAN {
-            out.push((key, std::fs::read(entry.path())?));
+        } else if out.len() < MAX_SCAN
+            && let Some(content) = content_of(&entry.path())?
+        {
+            out.push((key, content));
         }
     }
     Ok(())
+}
+
+/// The key of the file `name` under `prefix`; `None` for a lock, a temporary, or a name no
+/// key has.
+fn key_of(prefix: &str, name: &std::ffi::OsStr) -> Option<String> {
+    let name = name.to_str()?;
+    let key = format!("{prefix}/{name}");
+    let document = !name.starts_with('.') && !name.ends_with(".lock") && check_key(&key).is_ok();
+    document.then_some(key)
+}
+
+/// The content of the document in the file at `path` (none: no such file, or no whole
+/// version in it).
+fn content_of(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    Ok(read_file(path)?.and_then(|file| versions::read(&file).content().map(<[u8]>::to_vec)))
 }
 
 #[async_trait]
@@ -193,36 +226,87 @@ impl StateStore for FileState {
         check_key(key)?;
         let path = self.path(key);
         let lock = lock(&path).map_err(|err| self.failed(format!("change {key}"))(err))?;
-        let before = read(&path).map_err(|err| self.failed(format!("read {key}"))(err))?;
-        let done = match change(before.as_ref().map(|stored| stored.bytes.as_slice())) {
+        let file = read_file(&path).map_err(|err| self.failed(format!("read {key}"))(err))?;
+        let kept = file.as_deref().map(versions::read);
+        let done = match change(kept.as_ref().and_then(versions::Read::content)) {
             Change::Keep => Ok(()),
             Change::Put(bytes) => {
                 check_size(key, &bytes)?;
-                durable::replace_unsynced(&path, &bytes)
+                let appendable = match (&kept, &file) {
+                    // Whole to its end (no frame cut by a kill), and not yet long.
+                    (Some(versions::Read::Versions { whole, .. }), Some(file)) => {
+                        *whole == file.len() && whole + bytes.len() + 8 <= versions::COMPACT_AT
+                    }
+                    _ => false,
+                };
+                if appendable {
+                    append(&path, &versions::framed(&bytes))
+                } else {
+                    durable::replace_unsynced(&path, &versions::alone(&bytes))
+                }
             }
-            Change::Delete => remove(&path),
+            Change::Delete => match std::fs::remove_file(&path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
+                _ => Ok(()),
+            },
         };
         drop(lock);
         done.map_err(|err| self.failed(format!("change {key}"))(err))
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StateError> {
-        // Nothing under it (a daemon that never had a job): one `stat`, no blocking thread.
-        if check_key(prefix).is_ok() && !self.path(prefix).exists() {
-            return Ok(Vec::new());
-        }
-        let prefix = prefix.to_owned();
-        let key = prefix.clone();
-        let mut found = self
-            .blocking(&key, "list", move |_, path| {
-                let mut out = Vec::new();
-                walk(path, &prefix, &mut out)?;
-                Ok(out)
-            })
-            .await?;
+        check_key(prefix)?;
+        let mut found = match few(&self.path(prefix), prefix) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                let prefix = prefix.to_owned();
+                let key = prefix.clone();
+                self.blocking(&key, "list", move |_, path| {
+                    let mut out = Vec::new();
+                    walk(path, &prefix, &mut out)?;
+                    Ok(out)
+                })
+                .await?
+            }
+            Err(err) => return Err(self.failed(format!("list {prefix}"))(err)),
+        };
         found.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(found)
     }
+}
+
+/// Documents with their keys, as a scan returns them.
+type Documents = Vec<(String, Vec<u8>)>;
+
+/// The most files (locks counted) a scan reads in place.
+const FEW: usize = 16;
+
+/// The documents right under `dir` read in place when they are few and none is a directory
+/// (a day's spending totals, one per writer; nothing, when there is no `dir`): a scan at
+/// every model call then needs no blocking thread. `None`: more, for a blocking thread.
+fn few(dir: &Path, prefix: &str) -> std::io::Result<Option<Documents>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Some(Vec::new())),
+        Err(err) => return Err(err),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if names.len() == FEW || entry.file_type()?.is_dir() {
+            return Ok(None);
+        }
+        names.push(entry.file_name());
+    }
+    let mut out = Vec::new();
+    for name in names {
+        if let Some(key) = key_of(prefix, &name)
+            && let Some(content) = content_of(&dir.join(&name))?
+        {
+            out.push((key, content));
+        }
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
@@ -297,6 +381,74 @@ mod tests {
         let mut delete = |_: Option<&[u8]>| Change::Delete;
         state.update("count", &mut delete).await.expect("delete");
         assert_eq!(state.get("count").await.expect("get"), None);
+    }
+
+    /// Spending's documents: each change appended, read as the last; a change cut by a kill
+    /// read as the one before and written over; the file kept short; a durable change
+    /// making it a plain file again.
+    #[tokio::test]
+    async fn a_document_changed_often_is_appended_and_reads_as_its_last_version() {
+        let dir = tempfile::tempdir().expect("dir");
+        let state = FileState::new(dir.path());
+        let key = "usage/chat/2026-11-27/telegram_1";
+        let file = dir.path().join(key);
+        let count = |bytes: Option<&[u8]>| {
+            let n: u64 = bytes
+                .and_then(|b| std::str::from_utf8(b).ok()?.parse().ok())
+                .unwrap_or(0);
+            Change::Put((n + 1).to_string().into_bytes())
+        };
+        for _ in 0..3 {
+            state
+                .update_often(key, &mut count.clone())
+                .await
+                .expect("change");
+        }
+        assert_eq!(
+            state.get(key).await.expect("get").expect("there").bytes,
+            b"3"
+        );
+        let three = std::fs::read(&file).expect("file");
+        assert!(three.starts_with(versions::MAGIC), "kept as versions");
+
+        // Killed mid-append: half a frame at the end reads as the version before it, and
+        // the next change is not lost behind it.
+        let mut torn = three.clone();
+        torn.extend_from_slice(&versions::framed(b"4")[..5]);
+        std::fs::write(&file, &torn).expect("torn");
+        assert_eq!(
+            state.get(key).await.expect("get").expect("there").bytes,
+            b"3"
+        );
+        state
+            .update_often(key, &mut count.clone())
+            .await
+            .expect("change");
+        assert_eq!(
+            state.get(key).await.expect("get").expect("there").bytes,
+            b"4"
+        );
+        assert_eq!(
+            state.scan("usage/chat").await.expect("scan"),
+            vec![(key.to_owned(), b"4".to_vec())]
+        );
+
+        // Long, it is written anew as its last version.
+        for _ in 0..5_000 {
+            state
+                .update_often(key, &mut count.clone())
+                .await
+                .expect("change");
+        }
+        assert!(std::fs::read(&file).expect("file").len() <= versions::COMPACT_AT);
+        assert_eq!(
+            state.get(key).await.expect("get").expect("there").bytes,
+            b"5004"
+        );
+
+        // A durable change leaves a plain file.
+        state.update(key, &mut count.clone()).await.expect("change");
+        assert_eq!(std::fs::read(&file).expect("file"), b"5005");
     }
 
     #[tokio::test]
