@@ -1,4 +1,4 @@
-//! The files that versions before 0.4 kept beside the state store in one process — the
+//! The files that earlier builds kept beside the state store in one process — the
 //! chats' choices (`choices.json`), spending (`usage/YYYY-MM.jsonl`) and the scheduler's
 //! jobs (`scheduler/jobs.jsonl`) — moved into it at the daemon's first start, each renamed
 //! `….migrated` once its content is in (left for the operator to remove). Each move writes

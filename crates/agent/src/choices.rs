@@ -131,7 +131,7 @@ impl ChoiceStore for StateChoices {
     }
 }
 
-/// Moves the `choices.json` files that versions before 0.4 kept in each agent's state
+/// Moves the `choices.json` files that earlier builds kept in each agent's state
 /// directory (`state_dir/choices.json` for the default agent, `state_dir/agents/NAME/` for
 /// the others) into `state`, renaming each `choices.json.migrated`; the number of chats
 /// moved. Each choice is written whole, so a start killed half-way does it again with the

@@ -1,4 +1,4 @@
-//! Jobs as versions before 0.4 kept them in one process: `state_dir/scheduler/jobs.jsonl`,
+//! Jobs as earlier builds kept them in one process: `state_dir/scheduler/jobs.jsonl`,
 //! whole records appended (a job put or removed, a run recorded, the job counter). At the
 //! first start that keeps jobs in the state store the file is replayed, its jobs, runs and
 //! counter written as documents ([`StateJobStore`]), and the file renamed
@@ -112,7 +112,7 @@ mod tests {
     use super::*;
     use crate::job::Outcome;
 
-    /// A file as 0.3 wrote it: j1 kept with two runs, j2 removed, the counter at 4, and a
+    /// A file as an earlier build wrote it: j1 kept with two runs, j2 removed, the counter at 4, and a
     /// last line cut by a crash.
     fn old_file(job: &Job) -> String {
         let line = |record: serde_json::Value| format!("{record}\n");

@@ -1,4 +1,4 @@
-//! Spending as versions before 0.4 kept it in one process: a file per month,
+//! Spending as earlier builds kept it in one process: a file per month,
 //! `state_dir/usage/YYYY-MM.jsonl`, a JSON line per model call (`"kind": "spent"`) or per
 //! warning (`"kind": "warned"`). At the first start that keeps spending in the state store,
 //! each such file is summed into the documents of its days and chats
