@@ -15,6 +15,7 @@
 //! are fsynced, and scans of more than a few files, run on the blocking threads.
 
 use std::fs::OpenOptions;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -83,17 +84,21 @@ fn read_file(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
 /// A document: its content (the last version, for one kept as versions) and when it was
 /// written.
 fn read(path: &Path) -> std::io::Result<Option<Stored>> {
-    let Some(bytes) = content_of(path)? else {
+    let mut open = match std::fs::File::open(path) {
+        Ok(open) => open,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err),
+    };
+    let written = open.metadata()?.modified()?;
+    let mut file = Vec::new();
+    open.read_to_end(&mut file)?;
+    let Some(content) = versions::read(&file).content() else {
         return Ok(None);
     };
-    let written = std::fs::metadata(path)?.modified()?;
-    Ok(Some(Stored { bytes, written }))
-}
-
-/// Appends `frame` to the file at `path`, with one `write`.
-fn append(path: &Path, frame: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    OpenOptions::new().append(true).open(path)?.write_all(frame)
+    Ok(Some(Stored {
+        bytes: content.to_vec(),
+        written,
+    }))
 }
 
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -115,17 +120,25 @@ fn lock_of(path: &Path) -> PathBuf {
     path.with_extension("lock")
 }
 
-/// Takes the lock of the document at `path` (its directory made first); held until the
-/// file returned is dropped.
+/// Takes the lock of the document at `path` (its directory made when missing); held until
+/// the file returned is dropped.
 fn lock(path: &Path) -> std::io::Result<std::fs::File> {
-    if let Some(dir) = path.parent() {
-        durable::create_private_dir(dir)?;
-    }
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(lock_of(path))?;
+    let open = || {
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_of(path))
+    };
+    let lock = match open() {
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(dir) = path.parent() {
+                durable::create_private_dir(dir)?;
+            }
+            open()?
+        }
+        opened => opened?,
+    };
     lock.lock()?;
     Ok(lock)
 }
@@ -226,23 +239,31 @@ impl StateStore for FileState {
         check_key(key)?;
         let path = self.path(key);
         let lock = lock(&path).map_err(|err| self.failed(format!("change {key}"))(err))?;
-        let file = read_file(&path).map_err(|err| self.failed(format!("read {key}"))(err))?;
-        let kept = file.as_deref().map(versions::read);
+        // One open for reading and appending: what a change costs is its system calls.
+        let mut open = match OpenOptions::new().read(true).append(true).open(&path) {
+            Ok(open) => Some(open),
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+            Err(err) => return Err(self.failed(format!("read {key}"))(err)),
+        };
+        let mut file = Vec::new();
+        if let Some(open) = &mut open {
+            open.read_to_end(&mut file)
+                .map_err(|err| self.failed(format!("read {key}"))(err))?;
+        }
+        let kept = open.as_ref().map(|_| versions::read(&file));
         let done = match change(kept.as_ref().and_then(versions::Read::content)) {
             Change::Keep => Ok(()),
             Change::Put(bytes) => {
                 check_size(key, &bytes)?;
-                let appendable = match (&kept, &file) {
+                match (open, &kept) {
                     // Whole to its end (no frame cut by a kill), and not yet long.
-                    (Some(versions::Read::Versions { whole, .. }), Some(file)) => {
-                        *whole == file.len() && whole + bytes.len() + 8 <= versions::COMPACT_AT
+                    (Some(mut open), Some(versions::Read::Versions { whole, .. }))
+                        if *whole == file.len()
+                            && whole + bytes.len() + 8 <= versions::COMPACT_AT =>
+                    {
+                        open.write_all(&versions::framed(&bytes))
                     }
-                    _ => false,
-                };
-                if appendable {
-                    append(&path, &versions::framed(&bytes))
-                } else {
-                    durable::replace_unsynced(&path, &versions::alone(&bytes))
+                    _ => durable::replace_unsynced(&path, &versions::alone(&bytes)),
                 }
             }
             Change::Delete => match std::fs::remove_file(&path) {
