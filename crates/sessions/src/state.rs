@@ -14,9 +14,12 @@
 //! with [`StateStore::update_often`] is made in place too; changes that
 //! are fsynced, and scans of more than a few files, run on the blocking threads.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{Read as _, Write as _};
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use switchboard_core::state::{Changer, MAX_SCAN, check_key, check_size};
@@ -29,6 +32,25 @@ use crate::versions;
 #[derive(Clone, Debug)]
 pub struct FileState {
     dir: PathBuf,
+    /// Documents changed with `update_often`, kept open between changes.
+    often: Arc<Mutex<HashMap<PathBuf, KeptOpen>>>,
+}
+
+/// The most documents kept open (a day's spending: two per chat spending now).
+const KEPT_OPEN: usize = 64;
+
+/// A document changed often, kept open between changes as the session store keeps its
+/// files: its lock, its file (appended to), and what this process last wrote — trusted only
+/// while the file at its path is still that file at that length, so a change made by
+/// another process, or by `update`, is read again.
+#[derive(Debug)]
+struct KeptOpen {
+    lock: std::fs::File,
+    file: std::fs::File,
+    /// The file's inode and length after the last change.
+    seen: (u64, u64),
+    /// Its last version then.
+    content: Vec<u8>,
 }
 
 impl FileState {
@@ -36,6 +58,7 @@ impl FileState {
     pub fn new(dir: &Path) -> Self {
         Self {
             dir: dir.to_path_buf(),
+            often: Arc::default(),
         }
     }
 
@@ -101,6 +124,129 @@ fn read(path: &Path) -> std::io::Result<Option<Stored>> {
     }))
 }
 
+/// Changes the document at `path` by `change` under its lock: appended to when its file
+/// holds whole versions and is not long yet, written anew as its last version otherwise. What
+/// is kept open for the next change comes back (none when the document was removed). The
+/// outer error is the file system's; the inner, the change's (a document past the size).
+fn change_often(
+    path: &Path,
+    key: &str,
+    kept: Option<KeptOpen>,
+    change: Changer<'_>,
+) -> std::io::Result<Result<Option<KeptOpen>, StateError>> {
+    let (lock, known) = match kept {
+        Some(KeptOpen {
+            lock,
+            file,
+            seen,
+            content,
+        }) => (lock, Some((file, seen, content))),
+        None => (open_lock(path)?, None),
+    };
+    lock.lock()?;
+    let now = match std::fs::metadata(path) {
+        Ok(meta) => Some((meta.ino(), meta.len())),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
+        Err(err) => return Err(err),
+    };
+    // The file as this process left it, or as it is read now.
+    let Found {
+        file,
+        content,
+        append_at,
+    } = match (known, now) {
+        (Some((file, seen, content)), Some(now)) if seen == now => Found {
+            file: Some(file),
+            content: Some(content),
+            append_at: Some(now.1),
+        },
+        (_, None) => Found::default(),
+        (_, Some(_)) => read_often(path)?,
+    };
+    let decided = change(content.as_deref());
+    let kept = match decided {
+        Change::Keep => file
+            .zip(content)
+            .zip(now)
+            .map(|((file, content), seen)| KeptOpen {
+                lock,
+                file,
+                seen,
+                content,
+            }),
+        Change::Delete => {
+            match std::fs::remove_file(path) {
+                Err(err) if err.kind() != std::io::ErrorKind::NotFound => return Err(err),
+                _ => {}
+            }
+            return Ok(Ok(None));
+        }
+        Change::Put(bytes) => {
+            if let Err(err) = check_size(key, &bytes) {
+                return Ok(Err(err));
+            }
+            let frame = versions::framed(&bytes);
+            let (file, seen) = match (file, append_at, now) {
+                (Some(mut file), Some(at), Some((ino, _)))
+                    if at as usize + frame.len() <= versions::COMPACT_AT =>
+                {
+                    file.write_all(&frame)?;
+                    (file, (ino, at + frame.len() as u64))
+                }
+                _ => {
+                    durable::replace_unsynced(path, &versions::alone(&bytes))?;
+                    let file = OpenOptions::new().read(true).append(true).open(path)?;
+                    let meta = file.metadata()?;
+                    (file, (meta.ino(), meta.len()))
+                }
+            };
+            Some(KeptOpen {
+                lock,
+                file,
+                seen,
+                content: bytes,
+            })
+        }
+    };
+    if let Some(kept) = &kept {
+        kept.lock.unlock()?;
+    }
+    Ok(Ok(kept))
+}
+
+/// A document's file as a change finds it.
+#[derive(Default)]
+struct Found {
+    /// Open for reading and appending.
+    file: Option<std::fs::File>,
+    /// Its last version.
+    content: Option<Vec<u8>>,
+    /// The length it may be appended at (none: not whole versions to its end).
+    append_at: Option<u64>,
+}
+
+/// The document at `path` opened for reading and appending, and read.
+fn read_often(path: &Path) -> std::io::Result<Found> {
+    let mut file = match OpenOptions::new().read(true).append(true).open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Found::default()),
+        Err(err) => return Err(err),
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    let read = versions::read(&bytes);
+    let append_at = match read {
+        versions::Read::Versions { whole, .. } if whole == bytes.len() => Some(whole as u64),
+        _ => None,
+    };
+    let content = read.content().map(<[u8]>::to_vec);
+    Ok(Found {
+        file: Some(file),
+        content,
+        append_at,
+    })
+}
+
 fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         durable::create_private_dir(dir)?;
@@ -120,9 +266,8 @@ fn lock_of(path: &Path) -> PathBuf {
     path.with_extension("lock")
 }
 
-/// Takes the lock of the document at `path` (its directory made when missing); held until
-/// the file returned is dropped.
-fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+/// Opens the lock file of the document at `path` (its directory made when missing).
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
     let open = || {
         OpenOptions::new()
             .create(true)
@@ -130,15 +275,20 @@ fn lock(path: &Path) -> std::io::Result<std::fs::File> {
             .write(true)
             .open(lock_of(path))
     };
-    let lock = match open() {
+    match open() {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             if let Some(dir) = path.parent() {
                 durable::create_private_dir(dir)?;
             }
-            open()?
+            open()
         }
-        opened => opened?,
-    };
+        opened => opened,
+    }
+}
+
+/// Takes the lock of the document at `path`; held until the file returned is dropped.
+fn lock(path: &Path) -> std::io::Result<std::fs::File> {
+    let lock = open_lock(path)?;
     lock.lock()?;
     Ok(lock)
 }
@@ -238,41 +388,23 @@ impl StateStore for FileState {
     async fn update_often(&self, key: &str, change: Changer<'_>) -> Result<(), StateError> {
         check_key(key)?;
         let path = self.path(key);
-        let lock = lock(&path).map_err(|err| self.failed(format!("change {key}"))(err))?;
-        // One open for reading and appending: what a change costs is its system calls.
-        let mut open = match OpenOptions::new().read(true).append(true).open(&path) {
-            Ok(open) => Some(open),
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-            Err(err) => return Err(self.failed(format!("read {key}"))(err)),
-        };
-        let mut file = Vec::new();
-        if let Some(open) = &mut open {
-            open.read_to_end(&mut file)
-                .map_err(|err| self.failed(format!("read {key}"))(err))?;
-        }
-        let kept = open.as_ref().map(|_| versions::read(&file));
-        let done = match change(kept.as_ref().and_then(versions::Read::content)) {
-            Change::Keep => Ok(()),
-            Change::Put(bytes) => {
-                check_size(key, &bytes)?;
-                match (open, &kept) {
-                    // Whole to its end (no frame cut by a kill), and not yet long.
-                    (Some(mut open), Some(versions::Read::Versions { whole, .. }))
-                        if *whole == file.len()
-                            && whole + bytes.len() + 8 <= versions::COMPACT_AT =>
-                    {
-                        open.write_all(&versions::framed(&bytes))
-                    }
-                    _ => durable::replace_unsynced(&path, &versions::alone(&bytes)),
-                }
+        let kept = self
+            .often
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&path);
+        let kept = change_often(&path, key, kept, change)
+            .map_err(|err| self.failed(format!("change {key}"))(err))??;
+        if let Some(kept) = kept {
+            let mut often = self.often.lock().unwrap_or_else(PoisonError::into_inner);
+            if often.len() >= KEPT_OPEN
+                && let Some(any) = often.keys().next().cloned()
+            {
+                often.remove(&any);
             }
-            Change::Delete => match std::fs::remove_file(&path) {
-                Err(err) if err.kind() != std::io::ErrorKind::NotFound => Err(err),
-                _ => Ok(()),
-            },
-        };
-        drop(lock);
-        done.map_err(|err| self.failed(format!("change {key}"))(err))
+            often.insert(path, kept);
+        }
+        Ok(())
     }
 
     async fn scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StateError> {
@@ -470,6 +602,19 @@ mod tests {
         // A durable change leaves a plain file.
         state.update(key, &mut count.clone()).await.expect("change");
         assert_eq!(std::fs::read(&file).expect("file"), b"5005");
+
+        // Kept open between changes, a document another process changed (appended to, or
+        // replaced) is read again, never trusted from memory.
+        let other = FileState::new(dir.path());
+        for n in 0..20 {
+            let writer = if n % 3 == 0 { &other } else { &state };
+            if n % 7 == 0 {
+                writer.update(key, &mut count.clone()).await.expect("change");
+            } else {
+                writer.update_often(key, &mut count.clone()).await.expect("change");
+            }
+        }
+        assert_eq!(state.get(key).await.expect("get").expect("there").bytes, b"5025");
     }
 
     #[tokio::test]
