@@ -183,9 +183,35 @@ pub fn unsegment(segment: &str) -> String {
 
 /// Runs a changer that decodes JSON and encodes what it returns: `edit` sees the value (the
 /// default when there is none, or when what is stored is not one — logged) and returns
-/// whether to write it back. A helper for the stores' users, which all keep JSON.
+/// whether to write it back. A helper for the stores' users, which all keep JSON; what it
+/// writes is indented, for a person who opens the file.
 pub fn json_change<'a, T, F>(
     key: &'a str,
+    edit: F,
+) -> impl FnMut(Option<&[u8]>) -> Change + Send + 'a
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Default,
+    F: FnMut(&mut T) -> bool + Send + 'a,
+{
+    json_changer(key, true, edit)
+}
+
+/// As [`json_change`], written on one line: for a document changed at every model call
+/// ([`StateStore::update_often`]), whose versions are kept, and no person reads.
+pub fn json_change_compact<'a, T, F>(
+    key: &'a str,
+    edit: F,
+) -> impl FnMut(Option<&[u8]>) -> Change + Send + 'a
+where
+    T: serde::Serialize + serde::de::DeserializeOwned + Default,
+    F: FnMut(&mut T) -> bool + Send + 'a,
+{
+    json_changer(key, false, edit)
+}
+
+fn json_changer<'a, T, F>(
+    key: &'a str,
+    pretty: bool,
     mut edit: F,
 ) -> impl FnMut(Option<&[u8]>) -> Change + Send + 'a
 where
@@ -204,7 +230,12 @@ where
         if !edit(&mut value) {
             return Change::Keep;
         }
-        match serde_json::to_vec_pretty(&value) {
+        let written = if pretty {
+            serde_json::to_vec_pretty(&value)
+        } else {
+            serde_json::to_vec(&value)
+        };
+        match written {
             Ok(bytes) => Change::Put(bytes),
             Err(err) => {
                 tracing::error!(key, error = %err, "a state document could not be written");

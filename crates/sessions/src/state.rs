@@ -609,12 +609,21 @@ mod tests {
         for n in 0..20 {
             let writer = if n % 3 == 0 { &other } else { &state };
             if n % 7 == 0 {
-                writer.update(key, &mut count.clone()).await.expect("change");
+                writer
+                    .update(key, &mut count.clone())
+                    .await
+                    .expect("change");
             } else {
-                writer.update_often(key, &mut count.clone()).await.expect("change");
+                writer
+                    .update_often(key, &mut count.clone())
+                    .await
+                    .expect("change");
             }
         }
-        assert_eq!(state.get(key).await.expect("get").expect("there").bytes, b"5025");
+        assert_eq!(
+            state.get(key).await.expect("get").expect("there").bytes,
+            b"5025"
+        );
     }
 
     #[tokio::test]

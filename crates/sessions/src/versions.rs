@@ -3,7 +3,8 @@
 //! little-endian), its bytes, its length again — appended one `write` each. Its content is
 //! the last whole frame. A change then costs an append, where replacing the file (a new
 //! file renamed over it) costs ~90 µs on ext4; once the file holds [`COMPACT_AT`] bytes it is
-//! written anew with the last version alone.
+//! written anew with the last version alone. (`FileState` keeps such a file open between
+//! changes, with what it last wrote, while the file at its path is still that file.)
 //!
 //! Why it stays whole: an append is under the document's lock, so writers never interleave;
 //! a process killed mid-append leaves a frame without its closing length, which a reader
@@ -17,7 +18,7 @@
 pub(crate) const MAGIC: &[u8] = b"\0switchboard-versions\n";
 
 /// The size past which the versions are written anew as the last one alone.
-pub(crate) const COMPACT_AT: usize = 16 * 1024;
+pub(crate) const COMPACT_AT: usize = 64 * 1024;
 
 /// What a document's file holds.
 #[derive(Debug, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use jiff::civil::Date;
 use serde::{Deserialize, Serialize};
-use switchboard_core::state::{json_change, segment};
+use switchboard_core::state::{json_change, json_change_compact, segment};
 use switchboard_core::{StateError, StateStore};
 
 use super::store::{Spent, UsageKey, UsageRecord, UsageStore, UsageStoreError};
@@ -157,7 +157,7 @@ impl UsageStore for StateUsageStore {
         let key = &record.key;
         let chat = chat_key(key.day, key.chat());
         let elsewhere = key.chat.is_some().then(|| key.session.clone());
-        let mut change = json_change(&chat, |day: &mut ChatDay| {
+        let mut change = json_change_compact(&chat, |day: &mut ChatDay| {
             key.chat().clone_into(&mut day.session);
             match day.spent.iter_mut().find(|sum| {
                 sum.agent == key.agent && sum.model == key.model && sum.session == elsewhere
@@ -177,7 +177,7 @@ impl UsageStore for StateUsageStore {
             .await
             .map_err(self.fail())?;
         let total = format!("{}/{}", day_prefix(key.day), self.writer);
-        let mut change = json_change(&total, |day: &mut DayTotal| {
+        let mut change = json_change_compact(&total, |day: &mut DayTotal| {
             day.usd += record.spent.usd;
             true
         });
