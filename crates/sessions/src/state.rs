@@ -36,8 +36,9 @@ pub struct FileState {
     often: Arc<Mutex<HashMap<PathBuf, KeptOpen>>>,
 }
 
-/// The most documents kept open (a day's spending: two per chat spending now).
-const KEPT_OPEN: usize = 64;
+/// The most documents kept open, two descriptors each (a day's spending: one per chat that
+/// spends, and the day's total): beside the session store's 256 files.
+const KEPT_OPEN: usize = 128;
 
 /// A document changed often, kept open between changes as the session store keeps its
 /// files: its lock, its file (appended to), and what this process last wrote — trusted only
