@@ -33,12 +33,40 @@ use crate::versions;
 pub struct FileState {
     dir: PathBuf,
     /// Documents changed with `update_often`, kept open between changes.
-    often: Arc<Mutex<HashMap<PathBuf, KeptOpen>>>,
+    often: Arc<Mutex<Often>>,
 }
 
 /// The most documents kept open, two descriptors each (a day's spending: one per chat that
 /// spends, and the day's total): beside the session store's 256 files.
 const KEPT_OPEN: usize = 128;
+
+/// The documents kept open, each with when it was last changed (a count), so the one
+/// changed longest ago is closed first.
+#[derive(Debug, Default)]
+struct Often {
+    changes: u64,
+    open: HashMap<PathBuf, (u64, KeptOpen)>,
+}
+
+impl Often {
+    fn take(&mut self, path: &Path) -> Option<KeptOpen> {
+        self.open.remove(path).map(|(_, kept)| kept)
+    }
+
+    fn keep(&mut self, path: PathBuf, kept: KeptOpen) {
+        if self.open.len() >= KEPT_OPEN
+            && let Some(oldest) = self
+                .open
+                .iter()
+                .min_by_key(|(_, (changed, _))| *changed)
+                .map(|(path, _)| path.clone())
+        {
+            self.open.remove(&oldest);
+        }
+        self.changes += 1;
+        self.open.insert(path, (self.changes, kept));
+    }
+}
 
 /// A document changed often, kept open between changes as the session store keeps its
 /// files: its lock, its file (appended to), and what this process last wrote — trusted only
@@ -393,17 +421,14 @@ impl StateStore for FileState {
             .often
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(&path);
+            .take(&path);
         let kept = change_often(&path, key, kept, change)
             .map_err(|err| self.failed(format!("change {key}"))(err))??;
         if let Some(kept) = kept {
-            let mut often = self.often.lock().unwrap_or_else(PoisonError::into_inner);
-            if often.len() >= KEPT_OPEN
-                && let Some(any) = often.keys().next().cloned()
-            {
-                often.remove(&any);
-            }
-            often.insert(path, kept);
+            self.often
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .keep(path, kept);
         }
         Ok(())
     }
