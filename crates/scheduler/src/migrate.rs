@@ -9,16 +9,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::Deserialize;
-
 use super::job::{Job, Run};
 use super::runs;
 use super::state_store::StateJobStore;
 use super::store::{JobStore, JobStoreError};
 
-/// One line of the file.
-#[derive(Deserialize)]
-#[serde(tag = "record", rename_all = "snake_case")]
+/// One line of the file: a JSON object with its kind in `"record"`. It is read as a JSON
+/// value, and the rest as the record with the deserializers the store already has (serde's
+/// reading of the tagged enum the earlier builds wrote would weigh ~40 KB of binary for code
+/// that runs once).
 enum Record {
     Job(Box<Job>),
     Removed {
@@ -29,6 +28,36 @@ enum Record {
     Counter {
         next: u64,
     },
+}
+
+impl Record {
+    fn parse(line: &str) -> Result<Self, String> {
+        let mut value: serde_json::Value =
+            serde_json::from_str(line).map_err(|err| err.to_string())?;
+        let tag = value
+            .as_object_mut()
+            .and_then(|object| object.remove("record"))
+            .and_then(|tag| tag.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let rest = || serde_json::to_vec(&value).map_err(|err| err.to_string());
+        match tag.as_str() {
+            "job" => serde_json::from_slice(&rest()?)
+                .map(|job| Self::Job(Box::new(job)))
+                .map_err(|err| err.to_string()),
+            "run" => serde_json::from_slice(&rest()?)
+                .map(Self::Run)
+                .map_err(|err| err.to_string()),
+            "removed" => value["id"]
+                .as_str()
+                .map(|id| Self::Removed { id: id.to_owned() })
+                .ok_or_else(|| "a removal without an id".into()),
+            "counter" => value["next"]
+                .as_u64()
+                .map(|next| Self::Counter { next })
+                .ok_or_else(|| "a counter without a number".into()),
+            other => Err(format!("`{other}` is not a kind of job record")),
+        }
+    }
 }
 
 /// What the file says, replayed.
@@ -77,7 +106,7 @@ fn replay(path: &Path, text: &str) -> Replayed {
         if line.trim().is_empty() {
             continue;
         }
-        let record = match serde_json::from_str::<Record>(line) {
+        let record = match Record::parse(line) {
             Ok(record) => record,
             Err(err) => {
                 tracing::warn!(file = %path.display(), line = number + 1, error = %err,

@@ -10,16 +10,49 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use jiff::civil::Date;
-use serde::Deserialize;
 
 use crate::{Spent, StateUsageStore, UsageKey, UsageRecord, UsageStoreError};
 
 /// One line of a month's file.
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
 enum Line {
     Spent(UsageRecord),
     Warned { day: Date, session: String },
+}
+
+impl Line {
+    /// A line as the earlier builds wrote it: a JSON object with its kind in `"kind"` and
+    /// the record's fields beside it — read field by field from a JSON value (serde's
+    /// reading of that tagged, flattened enum would weigh more binary than this whole
+    /// module, for code that runs once).
+    fn parse(line: &str) -> Result<Self, String> {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(|err| err.to_string())?;
+        let text = |field: &str| value[field].as_str().map(str::to_owned);
+        let needed = |field: &str| text(field).ok_or_else(|| format!("no `{field}`"));
+        let day: Date = needed("day")?.parse().map_err(|err| format!("{err}"))?;
+        let count = |field: &str| value[field].as_u64().unwrap_or(0);
+        match value["kind"].as_str() {
+            Some("spent") => Ok(Self::Spent(UsageRecord {
+                key: UsageKey {
+                    day,
+                    agent: needed("agent")?,
+                    session: needed("session")?,
+                    model: needed("model")?,
+                    chat: text("chat"),
+                },
+                spent: Spent {
+                    input: count("input"),
+                    output: count("output"),
+                    cached: count("cached"),
+                    usd: value["usd"].as_f64().unwrap_or(0.0),
+                },
+            })),
+            Some("warned") => Ok(Self::Warned {
+                day,
+                session: needed("session")?,
+            }),
+            _ => Err("not a usage line of an earlier build".into()),
+        }
+    }
 }
 
 /// Moves the month files under `state_dir/usage/` into `store`; the number of files moved.
@@ -80,7 +113,7 @@ fn sum(path: &Path, text: &str) -> (BTreeMap<UsageKey, Spent>, BTreeSet<(Date, S
         if line.trim().is_empty() {
             continue;
         }
-        match serde_json::from_str::<Line>(line) {
+        match Line::parse(line) {
             Ok(Line::Spent(record)) => *sums.entry(record.key).or_default() += record.spent,
             Ok(Line::Warned { day, session }) => {
                 warned.insert((day, session));
