@@ -149,58 +149,11 @@ fn comment_start(line: &str) -> Option<usize> {
 /// written in it (`# api_key = "sk-…"`), a URL's user, and words that start like a
 /// provider's key or a platform's token (`sk-`, `xoxb-`, `ghp_`, a Telegram bot token …).
 fn masked_comment(comment: &str) -> String {
-    const PREFIXES: [&str; 9] = [
-        "sk-",
-        "xoxb-",
-        "xoxp-",
-        "xapp-",
-        "ghp_",
-        "gsk_",
-        "AIza",
-        "SUA",
-        "github_pat_",
-    ];
     let comment = switchboard_core::without_userinfo(comment);
-    // A line of config commented out: `# key = "value"` (or `= value`) with a secret-named
-    // key.
-    let mut hidden: Vec<std::ops::Range<usize>> = Vec::new();
-    if let Some(eq) = comment.find('=') {
-        let before = comment[..eq].trim_end();
-        let key_start = before
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
-            .map_or(0, |at| at + 1);
-        let commented_out = before[..key_start]
-            .chars()
-            .all(|c| c == '#' || c.is_whitespace());
-        let key = before[key_start..].rsplit('.').next().unwrap_or_default();
-        if commented_out && !key.is_empty() && secret_name(key) {
-            let value_start =
-                eq + 1 + (comment[eq + 1..].len() - comment[eq + 1..].trim_start().len());
-            let value = &comment[value_start..];
-            let len = match value.chars().next() {
-                Some(quote @ ('"' | '\'')) => {
-                    value[1..].find(quote).map_or(value.len(), |end| end + 2)
-                }
-                Some(_) => value.find(char::is_whitespace).unwrap_or(value.len()),
-                None => 0,
-            };
-            if len > 0 && !value[..len].trim_matches(['"', '\'']).starts_with("${") {
-                hidden.push(value_start..value_start + len);
-            }
-        }
-    }
-    // Words shaped like a provider's key or a platform's token.
-    let mut at = 0;
-    for word in comment.split_inclusive(char::is_whitespace) {
-        let bare = word.trim_end().trim_matches(|c| "\"',;()#".contains(c));
-        let offset = word.find(bare).unwrap_or(0);
-        if bare.len() >= 12
-            && (PREFIXES.iter().any(|prefix| bare.starts_with(prefix)) || is_bot_token(bare))
-        {
-            hidden.push(at + offset..at + offset + bare.len());
-        }
-        at += word.len();
-    }
+    let mut hidden: Vec<std::ops::Range<usize>> = commented_out_secret(&comment)
+        .into_iter()
+        .chain(key_shaped_words(&comment))
+        .collect();
     // A key's value that is also shaped like a key is found twice: the ranges merged.
     hidden.sort_by_key(|range| range.start);
     let mut merged: Vec<std::ops::Range<usize>> = Vec::new();
@@ -215,6 +168,60 @@ fn masked_comment(comment: &str) -> String {
         out.replace_range(range, "\"********\"");
     }
     out
+}
+
+/// The value of a line of config commented out, `# key = "value"` (or `= value`), whose key
+/// is named like a secret — unless it is a `${VAR}` reference.
+fn commented_out_secret(comment: &str) -> Option<std::ops::Range<usize>> {
+    let eq = comment.find('=')?;
+    let before = comment[..eq].trim_end();
+    let key_start = before
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.'))
+        .map_or(0, |at| at + 1);
+    let commented_out = before[..key_start]
+        .chars()
+        .all(|c| c == '#' || c.is_whitespace());
+    let key = before[key_start..].rsplit('.').next().unwrap_or_default();
+    if !commented_out || key.is_empty() || !secret_name(key) {
+        return None;
+    }
+    let value_start = eq + 1 + (comment[eq + 1..].len() - comment[eq + 1..].trim_start().len());
+    let value = &comment[value_start..];
+    let len = match value.chars().next() {
+        Some(quote @ ('"' | '\'')) => value[1..].find(quote).map_or(value.len(), |end| end + 2),
+        Some(_) => value.find(char::is_whitespace).unwrap_or(value.len()),
+        None => 0,
+    };
+    (len > 0 && !value[..len].trim_matches(['"', '\'']).starts_with("${"))
+        .then_some(value_start..value_start + len)
+}
+
+/// Words shaped like a provider's key or a platform's token.
+fn key_shaped_words(comment: &str) -> Vec<std::ops::Range<usize>> {
+    const PREFIXES: [&str; 9] = [
+        "sk-",
+        "xoxb-",
+        "xoxp-",
+        "xapp-",
+        "ghp_",
+        "gsk_",
+        "AIza",
+        "SUA",
+        "github_pat_",
+    ];
+    let mut found = Vec::new();
+    let mut at = 0;
+    for word in comment.split_inclusive(char::is_whitespace) {
+        let bare = word.trim_end().trim_matches(|c| "\"',;()#".contains(c));
+        let offset = word.find(bare).unwrap_or(0);
+        if bare.len() >= 12
+            && (PREFIXES.iter().any(|prefix| bare.starts_with(prefix)) || is_bot_token(bare))
+        {
+            found.push(at + offset..at + offset + bare.len());
+        }
+        at += word.len();
+    }
+    found
 }
 
 /// Whether `word` is shaped like a Telegram bot token (`123456:AA…`).

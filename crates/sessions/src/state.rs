@@ -214,21 +214,7 @@ fn change_often(
             if let Err(err) = check_size(key, &bytes) {
                 return Ok(Err(err));
             }
-            let frame = versions::framed(&bytes);
-            let (file, seen) = match (file, append_at, now) {
-                (Some(mut file), Some(at), Some((ino, _)))
-                    if at as usize + frame.len() <= versions::COMPACT_AT =>
-                {
-                    file.write_all(&frame)?;
-                    (file, (ino, at + frame.len() as u64))
-                }
-                _ => {
-                    durable::replace_unsynced(path, &versions::alone(&bytes))?;
-                    let file = OpenOptions::new().read(true).append(true).open(path)?;
-                    let meta = file.metadata()?;
-                    (file, (meta.ino(), meta.len()))
-                }
-            };
+            let (file, seen) = write_often(path, &bytes, file, append_at, now)?;
             Some(KeptOpen {
                 lock,
                 file,
@@ -241,6 +227,33 @@ fn change_often(
         kept.lock.unlock()?;
     }
     Ok(Ok(kept))
+}
+
+/// Writes `version` as the document's last: appended to `file` (at `append_at`, the file
+/// at the path being `now`) while it stays short, else written anew. The file then open,
+/// and its inode and length.
+fn write_often(
+    path: &Path,
+    version: &[u8],
+    file: Option<std::fs::File>,
+    append_at: Option<u64>,
+    now: Option<(u64, u64)>,
+) -> std::io::Result<(std::fs::File, (u64, u64))> {
+    let frame = versions::framed(version);
+    match (file, append_at, now) {
+        (Some(mut file), Some(at), Some((ino, _)))
+            if at as usize + frame.len() <= versions::COMPACT_AT =>
+        {
+            file.write_all(&frame)?;
+            Ok((file, (ino, at + frame.len() as u64)))
+        }
+        _ => {
+            durable::replace_unsynced(path, &versions::alone(version))?;
+            let file = OpenOptions::new().read(true).append(true).open(path)?;
+            let meta = file.metadata()?;
+            Ok((file, (meta.ino(), meta.len())))
+        }
+    }
 }
 
 /// A document's file as a change finds it.
