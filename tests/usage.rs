@@ -39,19 +39,6 @@ fn notices(turn: &util::TurnFrames) -> Vec<String> {
         .collect()
 }
 
-/// Runs `switchboard ARGS --config CONFIG` and returns what it printed.
-async fn cli(config: &std::path::Path, args: &[&str]) -> String {
-    let output = tokio::process::Command::new(util::BINARY)
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .await
-        .expect("runs");
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
 /// A daemon (the binary) in `dir` against `llm`, with `tables` in its config (the prices and
 /// caps); its config's path, the process and its address.
 async fn priced_daemon(
@@ -81,7 +68,7 @@ async fn priced_daemon(
 async fn runs_once_they_say(config: &std::path::Path, job: &str, word: &str) -> String {
     let deadline = tokio::time::Instant::now() + util::PATIENCE;
     loop {
-        let runs = cli(config, &["cron", "runs", job]).await;
+        let runs = util::cli(&["cron", "runs", job], config).await;
         if runs.contains(word) || tokio::time::Instant::now() > deadline {
             return runs;
         }
@@ -137,8 +124,7 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
     );
 
     // A run scheduled for the capped chat is skipped, and recorded as such.
-    cli(
-        &config,
+    util::cli(
         &[
             "cron",
             "add",
@@ -149,6 +135,7 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
             "-m",
             "report",
         ],
+        &config,
     )
     .await;
     let runs = runs_once_they_say(&config, "j1", "skipped").await;
@@ -179,7 +166,7 @@ async fn a_chat_is_warned_at_80_percent_refused_at_100_and_a_kill_keeps_the_days
         refused.reply()
     );
 
-    let table = cli(&config, &["usage", "--days", "2"]).await;
+    let table = util::cli(&["usage", "--days", "2"], &config).await;
     let line = table
         .lines()
         .find(|line| line.contains("websocket_c"))
@@ -244,8 +231,7 @@ async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap(
     );
 
     // An isolated run of the chat's job: $0.30 more, against the chat's cap.
-    cli(
-        &config,
+    util::cli(
         &[
             "cron",
             "add",
@@ -258,6 +244,7 @@ async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap(
             "-m",
             "report",
         ],
+        &config,
     )
     .await;
     let runs = runs_once_they_say(&config, "j1", "answered").await;
@@ -274,7 +261,7 @@ async fn what_a_chats_sub_agents_and_isolated_runs_spend_counts_against_its_cap(
     );
     assert_eq!(llm.requests().len(), calls, "the model was not called");
 
-    let table = cli(&config, &["usage", "--days", "1"]).await;
+    let table = util::cli(&["usage", "--days", "1"], &config).await;
     let line = table
         .lines()
         .find(|line| line.contains("websocket_c"))
