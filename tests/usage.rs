@@ -306,3 +306,29 @@ async fn the_judges_calls_count_against_the_chat_they_check_answers_for() {
     );
     util::signal(&daemon, "-TERM");
 }
+
+/// `switchboard usage | head -1`: a reader that stops early (the pipe closed before anything
+/// was written) is no error — no "Broken pipe" message, a successful exit.
+#[test]
+fn a_reader_that_stops_reading_is_no_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = util::config_text_with("http://127.0.0.1:9/v1", dir.path(), util::Extra::default());
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, text).expect("config");
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let child = std::process::Command::new(util::BINARY)
+        .args(["usage", "--config"])
+        .arg(&config)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let output = child.wait_with_output().expect("ends");
+    assert!(
+        output.status.success() && output.stderr.is_empty(),
+        "{:?}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -352,14 +352,18 @@ pub async fn spawn_daemon_with(
             if log["message"] == "switchboard is serving"
                 && let Some(tx) = tx.take()
             {
-                let _ = tx.send(log["addr"].as_str().unwrap_or_default().to_owned());
+                let addr = log["addr"].as_str().unwrap_or_default().to_owned();
+                let url = log["url"].as_str().unwrap_or_default().to_owned();
+                let _ = tx.send((addr, url));
             }
         }
     });
-    let addr = tokio::time::timeout(PATIENCE, rx)
+    let (addr, url) = tokio::time::timeout(PATIENCE, rx)
         .await
         .expect("the daemon reports its address in time")
         .expect("log line");
+    // The start line names the page as a link a terminal can open.
+    assert_eq!(url, format!("http://{addr}/"), "the start line's url");
     (child, addr.parse().expect("address"))
 }
 

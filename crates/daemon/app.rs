@@ -178,7 +178,13 @@ async fn listen(config: &Config, router: axum::Router, health: &Health) -> anyho
         "http_refused_connections",
         Box::new(server.refused_connections()),
     );
-    tracing::info!(%addr, model = %config.llm.model, base_url = %config.llm.base_url(), provider = %config.llm.provider.get_ref(),
+    // Where a person opens the page (the listener on every address: this host's loopback).
+    let url = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => format!("http://127.0.0.1:{}/", addr.port()),
+        ip if ip.is_unspecified() => format!("http://[::1]:{}/", addr.port()),
+        _ => format!("http://{addr}/"),
+    };
+    tracing::info!(%addr, %url, model = %config.llm.model, base_url = %config.llm.base_url(), provider = %config.llm.provider.get_ref(),
         fallbacks = config.llm.fallbacks.len(),
         channels = ?config.channels.enabled(),
         max_connections = limits.max_connections,

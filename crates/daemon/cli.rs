@@ -281,10 +281,25 @@ fn parse_isolation(text: &str) -> Result<switchboard_tools::sandbox::Isolation, 
 /// Where `onboard` writes a config when none exists: `$XDG_CONFIG_HOME` or
 /// `~/.config`, then `switchboard/config.toml`.
 pub fn default_config_path() -> Option<PathBuf> {
-    std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
-        .map(|dir| dir.join("switchboard/config.toml"))
+    config_home(
+        std::env::var_os("XDG_CONFIG_HOME"),
+        std::env::var_os("HOME"),
+    )
+    .map(|dir| dir.join("switchboard/config.toml"))
+}
+
+/// The user's configuration directory: `$XDG_CONFIG_HOME` when set to an absolute path
+/// (the XDG spec ignores an empty or relative one), else `$HOME/.config`.
+fn config_home(
+    xdg: Option<std::ffi::OsString>,
+    home: Option<std::ffi::OsString>,
+) -> Option<PathBuf> {
+    xdg.map(PathBuf::from)
+        .filter(|dir| dir.is_absolute())
+        .or_else(|| {
+            home.filter(|home| !home.is_empty())
+                .map(|home| PathBuf::from(home).join(".config"))
+        })
 }
 
 /// The config file to use: the flag, else `$SWITCHBOARD_CONFIG`, else the XDG path, else
@@ -297,11 +312,8 @@ pub fn resolve_config(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
         return Ok(PathBuf::from(path));
     }
     let mut candidates = Vec::new();
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")));
-    if let Some(dir) = xdg {
-        candidates.push(dir.join("switchboard/config.toml"));
+    if let Some(path) = default_config_path() {
+        candidates.push(path);
     }
     candidates.push(PathBuf::from("/etc/switchboard/config.toml"));
     if let Some(found) = candidates.iter().find(|path| path.is_file()) {
@@ -321,4 +333,24 @@ pub fn resolve_config(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
 pub enum McpAction {
     /// Each configured server: started, its tools listed, stopped.
     List,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_or_relative_xdg_config_home_is_not_used() {
+        let home = Some("/home/ada".into());
+        let dir = |xdg: Option<&str>| config_home(xdg.map(Into::into), home.clone());
+        assert_eq!(dir(Some("/etc/xdg")), Some(PathBuf::from("/etc/xdg")));
+        for ignored in [None, Some(""), Some("relative/config")] {
+            assert_eq!(
+                dir(ignored),
+                Some(PathBuf::from("/home/ada/.config")),
+                "{ignored:?}"
+            );
+        }
+        assert_eq!(config_home(Some("".into()), None), None);
+    }
 }

@@ -185,7 +185,10 @@ fn as_the_service(config: &Path, unreachable: &[Unreachable]) -> String {
         "Some secrets are the service's, not this shell's. Check them as the service sees them \
          {whence}:\n  sudo systemd-run --pipe --wait --quiet {} {program} doctor --config {}",
         quoted.join(" "),
-        config.display()
+        // systemd-run starts in /: a relative path would name another file.
+        std::path::absolute(config)
+            .unwrap_or_else(|_| config.to_path_buf())
+            .display()
     )
 }
 
@@ -409,4 +412,20 @@ fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec
         }
     }
     channels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_service_hint_names_the_config_by_its_whole_path() {
+        let hint = as_the_service(Path::new("examples/fake-llm.toml"), &[]);
+        let named = hint
+            .rsplit(" --config ")
+            .next()
+            .expect("the config is named");
+        assert!(Path::new(named).is_absolute(), "{hint}");
+        assert!(named.ends_with("examples/fake-llm.toml"), "{hint}");
+    }
 }

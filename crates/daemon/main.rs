@@ -39,6 +39,15 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
+            // `switchboard usage | head`: the reader had all it wanted.
+            let broken_pipe = err.chain().any(|cause| {
+                cause
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            });
+            if broken_pipe {
+                return ExitCode::SUCCESS;
+            }
             if let Some(config_error) = err.downcast_ref::<ConfigError>() {
                 eprintln!("switchboard: config error: {config_error}");
                 return ExitCode::from(2);

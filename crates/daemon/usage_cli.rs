@@ -110,15 +110,30 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
     let config = Config::load_with(&path, Secrets::Skip)?;
     let stores = crate::cluster::Stores::open(&config).await?;
     let report = Report::read(&config, &*stores.usage(), days).await?;
+    write_table(&mut std::io::stdout().lock(), &report)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report as a table whose columns are as wide as what they hold.
+fn write_table(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     let (from, today) = (report.from, report.to);
-    let mut out = std::io::stdout().lock();
     if report.lines.is_empty() {
-        writeln!(out, "Nothing was spent from {from} to {today}.")?;
-        return Ok(ExitCode::SUCCESS);
+        return writeln!(out, "Nothing was spent from {from} to {today}.");
     }
+    let width = |column: &str, of: fn(&Line) -> &str| {
+        report
+            .lines
+            .iter()
+            .map(|line| of(line).chars().count())
+            .chain([column.len()])
+            .max()
+            .unwrap_or(0)
+    };
+    let agents = width("agent", |line| &line.agent);
+    let chats = width("chat", |line| &line.session);
     writeln!(
         out,
-        "{:<10}  {:<12}  {:<28}  {:>12}  {:>12}  {:>10}  {:>10}  {:>14}",
+        "{:<10}  {:<agents$}  {:<chats$}  {:>12}  {:>12}  {:>10}  {:>10}  {:>15}",
         "day", "agent", "chat", "tokens in", "cached", "out", "usd", "sub-agents+runs"
     )?;
     let mut total = Spent::default();
@@ -127,13 +142,13 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
             let (agent, session, spent) = (&line.agent, &line.session, line.spent);
             writeln!(
                 out,
-                "{day:<10}  {agent:<12}  {session:<28}  {:>12}  {:>12}  {:>10}  {:>10.4}  {:>14.4}",
+                "{day:<10}  {agent:<agents$}  {session:<chats$}  {:>12}  {:>12}  {:>10}  {:>10.4}  {:>15.4}",
                 spent.input, spent.cached, spent.output, spent.usd, line.delegated.usd
             )?;
         }
         writeln!(
             out,
-            "{day:<10}  {:<12}  {:<28}  {:>12}  {:>12}  {:>10}  {:>10.4}",
+            "{day:<10}  {:<agents$}  {:<chats$}  {:>12}  {:>12}  {:>10}  {:>10.4}",
             "all", "", day_total.input, day_total.cached, day_total.output, day_total.usd
         )?;
         total += day_total;
@@ -142,6 +157,49 @@ pub async fn run(config: Option<&Path>, days: u32) -> anyhow::Result<ExitCode> {
         out,
         "{from} to {today}: {} tokens in ({} cached), {} out, ${:.4}",
         total.input, total.cached, total.output, total.usd
-    )?;
-    Ok(ExitCode::SUCCESS)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_are_as_wide_as_what_they_hold() {
+        let day = jiff::civil::date(2026, 11, 27);
+        let spent = Spent {
+            input: 1200,
+            output: 30,
+            cached: 0,
+            usd: 0.5,
+        };
+        let line = |agent: &str, session: &str| Line {
+            day,
+            agent: agent.into(),
+            session: session.into(),
+            spent,
+            delegated: Spent::default(),
+        };
+        let report = Report {
+            from: day,
+            to: day,
+            lines: vec![
+                line("default", "telegram_1"),
+                line("research-assistant", "slack_C0123ABCD:1732700000.123456"),
+            ],
+        };
+        let mut out = Vec::new();
+        write_table(&mut out, &report).expect("written");
+        let text = String::from_utf8(out).expect("text");
+        let rows: Vec<&str> = text.lines().take(4).collect();
+        // Every row's "out" column ends where the header's does.
+        let end = rows[0].find(" out").expect("header") + " out".len();
+        for (row, out) in rows[1..].iter().zip(["30", "30", "60"]) {
+            assert_eq!(&row[end - 2..end], out, "{text}");
+        }
+        assert!(
+            rows[2].contains("research-assistant  slack_C0123ABCD"),
+            "{text}"
+        );
+    }
 }
