@@ -405,15 +405,28 @@ async fn mcp_list_starts_each_server_and_shows_its_tools_or_why_not() {
         server_table("")
     );
     let config = write_config("http://127.0.0.1:9/v1", dir.path(), &tables);
+    // Before the daemon's first start: no workspace yet. The server is listed from the
+    // temporary directory, saying so, and nothing but the answer is printed.
     let output = tokio::process::Command::new(util::BINARY)
         .args(["mcp", "list", "--config"])
         .arg(&config)
         .output()
         .await
         .expect("runs");
+    let before = String::from_utf8_lossy(&output.stdout);
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains("its working directory"),
-        "a workspace not made yet is named"
+        before.contains(&format!("test: up, {TOOLS} tools (")),
+        "{before}"
+    );
+    assert!(
+        before.contains("its working directory, the workspace")
+            && before.contains("is made at the daemon's first start"),
+        "{before}"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("INFO"),
+        "an operator's command logs only errors: {stderr}"
     );
     std::fs::create_dir_all(dir.path().join("workspace")).expect("workspace");
     let output = tokio::process::Command::new(util::BINARY)

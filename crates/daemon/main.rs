@@ -58,6 +58,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether a command logs only its errors (unless `RUST_LOG` says otherwise): every one that
+/// prints its own answer — all but the daemon and the sandbox helper.
+fn quiet(command: &Command) -> bool {
+    match command {
+        Command::Run { .. } | Command::SandboxExec { .. } => false,
+        Command::Agent { .. }
+        | Command::Pairing { .. }
+        | Command::Cron { .. }
+        | Command::Onboard { .. }
+        | Command::Status { .. }
+        | Command::Doctor { .. }
+        | Command::Usage { .. } => true,
+        #[cfg(feature = "mcp")]
+        Command::Mcp { .. } => true,
+    }
+}
+
 /// `switchboard sandbox-exec` (hidden): runs one command confined, exec's helper.
 fn sandbox_exec(command: Command) -> ExitCode {
     use switchboard_tools::sandbox::{self, RunAs, SandboxArgs};
@@ -111,17 +128,7 @@ fn prepare_process(cli: &Cli) {
     if daemon {
         early_stop::catch();
     }
-    let quiet = matches!(
-        cli.command,
-        Command::Agent { .. }
-            | Command::Pairing { .. }
-            | Command::Cron { .. }
-            | Command::Onboard { .. }
-            | Command::Status { .. }
-            | Command::Doctor { .. }
-            | Command::Usage { .. }
-    );
-    logging::init(cli.log_format, quiet);
+    logging::init(cli.log_format, quiet(&cli.command));
     if let Some((withdrawal, dumpable)) = hardened {
         withdrawal.log();
         if let Err(err) = dumpable {

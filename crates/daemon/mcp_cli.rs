@@ -27,14 +27,35 @@ pub async fn list(config: Option<&Path>) -> anyhow::Result<ExitCode> {
         }
     }
     let mut failed = false;
-    for spec in config.mcp_servers()? {
+    for mut spec in config.mcp_servers()? {
         let command = std::iter::once(spec.command.as_str())
             .chain(spec.args.iter().map(String::as_str))
             .collect::<Vec<_>>()
             .join(" ");
+        // Before the daemon's first start there is no workspace yet (the daemon makes it, as
+        // its user): a server that would start there is listed from the temporary directory.
+        let defaulted = config
+            .mcp
+            .servers
+            .get(&spec.name)
+            .is_some_and(|entry| entry.cwd.is_none());
+        let mut moved = None;
+        if spec.url.is_none() && defaulted && !spec.cwd.is_dir() {
+            let workspace = std::mem::replace(&mut spec.cwd, std::env::temp_dir());
+            moved = Some(workspace);
+        }
         match switchboard_mcp::probe(&spec).await {
             Ok(tools) => {
                 writeln!(out, "{}: up, {} tools ({command})", spec.name, tools.len())?;
+                if let Some(workspace) = moved {
+                    writeln!(
+                        out,
+                        "  (started in {}: its working directory, the workspace {}, is made at \
+                         the daemon's first start)",
+                        spec.cwd.display(),
+                        workspace.display()
+                    )?;
+                }
                 for (tool, description) in tools {
                     let first = description.lines().next().unwrap_or_default();
                     let short: String = first.chars().take(80).collect();
