@@ -159,7 +159,9 @@ async fn gateway_and_two_workers(
     config: fn(&Path, &ScriptedLlm, &NatsServer, &str, &str) -> PathBuf,
 ) -> (std::net::SocketAddr, [tokio::process::Child; 3]) {
     let (gateway, addr) = util::spawn_daemon(&config(root, llm, nats, "gateway", "gw")).await;
-    let (w1, _) = util::spawn_daemon(&config(root, llm, nats, "worker", "w1")).await;
+    let (w1, serving) = util::spawn_daemon_serving(&config(root, llm, nats, "worker", "w1")).await;
+    // A worker's start line names no channel: it serves none.
+    assert_eq!(serving["channels"], "[]", "{serving}");
     let (w2, _) = util::spawn_daemon(&config(root, llm, nats, "worker", "w2")).await;
     partitions_held(nats, &[("w1", 4), ("w2", 4)]).await;
     (addr, [gateway, w1, w2])

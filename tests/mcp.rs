@@ -34,6 +34,7 @@ fn server_binary() -> PathBuf {
     SHARED
         .get_or_init(|| {
             use std::os::unix::fs::PermissionsExt;
+            forget_earlier_runs();
             let shared =
                 std::env::temp_dir().join(format!("switchboard-mcp-test-{}", std::process::id()));
             std::fs::create_dir_all(&shared).expect("a shared directory");
@@ -49,6 +50,26 @@ fn server_binary() -> PathBuf {
             linked
         })
         .clone()
+}
+
+/// Removes the shared copies that test processes no longer running left behind (a hard link
+/// keeps a rebuilt binary's old blocks on disk).
+fn forget_earlier_runs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("switchboard-mcp-test-"))
+        else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// The tools the test server offers (before `grow`).

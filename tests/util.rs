@@ -307,6 +307,22 @@ pub async fn spawn_daemon_with(
     wrapper: &[&str],
     prelude: &str,
 ) -> (tokio::process::Child, std::net::SocketAddr) {
+    let (child, serving) = spawn_serving(config, wrapper, prelude).await;
+    let addr = serving["addr"].as_str().unwrap_or_default();
+    (child, addr.parse().expect("address"))
+}
+
+/// Starts the binary with `config`; returns it and its start line (`switchboard is
+/// serving`, as JSON).
+pub async fn spawn_daemon_serving(config: &Path) -> (tokio::process::Child, Value) {
+    spawn_serving(config, &[], "").await
+}
+
+async fn spawn_serving(
+    config: &Path,
+    wrapper: &[&str],
+    prelude: &str,
+) -> (tokio::process::Child, Value) {
     use std::process::Stdio;
     use tokio::io::{AsyncBufReadExt, BufReader};
     let script = format!("{prelude}\nexec \"$0\" \"$@\"");
@@ -352,19 +368,21 @@ pub async fn spawn_daemon_with(
             if log["message"] == "switchboard is serving"
                 && let Some(tx) = tx.take()
             {
-                let addr = log["addr"].as_str().unwrap_or_default().to_owned();
-                let url = log["url"].as_str().unwrap_or_default().to_owned();
-                let _ = tx.send((addr, url));
+                let _ = tx.send(log);
             }
         }
     });
-    let (addr, url) = tokio::time::timeout(PATIENCE, rx)
+    let serving = tokio::time::timeout(PATIENCE, rx)
         .await
         .expect("the daemon reports its address in time")
         .expect("log line");
     // The start line names the page as a link a terminal can open.
-    assert_eq!(url, format!("http://{addr}/"), "the start line's url");
-    (child, addr.parse().expect("address"))
+    assert_eq!(
+        serving["url"],
+        format!("http://{}/", serving["addr"].as_str().unwrap_or_default()),
+        "the start line's url"
+    );
+    (child, serving)
 }
 
 /// Starts the binary with `config`.

@@ -100,7 +100,13 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         // A worker takes its partitions once the channels of a process that runs both exist.
         place.start_worker();
     }
-    let server = listen(&config, router, &health).await?;
+    // A worker serves no channel: its start line names none.
+    let served = if place.runs_channels() {
+        config.channels.enabled()
+    } else {
+        Vec::new()
+    };
+    let server = listen(&config, router, &health, &served).await?;
     health.set_ready();
 
     Ok(Running {
@@ -159,7 +165,12 @@ fn start_dispatcher(core: &Core, health: &Health, shutdown: &Shutdown) {
 
 /// Binds the listener within the limits of `[http]` (fitted to the descriptors there are)
 /// and serves `router`.
-async fn listen(config: &Config, router: axum::Router, health: &Health) -> anyhow::Result<Server> {
+async fn listen(
+    config: &Config,
+    router: axum::Router,
+    health: &Health,
+    channels: &[&str],
+) -> anyhow::Result<Server> {
     let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {
         header_timeout: duration(&config.http.header_timeout_secs),
@@ -186,7 +197,7 @@ async fn listen(config: &Config, router: axum::Router, health: &Health) -> anyho
     };
     tracing::info!(%addr, %url, model = %config.llm.model, base_url = %config.llm.base_url(), provider = %config.llm.provider.get_ref(),
         fallbacks = config.llm.fallbacks.len(),
-        channels = ?config.channels.enabled(),
+        ?channels,
         max_connections = limits.max_connections,
         descriptors, descriptor_reserve = reserve, "switchboard is serving");
     Ok(server)
