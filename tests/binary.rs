@@ -487,6 +487,28 @@ async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
     }
 }
 
+/// `onboard` for a person's own config (in their home) does not offer the system service,
+/// which runs the config in /etc/switchboard.
+#[tokio::test]
+async fn onboard_in_a_home_does_not_offer_the_system_service() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let config = home.path().join(".config/switchboard/config.toml");
+    let output = Command::new(BINARY)
+        .args(["onboard", "--config"])
+        .arg(&config)
+        .arg("--workspace")
+        .arg(home.path().join("agent"))
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("2. switchboard run --config"), "{stdout}");
+    assert!(!stdout.contains("systemctl"), "{stdout}");
+}
+
 /// 10. The unit's opening comment and deployment.md give the same install steps.
 #[test]
 fn the_unit_and_the_deployment_guide_give_the_same_install_steps() {

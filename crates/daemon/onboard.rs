@@ -87,10 +87,19 @@ fn next_steps(path: &Path, config: &Config) -> String {
         Some(key) => format!("   (with {} at hand)", key.get_ref()),
         None => String::new(),
     };
+    // The service reads its own config (/etc/switchboard): a person's own, in their home,
+    // is run by them.
+    let personal = std::env::var_os("HOME")
+        .filter(|home| !home.is_empty())
+        .is_some_and(|home| path.starts_with(home));
+    let service = if personal {
+        ""
+    } else {
+        "   or as a service (docs/deployment.md): sudo systemctl enable --now switchboard\n"
+    };
     format!(
         "\nNext:\n1. switchboard doctor {config_arg}{key}\n\
-         2. switchboard run {config_arg}\n   \
-         or as a service (docs/deployment.md): sudo systemctl enable --now switchboard\n{page}"
+         2. switchboard run {config_arg}\n{service}{page}"
     )
 }
 
