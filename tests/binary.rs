@@ -226,6 +226,24 @@ async fn interactive_agent_reads_lines_until_quit() {
     );
 }
 
+/// The start line says where the page is (a link a terminal opens) and which channels this
+/// process serves.
+#[tokio::test]
+async fn the_start_line_names_the_page_and_the_channels_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let config = write_config(dir.path(), &llm, "2");
+    let (child, serving) = util::spawn_daemon_serving(&config).await;
+    assert_eq!(serving["channels"], r#"["websocket"]"#, "{serving}");
+    assert!(
+        serving["url"]
+            .as_str()
+            .is_some_and(|url| url.starts_with("http://127.0.0.1:")),
+        "{serving}"
+    );
+    drop(child);
+}
+
 #[tokio::test]
 async fn sigterm_right_after_serving_exits_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
