@@ -238,6 +238,38 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
     assert!(stdout.contains("✓ channels.telegram"), "{stdout}");
 }
 
+/// `doctor` against the test server (as `fake-llm` runs it) with a mistyped model fails on
+/// that model, as against a provider — it no longer passes any name.
+#[tokio::test]
+async fn doctor_refuses_a_model_the_test_server_does_not_serve() {
+    use switchboard_testkit::ScriptedLlm;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    llm.serve_only("scripted");
+    let doctor = async |model: &str| {
+        let text = crate::util::config_text(&llm.base_url(), dir.path(), "")
+            .replace("model = \"scripted\"", &format!("model = \"{model}\""));
+        let config = crate::util::config(&text, dir.path());
+        switchboard::doctor::report(&config, &[])
+            .await
+            .iter()
+            .map(ToString::to_string)
+            .filter(|line| line.contains("llm ("))
+            .collect::<Vec<_>>()
+    };
+    let served = doctor("scripted").await;
+    assert!(
+        served[0].starts_with("✓ llm (openai scripted) answered"),
+        "{served:?}"
+    );
+    let mistyped = doctor("scriptd").await;
+    assert!(
+        mistyped[0].starts_with("✗ llm (openai scriptd)"),
+        "{mistyped:?}"
+    );
+    assert!(mistyped[0].contains("scriptd"), "{mistyped:?}");
+}
+
 /// `/metrics` names chats and models: with a token on the socket it asks for that token —
 /// or for `http.metrics_token`, when set —, and without one it answers only a loopback Host
 /// (a re-pointed web site's name is refused, as for the page).

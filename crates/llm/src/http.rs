@@ -117,7 +117,7 @@ pub(crate) async fn send(
     }
     let retry_after = retry_after(response.headers());
     let body = body::read_prefix(response.bytes_stream(), idle, ERROR_BODY_BYTES).await;
-    let body: String = body.chars().take(500).collect();
+    let body: String = what_it_said(&body).chars().take(500).collect();
     Err(match status.as_u16() {
         429 => LlmError::RateLimited { retry_after },
         401 | 403 => LlmError::Unauthorized {
@@ -130,6 +130,20 @@ pub(crate) async fn send(
             retry_after,
         },
     })
+}
+
+/// What an error's body says: the `message` of the JSON error OpenAI-compatible servers and
+/// Anthropic send (`{"error": {"message": …}}`), else the body as it is.
+fn what_it_said(body: &str) -> String {
+    let said = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|value| {
+            value["error"]["message"]
+                .as_str()
+                .or_else(|| value["message"].as_str())
+                .map(str::to_owned)
+        });
+    said.unwrap_or_else(|| body.to_owned())
 }
 
 /// Whether the response is a server-sent event stream.
@@ -174,4 +188,20 @@ pub(crate) fn decode<T: serde::de::DeserializeOwned>(
         let text: String = String::from_utf8_lossy(bytes).chars().take(200).collect();
         LlmError::Decode(format!("{err} in {what} `{text}`"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_body_is_what_it_says() {
+        let openai = r#"{"error":{"message":"The model `x` does not exist.","type":"invalid_request_error"}}"#;
+        assert_eq!(what_it_said(openai), "The model `x` does not exist.");
+        let anthropic =
+            r#"{"type":"error","error":{"type":"not_found_error","message":"model: x"}}"#;
+        assert_eq!(what_it_said(anthropic), "model: x");
+        assert_eq!(what_it_said("Bad Gateway"), "Bad Gateway");
+        assert_eq!(what_it_said(r#"{"detail":"no"}"#), r#"{"detail":"no"}"#);
+    }
 }

@@ -253,6 +253,25 @@ impl ScriptedLlm {
         self
     }
 
+    /// Answers as a real server does for a model it does not serve — 404, "The model `x`
+    /// does not exist" — unless a request names `model`; those it echoes (as `fake-llm`
+    /// does, so `doctor` and a mistyped `llm.model` fail against it as against a provider).
+    pub fn serve_only(&self, model: &str) -> &Self {
+        let model = model.to_owned();
+        self.respond_with(move |request| match request["model"].as_str() {
+            Some(asked) if asked == model => {
+                Reply::Text(format!("echo: {}", last_user_text(request)))
+            }
+            asked => Reply::ErrorWithMessage(
+                404,
+                format!(
+                    "The model `{}` does not exist or you do not have access to it.",
+                    asked.unwrap_or_default()
+                ),
+            ),
+        })
+    }
+
     /// Answers requests the script has no reply for with `responder`.
     pub fn respond_with(
         &self,

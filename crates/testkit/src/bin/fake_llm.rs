@@ -1,5 +1,7 @@
 //! `fake-llm`: the scripted OpenAI-compatible server as a program, for trying the daemon
-//! by hand and for benchmarks. With no script it echoes every message at once.
+//! by hand and for benchmarks. It serves one model, `scripted`, echoing every message at
+//! once; another model is refused as a provider refuses it (404), so `doctor` and a mistyped
+//! `llm.model` fail against it as they would against a real server.
 //!
 //! Usage: `fake-llm [ADDR]` (default 127.0.0.1:8081). Point `llm.base_url` at the printed URL.
 
@@ -14,10 +16,11 @@ async fn main() -> std::io::Result<()> {
         .map_err(std::io::Error::other)?;
     let llm = ScriptedLlm::start_on(addr).await?;
     llm.stop_recording();
+    llm.serve_only("scripted");
     #[allow(clippy::print_stdout)]
     {
         println!(
-            "fake-llm listening; set llm.base_url = \"{}\"",
+            "fake-llm listening; set llm.base_url = \"{}\" and llm.model = \"scripted\"",
             llm.base_url()
         );
     }
