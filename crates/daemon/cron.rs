@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use switchboard_scheduler::{
-    Asker, Job, JobAction, JobStore, Jobs, NewJob, Run, SystemClock, When, describe, duration,
+    Asker, Job, JobAction, JobStore, Jobs, NewJob, Run, SystemClock, When, duration,
 };
 
 use crate::cli::{CronAction, resolve_config};
@@ -36,9 +36,8 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
             if all.is_empty() {
                 writeln!(out, "There are no scheduled jobs.")?;
             }
-            let now = jobs.now();
             for job in &all {
-                writeln!(out, "{}", describe(job, now))?;
+                writeln!(out, "{}", jobs.describe(job))?;
                 writeln!(out, "    {}", whereabouts(job))?;
             }
             return Ok(ExitCode::SUCCESS);
@@ -118,7 +117,7 @@ async fn add(config: &Config, jobs: &Jobs, action: &CronAction) -> anyhow::Resul
         })
         .await
         .map_err(anyhow::Error::msg)?;
-    Ok(format!("Added {}", describe(&job, jobs.now())))
+    Ok(format!("Added {}", jobs.describe(&job)))
 }
 
 async fn act(jobs: &Jobs, action: JobAction) -> anyhow::Result<String> {

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_adapter::PairingError;
 use switchboard_core::{AgentName, InboundMessage, SenderId, SessionKey};
-use switchboard_scheduler::{Asker, describe};
+use switchboard_scheduler::Asker;
 
 use super::Admin;
 use crate::component::Reloaded;
@@ -290,10 +290,9 @@ async fn jobs(State(admin): Panel) -> Answer {
     };
     match jobs.list(&Asker::Operator).await {
         Ok(all) => {
-            let now = jobs.now();
             let listed: Vec<Value> = all
                 .iter()
-                .map(|job| json!({"job": job, "summary": describe(job, now)}))
+                .map(|job| json!({"job": job, "summary": jobs.describe(job)}))
                 .collect();
             Ok(Json(json!({"enabled": true, "jobs": listed})))
         }

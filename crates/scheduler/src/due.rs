@@ -198,16 +198,38 @@ impl Schedule {
         }
     }
 
-    /// How people read it: `once at …`, `every 30m`, `cron 0 9 * * * (Europe/Berlin)`.
-    pub fn describe(&self) -> String {
+    /// How people read it, times in `zone`: `once at Fri 27 Nov 14:30 CET`, `every 30m`,
+    /// `cron 0 9 * * * (Europe/Berlin)`.
+    pub fn describe(&self, zone: &TimeZone) -> String {
         match self {
-            Self::At { at } => format!("once at {}", at.round(jiff::Unit::Second).unwrap_or(*at)),
+            Self::At { at } => format!("once at {}", local(*at, zone, None)),
             Self::Every { every_secs, .. } => {
                 format!("every {:#}", SignedDuration::from_secs(*every_secs as i64))
             }
             Self::Cron { expr, tz } => format!("cron {expr} ({tz})"),
         }
     }
+}
+
+/// An instant as a person reads it in `zone`: `Fri 27 Nov 14:30 CET` (seconds when it has
+/// them; the year when it is not `now`'s).
+pub fn local(at: Timestamp, zone: &TimeZone, now: Option<Timestamp>) -> String {
+    let at = at
+        .round(jiff::Unit::Second)
+        .unwrap_or(at)
+        .to_zoned(zone.clone());
+    let time = if at.second() == 0 {
+        "%H:%M"
+    } else {
+        "%H:%M:%S"
+    };
+    let this_year = now.is_none_or(|now| now.to_zoned(zone.clone()).year() == at.year());
+    let date = if this_year {
+        "%a %-d %b"
+    } else {
+        "%a %-d %b %Y"
+    };
+    at.strftime(&format!("{date} {time} %Z")).to_string()
 }
 
 /// A duration as people write it: `2s`, `10m`, `1h 30m`, `2 days`, or ISO 8601's `PT2M`.

@@ -11,7 +11,7 @@ use switchboard_core::{AgentName, ChannelName, ChatId, SenderId, SessionKey};
 use tokio::sync::Notify;
 
 use super::clock::Clock;
-use super::due::{Schedule, default_zone};
+use super::due::{Schedule, default_zone, local, zone};
 use super::job::{ActiveHours, Job, JobKind, Run, SessionMode};
 use super::store::JobStore;
 
@@ -208,6 +208,17 @@ impl Jobs {
         self.timezone
             .get_or_init(|| default_zone(self.config.timezone.as_deref()))
             .clone()
+    }
+
+    /// How `job` reads in a list (see [`describe`]): its times in its cron's zone, else in
+    /// the zone jobs use.
+    pub fn describe(&self, job: &Job) -> String {
+        let name = match &job.schedule {
+            Schedule::Cron { tz, .. } => tz.clone(),
+            _ => self.timezone(),
+        };
+        let zone = zone(&name).unwrap_or(jiff::tz::TimeZone::UTC);
+        describe(job, self.now(), &zone)
     }
 
     /// Notified on every change made through this (and its clones).
@@ -410,7 +421,6 @@ impl Jobs {
     /// Does `action` for `asker`; the answer is one line per job touched (or listed), or why
     /// not.
     pub async fn act(&self, asker: &Asker, action: &JobAction) -> Result<String, String> {
-        let now = self.now();
         match action {
             JobAction::List => {
                 let jobs = self.list(asker).await?;
@@ -422,7 +432,7 @@ impl Jobs {
                 }
                 Ok(jobs
                     .iter()
-                    .map(|job| describe(job, now))
+                    .map(|job| self.describe(job))
                     .collect::<Vec<_>>()
                     .join("\n"))
             }
@@ -432,11 +442,11 @@ impl Jobs {
             }
             JobAction::Pause(id) => {
                 let job = self.set_enabled(asker, id, false).await?;
-                Ok(format!("Paused {}", describe(&job, now)))
+                Ok(format!("Paused {}", self.describe(&job)))
             }
             JobAction::Resume(id) => {
                 let job = self.set_enabled(asker, id, true).await?;
-                Ok(format!("Resumed {}", describe(&job, now)))
+                Ok(format!("Resumed {}", self.describe(&job)))
             }
             JobAction::Run(id) => {
                 let job = self.run_now(asker, id).await?;
@@ -550,19 +560,19 @@ impl Jobs {
     }
 }
 
-/// One line about a job: id, name, schedule, next run (and how soon, from `now`), last
-/// outcome.
-pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
+/// How a job reads in a list, its times in `zone`: `job j3 "tea": every 1h; next Fri 27
+/// Nov 14:30 CET (in 25m); last: answered`.
+pub fn describe(job: &Job, now: jiff::Timestamp, zone: &jiff::tz::TimeZone) -> String {
     let next = match (&job.next_due, job.enabled) {
         (_, false) => "paused".to_owned(),
         (Some(next), true) => {
-            let next = next.round(jiff::Unit::Second).unwrap_or(*next);
             let wait = next.duration_since(now);
+            let shown = local(*next, zone, Some(now));
             if wait.is_positive() {
                 let wait = wait.round(jiff::Unit::Second).unwrap_or(wait);
-                format!("next {next} (in {wait:#})")
+                format!("next {shown} (in {wait:#})")
             } else {
-                format!("next {next} (due now)")
+                format!("next {shown} (due now)")
             }
         }
         (None, true) => "done".to_owned(),
@@ -573,7 +583,7 @@ pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
         .map(|run| format!("; last: {}", run.outcome.describe()))
         .unwrap_or_default();
     if let Some(retry) = &job.retry {
-        let at = retry.at.round(jiff::Unit::Second).unwrap_or(retry.at);
+        let at = local(retry.at, zone, Some(now));
         last.push_str(&format!(" (trying again at {at}, try {})", retry.attempt));
     }
     let alone = match job.session {
@@ -584,6 +594,38 @@ pub fn describe(job: &Job, now: jiff::Timestamp) -> String {
         "job {} \"{}\": {}{alone}; {next}{last}",
         job.id,
         job.name,
-        job.schedule.describe()
+        job.schedule.describe(zone)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_reads_in_the_persons_zone_with_how_soon() {
+        let zone = zone("Europe/Berlin").expect("zone");
+        let now: jiff::Timestamp = "2026-11-27T13:05:00Z".parse().expect("now");
+        let job = Job {
+            next_due: Some("2026-11-27T13:30:00Z".parse().expect("next")),
+            ..crate::test_setup::job("j3")
+        };
+        assert_eq!(
+            describe(&job, now, &zone),
+            "job j3 \"job j3\": every 1m; next Fri 27 Nov 14:30 CET (in 25m)"
+        );
+        let once = Job {
+            schedule: Schedule::At {
+                at: "2027-01-02T08:00:30Z".parse().expect("at"),
+            },
+            next_due: Some("2027-01-02T08:00:30Z".parse().expect("next")),
+            ..crate::test_setup::job("j4")
+        };
+        let text = describe(&once, now, &zone);
+        assert!(
+            text.contains("once at Sat 2 Jan 09:00:30 CET")
+                && text.contains("next Sat 2 Jan 2027 09:00:30 CET"),
+            "{text}"
+        );
+    }
 }

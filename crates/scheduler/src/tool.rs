@@ -11,7 +11,7 @@ use switchboard_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use super::due::When;
 use super::isolated::CHANNEL as ISOLATED_CHANNEL;
 use super::job::SessionMode;
-use super::jobs::{Asker, JobAction, Jobs, NewJob, describe, owner_of};
+use super::jobs::{Asker, JobAction, Jobs, NewJob, owner_of};
 
 /// The agent's way to the scheduler.
 pub struct CronTool {
@@ -146,7 +146,7 @@ impl Tool for CronTool {
                     })
                     .await
                     .map_err(failed)?;
-                Ok(format!("Added {}", describe(&job, now)).into())
+                Ok(format!("Added {}", self.jobs.describe(&job)).into())
             }
             "list" => self.act(&asker, JobAction::List).await,
             "remove" => self.act(&asker, JobAction::Remove(id()?)).await,
