@@ -13,7 +13,8 @@
 //! - `state_store`: [`StateJobStore`], jobs as documents of the daemon's state store (files
 //!   in one process, the bucket on a cluster).
 //! - `migrate`: [`migrate_file`], the jobs file of earlier versions moved into it.
-//! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...).
+//! - `jobs`: [`Jobs`], what chats and the operator may do with jobs (add, list, pause...);
+//!   `describe`: how a job reads in a list.
 //! - `isolated`: the `cron` channel that posts the answers of runs in sessions of their
 //!   own to their jobs' chats.
 //! - `clock`: [`Clock`], what "now" is (the system's, or tokio's paused one in tests).
@@ -28,6 +29,7 @@
 //! - `section`: `[scheduler]` ([`SchedulerSection`], the jobs it declares) and `[heartbeat]`.
 
 mod clock;
+mod describe;
 mod due;
 mod firing;
 mod isolated;
@@ -48,11 +50,12 @@ mod test_setup;
 mod tool;
 
 pub use clock::{Clock, SystemClock, TokioClock};
+pub use describe::describe;
 pub use due::{Schedule, When, default_zone, duration, local, zone};
 pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};
 pub use jobs::SchedulerConfig;
-pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced, describe};
+pub use jobs::{Asker, Declared, JobAction, Jobs, NewJob, Synced};
 pub use migrate::migrate_file;
 pub use outcome::Outcomes;
 pub use runner::{Budget, Scheduler};
