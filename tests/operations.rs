@@ -475,32 +475,13 @@ async fn every_metric_is_described_and_published_at_zero_from_the_start() {
 /// never silently shadowing it.
 #[tokio::test]
 async fn a_tool_with_a_built_in_tools_name_is_refused_at_start() {
-    struct Grep;
-    #[async_trait::async_trait]
-    impl switchboard_tools::Tool for Grep {
-        fn name(&self) -> &str {
-            "grep"
-        }
-        fn description(&self) -> &str {
-            "another grep"
-        }
-        fn parameters(&self) -> serde_json::Value {
-            json!({"type": "object"})
-        }
-        async fn call(
-            &self,
-            _: serde_json::Value,
-            _: &switchboard_tools::ToolContext,
-        ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
-            Ok(String::new().into())
-        }
-    }
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = switchboard_testkit::ScriptedLlm::start()
         .await
         .expect("llm");
     let text = crate::util::config_text_with(&llm.base_url(), dir.path(), Extra::default());
-    let tools = switchboard_tools::ToolRegistry::new().with(std::sync::Arc::new(Grep));
+    let tools = switchboard_tools::ToolRegistry::new()
+        .with(std::sync::Arc::new(switchboard_testkit::NamedTool("grep")));
     let err = match switchboard::app::start(crate::util::config(&text, dir.path()), tools).await {
         Ok(_) => panic!("started with two tools named grep"),
         Err(err) => format!("{err:#}"),

@@ -272,27 +272,6 @@ async fn a_reload_applies_an_agents_model_and_the_cost_caps_live() {
 #[tokio::test]
 async fn a_reload_refused_in_one_part_changes_nothing_else() {
     use switchboard::reload::Reloaded;
-    /// An embedder's tool named like the built-in `web_fetch`.
-    struct Fetch;
-    #[async_trait::async_trait]
-    impl switchboard_tools::Tool for Fetch {
-        fn name(&self) -> &str {
-            "web_fetch"
-        }
-        fn description(&self) -> &str {
-            "the embedder's fetch"
-        }
-        fn parameters(&self) -> serde_json::Value {
-            json!({"type": "object"})
-        }
-        async fn call(
-            &self,
-            _: serde_json::Value,
-            _: &switchboard_tools::ToolContext,
-        ) -> Result<switchboard_tools::ToolOutput, switchboard_tools::ToolError> {
-            Ok(String::new().into())
-        }
-    }
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = switchboard_testkit::ScriptedLlm::start()
         .await
@@ -308,7 +287,9 @@ async fn a_reload_refused_in_one_part_changes_nothing_else() {
         write_config_with(&llm, dir.path(), extra)
     };
     let (path, text) = write("scripted", false);
-    let tools = crate::util::test_tools().with(std::sync::Arc::new(Fetch));
+    let tools = crate::util::test_tools().with(std::sync::Arc::new(
+        switchboard_testkit::NamedTool("web_fetch"),
+    ));
     let mut daemon = switchboard::app::start(crate::util::config(&text, dir.path()), tools)
         .await
         .expect("daemon");

@@ -34,7 +34,7 @@ pub use otlp::OtlpReceiver;
 pub use slack::FakeSlack;
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;
-pub use tools::{BarrierTool, EchoTool, FailTool, SleepTool};
+pub use tools::{BarrierTool, EchoTool, FailTool, NamedTool, SleepTool};
 pub use web::FakeWeb;
 
 /// Serves `app` on `addr` (port 0: any free one) until the token is cancelled; returns the

@@ -55,6 +55,27 @@ impl Tool for FailTool {
     }
 }
 
+/// A tool that does nothing, named `name`: an embedder's tool whose name may clash with a
+/// built-in one.
+#[derive(Debug)]
+pub struct NamedTool(pub &'static str);
+
+#[async_trait]
+impl Tool for NamedTool {
+    fn name(&self) -> &str {
+        self.0
+    }
+    fn description(&self) -> &str {
+        "An embedder's tool."
+    }
+    fn parameters(&self) -> Value {
+        object_schema(json!({}))
+    }
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<ToolOutput, ToolError> {
+        Ok(String::new().into())
+    }
+}
+
 /// `sleep {ms}`: waits, or returns early when the turn is cancelled.
 #[derive(Debug, Default)]
 pub struct SleepTool;
