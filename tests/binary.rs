@@ -465,21 +465,29 @@ async fn onboard_writes_a_config_from_flags_and_keeps_it_after() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("kept    "));
 }
 
+/// `switchboard onboard` writing `config` and its workspace, with nothing to ask (no
+/// terminal).
+fn onboard(config: &Path, workspace: &Path) -> Command {
+    let mut command = Command::new(BINARY);
+    command
+        .args(["onboard", "--config"])
+        .arg(config)
+        .arg("--workspace")
+        .arg(workspace)
+        .stdin(Stdio::null());
+    command
+}
+
 /// 8. `onboard` as deployment.md runs it: the state directory and a credential for the key
 /// are written in (no edit by hand afterwards), and it ends with what to do next.
 #[tokio::test]
 async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("etc/config.toml");
-    let output = Command::new(BINARY)
-        .args(["onboard", "--config"])
-        .arg(&config)
-        .arg("--workspace")
-        .arg(dir.path().join("agent"))
+    let output = onboard(&config, &dir.path().join("agent"))
         .arg("--state-dir")
         .arg(dir.path().join("state"))
         .args(["--credential-key", "openai-key"])
-        .stdin(Stdio::null())
         .output()
         .await
         .expect("runs");
@@ -511,13 +519,8 @@ async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
 async fn onboard_in_a_home_does_not_offer_the_system_service() {
     let home = tempfile::tempdir().expect("tempdir");
     let config = home.path().join(".config/switchboard/config.toml");
-    let output = Command::new(BINARY)
-        .args(["onboard", "--config"])
-        .arg(&config)
-        .arg("--workspace")
-        .arg(home.path().join("agent"))
+    let output = onboard(&config, &home.path().join("agent"))
         .env("HOME", home.path())
-        .stdin(Stdio::null())
         .output()
         .await
         .expect("runs");
