@@ -182,8 +182,21 @@ async fn an_upgrade_moves_the_files_of_before_into_the_state_store() {
     let config = dir.path().join("config.toml");
     std::fs::write(&config, text).expect("config");
 
-    let before = util::cli(&["cron", "list"], &config).await;
-    assert!(!before.contains("weekly report"), "{before}");
+    let before = tokio::process::Command::new(util::BINARY)
+        .args(["cron", "list", "--config"])
+        .arg(&config)
+        .output()
+        .await
+        .expect("runs");
+    let (listed, told) = (
+        String::from_utf8_lossy(&before.stdout),
+        String::from_utf8_lossy(&before.stderr),
+    );
+    assert!(!listed.contains("weekly report"), "{listed}");
+    assert!(
+        told.contains("jobs.jsonl") && told.contains("at the daemon's next start"),
+        "the operator is told why the jobs are not listed yet: {told}"
+    );
     assert!(jobs.exists(), "an operator's command moves nothing");
 
     let (daemon, addr) = util::spawn_daemon(&config).await;

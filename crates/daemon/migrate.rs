@@ -29,14 +29,16 @@ pub(crate) async fn move_in(state_dir: &Path, stores: &Stores) -> anyhow::Result
     Ok(())
 }
 
-/// Logs, for an operator's command, what the daemon's next start will move.
+/// Tells the person running an operator's command (whose log shows only errors) what the
+/// daemon's next start will move: until then the command does not see it.
 pub(crate) fn tell_left_behind(state_dir: &Path) {
     let left = left_behind(state_dir);
     if !left.is_empty() {
-        tracing::warn!(
-            files = ?left,
-            "files of an earlier version are not read here: they move into the state store \
-             at the daemon's next start (restart it)"
+        let files: Vec<String> = left.iter().map(|path| path.display().to_string()).collect();
+        eprintln!(
+            "switchboard: {} of an earlier build are not read here; they move into the state \
+             store at the daemon's next start (restart it)",
+            files.join(", ")
         );
     }
 }
