@@ -478,16 +478,23 @@ fn onboard(config: &Path, workspace: &Path) -> Command {
     command
 }
 
-/// 8. `onboard` as deployment.md runs it: the state directory and a credential for the key
-/// are written in (no edit by hand afterwards), and it ends with what to do next.
+/// 8. `onboard` for the service, as deployment.md runs it: the state directory and a
+/// credential for the key are written in (no edit by hand afterwards), the WebSocket and the
+/// panel take tokens generated as credentials (never `auth = "none"` for a service every
+/// local user reaches), and it ends with what to do next. The daemon then runs with the
+/// credentials directory as the unit loads it (`switchboard_FILE`): the page needs the token,
+/// the panel its own.
 #[tokio::test]
-async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
+async fn onboard_for_the_service_generates_its_tokens_and_says_what_is_next() {
+    use std::os::unix::fs::PermissionsExt;
+    let llm = ScriptedLlm::start().await.expect("llm");
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("etc/config.toml");
     let output = onboard(&config, &dir.path().join("agent"))
         .arg("--state-dir")
         .arg(dir.path().join("state"))
         .args(["--credential-key", "openai-key"])
+        .args(["--base-url", &llm.base_url(), "--model", "scripted"])
         .output()
         .await
         .expect("runs");
@@ -502,15 +509,98 @@ async fn onboard_takes_the_state_dir_and_a_credential_and_says_what_is_next() {
         read.llm.api_key.as_ref().map(|k| k.get_ref().as_str()),
         Some("${credential:openai-key}")
     );
+    let credentials = dir.path().join("etc/credentials");
+    let mode = |path: &Path| std::fs::metadata(path).expect("there").permissions().mode() & 0o777;
+    assert_eq!(mode(&credentials), 0o700);
+    let token = |name: &str| {
+        let path = credentials.join(name);
+        assert_eq!(mode(&path), 0o600, "{name}");
+        let token = std::fs::read_to_string(path).expect("token");
+        assert_eq!(token.trim().len(), 48, "{name}: {token}");
+        token.trim().to_owned()
+    };
+    let (chat_token, panel_token) = (token("ws-token"), token("admin-token"));
+    assert_ne!(chat_token, panel_token);
     let config_arg = format!("--config {}", config.display());
     for next in [
         format!("1. switchboard doctor {config_arg}"),
-        format!("2. switchboard run {config_arg}"),
-        "sudo systemctl enable --now switchboard".to_owned(),
-        "3. open http://127.0.0.1:8080/".to_owned(),
+        format!(
+            "(first the key: sudo install -m 0600 /dev/stdin {}",
+            credentials.join("openai-key").display()
+        ),
+        "2. sudo systemctl enable --now switchboard".to_owned(),
+        format!(
+            "3. open http://127.0.0.1:8080/?token=$(sudo cat {})",
+            credentials.join("ws-token").display()
+        ),
+        format!(
+            "the control panel: http://127.0.0.1:8080/admin (its token: sudo cat {})",
+            credentials.join("admin-token").display()
+        ),
     ] {
         assert!(stdout.contains(&next), "{next}:\n{stdout}");
     }
+
+    // A second onboard, even replacing the config, keeps the tokens.
+    let again = onboard(&config, &dir.path().join("agent"))
+        .args(["--credential-key", "openai-key", "--force"])
+        .args(["--base-url", &llm.base_url(), "--model", "scripted"])
+        .output()
+        .await
+        .expect("runs");
+    assert!(again.status.success());
+    assert_eq!(token("ws-token"), chat_token, "kept");
+
+    // As the service: the unit loads the directory, each file as switchboard_FILE.
+    let loaded = dir.path().join("run-credentials");
+    std::fs::create_dir(&loaded).expect("dir");
+    for name in ["ws-token", "admin-token"] {
+        std::fs::copy(
+            credentials.join(name),
+            loaded.join(format!("switchboard_{name}")),
+        )
+        .expect("copy");
+    }
+    std::fs::write(loaded.join("switchboard_openai-key"), "sk-test\n").expect("key");
+    let text = std::fs::read_to_string(&config)
+        .expect("config")
+        .replace("bind = \"127.0.0.1:8080\"", "bind = \"127.0.0.1:0\"");
+    std::fs::write(&config, text).expect("config");
+    let (mut daemon, addr) = util::spawn_daemon_with(
+        &config,
+        &[],
+        &format!("export CREDENTIALS_DIRECTORY='{}'", loaded.display()),
+    )
+    .await;
+    let refused = util::raw_http(
+        addr,
+        "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        util::PATIENCE,
+    )
+    .await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/ws?token={chat_token}")
+        .into_client_request()
+        .expect("request");
+    request
+        .headers_mut()
+        .insert("host", "127.0.0.1".parse().expect("host"));
+    let mut chat = WsClient::connect_request(request)
+        .await
+        .expect("the generated token opens the chat");
+    llm.push(Reply::text("hello from the service"));
+    assert_eq!(chat.say("c", "hi").await.reply(), "hello from the service");
+    let panel = util::raw_http(
+        addr,
+        &format!(
+            "GET /admin/api/overview HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {panel_token}\r\nConnection: close\r\n\r\n"
+        ),
+        util::PATIENCE,
+    )
+    .await;
+    assert!(panel.starts_with("HTTP/1.1 200"), "{panel}");
+    daemon.start_kill().expect("kill");
 }
 
 /// `onboard` for a person's own config (in their home) does not offer the system service,

@@ -104,13 +104,19 @@ pub enum Command {
         /// The environment variable that will hold the API key (`none` for none).
         #[arg(long, conflicts_with = "credential_key")]
         api_key_env: Option<String>,
-        /// The systemd credential that will hold the API key (`LoadCredential=NAME:/path`
-        /// in the unit): the config reads `${credential:NAME}`.
+        /// The systemd credential that will hold the API key (a file in the credentials
+        /// directory beside the config, which the unit loads): the config reads
+        /// `${credential:NAME}`, and the WebSocket and panel tokens are generated there too.
         #[arg(long)]
         credential_key: Option<String>,
         /// The state directory (sessions, cursors, pairing), e.g. /var/lib/switchboard/state.
         #[arg(long)]
         state_dir: Option<PathBuf>,
+        /// For the systemd service: the config in /etc/switchboard, the workspace and state
+        /// in /var/lib/switchboard, the key and a WebSocket and a panel token generated as
+        /// credentials in /etc/switchboard/credentials (each flag above still overrides).
+        #[arg(long, conflicts_with = "api_key_env")]
+        service: bool,
         /// Replace files that exist.
         #[arg(long)]
         force: bool,

@@ -163,18 +163,30 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             api_key_env,
             credential_key,
             state_dir,
+            service,
             force,
         } => {
+            use onboard::service as at;
+            fn preset<T: From<&'static str>>(
+                service: bool,
+                value: Option<T>,
+                default: &'static str,
+            ) -> Option<T> {
+                match value {
+                    None if service => Some(default.into()),
+                    value => value,
+                }
+            }
             let choices = onboard::Choices {
                 provider,
                 model,
                 base_url,
                 api_key_env,
-                credential_key,
-                workspace,
-                state_dir,
+                credential_key: preset(service, credential_key, at::KEY),
+                workspace: preset(service, workspace, at::WORKSPACE),
+                state_dir: preset(service, state_dir, at::STATE_DIR),
             };
-            onboard_with(config, choices, force)
+            onboard_with(preset(service, config, at::CONFIG), choices, force)
         }
         Command::Status { config } => status::run(config.as_deref()).await,
         Command::Usage { config, days } => usage_cli::run(config.as_deref(), days).await,

@@ -61,13 +61,18 @@ impl std::fmt::Display for Unresolved {
     }
 }
 
+/// The id under which the unit loads its credentials directory: a file `NAME` there is the
+/// credential `switchboard_NAME`, which `${credential:NAME}` finds too.
+pub const LOADED_DIRECTORY: &str = "switchboard";
+
 /// The longest credential read, in bytes.
 const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 
 /// Replaces every `${NAME}` with the environment variable's value (a secret withdrawn from
 /// the environment at start included: [`crate::environment`]) and every
-/// `${credential:NAME}` with the contents of `$CREDENTIALS_DIRECTORY/NAME` (systemd's
-/// `LoadCredential=`; one trailing newline dropped). An unset or empty one is an error
+/// `${credential:NAME}` with the contents of `$CREDENTIALS_DIRECTORY/NAME`, else of
+/// `…/switchboard_NAME` (systemd's `LoadCredential=`, of a file or of the unit's credentials
+/// directory; one trailing newline dropped). An unset or empty one is an error
 /// naming it.
 pub fn expand_env(raw: &str) -> Result<String, Unresolved> {
     let mut out = String::with_capacity(raw.len());
@@ -106,10 +111,20 @@ fn read_credential(name: &str) -> Result<String, Unresolved> {
     let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") else {
         return Err(fail(format!(
             "cannot be read: $CREDENTIALS_DIRECTORY is not set (under systemd, add \
-             LoadCredential={name}:/path/to/file to the unit)"
+             LoadCredential={name}:/path/to/file to the unit, or put the file in the \
+             directory it loads, /etc/switchboard/credentials)"
         )));
     };
-    let path = std::path::Path::new(&dir).join(name);
+    // The unit loads a whole directory (`LoadCredential=switchboard:/etc/switchboard/
+    // credentials`), whose files systemd names `switchboard_FILE`.
+    let dir = std::path::Path::new(&dir);
+    let path = [
+        dir.join(name),
+        dir.join(format!("{LOADED_DIRECTORY}_{name}")),
+    ]
+    .into_iter()
+    .find(|path| path.exists())
+    .unwrap_or_else(|| dir.join(name));
     let mut text = String::new();
     std::io::Read::read_to_string(
         &mut std::io::Read::take(
