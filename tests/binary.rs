@@ -160,13 +160,18 @@ async fn version_is_printed() {
     assert!(stdout.contains(env!("CARGO_PKG_VERSION")), "{stdout}");
 }
 
+/// `agent -m` runs one turn, from an operator's shell that lacks the channels' secrets.
 #[tokio::test]
 async fn agent_m_runs_one_turn_in_the_terminal() {
     let dir = tempfile::tempdir().expect("tempdir");
     let llm = ScriptedLlm::start().await.expect("llm");
     llm.push(Reply::text("hello from the terminal"));
     let config = dir.path().join("config.toml");
-    std::fs::write(&config, util::config_text(&llm.base_url(), dir.path(), "")).expect("write");
+    // A channel whose token only the service has: the terminal needs none of it.
+    let text = util::config_text(&llm.base_url(), dir.path(), "")
+        + "\n[channels.telegram]\nenabled = true\ntoken = \"${credential:telegram-token}\"\n\
+           allow_from = [\"1\"]\n";
+    std::fs::write(&config, text).expect("write");
     let output = Command::new(BINARY)
         .args(["agent", "--config"])
         .arg(&config)

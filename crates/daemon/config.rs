@@ -163,6 +163,9 @@ pub enum Secrets {
     /// `/metrics`' token) not checked: `pairing` and `status`, run from an operator's shell
     /// that has neither the service's environment nor its credentials.
     Skip,
+    /// Only what an agent's turns use (its tools', MCP's): `switchboard agent`, which runs
+    /// turns in a terminal and serves no channel and no HTTP.
+    Agent,
 }
 
 impl Config {
@@ -247,6 +250,12 @@ impl Config {
         }
         #[cfg(feature = "mcp")]
         self.mcp_servers()?;
+        self.tools
+            .validate()
+            .map_err(|problem| self.source.problem("tools", problem))?;
+        if secrets == Secrets::Agent {
+            return Ok(());
+        }
         self.metrics_access()?;
         let http = self.http_facts();
         for (name, section) in self.channels.all() {
@@ -254,9 +263,6 @@ impl Config {
                 .validate(&http)
                 .map_err(|problem| self.source.problem(&format!("channels.{name}"), problem))?;
         }
-        self.tools
-            .validate()
-            .map_err(|problem| self.source.problem("tools", problem))?;
         Ok(())
     }
 

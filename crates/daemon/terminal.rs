@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::build_agent;
 use crate::cli::resolve_config;
-use crate::config::Config;
+use crate::config::{Config, Secrets};
 use crate::prompt::{Prompt, Said};
 
 /// Runs one turn (`message`) or an interactive prompt.
@@ -27,7 +27,8 @@ pub async fn run(
     name: &str,
 ) -> anyhow::Result<ExitCode> {
     let path = resolve_config(config)?;
-    let config = Config::load(&path)?;
+    // The agent's own secrets only: no channel's token is needed to talk in a terminal.
+    let config = Config::load_with(&path, Secrets::Agent)?;
     let agent = build_agent(&config, ToolRegistry::new(), None)?;
     let key = SessionKey::of(&ChannelName::from("cli"), &ChatId::from(name));
     let mut session = agent
