@@ -294,6 +294,50 @@ async fn a_get_me_that_answers_garbage_degrades_the_channel_until_it_recovers() 
     daemon.shutdown().await;
 }
 
+/// Polls that fail after a good start (a web server's 404 page, not the Bot API) turn the channel degraded at
+/// the first failure — not when the watchdog (10 s here) ends the poller — with the error
+/// naming `channels.telegram.api_url`; it is running again once a poll succeeds.
+#[tokio::test]
+async fn failing_polls_degrade_the_channel_at_once_and_name_the_api_url() {
+    let t = Telegram::start("stream = false").await;
+    let id = t.fake.private_text(ADA, "hello");
+    t.wait_for_reply(chat(ADA), id).await;
+    let telegram = |health: &serde_json::Value| health["channels"]["telegram"].clone();
+    assert_eq!(
+        telegram(&util::health(t.daemon.addr()).await)["state"],
+        "running"
+    );
+
+    t.fake.set_polls_failing(true);
+    let started = tokio::time::Instant::now();
+    let health = loop {
+        let health = util::health(t.daemon.addr()).await;
+        if telegram(&health)["state"] != "running" {
+            break health;
+        }
+        assert!(started.elapsed() < PATIENCE, "{health}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(telegram(&health)["state"], "reconnecting", "{health}");
+    assert_eq!(health["status"], "degraded", "{health}");
+    let error = telegram(&health)["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        error.contains(&format!("channels.telegram.api_url = {}", t.fake.api_url())),
+        "{error}"
+    );
+
+    t.fake.set_polls_failing(false);
+    let id = t.fake.private_text(ADA, "are you back?");
+    t.wait_for_reply(chat(ADA), id).await;
+    let health = util::health(t.daemon.addr()).await;
+    assert_eq!(telegram(&health)["state"], "running", "{health}");
+    assert_eq!(health["status"], "ok", "{health}");
+    t.daemon.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_group_message_without_a_mention_is_ignored() {
     let t = Telegram::start("stream = false").await;

@@ -24,6 +24,13 @@ pub enum ChannelState {
         /// Restarts since the daemon started.
         restarts: u32,
     },
+    /// Its task runs, but its connection to the platform fails (the task keeps trying).
+    Reconnecting {
+        /// Restarts since the daemon started.
+        restarts: u32,
+        /// The last error.
+        error: String,
+    },
     /// Its task failed and will be restarted.
     Failed {
         /// Restarts since the daemon started.

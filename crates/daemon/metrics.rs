@@ -451,7 +451,9 @@ async fn render(State(exposition): State<Exposition>) -> impl IntoResponse {
     for (channel, state) in health.channels() {
         let (up, restarts) = match state {
             ChannelState::Running { restarts } => (1.0, restarts),
-            ChannelState::Failed { restarts, .. } => (0.0, restarts),
+            ChannelState::Failed { restarts, .. } | ChannelState::Reconnecting { restarts, .. } => {
+                (0.0, restarts)
+            }
             ChannelState::Stopped | ChannelState::Standby => (0.0, 0),
         };
         metrics::gauge!("switchboard_channel_up", "channel" => channel.clone()).set(up);

@@ -143,6 +143,7 @@ impl Platforms {
             hub: self.hub().clone(),
             intake: parts.intake.child_token(),
             shutdown: parts.stop.child_token(),
+            trouble: Default::default(),
         };
         let task = supervisor::spawn_channel(
             built.channel,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use switchboard_core::{Channel, ChannelContext};
+use switchboard_core::{Channel, ChannelContext, Trouble};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
@@ -57,8 +57,21 @@ pub async fn supervise(channel: Arc<dyn Channel>, ctx: ChannelContext, health: H
                 }
             })
         };
+        let trouble = {
+            let (health, name) = (health.clone(), name.clone());
+            Trouble::new(move |error| {
+                health.set(
+                    &name,
+                    match error {
+                        Some(error) => ChannelState::Reconnecting { restarts, error },
+                        None => ChannelState::Running { restarts },
+                    },
+                );
+            })
+        };
         let run_ctx = ChannelContext {
             shutdown: running.clone(),
+            trouble,
             ..ctx.clone()
         };
         health.set(&name, ChannelState::Running { restarts });
@@ -166,6 +179,7 @@ mod tests {
             hub: Arc::new(ChatHub::new(1, shutdown.clone())),
             intake: shutdown.clone(),
             shutdown: shutdown.clone(),
+            trouble: Default::default(),
         };
         let health = Health::new();
         let task = tokio::spawn(supervise(channel.clone(), ctx, health.clone()));
@@ -203,6 +217,7 @@ mod tests {
             hub: Arc::new(ChatHub::new(1, shutdown.clone())),
             intake: shutdown.clone(),
             shutdown: shutdown.clone(),
+            trouble: Default::default(),
         };
         let health = Health::new();
         tokio::spawn(supervise(channel.clone(), ctx, health.clone()));

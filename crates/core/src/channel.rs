@@ -22,6 +22,43 @@ pub struct ChannelContext {
     /// Cancelled when the channel must stop (after its last messages were delivered);
     /// `run` returns soon after.
     pub shutdown: CancellationToken,
+    /// Where `run` says that its connection to the platform is failing while it keeps
+    /// trying, and that it recovered.
+    pub trouble: Trouble,
+}
+
+/// How a running channel tells the daemon that its connection to the platform fails (a
+/// poll or a reconnect refused) while `run` keeps trying, and that it recovered: `/healthz`
+/// and `switchboard status` show the channel degraded, with the error, from the first
+/// failure — not minutes later, when a watchdog ends `run`. The default tells no one.
+#[derive(Clone, Default)]
+pub struct Trouble(Option<Arc<dyn Fn(Option<String>) + Send + Sync>>);
+
+impl Trouble {
+    /// A `Trouble` calling `report` with the error (`Some`) or with `None` on recovery.
+    pub fn new(report: impl Fn(Option<String>) + Send + Sync + 'static) -> Self {
+        Self(Some(Arc::new(report)))
+    }
+
+    /// The connection failed; `run` keeps trying.
+    pub fn failing(&self, error: impl std::fmt::Display) {
+        if let Some(report) = &self.0 {
+            report(Some(error.to_string()));
+        }
+    }
+
+    /// The connection works again.
+    pub fn recovered(&self) {
+        if let Some(report) = &self.0 {
+            report(None);
+        }
+    }
+}
+
+impl std::fmt::Debug for Trouble {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trouble")
+    }
 }
 
 /// Where a channel's chats are reached from, which decides who delivers its messages when the

@@ -66,6 +66,48 @@ pub fn error_chain(err: &dyn std::error::Error) -> String {
     without_userinfo(&text)
 }
 
+/// Why a connection failed, in a few plain words a person reads ("the connection was
+/// refused", "the host name was not found"), from the deepest cause that says: HTTP clients
+/// wrap it in three or four layers of their own ("error sending request for url (…): client
+/// error (Connect): tcp connect error: …"). The whole chain is for the log
+/// ([`error_chain`]).
+pub fn plain_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut deepest: &(dyn std::error::Error + 'static) = err;
+    let mut cause = Some(err);
+    while let Some(now) = cause {
+        if let Some(io) = now.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind;
+            let plain = match io.kind() {
+                ErrorKind::ConnectionRefused => Some("the connection was refused"),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted => {
+                    Some("the connection was cut")
+                }
+                ErrorKind::TimedOut => Some("the connection timed out"),
+                ErrorKind::HostUnreachable | ErrorKind::NetworkUnreachable => {
+                    Some("the host cannot be reached from here")
+                }
+                _ => None,
+            };
+            if let Some(plain) = plain {
+                return plain.to_owned();
+            }
+        }
+        deepest = now;
+        cause = now.source();
+    }
+    let chain = error_chain(err).to_lowercase();
+    if chain.contains("dns error") || chain.contains("failed to lookup address") {
+        "the host name was not found (DNS)".to_owned()
+    } else if chain.contains("certificate") || chain.contains("tls") {
+        format!(
+            "the TLS handshake failed: {}",
+            without_userinfo(&deepest.to_string())
+        )
+    } else {
+        without_userinfo(&deepest.to_string())
+    }
+}
+
 /// `text` with the secret of every URL in it replaced by `****`: the password of
 /// `scheme://user:password@host`, and the whole of `scheme://token@host` (NATS's token
 /// form, an API key used as a user name).
@@ -97,6 +139,44 @@ pub fn without_userinfo(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error wrapping another, as an HTTP client's layers do.
+    #[derive(Debug)]
+    struct Layer(&'static str, Box<dyn std::error::Error + Send + Sync>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&*self.1)
+        }
+    }
+
+    #[test]
+    fn a_connection_failure_is_told_in_plain_words_under_the_clients_layers() {
+        let refused = Layer(
+            "error sending request for url (https://api.example/v1)",
+            Box::new(Layer(
+                "client error (Connect)",
+                Box::new(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+            )),
+        );
+        assert_eq!(plain_cause(&refused), "the connection was refused");
+        let dns = Layer(
+            "client error (Connect)",
+            Box::new(Layer(
+                "dns error",
+                Box::new(std::io::Error::other(
+                    "failed to lookup address information: Name or service not known",
+                )),
+            )),
+        );
+        assert_eq!(plain_cause(&dns), "the host name was not found (DNS)");
+        let other = Layer("client error", Box::new(std::io::Error::other("odd")));
+        assert_eq!(plain_cause(&other), "odd");
+    }
 
     #[test]
     fn a_urls_secret_is_hidden_wherever_it_is_in_a_text() {

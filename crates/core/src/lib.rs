@@ -46,7 +46,9 @@ pub mod wire;
 
 pub use ack::{Ack, Fate};
 pub use bus::Bus;
-pub use channel::{Channel, ChannelContext, ChannelScope, Internal, InternalChannel, Transcripts};
+pub use channel::{
+    Channel, ChannelContext, ChannelScope, Internal, InternalChannel, Transcripts, Trouble,
+};
 pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
 pub use config::{
     ConfigError, ConfigProblem, ConfigSource, Unresolved, expand_env, positive_seconds,
@@ -54,7 +56,7 @@ pub use config::{
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
 };
-pub use error::{CoreError, error_chain, without_userinfo};
+pub use error::{CoreError, error_chain, plain_cause, without_userinfo};
 pub use hub::{ChannelLanes, ChatHub};
 pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};

@@ -26,8 +26,10 @@ pub enum LlmError {
     Connect {
         /// The URL called.
         url: String,
-        /// What the HTTP client said.
+        /// Why, in plain words ("the connection was refused").
         message: String,
+        /// What the HTTP client said, every layer of it: for the log ([`LlmError::detail`]).
+        detail: String,
     },
     /// No answer in time.
     #[error("the LLM did not answer within {} ({what}; config key llm.{key})", secs(*.after))]
@@ -227,6 +229,17 @@ impl LlmError {
         "decode",
         "stream",
     ];
+
+    /// The error as the log tells it: as displayed, with a connection failure's whole
+    /// chain of causes instead of its plain words.
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Connect { url, detail, .. } => format!("cannot reach the LLM at {url}: {detail}"),
+            Self::Provider { provider, error } => format!("{provider}: {}", error.detail()),
+            Self::Exhausted { last, .. } => last.detail(),
+            other => other.to_string(),
+        }
+    }
 
     /// A few words on what went wrong, for a status line in a chat (no bodies, no URLs).
     pub fn summary(&self) -> String {

@@ -133,7 +133,7 @@ impl LlmProvider for Failover {
                         tracing::warn!(provider = %entry.label, cooldown_s = self.cooldown.as_secs(),
                             "model keeps failing; skipped while it cools down");
                     }
-                    tracing::warn!(provider = %entry.label, error = %err, "model failed");
+                    tracing::warn!(provider = %entry.label, error = %err.detail(), "model failed");
                     if let Some(next) = order.get(position + 1) {
                         if streamed.load(Ordering::Relaxed) {
                             events(StreamEvent::Reset);

@@ -16,6 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::body::{self, error_chain};
 use crate::config::ProviderConfig;
 use crate::error::LlmError;
+use switchboard_core::plain_cause;
 
 /// How much of an error response's body is kept for the error message.
 const ERROR_BODY_BYTES: usize = 16 * 1024;
@@ -79,7 +80,8 @@ fn client(config: &ProviderConfig) -> Result<reqwest::Client, LlmError> {
         .build()
         .map_err(|err| LlmError::Connect {
             url: switchboard_core::without_userinfo(base_url),
-            message: error_chain(&err),
+            message: plain_cause(&err),
+            detail: error_chain(&err),
         })
 }
 
@@ -165,7 +167,8 @@ fn transport_error(url: &reqwest::Url, err: &reqwest::Error) -> LlmError {
     } else {
         LlmError::Connect {
             url: switchboard_core::without_userinfo(url.as_str()),
-            message: error_chain(err),
+            message: plain_cause(err),
+            detail: error_chain(err),
         }
     }
 }

@@ -221,7 +221,7 @@ impl Retrying {
                 });
             }
             tracing::warn!(provider = self.inner.name(), model = self.inner.model(), attempt = attempts,
-                wait_ms = wait.as_millis() as u64, error = %err, "retrying LLM call");
+                wait_ms = wait.as_millis() as u64, error = %err.detail(), "retrying LLM call");
             if activity.take_streamed() {
                 events(StreamEvent::Reset);
             }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use switchboard_core::{CoreError, error_chain};
+use switchboard_core::{CoreError, error_chain, plain_cause};
 use teloxide::payloads::{EditMessageTextSetters, SendMessageSetters};
 use teloxide::prelude::Requester;
 use teloxide::types::{
@@ -27,10 +27,13 @@ pub fn core_error(err: RequestError) -> CoreError {
         RequestError::RetryAfter(wait) => CoreError::RateLimited {
             retry_after: Some(wait.duration()),
         },
-        RequestError::Network(err) => CoreError::Unavailable {
-            channel: CHANNEL_NAME.into(),
-            message: error_chain(&*err),
-        },
+        RequestError::Network(err) => {
+            tracing::debug!(error = %error_chain(&*err), "Telegram: the Bot API call failed");
+            CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: format!("the Bot API cannot be reached: {}", plain_cause(&*err)),
+            }
+        }
         RequestError::InvalidJson { source, .. } => CoreError::Unavailable {
             channel: CHANNEL_NAME.into(),
             message: format!("the Bot API answered something unreadable: {source}"),

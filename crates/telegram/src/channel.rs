@@ -161,6 +161,21 @@ impl Inner {
             .clone()
     }
 
+    /// A Bot API failure naming where the API was called (`channels.telegram.api_url`): a
+    /// wrong address is the usual cause of one that keeps failing.
+    fn at_api(&self, err: CoreError) -> CoreError {
+        match err {
+            CoreError::Unavailable { channel, message } => CoreError::Unavailable {
+                channel,
+                message: format!(
+                    "{message} (channels.telegram.api_url = {})",
+                    switchboard_core::without_userinfo(self.settings.api_url.as_str())
+                ),
+            },
+            other => other,
+        }
+    }
+
     fn cursor(&self) -> std::sync::MutexGuard<'_, Cursor> {
         self.cursor.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -172,8 +187,9 @@ impl Inner {
             .map_err(|_| CoreError::Unavailable {
                 channel: CHANNEL_NAME.into(),
                 message: "getMe did not answer in time".into(),
-            })?
-            .map_err(api::core_error)?;
+            })
+            .map_err(|err| self.at_api(err))?
+            .map_err(|err| self.at_api(api::core_error(err)))?;
         let me = Me {
             id: me.user.id.0,
             username: me.user.username.clone().unwrap_or_default(),
@@ -208,8 +224,9 @@ impl Inner {
             .map_err(|_| CoreError::Unavailable {
                 channel: CHANNEL_NAME.into(),
                 message: "deleteWebhook did not answer in time".into(),
-            })?
-            .map_err(api::core_error)?;
+            })
+            .map_err(|err| self.at_api(err))?
+            .map_err(|err| self.at_api(api::core_error(err)))?;
         // Where the last poller (this process before a restart, or another gateway of the
         // cluster before it died) left off.
         let (base, since) = saved_offset(&*self.state).await;
@@ -219,6 +236,7 @@ impl Inner {
         let mut backoff = Duration::from_millis(500);
         let mut saved = self.cursor().confirmed();
         let mut per_chat = PerChat::default();
+        let mut failing = false;
         loop {
             if last_ok.elapsed() > self.settings.watchdog {
                 return Err(CoreError::Unavailable {
@@ -244,7 +262,7 @@ impl Inner {
             let updates = match answer {
                 Ok(Ok(updates)) => updates,
                 Ok(Err(err)) => {
-                    let err = api::core_error(err);
+                    let err = self.at_api(api::core_error(err));
                     let wait = match &err {
                         CoreError::RateLimited {
                             retry_after: Some(wait),
@@ -252,6 +270,10 @@ impl Inner {
                         _ => backoff,
                     };
                     tracing::warn!(error = %err, wait_ms = wait.as_millis() as u64, "getUpdates failed");
+                    if err.is_transient() && !matches!(err, CoreError::RateLimited { .. }) {
+                        ctx.trouble.failing(&err);
+                        failing = true;
+                    }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                     tokio::select! {
                         () = ctx.intake.cancelled() => return Ok(()),
@@ -260,9 +282,18 @@ impl Inner {
                 }
                 Err(_) => {
                     tracing::warn!("getUpdates did not answer in time");
+                    ctx.trouble.failing(self.at_api(CoreError::Unavailable {
+                        channel: CHANNEL_NAME.into(),
+                        message: "getUpdates did not answer in time".into(),
+                    }));
+                    failing = true;
                     continue;
                 }
             };
+            if std::mem::take(&mut failing) {
+                tracing::info!("Telegram: getUpdates works again");
+                ctx.trouble.recovered();
+            }
             last_ok = Instant::now();
             backoff = Duration::from_millis(500);
             let new = self.take_in(&updates, me, &mut per_chat).await;

@@ -79,6 +79,8 @@ struct Inner {
     /// When each 429 was answered: (chat, time).
     limited_at: Vec<(i64, Instant)>,
     get_me_garbage: bool,
+    /// `getUpdates` answers a web server's 404 page (an `api_url` that is not the Bot API).
+    polls_failing: bool,
     /// How long a file download waits before its bytes come.
     file_delay: Duration,
     /// When each file download was answered.
@@ -316,6 +318,13 @@ impl FakeTelegram {
     /// Makes `getMe` answer garbage (or answer properly again).
     pub fn set_get_me_garbage(&self, garbage: bool) {
         self.shared.lock().get_me_garbage = garbage;
+    }
+
+    /// Makes every `getUpdates` fail with a web server's 404 page, a long poll in progress
+    /// included (or answer again).
+    pub fn set_polls_failing(&self, failing: bool) {
+        self.shared.lock().polls_failing = failing;
+        self.shared.changed.notify_waiters();
     }
 
     /// Makes every HTML send or edit fail with "can't parse entities" (or not).

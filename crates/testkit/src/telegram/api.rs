@@ -142,6 +142,15 @@ async fn get_updates(shared: &Shared, params: &Value) -> Response {
         let changed = shared.changed.notified();
         {
             let mut inner = shared.lock();
+            if inner.polls_failing {
+                // (A 404, not a 5xx: teloxide holds a 5xx answer 10 s before returning it.)
+                return (
+                    axum::http::StatusCode::NOT_FOUND,
+                    [("content-type", "text/html")],
+                    "<html><body><h1>404 Not Found</h1></body></html>",
+                )
+                    .into_response();
+            }
             if let Some(offset) = offset {
                 // An offset confirms every update below it.
                 let below: Vec<u32> = inner
