@@ -462,14 +462,29 @@ impl Config {
             None => PathBuf::from(raw),
         };
         if expanded.is_absolute() {
-            expanded
-        } else {
-            self.source
-                .path
-                .parent()
-                .unwrap_or(Path::new("."))
-                .join(expanded)
+            return expanded;
         }
+        // From the config's directory as it really is (no symlink in it), so a `..` after it
+        // is dropped with the name before it: `examples/../target` is shown as
+        // `/…/target`, not as a path a person has to work out.
+        let dir = self.source.path.parent().unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let mut out = PathBuf::new();
+        for part in dir.join(expanded).components() {
+            match part {
+                std::path::Component::CurDir => {}
+                std::path::Component::ParentDir
+                    if matches!(
+                        out.components().next_back(),
+                        Some(std::path::Component::Normal(_))
+                    ) =>
+                {
+                    out.pop();
+                }
+                other => out.push(other),
+            }
+        }
+        out
     }
 }
 

@@ -147,6 +147,16 @@ fn relative_paths_follow_the_config_file() {
         PathBuf::from("/etc/switchboard/state")
     );
     assert_eq!(config.path("/abs"), PathBuf::from("/abs"));
+    // A `..` is resolved, not shown (`examples/../target/try` reads as `target/try`).
+    assert_eq!(
+        config.path("../target/./try"),
+        PathBuf::from("/etc/target/try")
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("examples")).expect("dir");
+    let config = Config::parse(MINIMAL, &dir.path().join("examples/c.toml")).expect("parse");
+    let real = std::fs::canonicalize(dir.path()).expect("canonical");
+    assert_eq!(config.path("../target/try"), real.join("target/try"));
 }
 
 #[test]
