@@ -158,11 +158,28 @@ async fn gateway_and_two_workers(
     nats: &NatsServer,
     config: fn(&Path, &ScriptedLlm, &NatsServer, &str, &str) -> PathBuf,
 ) -> (std::net::SocketAddr, [tokio::process::Child; 3]) {
-    let (gateway, addr) = util::spawn_daemon(&config(root, llm, nats, "gateway", "gw")).await;
-    let (w1, serving) = util::spawn_daemon_serving(&config(root, llm, nats, "worker", "w1")).await;
-    // A worker's start line names no channel: it serves none.
+    // One `http.bind` for all three, as one config on one host has: only the gateway binds it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|free| free.local_addr())
+        .expect("a free port")
+        .port();
+    let member = |role: &str, name: &str| {
+        let path = config(root, llm, nats, role, name);
+        let text = std::fs::read_to_string(&path).expect("config").replacen(
+            "bind = \"127.0.0.1:0\"",
+            &format!("bind = \"127.0.0.1:{port}\""),
+            1,
+        );
+        std::fs::write(&path, text).expect("config");
+        path
+    };
+    let (gateway, addr) = util::spawn_daemon(&member("gateway", "gw")).await;
+    assert_eq!(addr.port(), port);
+    let (w1, serving) = util::spawn_daemon_serving(&member("worker", "w1")).await;
+    // A worker's start line names no channel: it serves none, on a port of its own.
     assert_eq!(serving["channels"], "[]", "{serving}");
-    let (w2, _) = util::spawn_daemon(&config(root, llm, nats, "worker", "w2")).await;
+    assert_ne!(serving["addr"], addr.to_string(), "{serving}");
+    let (w2, _) = util::spawn_daemon(&member("worker", "w2")).await;
     partitions_held(nats, &[("w1", 4), ("w2", 4)]).await;
     (addr, [gateway, w1, w2])
 }

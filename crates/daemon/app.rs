@@ -106,7 +106,12 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     } else {
         Vec::new()
     };
-    let server = listen(&config, router, &health, &served).await?;
+    let bind = if place.runs_channels() {
+        (config.http.bind.get_ref().0, "http.bind")
+    } else {
+        (config.worker_bind(), "cluster.worker_bind")
+    };
+    let server = listen(&config, bind, router, &health, &served).await?;
     health.set_ready();
 
     Ok(Running {
@@ -167,11 +172,11 @@ fn start_dispatcher(core: &Core, health: &Health, shutdown: &Shutdown) {
 /// and serves `router`.
 async fn listen(
     config: &Config,
+    (bind, key): (SocketAddr, &str),
     router: axum::Router,
     health: &Health,
     channels: &[&str],
 ) -> anyhow::Result<Server> {
-    let bind = config.http.bind.get_ref().0;
     let mut limits = server::Limits {
         header_timeout: duration(&config.http.header_timeout_secs),
         max_connections: *config.http.max_connections.get_ref(),
@@ -182,7 +187,7 @@ async fn listen(
     let (descriptors, reserve) = server::fit_to_descriptors(&mut limits);
     let server = Server::bind(bind, router, limits)
         .await
-        .with_context(|| format!("cannot listen on {bind} (http.bind)"))?;
+        .with_context(|| format!("cannot listen on {bind} ({key})"))?;
     let addr = server.addr();
     health.gauge("http_connections", Box::new(server.open_connections()));
     health.gauge(

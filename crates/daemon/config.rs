@@ -266,6 +266,16 @@ impl Config {
         Ok(())
     }
 
+    /// Where a worker listens: `[cluster] worker_bind` (a process alone runs the channels and
+    /// listens on `http.bind`).
+    pub fn worker_bind(&self) -> std::net::SocketAddr {
+        #[cfg(feature = "cluster")]
+        if let Some(section) = &self.cluster {
+            return section.worker_bind();
+        }
+        self.http.bind.get_ref().0
+    }
+
     /// Checks `[cluster]` and the role (`run --role` over the section's).
     pub(crate) fn validate_place(&self) -> Result<(), ConfigError> {
         let config = self;

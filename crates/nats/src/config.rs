@@ -93,6 +93,21 @@ pub struct ClusterSection {
     pub lease_secs: Spanned<f64>,
     /// This process's name among the members (default: the host's name and the process id).
     pub member: Option<Spanned<String>>,
+    /// Where a worker serves `/healthz`, `/readyz` and `/metrics` (it serves no page and no
+    /// channel, so not on `http.bind`, which stays the gateways': the same config runs every
+    /// member, several on one host included). Default `127.0.0.1:0`: loopback, a free port,
+    /// named in the worker's start line.
+    pub worker_bind: Option<Spanned<std::net::SocketAddr>>,
+}
+
+impl ClusterSection {
+    /// Where a worker listens ([`ClusterSection::worker_bind`]).
+    pub fn worker_bind(&self) -> std::net::SocketAddr {
+        self.worker_bind
+            .as_ref()
+            .map(|bind| *bind.get_ref())
+            .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
 }
 
 /// `[cluster.tls]`.
