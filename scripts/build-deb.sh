@@ -27,6 +27,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 pkg=$work/$name
 install -D -m 0755 "$binary" "$pkg/usr/bin/switchboard"
+# As dh_strip leaves a binary: no symbols, no .comment or .note sections.
+strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/bin/switchboard"
 
 # The unit, for the package's paths: the binary in /usr/bin, and its opening comment the
 # package's two steps instead of the source install's.
@@ -52,7 +54,7 @@ Upstream-Name: switchboard
 Source: https://example.invalid/switchboard
 
 Files: *
-Copyright: the switchboard authors
+Copyright: 2025-2026 The switchboard authors
 License: MIT or Apache-2.0
  On Debian systems the Apache License 2.0 is in /usr/share/common-licenses/Apache-2.0.
  .
@@ -74,12 +76,13 @@ License: MIT or Apache-2.0
 EOF
 chmod 0644 "$doc/copyright"
 install -D -m 0644 packaging/debian/lintian-overrides "$pkg/usr/share/lintian/overrides/switchboard"
-# The date of the last commit, so two builds of one commit are the same package.
+# The date of the last commit, so two builds of one commit are the same package. (A native
+# package: its changelog is changelog.gz.)
 when=$(git log -1 --format=%cD 2>/dev/null || date -R)
 printf 'switchboard (%s) unstable; urgency=medium\n\n  * Built from %s.\n\n -- switchboard <switchboard@example.invalid>  %s\n' \
     "$version" "$(git rev-parse --short HEAD 2>/dev/null || echo 'a source tree')" "$when" |
-    gzip -9n > "$doc/changelog.Debian.gz"
-chmod 0644 "$doc/changelog.Debian.gz"
+    gzip -9n > "$doc/changelog.gz"
+chmod 0644 "$doc/changelog.gz"
 
 # What the binary links: the newest glibc symbol version it needs, and libgcc_s (unwinding).
 glibc=$(objdump -T "$binary" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1)

@@ -23,7 +23,7 @@ for expected in \
     '^-rw-r--r-- root/root .* \./lib/systemd/system/switchboard\.service$' \
     '^-rw-r----- root/root .* \./etc/switchboard/config\.example\.toml$' \
     '^-rw-r--r-- root/root .* \./usr/share/doc/switchboard/copyright$' \
-    '^-rw-r--r-- root/root .* \./usr/share/doc/switchboard/changelog\.Debian\.gz$' \
+    '^-rw-r--r-- root/root .* \./usr/share/doc/switchboard/changelog\.gz$' \
     '^-rw-r--r-- root/root .* \./usr/share/doc/switchboard/deployment\.md$' \
     '^-rw-r--r-- root/root .* \./usr/share/lintian/overrides/switchboard$'; do
     grep -Eq -- "$expected" <<<"$contents" || fail "no file like $expected in:
