@@ -518,6 +518,9 @@ async fn an_unreachable_llm_gets_an_error_naming_the_base_url_key() {
     let turn = client.say("c", "anyone there?").await;
     let error = turn.error().expect("an error frame");
     assert!(error.contains("llm.base_url"), "{error}");
+    // Why, in plain words, not the HTTP client's layers.
+    assert!(error.contains("the connection was refused"), "{error}");
+    assert!(!error.contains("client error"), "{error}");
     assert!(
         error.contains("gave up after 3 attempts"),
         "one attempt and two retries: {error}"

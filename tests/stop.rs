@@ -76,6 +76,34 @@ async fn stop_while_the_model_is_thinking_cancels_the_llm_call() {
     h.daemon.shutdown().await;
 }
 
+/// A page reloaded mid-turn sends the message it waits on again (the same `id`): a `/stop`
+/// then stops the turn and reports no dropped message — the person sent only one.
+#[tokio::test]
+async fn stop_after_a_reload_counts_no_resent_message_as_dropped() {
+    let mut h = Harness::start("").await;
+    h.llm
+        .push(Reply::text("too late").delayed(Duration::from_secs(60)));
+    let frame = json!({"type": "message", "chat_id": "c", "id": "m-1", "content": "think hard"});
+    h.client.send_json(frame.clone()).await;
+    h.llm.wait_for_requests(1, util::PATIENCE).await;
+    // The reloaded page: a socket of its own, the running message sent again.
+    let mut reloaded = util::WsClient::connect(h.daemon.addr()).await;
+    reloaded.send_json(frame).await;
+    let (stopped, answer) = reloaded.stop("c").await;
+    assert_eq!(stopped.reply(), "Stopped.");
+    let said: Vec<String> = stopped
+        .frames
+        .iter()
+        .chain(&answer.frames)
+        .filter_map(|frame| frame["content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        said.iter().all(|text| !text.contains("Dropped")),
+        "{said:?}"
+    );
+    h.daemon.shutdown().await;
+}
+
 /// `/stop` while the answer streams keeps what was shown — as the reply and in history —
 /// marked as stopped; the next turn's history is valid.
 #[tokio::test]

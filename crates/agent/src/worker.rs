@@ -77,6 +77,14 @@ struct Cached {
 }
 
 impl Cached {
+    /// Whether the cached session's journal has `message` (by its platform id): a repeat.
+    fn took(&self, message: &InboundMessage) -> bool {
+        let Some((session, id)) = self.session.as_ref().zip(message.id.as_ref()) else {
+            return false;
+        };
+        session.inbound(id).is_some()
+    }
+
     /// Forgets a session that must not be used for `message`: found stale, or read under
     /// another holding of its partition than the one `message` comes with.
     fn refresh_for(&mut self, message: &InboundMessage) {
@@ -123,8 +131,12 @@ impl Worker {
             };
             if !self.register(stamp, &message, &token) {
                 message.settle(Fate::Dropped);
-                dropped += 1;
-                if rx.is_empty() {
+                // A repeat of a message this chat already took (a page sends the message it
+                // was waiting on again after a reload) was not waiting: it is not counted.
+                if !cached.took(&message) {
+                    dropped += 1;
+                }
+                if rx.is_empty() && dropped > 0 {
                     report_dropped(&self.hub, &message, std::mem::take(&mut dropped)).await;
                 }
                 continue;
