@@ -528,6 +528,53 @@ async fn an_unreachable_llm_gets_an_error_naming_the_base_url_key() {
     daemon.shutdown().await;
 }
 
+/// A message with an id sent while the daemon stops (its grace, a turn still running) is
+/// told `unprocessed` — the page keeps it and sends it again — and gets no error frame.
+#[tokio::test]
+async fn a_message_sent_during_the_shutdown_grace_is_unprocessed_not_an_error() {
+    let Harness {
+        dir: _dir,
+        llm,
+        daemon,
+        mut client,
+    } = Harness::start("").await;
+    llm.push(Reply::text("finished in the grace").delayed(Duration::from_millis(1500)));
+    client.send("c", "slow").await;
+    llm.wait_for_requests(1, util::PATIENCE).await;
+    let addr = daemon.addr();
+    let stopping = tokio::spawn(daemon.shutdown());
+    let deadline = tokio::time::Instant::now() + util::PATIENCE;
+    while util::health(addr).await["status"] != "stopping" {
+        assert!(tokio::time::Instant::now() < deadline, "not stopping");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    client
+        .send_json(json!({"type": "message", "chat_id": "d", "id": "m-9", "content": "late"}))
+        .await;
+    let mut seen = Vec::new();
+    let handled = loop {
+        let frame = client.next_frame().await;
+        seen.push(frame.clone());
+        if frame["type"] == "handled" && frame["id"] == "m-9" {
+            break frame;
+        }
+    };
+    assert_eq!(handled["fate"], "unprocessed", "{seen:?}");
+    // Until the running turn ends in the grace: no error for the kept message.
+    while !(seen
+        .last()
+        .is_some_and(|f| f["type"] == "done" && f["chat_id"] == "c"))
+    {
+        seen.push(client.next_frame().await);
+    }
+    assert!(
+        seen.iter()
+            .all(|frame| !(frame["type"] == "error" && frame["chat_id"] == "d")),
+        "{seen:?}"
+    );
+    assert!(stopping.await.expect("stops"), "a clean stop");
+}
+
 /// A socket that comes back to a chat gets the frames it missed while none was connected
 /// (a page reloaded mid-answer), in order, before anything newer.
 #[tokio::test]

@@ -504,7 +504,13 @@ function settle(frame) {
   const index = outbox.findIndex((entry) => entry.id === frame.id);
   if (index < 0) return;
   if (frame.fate === "unprocessed") {
-    // The daemon stopped first: sent again after the reconnect.
+    // The daemon is stopping: the message is kept here and sent again after the reconnect.
+    setConn("stopping", "server restarting");
+    const entry = outbox[index];
+    if (entry.el && !entry.el.querySelector(".state")) {
+      entry.el.classList.add("pending");
+      entry.el.append(element("span", "state", "The server is restarting: this goes out again when it is back."));
+    }
     return;
   }
   outbox.splice(index, 1);

@@ -328,7 +328,12 @@ async fn message(
         inbound.ack = Some(handled_frame(subscriber, &chat_id, &id));
         inbound.id = Some(MessageId::from(id));
     }
-    if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await {
+    let acked = inbound.ack.is_some();
+    if let Err(err @ CoreError::ShuttingDown) = shared.hub.publish_inbound(inbound).await
+        && !acked
+    {
+        // (A message with an id is told `unprocessed` by its dropped ack: the page keeps it
+        // and sends it again, so no error.)
         let frame = ServerFrame::Error {
             chat_id: Some(chat_id),
             message: err.to_string(),
