@@ -95,6 +95,59 @@ async fn a_streamed_markdown_reply_renders_and_the_history_comes_back_after_a_re
     t.end().await;
 }
 
+/// A long pasted message grows the composer; once sent, the page still follows the log to
+/// its end: the message and the whole reply are in view, not pushed off-screen.
+#[tokio::test]
+async fn after_a_long_paste_the_reply_is_followed_to_the_end() {
+    let Some(t) = Chat::start("web_page::long_paste", "").await else {
+        return;
+    };
+    let (page, llm) = (&t.page, &t.llm);
+    page.phone(390, 700).await;
+    let long = (1..=40)
+        .map(|n| format!("line {n}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // A full log first, so that it scrolls.
+    for n in 1..=2 {
+        llm.push(Reply::text(long.clone()));
+        page.say("fill").await;
+        page.wait_until(
+            &format!(
+                "[...document.querySelectorAll('.msg.agent')].filter(m => m.innerText.includes('line 40')).length === {n} \
+                 && document.getElementById('stop').hidden"
+            ),
+            "the turn to end",
+        )
+        .await;
+    }
+    // The paste: the composer grows to its tallest.
+    let _: bool = page
+        .eval(&format!(
+            "(() => {{ const i = document.getElementById('input'); i.value = {}; \
+             i.dispatchEvent(new Event('input')); return true; }})()",
+            serde_json::Value::String(long.clone())
+        ))
+        .await;
+    llm.push(Reply::paced(
+        format!("{long}\nthe end"),
+        Duration::from_millis(2),
+    ));
+    page.click("#send").await;
+    page.wait_until(
+        "[...document.querySelectorAll('.msg.agent')].some(m => m.innerText.includes('the end'))",
+        "the reply",
+    )
+    .await;
+    page.wait_until("document.getElementById('stop').hidden", "the turn to end")
+        .await;
+    let below: f64 = page
+        .eval("(() => { const l = document.getElementById('log'); return l.scrollHeight - l.scrollTop - l.clientHeight; })()")
+        .await;
+    assert!(below < 2.0, "the log is {below}px above its end");
+    t.end().await;
+}
+
 #[tokio::test]
 async fn conversations_are_listed_switched_and_renamed() {
     let Some(t) = Chat::start("web_page::conversations", "").await else {

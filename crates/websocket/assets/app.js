@@ -541,9 +541,11 @@ function submit() {
   showHint("");
   outbox.push(entry);
   saveOutbox();
-  entry.el = add(userBubble(entry));
+  entry.el = log.appendChild(userBubble(entry));
   input.value = "";
   autosize();
+  // Who sends a message reads on from it: the log follows to its end.
+  log.scrollTop = log.scrollHeight;
   attachments = [];
   renderChips();
   deliver(entry);
@@ -777,9 +779,13 @@ setInterval(() => send({ type: "ping" }), 25000);
 
 // ---- Controls ---------------------------------------------------------------------------
 
+/** Fits the composer to its text; the log, shorter or taller for it, keeps its end in view
+ * if it was there (a long paste must not push the conversation's end out of sight). */
 function autosize() {
-  input.style.height = "auto";
-  input.style.height = Math.min(input.scrollHeight, 192) + "px";
+  stick(() => {
+    input.style.height = "auto";
+    input.style.height = Math.min(input.scrollHeight, 192) + "px";
+  });
 }
 
 $("auth").addEventListener("submit", (event) => {
