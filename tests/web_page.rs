@@ -148,6 +148,42 @@ async fn after_a_long_paste_the_reply_is_followed_to_the_end() {
     t.end().await;
 }
 
+/// A conversation's title is its first message that is not a command, and two of the same
+/// title are told apart by when they were last written to.
+#[tokio::test]
+async fn a_command_names_no_conversation_and_like_named_ones_differ() {
+    let Some(t) = Chat::start("web_page::titles", "").await else {
+        return;
+    };
+    let page = &t.page;
+    let titles = async || -> Vec<String> {
+        page.eval("[...document.querySelectorAll('#list li .open')].map(b => b.textContent)")
+            .await
+    };
+    page.say("/help").await;
+    page.wait_until("document.querySelectorAll('#list li').length === 1", "listed")
+        .await;
+    page.wait_until("document.getElementById('stop').hidden", "the answer")
+        .await;
+    assert_eq!(titles().await, ["New chat"]);
+    page.say("plan the trip").await;
+    page.wait_until(
+        "document.querySelector('#list li .open').textContent === 'plan the trip'",
+        "the title from the first real message",
+    )
+    .await;
+    page.click("#new").await;
+    page.say("plan the trip").await;
+    page.wait_until("document.querySelectorAll('#list li').length === 2", "two")
+        .await;
+    page.wait_until(
+        "[...document.querySelectorAll('#list li .open')].every(b => b.querySelector('.when'))",
+        "like-named conversations show when they were written to",
+    )
+    .await;
+    t.end().await;
+}
+
 #[tokio::test]
 async fn conversations_are_listed_switched_and_renamed() {
     let Some(t) = Chat::start("web_page::conversations", "").await else {

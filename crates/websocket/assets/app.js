@@ -135,8 +135,10 @@ function size(bytes) {
   return (bytes / 1024 / 1024).toFixed(1) + " MB";
 }
 
-function showHint(text) {
+/** A line under the composer: a problem (red), or with `info` something to know (muted). */
+function showHint(text, info) {
   hint.textContent = text;
+  hint.classList.toggle("info", !!info);
 }
 
 function setConn(state, text) {
@@ -559,11 +561,20 @@ function stopTurn() {
 
 /** Puts `chat` first in the list (named after its first message when new); nothing to do,
  *  and nothing written on the server, when it is first already. */
+/** Lists `chat` first; its title is the first line of the first message that is not a
+ * command ("/help" names no conversation). */
 function listConversation(chat, text) {
-  if (conversations.length && conversations[0].chat_id === chat) return;
-  const known = conversations.some((c) => c.chat_id === chat);
-  const title = known ? undefined : text.trim().split("\n")[0].slice(0, 60) || "New chat";
-  send({ type: "conversation", chat_id: chat, title });
+  const first = text.trim().split("\n")[0];
+  const line = first.startsWith("/") ? "" : first.slice(0, 60);
+  const found = conversations.find((c) => c.chat_id === chat);
+  const untitled = !found || found.title === "New chat";
+  if (found && conversations[0] === found && !(untitled && line)) return;
+  send({ type: "conversation", chat_id: chat, title: untitled && line ? line : found ? undefined : "New chat" });
+}
+
+/** The day and time a conversation was last written to, to tell like-named ones apart. */
+function when(ms) {
+  return new Date(ms).toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
 }
 
 function titleOf(id) {
@@ -574,10 +585,15 @@ function titleOf(id) {
 function renderList() {
   const list = $("list");
   list.replaceChildren();
+  const named = new Map();
+  for (const c of conversations) named.set(c.title, (named.get(c.title) || 0) + 1);
   for (const conversation of conversations) {
     const item = element("li");
     item.setAttribute("aria-current", String(conversation.chat_id === chatId));
     const open = element("button", "open", conversation.title);
+    if (named.get(conversation.title) > 1 && conversation.updated_ms) {
+      open.append(element("small", "when", " · " + when(conversation.updated_ms)));
+    }
     open.type = "button";
     open.title = conversation.title;
     open.addEventListener("click", () => openChat(conversation.chat_id, false));
@@ -642,7 +658,7 @@ function openChat(id, reconnected) {
   if (id !== chatId) {
     send({ type: "unsubscribe", chat_id: chatId });
     if (placeholder || [...turns.values()].some((t) => t.running)) {
-      showHint(`The answer in “${titleOf(chatId)}” goes on; it is there when you open it again.`);
+      showHint(`The answer in “${titleOf(chatId)}” goes on; it is there when you open it again.`, true);
     }
     attachments = [];
     renderChips();
