@@ -190,6 +190,13 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
     let addr = daemon.addr();
     let mut client = WsClient::connect(addr).await;
     client.say("c", "remember me").await;
+    // The page names its conversation; the panel lists the chat by that name.
+    client.send_json(json!({"type": "conversations"})).await;
+    client.wait_for("conversations").await;
+    client
+        .send_json(json!({"type": "conversation", "chat_id": "c", "title": "Taxes"}))
+        .await;
+    client.wait_for("conversations").await;
 
     let (status, listed) = panel(addr, "GET", "/admin/api/sessions").await;
     assert_eq!(status, 200, "{listed}");
@@ -202,6 +209,7 @@ async fn sessions_are_listed_read_and_reset_and_a_reload_is_asked_from_the_panel
         .clone();
     assert_eq!(session["messages"], 2);
     assert_eq!(session["agent"], "default");
+    assert_eq!(session["title"], "Taxes", "{session}");
     let (_, transcript) = panel(
         addr,
         "GET",
@@ -351,6 +359,29 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
         .map(|m| m.visible)
         .collect();
     assert_eq!(answer, ["echo: may I talk now?"]);
+
+    // Revoked from the panel (asked twice): their next message gets a code again.
+    page.click("#tabs [data-tab=pairing]").await;
+    page.wait_until(
+        "[...document.querySelectorAll('#pairing button.danger')].some(b => b.textContent === 'Revoke')",
+        "the approved sender's Revoke",
+    )
+    .await;
+    let revoke = "([...document.querySelectorAll('#pairing button.danger')].find(b => b.textContent.startsWith('Revoke')).click(), true)";
+    let _: bool = page.eval(revoke).await;
+    let _: bool = page.eval(revoke).await;
+    page.wait_until(
+        "document.getElementById('pairing').innerText.includes('Revoked telegram:77')",
+        "revoked",
+    )
+    .await;
+    let third = fake.private_text(stranger, "still there?");
+    fake.wait_until(PATIENCE, "a new pairing code", |f| {
+        f.messages_to(chat(stranger))
+            .iter()
+            .any(|m| m.reply_to == Some(third) && !m.visible.starts_with("echo"))
+    })
+    .await;
     browser.close().await;
     daemon.shutdown().await;
 }
@@ -401,17 +432,36 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
         turn.reply()
     );
     let deadline = std::time::Instant::now() + PATIENCE;
-    loop {
+    let run = loop {
         let (_, runs) = panel(addr, "GET", &format!("/admin/api/jobs/{id}/runs")).await;
-        if runs["runs"][0]["outcome"]["kind"] == "answered" {
-            break;
+        if runs["runs"][0]["outcome"] == "answered" {
+            break runs["runs"][0].clone();
         }
         assert!(
             std::time::Instant::now() < deadline,
             "no answered run: {runs}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
+    // As a person reads it: times in the jobs' zone to the second, and how long it took.
+    let started = run["started"].as_str().unwrap_or_default();
+    assert!(!started.is_empty() && !started.contains('.'), "{run}");
+    assert!(
+        run["took"]
+            .as_str()
+            .is_some_and(|took| took.ends_with(" s")),
+        "{run}"
+    );
+    let (_, listed) = panel(addr, "GET", "/admin/api/jobs").await;
+    let reading = &listed["jobs"][0]["reading"];
+    assert_eq!(reading["schedule"], "every 1h", "{listed}");
+    assert!(
+        reading["next"]
+            .as_str()
+            .is_some_and(|next| next.starts_with("next ")),
+        "{listed}"
+    );
+    assert_eq!(reading["last"], "answered", "{listed}");
     let (status, _) = panel(addr, "POST", "/admin/api/jobs/nope/run").await;
     assert_eq!(status, 404);
 

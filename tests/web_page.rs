@@ -161,8 +161,11 @@ async fn a_command_names_no_conversation_and_like_named_ones_differ() {
             .await
     };
     page.say("/help").await;
-    page.wait_until("document.querySelectorAll('#list li').length === 1", "listed")
-        .await;
+    page.wait_until(
+        "document.querySelectorAll('#list li').length === 1",
+        "listed",
+    )
+    .await;
     page.wait_until("document.getElementById('stop').hidden", "the answer")
         .await;
     assert_eq!(titles().await, ["New chat"]);

@@ -139,8 +139,11 @@ const sections = {
     box.append(el("h2", "", "Tools"));
     box.append(el("p", "", body.tools.join(", ") || "none"));
     box.append(el("h2", "", "MCP servers"));
-    const servers = Object.entries(body.mcp || {});
-    box.append(table(["server", "tools"], servers.map(([name, tools]) => [name, tools.join(", ")])));
+    // Up: the tools each offers; down: why (from /healthz's mcp check).
+    const down = (health.checks && health.checks.mcp && health.checks.mcp.servers_down) || {};
+    const servers = Object.entries(body.mcp || {}).map(([name, tools]) => [name, "up", tools.join(", ")]);
+    for (const [name, why] of Object.entries(down)) servers.push([name, "down", why]);
+    box.append(table(["server", "state", "tools, or why it is down"], servers));
   },
 
   async sessions(box) {
@@ -148,10 +151,10 @@ const sections = {
     box.append(el("h2", "", `Sessions (${body.sessions.length}, most recent first)`));
     box.append(
       table(
-        ["agent", "session", "last written", "messages", "size", ""],
+        ["agent", "chat", "last written", "messages", "size", ""],
         body.sessions.map((s) => [
           s.agent,
-          s.key || s.name,
+          chatCell(s),
           ago(s.modified_ms),
           s.messages,
           Math.round(s.bytes / 1024) + " KB",
@@ -186,7 +189,27 @@ const sections = {
       ),
     );
     box.append(el("h2", "", "Approved"));
-    box.append(table(["channel", "sender", "name"], body.approved.map((a) => [a.channel, a.sender, a.name])));
+    box.append(
+      table(
+        ["channel", "sender", "name", ""],
+        body.approved.map((a) => [
+          a.channel,
+          a.sender,
+          a.name,
+          actions(
+            button("Revoke", (event) => {
+              const target = event.target;
+              if (target.dataset.confirm !== "yes") {
+                target.dataset.confirm = "yes";
+                target.textContent = "Revoke? They must pair again.";
+                return;
+              }
+              act("pairing", `approved/${encodeURIComponent(a.channel + ":" + a.sender)}/revoke`, (b) => "Revoked " + b.revoked.join(", "));
+            }, "danger"),
+          ),
+        ]),
+      ),
+    );
   },
 
   async usage(box) {
@@ -225,9 +248,12 @@ const sections = {
     box.append(el("h2", "", "Scheduled jobs"));
     box.append(
       table(
-        ["job", "chat", ""],
-        body.jobs.map(({ job, summary }) => [
-          summary,
+        ["job", "schedule", "next", "last run", "chat", ""],
+        body.jobs.map(({ job, reading }) => [
+          jobCell(job),
+          reading.schedule,
+          reading.next,
+          reading.last || "not yet",
           `${job.channel}:${job.chat_id}`,
           actions(
             job.enabled
@@ -263,6 +289,29 @@ const sections = {
   },
 };
 
+/** What a reply's HTML may keep: as on the chat page, no forms, frames, styles or ids. */
+const SANITISE = {
+  RETURN_DOM_FRAGMENT: true,
+  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed", "svg", "math"],
+  FORBID_ATTR: ["style", "class", "id"],
+};
+
+/** A session's chat: the web page's title for it when it has one, its key under it. */
+function chatCell(session) {
+  const key = session.key || session.name;
+  if (!session.title) return key;
+  const cell = el("span", "", session.title);
+  cell.append(el("small", "muted key", key));
+  return cell;
+}
+
+/** A job's name, its id under it. */
+function jobCell(job) {
+  const cell = el("span", "", job.name || job.id);
+  cell.append(el("small", "muted key", job.id));
+  return cell;
+}
+
 async function reset(target, session) {
   if (target.dataset.confirm !== "yes") {
     target.dataset.confirm = "yes";
@@ -287,6 +336,12 @@ async function openTranscript(session) {
     if (said.role === "tool" && said.tool) {
       const t = said.tool;
       list.append(el("div", "said tool", `${t.name} ${t.arguments} → ${t.result === null ? "(no result)" : t.result}`));
+    } else if (said.role === "assistant" && window.marked && window.DOMPurify) {
+      // Rendered as the chat shows it (sanitised: a reply's HTML never runs).
+      const bubble = el("div", "said assistant markdown");
+      const html = marked.parse(said.content, { gfm: true, breaks: true, async: false });
+      bubble.append(DOMPurify.sanitize(html, SANITISE));
+      list.append(bubble);
     } else list.append(el("div", "said " + said.role, said.content));
   }
   if (!body.messages.length) list.append(el("p", "empty", "No messages."));
@@ -299,8 +354,8 @@ async function showRuns(job) {
   const list = $("viewer-body");
   list.replaceChildren(
     table(
-      ["due", "started", "outcome"],
-      body.runs.map((r) => [r.due, r.started, r.outcome.kind + (r.outcome.why ? ": " + r.outcome.why : "")]),
+      ["due", "started", "took", "outcome"],
+      body.runs.map((r) => [r.due, r.started, r.took || "", r.outcome + (r.attempt > 1 ? ` (try ${r.attempt})` : "")]),
     ),
   );
   $("viewer").showModal();

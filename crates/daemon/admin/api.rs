@@ -59,6 +59,7 @@ pub(super) fn routes() -> Router<Arc<Admin>> {
         .route("/admin/api/reset", only(post(reset)))
         .route("/admin/api/pairing", only(get(pairing)))
         .route("/admin/api/pairing/{code}/{verdict}", only(post(decide)))
+        .route("/admin/api/approved/{sender}/revoke", only(post(revoke)))
         .route("/admin/api/usage", only(get(usage)))
         .route("/admin/api/jobs", only(get(jobs)))
         .route("/admin/api/jobs/{id}/runs", only(get(runs)))
@@ -137,6 +138,12 @@ async fn sessions(State(admin): Panel) -> Answer {
     }
     all.sort_by_key(|entry| std::cmp::Reverse(entry.2.modified));
     all.truncate(MAX_SESSIONS);
+    // The web page's chats by the titles it gave them.
+    let state_dir = admin.state_dir.clone();
+    let titles = tokio::task::spawn_blocking(move || switchboard_websocket::titles(&state_dir))
+        .await
+        .unwrap_or_default();
+    let prefix = format!("{}_", switchboard_websocket::CHANNEL_NAME);
     let mut sessions = Vec::with_capacity(all.len());
     for (agent, store, session) in all {
         let messages = match &session.key {
@@ -147,9 +154,15 @@ async fn sessions(State(admin): Panel) -> Answer {
                 .map(|messages| messages.len()),
             None => None,
         };
+        let key = session.key.as_ref().map(SessionKey::to_string);
+        let title = key
+            .as_deref()
+            .and_then(|key| key.strip_prefix(&prefix))
+            .and_then(|chat| titles.get(chat));
         sessions.push(json!({
             "agent": agent.to_string(),
-            "key": session.key.as_ref().map(SessionKey::to_string),
+            "title": title,
+            "key": key,
             "name": session.name,
             "modified_ms": session.modified.duration_since(UNIX_EPOCH)
                 .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
@@ -253,6 +266,22 @@ async fn decide(State(admin): Panel, Path((code, verdict)): Path<(String, String
     decided.map(Json).map_err(|err| failed(status(&err), err))
 }
 
+/// Revokes an approved sender, `channel:id` (`switchboard pairing revoke`): their next
+/// message gets a pairing code, as a stranger's would.
+async fn revoke(State(admin): Panel, Path(sender): Path<String>) -> Answer {
+    match admin.pairing.revoke(&sender).await {
+        Ok(gone) => {
+            let revoked: Vec<String> = gone
+                .iter()
+                .map(|a| format!("{}:{}", a.channel, a.sender))
+                .collect();
+            Ok(Json(json!({"revoked": revoked})))
+        }
+        Err(err @ PairingError::UnknownSender(_)) => Err(failed(StatusCode::NOT_FOUND, err)),
+        Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
+    }
+}
+
 #[derive(Deserialize)]
 struct Days {
     days: Option<u32>,
@@ -292,7 +321,7 @@ async fn jobs(State(admin): Panel) -> Answer {
         Ok(all) => {
             let listed: Vec<Value> = all
                 .iter()
-                .map(|job| json!({"job": job, "summary": jobs.describe(job)}))
+                .map(|job| json!({"job": job, "reading": jobs.reading(job)}))
                 .collect();
             Ok(Json(json!({"enabled": true, "jobs": listed})))
         }
@@ -305,10 +334,39 @@ async fn runs(State(admin): Panel, Path(id): Path<String>) -> Answer {
     let Some(jobs) = &admin.jobs else {
         return Err(failed(StatusCode::NOT_FOUND, "the scheduler is off"));
     };
-    match jobs.runs(&Asker::Operator, &id, 20).await {
-        Ok(runs) => Ok(Json(json!({"runs": runs}))),
-        Err(err) => Err(failed(StatusCode::NOT_FOUND, err)),
-    }
+    let runs = jobs
+        .runs(&Asker::Operator, &id, 20)
+        .await
+        .map_err(|err| failed(StatusCode::NOT_FOUND, err))?;
+    let all = jobs
+        .list(&Asker::Operator)
+        .await
+        .map_err(|err| failed(StatusCode::INTERNAL_SERVER_ERROR, err))?;
+    let job = all.iter().find(|job| job.id == id);
+    // Times as the person reads them (the job's zone), and how long each run took.
+    let when = |at: Option<jiff::Timestamp>| match (job, at) {
+        (Some(job), Some(at)) => jobs.time_of(job, at),
+        (None, Some(at)) => at.round(jiff::Unit::Second).unwrap_or(at).to_string(),
+        (_, None) => String::new(),
+    };
+    let runs: Vec<Value> = runs
+        .iter()
+        .map(|run| {
+            let took = run
+                .started
+                .zip(run.finished)
+                .map(|(started, finished)| finished.duration_since(started))
+                .map(|took| format!("{:.1} s", took.as_secs_f64()));
+            json!({
+                "due": when(Some(run.due)),
+                "started": when(run.started),
+                "took": took,
+                "outcome": run.outcome.describe(),
+                "attempt": run.attempt,
+            })
+        })
+        .collect();
+    Ok(Json(json!({"runs": runs})))
 }
 
 /// Pauses, resumes or runs a job now (`switchboard cron pause|resume|run ID`).

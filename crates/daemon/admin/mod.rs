@@ -43,6 +43,8 @@ pub(crate) struct Admin {
     pub jobs: Option<Jobs>,
     /// The config file.
     pub path: PathBuf,
+    /// The state directory (where the web page keeps its conversations' titles).
+    pub state_dir: PathBuf,
     /// The text of the config in use (replaced when a reload is applied).
     pub config_text: Arc<Mutex<String>>,
     /// Where reloads are asked for; served by `switchboard run`'s loop.
@@ -77,6 +79,7 @@ impl Component for Panel {
                 .as_ref()
                 .map(|scheduler| scheduler.jobs().clone()),
             path: config.source.path.clone(),
+            state_dir: config.path(&config.agent.state_dir),
             config_text: shown.clone(),
             reloads,
         };
@@ -131,6 +134,19 @@ impl Admin {
                 axum::routing::get(|headers: HeaderMap| async move {
                     page(&STYLE, "text/css; charset=utf-8", &headers)
                 }),
+            )
+            // The chat page's Markdown renderer and sanitiser: transcripts read as the chat.
+            .route(
+                "/admin/vendor/{name}",
+                axum::routing::get(
+                    |axum::extract::Path(name): axum::extract::Path<String>,
+                     headers: HeaderMap| async move {
+                        match switchboard_websocket::vendored(&name) {
+                            Some((content_type, body)) => page(body, content_type, &headers),
+                            None => (StatusCode::NOT_FOUND, "no such asset").into_response(),
+                        }
+                    },
+                ),
             )
             .merge(api)
             .with_state(admin)

@@ -10,6 +10,33 @@ use super::job::{Job, SessionMode};
 /// How a job reads in a list, its times in `zone`: `job j3 "tea": every 1h; next Fri 27
 /// Nov 14:30 CET (in 25m); last: answered`.
 pub fn describe(job: &Job, now: jiff::Timestamp, zone: &TimeZone) -> String {
+    let Reading {
+        schedule,
+        next,
+        last,
+    } = reading(job, now, zone);
+    let last = if last.is_empty() {
+        last
+    } else {
+        format!("; last: {last}")
+    };
+    format!("job {} \"{}\": {schedule}; {next}{last}", job.id, job.name)
+}
+
+/// A job's schedule, next run and last outcome, each as a person reads it: the columns of
+/// the panel's table, the parts of [`describe`]'s line.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Reading {
+    /// `every 1h`, `at 08:00 on weekdays`, with `, in its own session` when it is.
+    pub schedule: String,
+    /// `next Fri 27 Nov 14:30 CET (in 25m)`, `paused` or `done`.
+    pub next: String,
+    /// How the last run ended (and when it is tried again), or empty before the first.
+    pub last: String,
+}
+
+/// [`Reading`] of `job`, its times in `zone`.
+pub fn reading(job: &Job, now: jiff::Timestamp, zone: &TimeZone) -> Reading {
     let next = match (&job.next_due, job.enabled) {
         (_, false) => "paused".to_owned(),
         (Some(next), true) => {
@@ -27,7 +54,7 @@ pub fn describe(job: &Job, now: jiff::Timestamp, zone: &TimeZone) -> String {
     let mut last = job
         .last
         .as_ref()
-        .map(|run| format!("; last: {}", run.outcome.describe()))
+        .map(|run| run.outcome.describe())
         .unwrap_or_default();
     if let Some(retry) = &job.retry {
         let at = local(retry.at, zone, Some(now));
@@ -37,12 +64,11 @@ pub fn describe(job: &Job, now: jiff::Timestamp, zone: &TimeZone) -> String {
         SessionMode::Chat => "",
         SessionMode::Isolated => ", in its own session",
     };
-    format!(
-        "job {} \"{}\": {}{alone}; {next}{last}",
-        job.id,
-        job.name,
-        job.schedule.describe(zone)
-    )
+    Reading {
+        schedule: format!("{}{alone}", job.schedule.describe(zone)),
+        next,
+        last,
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use switchboard_core::{AgentName, ChannelName, ChatId, SenderId, SessionKey};
 use tokio::sync::Notify;
 
 use super::clock::Clock;
-use super::describe::describe;
+use super::describe::{Reading, describe, reading};
 use super::due::{Schedule, default_zone, zone};
 use super::job::{ActiveHours, Job, JobKind, Run, SessionMode};
 use super::store::JobStore;
@@ -214,12 +214,26 @@ impl Jobs {
     /// How `job` reads in a list (see [`describe`]): its times in its cron's zone, else in
     /// the zone jobs use.
     pub fn describe(&self, job: &Job) -> String {
+        describe(job, self.now(), &self.zone_of(job))
+    }
+
+    /// [`Jobs::describe`] in parts, for a table.
+    pub fn reading(&self, job: &Job) -> Reading {
+        reading(job, self.now(), &self.zone_of(job))
+    }
+
+    /// A time of `job` (a run's due, start or end) as a person reads it, in the job's zone.
+    pub fn time_of(&self, job: &Job, at: jiff::Timestamp) -> String {
+        crate::due::local(at, &self.zone_of(job), Some(self.now()))
+    }
+
+    /// The zone `job`'s times are shown in: its cron's, else the one jobs use.
+    fn zone_of(&self, job: &Job) -> jiff::tz::TimeZone {
         let name = match &job.schedule {
             Schedule::Cron { tz, .. } => tz.clone(),
             _ => self.timezone(),
         };
-        let zone = zone(&name).unwrap_or(jiff::tz::TimeZone::UTC);
-        describe(job, self.now(), &zone)
+        zone(&name).unwrap_or(jiff::tz::TimeZone::UTC)
     }
 
     /// Notified on every change made through this (and its clones).

@@ -50,7 +50,7 @@ mod test_setup;
 mod tool;
 
 pub use clock::{Clock, SystemClock, TokioClock};
-pub use describe::describe;
+pub use describe::{Reading, describe, reading};
 pub use due::{Schedule, When, default_zone, duration, local, zone};
 pub use isolated::CHANNEL as ISOLATED_CHANNEL;
 pub use job::{ActiveHours, Job, JobKind, Outcome, Run, SessionMode};

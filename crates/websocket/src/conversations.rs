@@ -153,6 +153,28 @@ impl Conversations {
     }
 }
 
+/// The web page's titles of its conversations, by chat id, read-only from the list in
+/// `state_dir` (the control panel names sessions by them): empty when there is none or it
+/// does not read.
+pub fn titles(state_dir: &std::path::Path) -> std::collections::HashMap<String, String> {
+    let path = state_dir
+        .join(crate::config::CHANNEL_NAME)
+        .join("conversations.json");
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return Default::default();
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Default::default();
+    }
+    std::fs::read(&path)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<Vec<Conversation>>(&text).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.chat_id, c.title))
+        .collect()
+}
+
 /// The list in `path`: empty when there is none; a file that cannot be read as a list is
 /// renamed `*.corrupt` (kept for its owner) and the list starts empty.
 fn read(path: &std::path::Path) -> Vec<Conversation> {

@@ -36,8 +36,9 @@ pub use config::{
     AuthMode, DEFAULT_ATTACHMENT_BYTES, MAX_ATTACHMENT_BYTES_LIMIT, MAX_FRAME_BYTES_LIMIT,
     WsConfig, WsSection,
 };
-pub use conversations::MAX_CONVERSATIONS;
+pub use conversations::{MAX_CONVERSATIONS, titles};
 pub use history::said_of;
+pub use page::vendored;
 pub use protocol::{
     AttachmentRef, ClientFrame, Conversation, Said, SaidTool, ServerFrame, Waiting,
 };

@@ -36,6 +36,16 @@ pub(crate) async fn chat_page() -> Response {
     switchboard_http::serve_embedded(&INDEX, "text/html; charset=utf-8", None)
 }
 
+/// The vendored Markdown renderer and sanitiser (`marked.umd.js`, `purify.min.js`), for
+/// another page of the daemon's (the control panel's transcripts): content type and bytes.
+pub fn vendored(name: &str) -> Option<(&'static str, &'static [u8])> {
+    let path = format!("vendor/{name}");
+    ASSETS
+        .iter()
+        .find(|(asset, _, _)| *asset == path)
+        .map(|(_, content_type, body)| (*content_type, *body))
+}
+
 pub(crate) async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
     match ASSETS.iter().find(|(name, _, _)| *name == path) {
         Some((_, content_type, body)) => {
