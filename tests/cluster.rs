@@ -90,6 +90,15 @@ pub(crate) fn echoing(llm: &ScriptedLlm) {
 
 /// Reads `message` frames until `count` arrived; by chat, in the order they came.
 pub(crate) async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<String, Vec<String>> {
+    replies_noting(client, count, &mut Vec::new()).await
+}
+
+/// [`replies`], keeping the `reset` and `status` frames seen meanwhile in `noted`.
+pub(crate) async fn replies_noting(
+    client: &mut WsClient,
+    count: usize,
+    noted: &mut Vec<serde_json::Value>,
+) -> BTreeMap<String, Vec<String>> {
     let mut by_chat: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut seen = 0;
     let deadline = Instant::now() + CLUSTER_PATIENCE;
@@ -98,6 +107,9 @@ pub(crate) async fn replies(client: &mut WsClient, count: usize) -> BTreeMap<Str
         let Some(frame) = client.try_next_frame(wait).await else {
             panic!("{seen} of {count} replies came: {by_chat:?}");
         };
+        if frame["type"] == "reset" || frame["type"] == "status" {
+            noted.push(frame.clone());
+        }
         if frame["type"] == "message" {
             let chat = frame["chat_id"].as_str().unwrap_or_default().to_owned();
             let text = frame["content"].as_str().unwrap_or_default().to_owned();
@@ -333,10 +345,27 @@ async fn a_worker_killed_mid_turn_is_taken_over_and_every_message_answered_once(
         "taken over in {took_over:?}"
     );
     let seen: usize = by_chat.values().map(Vec::len).sum();
-    for (chat, said) in replies(&mut client, CHATS * EACH - seen).await {
+    let mut noted = Vec::new();
+    for (chat, said) in replies_noting(&mut client, CHATS * EACH - seen, &mut noted).await {
         by_chat.entry(chat).or_default().extend(said);
     }
     assert_answered_once(&mut client, &by_chat, CHATS, EACH).await;
+    // A turn the killed worker had under way starts over on the survivor, which says so
+    // after clearing what the chat was shown of it (no stream glued to another).
+    let taken_over: Vec<&serde_json::Value> = noted
+        .iter()
+        .filter(|frame| frame["text"] == switchboard_agent::TAKING_OVER)
+        .collect();
+    assert!(!taken_over.is_empty(), "no turn was taken over: {noted:?}");
+    for status in taken_over {
+        let at = noted.iter().position(|frame| frame == status).unwrap_or(0);
+        assert!(
+            noted[..at]
+                .iter()
+                .any(|frame| frame["type"] == "reset" && frame["chat_id"] == status["chat_id"]),
+            "a reset before {status}: {noted:?}"
+        );
+    }
     assert!(
         llm.violations().is_empty(),
         "every history valid for a strict provider: {:?}",

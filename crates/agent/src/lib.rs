@@ -78,5 +78,5 @@ pub use input::TurnInput;
 pub use models::Models;
 pub use scheduled::RunOutcomes;
 pub use slots::{HeldSlot, Taker, TurnSlots, default_subagents};
-pub use turn::MAX_LLM_FAILURES;
+pub use turn::{MAX_LLM_FAILURES, TAKING_OVER};
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};

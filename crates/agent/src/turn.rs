@@ -44,6 +44,10 @@ use crate::verify::{self, Verdict};
 /// which the turn gives up.
 pub const MAX_LLM_FAILURES: usize = 3;
 
+/// What a chat is told when an interrupted answer is taken up again (after a crash, or by
+/// another worker of a cluster) and starts over.
+pub const TAKING_OVER: &str = "The answer was interrupted; taking it over and starting it again.";
+
 pub(crate) async fn run(
     agent: &Agent,
     session: &mut Session,
@@ -73,6 +77,13 @@ pub(crate) async fn run(
             chat,
         };
         let _ = events.send(AgentEvent::Started);
+        if input.resume {
+            // Taken up after a crash or by another worker (a cluster's failover): what the
+            // chat was shown of the interrupted answer is cleared — the answer starts over —
+            // and the person is told why, instead of a silent gap and a glued stream.
+            let _ = events.send(AgentEvent::TextReset);
+            let _ = events.send(AgentEvent::Status(TAKING_OVER.to_owned()));
+        }
         // The time budget stops the turn the way `/stop` does (open tool calls get their
         // results), then says why.
         let limits = agent.budget(&input.origin);
