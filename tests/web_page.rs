@@ -10,6 +10,7 @@ use serde_json::json;
 use switchboard_testkit::Reply;
 
 use crate::browser::{Chat, LOG_TEXT};
+use crate::util;
 
 /// The Markdown of a reply with a table and a code block.
 const RICH: &str = "## Plan\n\nHere is **the plan**:\n\n| step | who |\n|---|---|\n| pack | me |\n| drive | you |\n\n```sh\necho ready\n```\n\nSee [the docs](https://example.org/docs).";
@@ -339,6 +340,63 @@ async fn a_tool_call_is_approved_with_the_button_and_a_turn_stopped_with_stop() 
     page.press("#input", "Escape").await;
     page.wait_until("document.getElementById('stop').hidden", "Esc to stop it")
         .await;
+    t.end().await;
+}
+
+/// A message typed while a command waits for approval: the page says what it will do; it
+/// denies the command, and is kept — answered next, and in the history after a reload.
+#[tokio::test]
+async fn a_message_typed_during_an_approval_denies_it_and_is_answered_next() {
+    let approvals = "[agent.approvals]\ntools = [\"echo\"]\ntimeout_secs = 120";
+    let Some(t) = Chat::start("web_page::typed_during_approval", approvals).await else {
+        return;
+    };
+    let (page, llm) = (&t.page, &t.llm);
+    llm.push(Reply::tool("echo", json!({"text": "secret plan"})));
+    llm.push(Reply::text("Not run, as you said."));
+    llm.push(Reply::text("Here is the other thing."));
+    page.say("echo the plan").await;
+    page.wait_until(
+        "document.querySelector('.ask button.primary')",
+        "the approval",
+    )
+    .await;
+    assert!(
+        page.eval::<String>("document.getElementById('input').placeholder")
+            .await
+            .contains("denies"),
+        "the composer says what a message does now"
+    );
+    page.say("do the other thing instead").await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('Here is the other thing.')"),
+        "the new message answered",
+    )
+    .await;
+    let requests = llm.requests();
+    assert_eq!(
+        requests.len(),
+        3,
+        "the tool call, its denial, the new message"
+    );
+    assert!(
+        util::tool_results(&requests[1])
+            .iter()
+            .any(|result| result.contains("denied")),
+        "{:?}",
+        util::tool_results(&requests[1])
+    );
+    let asked = util::conversation(&requests[2]);
+    assert_eq!(
+        asked.last().map(|m| m["content"].clone()),
+        Some(json!("do the other thing instead"))
+    );
+    page.reload().await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('do the other thing instead')"),
+        "the message in the history",
+    )
+    .await;
     t.end().await;
 }
 

@@ -38,7 +38,8 @@ pub(crate) struct Waiting {
 
 impl Waiting {
     /// Whether `message` answers this wait: any text of the person's that is not a
-    /// command; for an approval also `/approve` and `/deny`. Other commands are handled as
+    /// command (for an approval, see [`offer`]: it denies and is queued); for an approval
+    /// also `/approve` and `/deny`. Other commands are handled as
     /// usual, and work that is not the person's (a scheduled run) waits its turn.
     pub(crate) fn accepts(&self, message: &InboundMessage) -> bool {
         if !message.origin.is_person() {
@@ -61,11 +62,35 @@ pub(crate) fn offer(shared: &SharedControl, message: InboundMessage) -> Option<I
     if control.routed_before(&message) {
         return Some(message);
     }
+    // A new message while a command waits for approval denies it, and is not spent on
+    // that: it is queued, saved and answered next like any message (the page says so while
+    // an approval is pending).
+    if control.waiting.as_ref().is_some_and(|waiting| {
+        waiting.awaiting == Awaiting::Approval
+            && message.origin.is_person()
+            && Command::parse(&message.content).is_none()
+    }) {
+        if let Some(waiting) = control.waiting.take() {
+            let mut deny = InboundMessage::text(
+                message.channel.clone(),
+                message.chat_id.clone(),
+                message.sender.clone(),
+                DENIED_BY_A_NEW_MESSAGE,
+            );
+            deny.agent.clone_from(&message.agent);
+            let _ = waiting.tx.send(deny);
+        }
+        return Some(message);
+    }
     match control.waiting.take_if(|waiting| waiting.accepts(&message)) {
         Some(waiting) => waiting.tx.send(message).err(),
         None => Some(message),
     }
 }
+
+/// What an approval is answered with when the person sends a new message instead: a
+/// denial the model is told of as such ([`crate::approval`]).
+pub(crate) const DENIED_BY_A_NEW_MESSAGE: &str = "/deny";
 
 static NEXT_WAIT: AtomicU64 = AtomicU64::new(0);
 
@@ -346,7 +371,6 @@ mod tests {
             (Awaiting::Answer, "/approve", false),
             (Awaiting::Approval, "/approve", true),
             (Awaiting::Approval, "/deny", true),
-            (Awaiting::Approval, "no thanks", true),
             (Awaiting::Approval, "/status", false),
         ] {
             let (tx, _rx) = oneshot::channel();
@@ -359,5 +383,27 @@ mod tests {
             control.lock().expect("lock").waiting = None;
         }
         assert!(offer(&control, message("nobody waits")).is_some());
+    }
+
+    /// A new message while a command waits for approval denies it and is routed as usual
+    /// (queued, then answered): never spent as the answer.
+    #[tokio::test]
+    async fn a_new_message_denies_an_approval_and_is_kept() {
+        let control = SharedControl::default();
+        let (tx, rx) = oneshot::channel();
+        control.lock().expect("lock").waiting = Some(Waiting {
+            id: 0,
+            awaiting: Awaiting::Approval,
+            tx,
+        });
+        let back = offer(&control, message("no, do this instead")).expect("routed as usual");
+        assert_eq!(back.content, "no, do this instead");
+        let answer = rx.await.expect("the approval was answered");
+        assert_eq!(Command::parse(&answer.content), Some(Command::Deny));
+        assert!(
+            answer.id.is_none() && answer.ack.is_none(),
+            "not the message's own"
+        );
+        assert!(control.lock().expect("lock").waiting.is_none());
     }
 }

@@ -192,6 +192,7 @@ class Turn {
     if (this.status) this.status.remove();
     this.status = null;
     if (this.question) {
+      input.placeholder = "Message";
       this.question.classList.add("answered");
       for (const button of this.question.querySelectorAll("button")) button.disabled = true;
       this.question = null;
@@ -261,6 +262,9 @@ class Turn {
       approve.addEventListener("click", () => answer("/approve", card));
       deny.addEventListener("click", () => answer("/deny", card));
       buttons.append(approve, deny);
+      // What typing does meanwhile, said where one types.
+      buttons.append(element("span", "muted", "A message sent now denies this and is answered next."));
+      input.placeholder = "A message now denies the request, then is answered";
     } else {
       buttons.append(element("span", "", "Type your answer below."));
       input.focus();
