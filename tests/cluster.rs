@@ -501,15 +501,29 @@ async fn status_and_doctor_show_the_cluster() {
         },
     )
     .await;
+    // A gateway, which holds no partition, is listed too.
+    let (_gw, _) = util::spawn_daemon(&config).await;
     // `status` shows the members, their roles and partitions, and what waits in each.
-    let status = tokio::process::Command::new(util::BINARY)
-        .args(["status", "--config"])
-        .arg(root.path().join("w1/config.toml"))
-        .output()
-        .await
-        .expect("runs");
-    let shown = String::from_utf8_lossy(&status.stdout);
-    assert!(shown.contains("cluster sb: 1 members"), "{shown}");
+    let status = async || {
+        let status = tokio::process::Command::new(util::BINARY)
+            .args(["status", "--config"])
+            .arg(root.path().join("w1/config.toml"))
+            .output()
+            .await
+            .expect("runs");
+        String::from_utf8_lossy(&status.stdout).into_owned()
+    };
+    wait_until("the gateway listed", || async {
+        status().await.contains("cluster sb: 2 members")
+    })
+    .await;
+    let shown = status().await;
+    assert!(
+        shown
+            .lines()
+            .any(|line| line.contains("gw") && line.contains("gateway")),
+        "{shown}"
+    );
     assert!(
         shown.contains("w1")
             && shown.contains("worker")

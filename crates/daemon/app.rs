@@ -96,10 +96,9 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
     let Assembly {
         router, reloads, ..
     } = daemon;
-    if place.runs_agents() {
-        // A worker takes its partitions once the channels of a process that runs both exist.
-        place.start_worker();
-    }
+    // A worker takes its partitions once the channels of a process that runs both exist; a
+    // gateway keeps itself listed among the members.
+    place.start_worker();
     // A worker serves no channel: its start line names none.
     let served = if place.runs_channels() {
         config.channels.enabled()

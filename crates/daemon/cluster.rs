@@ -186,13 +186,16 @@ impl Place {
         None
     }
 
-    /// Starts taking partitions (a worker on a cluster; nothing alone).
+    /// Starts taking partitions (a worker on a cluster; nothing alone). A gateway that
+    /// runs no agents only keeps itself listed among the members.
     pub(crate) fn start_worker(&self) {
         #[cfg(feature = "cluster")]
-        if let Some((_, bus)) = &self.nats
-            && self.runs_agents
-        {
-            bus.start_worker();
+        if let Some((_, bus)) = &self.nats {
+            if self.runs_agents {
+                bus.start_worker();
+            } else {
+                bus.start_presence();
+            }
         }
     }
 }

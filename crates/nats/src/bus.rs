@@ -143,6 +143,15 @@ impl NatsBus {
             .tasks
             .spawn(async move { crate::partitions::hold_partitions(inner).await });
     }
+
+    /// Keeps this member listed among the members while it runs (a gateway: a worker's
+    /// rounds do it for it), so `switchboard status` shows every member.
+    pub fn start_presence(&self) {
+        let inner = self.inner().clone();
+        self.inner()
+            .tasks
+            .spawn(async move { crate::partitions::keep_presence(inner).await });
+    }
 }
 
 #[async_trait]

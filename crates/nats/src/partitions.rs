@@ -101,11 +101,30 @@ pub(crate) async fn hold_partitions(inner: Arc<Inner>) {
 
 type Failure = Box<dyn std::error::Error + Send + Sync>;
 
-/// One round: say we are here, renew what we hold, give up or take partitions to our share.
-async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(), Failure> {
+/// A member that runs no agents (a gateway) says it is here as a worker does in its rounds,
+/// until it stops: `switchboard status` and `doctor` list every member, not only workers.
+pub(crate) async fn keep_presence(inner: Arc<Inner>) {
+    let mut tick = tokio::time::interval(inner.cluster.config.lease / 3);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = inner.stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        if let Err(err) = present(&inner).await {
+            tracing::warn!(error = %err, "could not renew this member's presence");
+        }
+    }
+    let _ = inner
+        .cluster
+        .members
+        .delete(inner.cluster.config.member.as_str())
+        .await;
+}
+
+/// Says this member is here (the members bucket forgets it a lease after the last time).
+async fn present(inner: &Arc<Inner>) -> Result<(), Failure> {
     let cluster = &inner.cluster;
-    // The leases first: the rest of the round may wait on the server.
-    renew(inner, held).await;
     let presence = serde_json::to_vec(&crate::cluster::Presence {
         role: cluster.config.role.as_str().to_owned(),
     })?;
@@ -113,6 +132,15 @@ async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(),
         .members
         .put(cluster.config.member.as_str(), presence.into())
         .await?;
+    Ok(())
+}
+
+/// One round: say we are here, renew what we hold, give up or take partitions to our share.
+async fn round(inner: &Arc<Inner>, held: &mut BTreeMap<u32, Held>) -> Result<(), Failure> {
+    // The leases first: the rest of the round may wait on the server.
+    renew(inner, held).await;
+    present(inner).await?;
+    let cluster = &inner.cluster;
     let workers = workers(inner).await?.max(1);
     let partitions = cluster.config.partitions;
     let share = partitions.div_ceil(workers);
