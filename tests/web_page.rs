@@ -104,7 +104,21 @@ async fn after_a_long_paste_the_reply_is_followed_to_the_end() {
         return;
     };
     let (page, llm) = (&t.page, &t.llm);
+    // A phone's screen, where the composer's growth takes most from the log.
     page.phone(390, 700).await;
+    page.wait_until("innerWidth === 390", "the screen size")
+        .await;
+    // Typed (or pasted) into the composer and sent with the send button.
+    let send = async |text: &str| {
+        let _: bool = page
+            .eval(&format!(
+                "(() => {{ const i = document.getElementById('input'); i.value = {}; \
+                 i.dispatchEvent(new Event('input')); document.getElementById('send').click(); \
+                 return true; }})()",
+                serde_json::Value::String(text.to_owned())
+            ))
+            .await;
+    };
     let long = (1..=40)
         .map(|n| format!("line {n}"))
         .collect::<Vec<_>>()
@@ -112,7 +126,7 @@ async fn after_a_long_paste_the_reply_is_followed_to_the_end() {
     // A full log first, so that it scrolls.
     for n in 1..=2 {
         llm.push(Reply::text(long.clone()));
-        page.say("fill").await;
+        send("fill").await;
         page.wait_until(
             &format!(
                 "[...document.querySelectorAll('.msg.agent')].filter(m => m.innerText.includes('line 40')).length === {n} \
@@ -122,19 +136,26 @@ async fn after_a_long_paste_the_reply_is_followed_to_the_end() {
         )
         .await;
     }
-    // The paste: the composer grows to its tallest.
+    // The paste grows the composer; the person reads it over, then sends it.
     let _: bool = page
         .eval(&format!(
-            "(() => {{ const i = document.getElementById('input'); i.value = {}; \
+            "(() => {{ const i = document.getElementById('input'); i.focus(); i.value = {}; \
              i.dispatchEvent(new Event('input')); return true; }})()",
             serde_json::Value::String(long.clone())
         ))
         .await;
+    page.wait_until(
+        "document.getElementById('input').clientHeight > 150",
+        "the composer grown",
+    )
+    .await;
     llm.push(Reply::paced(
         format!("{long}\nthe end"),
         Duration::from_millis(2),
     ));
-    page.click("#send").await;
+    let _: bool = page
+        .eval("(document.getElementById('send').click(), true)")
+        .await;
     page.wait_until(
         "[...document.querySelectorAll('.msg.agent')].some(m => m.innerText.includes('the end'))",
         "the reply",
@@ -185,6 +206,43 @@ async fn a_command_names_no_conversation_and_like_named_ones_differ() {
         "like-named conversations show when they were written to",
     )
     .await;
+    t.end().await;
+}
+
+/// A page reloaded while an answer streams shows what was said before the reload, then the
+/// rest — each word once, in order.
+#[tokio::test]
+async fn a_reload_mid_answer_shows_what_was_said_then_the_rest() {
+    let Some(t) = Chat::start("web_page::reload_mid_answer", "").await else {
+        return;
+    };
+    let (page, llm) = (&t.page, &t.llm);
+    let words: Vec<String> = (0..60).map(|n| format!("w{n}")).collect();
+    llm.push(Reply::paced(words.join(" "), Duration::from_millis(100)));
+    page.say("count").await;
+    page.wait_until(
+        "document.querySelector('.msg.agent') && document.querySelector('.msg.agent').innerText.includes('w5')",
+        "the answer streaming",
+    )
+    .await;
+    page.reload().await;
+    // Right after the reload: the start of the answer is back, not only what comes next.
+    page.wait_until(
+        "document.querySelector('.msg.agent') && document.querySelector('.msg.agent').innerText.includes('w0') \
+         && !document.getElementById('stop').hidden",
+        "the answer so far after the reload, while it still streams",
+    )
+    .await;
+    page.wait_until(
+        "document.getElementById('stop').hidden",
+        "the answer to end",
+    )
+    .await;
+    let shown: String = page
+        .eval("[...document.querySelectorAll('.msg.agent')].map(m => m.innerText).join(' ')")
+        .await;
+    let seen: Vec<&str> = shown.split_whitespace().collect();
+    assert_eq!(seen, words, "each word once, in order");
     t.end().await;
 }
 

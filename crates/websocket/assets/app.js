@@ -37,8 +37,12 @@ let flushing = false;
 let retryMs = 500;
 let limits = { max_frame_bytes: 65536, max_attachment_bytes: 0 };
 let conversations = [];
-/** Frames of the open chat before its history arrives are part of that history. */
+/** Frames of the open chat before its history arrives: kept until it does, then the
+ * running turn's later ones are drawn (the rest are part of that history). */
 let awaitingHistory = true;
+let beforeHistory = [];
+/** The `seq` the open chat's history covers: a frame up to it is already shown. */
+let historySeq = 0;
 /** The open chat's turns on screen, by the id of the message they answer ("" for none). */
 const turns = new Map();
 /** A turn the history said runs, until its first frame names it. */
@@ -364,7 +368,12 @@ function onFrame(frame) {
   if (frame.chat_id && typeof frame.seq === "number" && frame.seq > (seen.get(frame.chat_id) || 0)) {
     seen.set(frame.chat_id, frame.seq);
   }
-  if (frame.chat_id !== chatId || awaitingHistory) return;
+  if (frame.chat_id !== chatId) return;
+  if (awaitingHistory) {
+    if (beforeHistory.length < 1000) beforeHistory.push(frame);
+    return;
+  }
+  if (typeof frame.seq === "number" && frame.seq <= historySeq) return;
   const key = frame.reply_to || "";
   if (frame.type === "post") return add(replyBubble(frame.content));
   if (frame.type === "notice") return add(element("div", "notice", frame.text));
@@ -445,8 +454,18 @@ function showHistory(frame) {
   }
   if (frame.running) {
     placeholder = new Turn(null, true);
+    // What it has said so far, then the frames after what the history covers: a page
+    // reloaded mid-answer shows all of it, not only the tail.
+    if (frame.text) {
+      placeholder.moveOn();
+      placeholder.text = frame.text;
+      placeholder.draw(false);
+    }
     if (frame.waiting) placeholder.ask(frame.waiting.text, frame.waiting.waiting_for);
   }
+  historySeq = frame.running && typeof frame.seq === "number" ? frame.seq : 0;
+  const later = frame.running ? beforeHistory : [];
+  beforeHistory = [];
   // Typed here and not yet handled: shown as pending, unless the history holds it already.
   const said = new Set(frame.messages.filter((m) => m.role === "user").slice(-20).map((m) => m.content));
   for (const entry of outbox) {
@@ -454,6 +473,7 @@ function showHistory(frame) {
   }
   log.scrollTop = log.scrollHeight;
   updateStop();
+  for (const next of later) onFrame(next);
 }
 
 function updateStop() {
@@ -672,6 +692,8 @@ function openChat(id, reconnected) {
   turns.clear();
   placeholder = null;
   awaitingHistory = true;
+  beforeHistory = [];
+  historySeq = 0;
   if (!reconnected) log.replaceChildren();
   renderList();
   closeSidebar();

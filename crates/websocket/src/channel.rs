@@ -230,10 +230,11 @@ impl Channel for WebSocketChannel {
 
     async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
         let chat = message.chat_id.clone();
-        self.shared.live.note(&chat, &message.kind);
         let seq = message
             .cursor
             .unwrap_or_else(|| self.shared.next_seq.fetch_add(1, Ordering::Relaxed));
+        // Noted before it is sent: a `history` frame's `seq` covers every frame noted.
+        self.shared.live.note(&chat, &message.kind, seq);
         let frame: Utf8Bytes = ServerFrame::outbound_json(message, seq).into();
         let subscribers = match self.shared.subscribers.get(&chat) {
             Some(subscribers) => subscribers,

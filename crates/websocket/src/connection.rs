@@ -358,12 +358,17 @@ async fn history(shared: &Shared, chat_id: String) -> ServerFrame {
         }
         None => Vec::new(),
     };
-    let (running, waiting) = shared.live.get(&chat);
+    let live = shared.live.get(&chat);
     ServerFrame::History {
         chat_id,
         messages,
-        running,
-        waiting,
+        running: live.is_some(),
+        seq: live.as_ref().map(|live| live.seq),
+        text: live
+            .as_ref()
+            .map(|live| live.text.clone())
+            .filter(|text| !text.is_empty()),
+        waiting: live.and_then(|live| live.waiting),
     }
 }
 

@@ -264,6 +264,13 @@ pub enum ServerFrame {
         /// The question the running turn waits on, if it does (as its `status` frame said).
         #[serde(skip_serializing_if = "Option::is_none")]
         waiting: Option<Waiting>,
+        /// The running turn's answer so far (what its `delta` frames said).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        /// The `seq` of the last frame `text` and `waiting` cover: a later frame with a
+        /// `seq` up to it is already in them.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        seq: Option<u64>,
     },
     /// What became of a message the client gave an `id`: `handled` (answered, or a repeat of
     /// one that was), `dropped` (refused or dropped by `/stop`: sending it again will not
