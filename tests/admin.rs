@@ -431,6 +431,13 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
         "{}",
         turn.reply()
     );
+    // Marked as the job's, not the person's: the page shows it as scheduled.
+    assert_eq!(
+        turn.of_type("started")[0]["scheduled"],
+        true,
+        "{:?}",
+        turn.frames
+    );
     let deadline = std::time::Instant::now() + PATIENCE;
     let run = loop {
         let (_, runs) = panel(addr, "GET", &format!("/admin/api/jobs/{id}/runs")).await;

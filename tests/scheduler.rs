@@ -38,6 +38,11 @@ async fn a_reminder_asked_for_in_a_chat_comes_there_once_as_scheduled_work() {
     let reminder = h.client.turn("c").await;
     assert_eq!(reminder.reply(), "Time for tea!");
     assert_eq!(reminder.of_type("done")[0]["end"], "answered");
+    assert_eq!(
+        reminder.of_type("started")[0]["scheduled"],
+        true,
+        "marked as scheduled"
+    );
     let request = h.llm.requests().pop().expect("the scheduled run's request");
     let last = util::conversation(&request).pop().expect("a message");
     assert_eq!(last["role"], "user");

@@ -64,7 +64,7 @@ pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
     TOOL_DETAIL_BYTES, ToolActivity, ToolStatus, TurnEnd, preview,
 };
-pub use origin::{Origin, QUIET_TOKEN, is_quiet};
+pub use origin::{Origin, QUIET_TOKEN, SCHEDULED_RUN_PREFIX, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};
 pub use shutdown::Shutdown;
 pub use state::{Change, StateError, StateStore, Stored};

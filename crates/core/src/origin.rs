@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 /// its own: such an answer (or an empty one) is not posted, and the run is recorded quiet.
 pub const QUIET_TOKEN: &str = "HEARTBEAT_OK";
 
+/// How the id of a scheduled run's message begins (`sched:<job>:<due>`): what a channel
+/// knows a scheduled run's frames by, to mark them as such for the person.
+pub const SCHEDULED_RUN_PREFIX: &str = "sched:";
+
 /// Whether an answer says nothing: empty, or the [`QUIET_TOKEN`] (give or take space,
 /// punctuation and markdown around it).
 pub fn is_quiet(answer: &str) -> bool {

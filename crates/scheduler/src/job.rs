@@ -324,9 +324,10 @@ impl Run {
     /// A try after the first is a message of its own: the first's answer (a failure) is
     /// in the journal.
     pub fn message_id(job: &str, due: Timestamp, attempt: u32) -> String {
+        let prefix = switchboard_core::SCHEDULED_RUN_PREFIX;
         match attempt {
-            0 | 1 => format!("sched:{job}:{}", due.as_millisecond()),
-            n => format!("sched:{job}:{}:{n}", due.as_millisecond()),
+            0 | 1 => format!("{prefix}{job}:{}", due.as_millisecond()),
+            n => format!("{prefix}{job}:{}:{n}", due.as_millisecond()),
         }
     }
 }

@@ -178,6 +178,14 @@ class Turn {
     add(this.el);
   }
 
+  /** A scheduled run's turn: no message of the person's started it, and it says so. */
+  markScheduled() {
+    if (this.el.querySelector(".origin")) return;
+    const tag = element("div", "origin", "Scheduled");
+    tag.title = "A scheduled job's run (/jobs lists them)";
+    this.el.prepend(tag);
+  }
+
   showTyping() {
     if (!this.typing) {
       this.typing = element("div", "typing", "Working");
@@ -388,6 +396,7 @@ function onFrame(frame) {
     case "started":
       turn.running = true;
       turn.showTyping();
+      if (frame.scheduled) turn.markScheduled();
       break;
     case "delta":
       turn.moveOn();

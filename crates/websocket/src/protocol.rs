@@ -394,6 +394,12 @@ impl ServerFrame {
     /// several messages in flight in a chat knows which turn a frame belongs to).
     pub fn outbound_json(message: OutboundMessage, seq: u64) -> String {
         let reply_to = message.reply_to.clone();
+        // A scheduled run's turn starts marked, so the page says it was not the person's.
+        let scheduled = matches!(message.kind, OutboundKind::TurnStarted)
+            && message.turn.as_ref().is_some_and(|turn| {
+                turn.as_str()
+                    .starts_with(switchboard_core::SCHEDULED_RUN_PREFIX)
+            });
         let mut json = Self::from_outbound(message).to_json();
         // The frame is a JSON object: the fields go in before its closing brace (cheaper
         // than serde's flattening, on every frame of every turn).
@@ -406,6 +412,9 @@ impl ServerFrame {
         {
             json.push_str(",\"reply_to\":");
             json.push_str(&id);
+        }
+        if scheduled {
+            json.push_str(",\"scheduled\":true");
         }
         json.push_str(",\"seq\":");
         json.push_str(&seq.to_string());
