@@ -346,19 +346,10 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
     .await;
 
     let second = fake.private_text(stranger, "may I talk now?");
-    fake.wait_until(PATIENCE, "the answer", |f| {
-        f.messages_to(chat(stranger))
-            .iter()
-            .any(|m| m.reply_to == Some(second))
-    })
-    .await;
-    let answer: Vec<String> = fake
-        .messages_to(chat(stranger))
-        .into_iter()
-        .filter(|m| m.reply_to == Some(second))
-        .map(|m| m.visible)
-        .collect();
-    assert_eq!(answer, ["echo: may I talk now?"]);
+    assert_eq!(
+        answers(&fake, stranger, second).await,
+        ["echo: may I talk now?"]
+    );
 
     // Revoked from the panel (asked twice): their next message gets a code again.
     page.click("#tabs [data-tab=pairing]").await;
@@ -376,14 +367,28 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
     )
     .await;
     let third = fake.private_text(stranger, "still there?");
-    fake.wait_until(PATIENCE, "a new pairing code", |f| {
-        f.messages_to(chat(stranger))
-            .iter()
-            .any(|m| m.reply_to == Some(third) && !m.visible.starts_with("echo"))
-    })
-    .await;
+    let answer = answers(&fake, stranger, third).await;
+    assert!(
+        answer.iter().all(|text| !text.starts_with("echo")),
+        "a pairing code, not an answer: {answer:?}"
+    );
     browser.close().await;
     daemon.shutdown().await;
+}
+
+/// What `user` was sent in reply to their message `id`, once something was.
+async fn answers(fake: &FakeTelegram, user: u64, id: i64) -> Vec<String> {
+    fake.wait_until(PATIENCE, "an answer", |f| {
+        f.messages_to(chat(user))
+            .iter()
+            .any(|m| m.reply_to == Some(id))
+    })
+    .await;
+    fake.messages_to(chat(user))
+        .into_iter()
+        .filter(|m| m.reply_to == Some(id))
+        .map(|m| m.visible)
+        .collect()
 }
 
 #[tokio::test]
