@@ -108,6 +108,15 @@ fn unreachable_secrets(config: &Config) -> Vec<Unreachable> {
 pub async fn run(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     use std::io::Write as _;
     let path = resolve_config(config)?;
+    // Root, outside the service, reads the service's credentials where the unit does (the
+    // directory beside its config): `sudo switchboard doctor` checks what the service uses.
+    let beside = crate::onboard::credentials_dir(&path);
+    if std::env::var_os("CREDENTIALS_DIRECTORY").is_none()
+        && rustix::process::geteuid().is_root()
+        && beside.is_dir()
+    {
+        switchboard_core::read_credentials_from(beside);
+    }
     let mut advice = None;
     let lines = match Config::load_with(&path, Secrets::Skip) {
         Err(err) => vec![Line::failed(format!("config: {err}"))],

@@ -65,6 +65,17 @@ impl std::fmt::Display for Unresolved {
 /// credential `switchboard_NAME`, which `${credential:NAME}` finds too.
 pub const LOADED_DIRECTORY: &str = "switchboard";
 
+/// Where credentials are read from when `$CREDENTIALS_DIRECTORY` is not set: the files
+/// themselves, for root's `doctor` beside a service's config ([`read_credentials_from`]).
+static CREDENTIALS_AT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Reads `${credential:NAME}` from `dir` (`NAME`, or `switchboard_NAME`) when systemd gave
+/// no `$CREDENTIALS_DIRECTORY`: an operator's command run as root checks the service's
+/// secrets from the files the unit loads. Set once, before any is read.
+pub fn read_credentials_from(dir: std::path::PathBuf) {
+    let _ = CREDENTIALS_AT.set(dir);
+}
+
 /// The longest credential read, in bytes.
 const MAX_CREDENTIAL_BYTES: u64 = 64 * 1024;
 
@@ -108,7 +119,9 @@ fn read_credential(name: &str) -> Result<String, Unresolved> {
             "is not a credential name (a file name, no `/`)".into(),
         ));
     }
-    let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY") else {
+    let Some(dir) = std::env::var_os("CREDENTIALS_DIRECTORY")
+        .or_else(|| CREDENTIALS_AT.get().map(|dir| dir.clone().into_os_string()))
+    else {
         return Err(fail(format!(
             "cannot be read: $CREDENTIALS_DIRECTORY is not set (under systemd, add \
              LoadCredential={name}:/path/to/file to the unit, or put the file in the \

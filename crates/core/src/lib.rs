@@ -52,6 +52,7 @@ pub use channel::{
 pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
 pub use config::{
     ConfigError, ConfigProblem, ConfigSource, Unresolved, expand_env, positive_seconds,
+    read_credentials_from,
 };
 pub use conversation::{
     ChatMessage, ImagePart, ToolCall, ToolDefinition, Usage, make_call_ids_unique,
