@@ -195,26 +195,49 @@ async fn a_message_sent_again_is_not_taken_as_the_answer_to_its_own_question() {
     h.daemon.shutdown().await;
 }
 
-/// 5. `/deny` gives a denied result the model reads; so does anything else the person
-/// writes instead.
+/// 5. `/deny` gives a denied result the model reads; so does a new message the person
+/// writes instead — which is then answered as a message of its own, not spent.
 #[tokio::test]
 async fn deny_gives_the_model_a_denied_result() {
     let (mut h, launches) = with_approvals(60).await;
-    for (answer, expected) in [
-        ("/deny", "the user denied it"),
-        ("not now, it's raining", "they wrote: not now, it's raining"),
-    ] {
+    for answer in ["/deny", "not now, it's raining"] {
         h.llm.push(Reply::tool("launch", json!({"target": "moon"})));
         h.client.send("c", "launch it").await;
         question(&mut h.client, "c").await;
         h.llm.push(Reply::text("Understood, not launched."));
+        let new_message = !answer.starts_with('/');
+        if new_message {
+            // Its own answer comes after the denied turn's (it waits behind it).
+            h.llm.push(Reply::text("Then we wait for the sun."));
+        }
         h.client.send("c", answer).await;
         assert_eq!(
             h.client.turn("c").await.reply(),
             "Understood, not launched."
         );
-        let (content, is_error) = result_of(&h.llm);
-        assert!(is_error && content.contains(expected), "{content}");
+        if new_message {
+            assert_eq!(
+                h.client.turn("c").await.reply(),
+                "Then we wait for the sun."
+            );
+            let requests = h.llm.requests();
+            let denied = util::tool_results(&requests[requests.len() - 2]);
+            assert!(
+                denied.iter().any(|r| r.contains("the user denied it")),
+                "{denied:?}"
+            );
+            let asked = util::conversation(&h.llm.requests().pop().expect("the new message's"));
+            assert_eq!(
+                asked.last().map(|m| m["content"].clone()),
+                Some(json!(answer))
+            );
+        } else {
+            let (content, is_error) = result_of(&h.llm);
+            assert!(
+                is_error && content.contains("the user denied it"),
+                "{content}"
+            );
+        }
     }
     assert_eq!(launches.load(Ordering::SeqCst), 0);
     // Outside a wait, /approve has nothing to answer.

@@ -332,7 +332,14 @@ async fn operator_commands_work_without_the_services_secrets() {
     const TOKEN: &str = "credential-token-0a9b8c7d6e";
     let llm = ScriptedLlm::start().await.expect("llm");
     let dir = tempfile::tempdir().expect("tempdir");
-    let credentials = credentials_with(dir.path(), "ws-token", TOKEN);
+    // Not beside the config, where root's doctor would read them as the unit does: this is
+    // a shell without the service's secrets.
+    let credentials = dir.path().join("service-credentials");
+    std::fs::rename(
+        credentials_with(dir.path(), "ws-token", TOKEN),
+        &credentials,
+    )
+    .expect("moved");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
