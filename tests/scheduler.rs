@@ -239,6 +239,17 @@ async fn the_operator_adds_runs_and_removes_a_job_and_reads_its_runs_while_the_d
             && listed.contains("in websocket:c (chat session), made by operator"),
         "{listed}"
     );
+    // When, as a person reads it (`Fri 27 Nov 14:30 UTC`), not ISO 8601.
+    let made = listed
+        .split("made by operator at ")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
+            .iter()
+            .any(|day| made.starts_with(day)),
+        "{listed}"
+    );
     let (ok, wrong) = cron(
         &config,
         &["add", "--chat", "irc:x", "--in", "1m", "--message", "hi"],

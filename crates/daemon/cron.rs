@@ -38,7 +38,11 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
             }
             for job in &all {
                 writeln!(out, "{}", jobs.describe(job))?;
-                writeln!(out, "    {}", whereabouts(job))?;
+                writeln!(
+                    out,
+                    "    {}",
+                    whereabouts(job, &jobs.time_of(job, job.created_at))
+                )?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -59,9 +63,23 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
                 writeln!(out, "Job {id} has no runs recorded.")?;
                 return Ok(ExitCode::SUCCESS);
             }
-            writeln!(out, "{:<22} {:>9} {:>9}  outcome", "due", "started", "took")?;
+            // Due times in the job's zone, as `list` shows its times.
+            let job = jobs
+                .list(&asker)
+                .await
+                .ok()
+                .and_then(|all| all.into_iter().find(|job| job.id == *id));
+            writeln!(out, "{:<28} {:>9} {:>9}  outcome", "due", "started", "took")?;
             for run in &runs {
-                writeln!(out, "{}", run_line(run))?;
+                let due = match &job {
+                    Some(job) => jobs.time_of(job, run.due),
+                    None => run
+                        .due
+                        .round(jiff::Unit::Second)
+                        .unwrap_or(run.due)
+                        .to_string(),
+                };
+                writeln!(out, "{}", run_line(run, &due))?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -126,22 +144,20 @@ async fn act(jobs: &Jobs, action: JobAction) -> anyhow::Result<String> {
         .map_err(anyhow::Error::msg)
 }
 
-/// Where a job runs, how, and who made it.
-fn whereabouts(job: &Job) -> String {
+/// Where a job runs, how, and who made it (`made`: when, as the person reads it).
+fn whereabouts(job: &Job, made: &str) -> String {
     format!(
-        "in {}:{} ({} session), made by {} at {}",
+        "in {}:{} ({} session), made by {} at {made}",
         job.channel,
         job.chat_id,
         job.session.as_str(),
         job.created_by,
-        job.created_at
-            .round(jiff::Unit::Second)
-            .unwrap_or(job.created_at)
     )
 }
 
-/// One run: when it was due, how late it started, how long it took, what came of it.
-fn run_line(run: &Run) -> String {
+/// One run: when it was due (`due`, as the person reads it), how late it started, how long
+/// it took, what came of it.
+fn run_line(run: &Run, due: &str) -> String {
     let seconds = |d: jiff::SignedDuration| format!("{:.1}s", d.as_secs_f64());
     let started = run
         .started
@@ -158,11 +174,7 @@ fn run_line(run: &Run) -> String {
         String::new()
     };
     format!(
-        "{:<22} {started:>9} {took:>9}  {}{tries}",
-        run.due
-            .round(jiff::Unit::Second)
-            .unwrap_or(run.due)
-            .to_string(),
+        "{due:<28} {started:>9} {took:>9}  {}{tries}",
         run.outcome.describe()
     )
 }
@@ -190,9 +202,10 @@ mod tests {
             attempt: 1,
             epoch: Some(7),
         };
+        let shown = "Wed 25 Nov 10:00 CET";
         assert_eq!(
-            run_line(&run),
-            "2026-11-25T09:00:00Z       +0.4s     12.3s  failed: the model was unreachable"
+            run_line(&run, shown),
+            "Wed 25 Nov 10:00 CET             +0.4s     12.3s  failed: the model was unreachable"
         );
         let skipped = Run {
             started: None,
@@ -203,8 +216,8 @@ mod tests {
             ..run
         };
         assert_eq!(
-            run_line(&skipped),
-            "2026-11-25T09:00:00Z           -         -  skipped: the run before it was still going"
+            run_line(&skipped, shown),
+            "Wed 25 Nov 10:00 CET                 -         -  skipped: the run before it was still going"
         );
     }
 }
