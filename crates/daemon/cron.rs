@@ -63,23 +63,12 @@ pub async fn run(config: Option<&Path>, action: &CronAction) -> anyhow::Result<E
                 writeln!(out, "Job {id} has no runs recorded.")?;
                 return Ok(ExitCode::SUCCESS);
             }
-            // Due times in the job's zone, as `list` shows its times.
-            let job = jobs
-                .list(&asker)
-                .await
-                .ok()
-                .and_then(|all| all.into_iter().find(|job| job.id == *id));
-            writeln!(out, "{:<28} {:>9} {:>9}  outcome", "due", "started", "took")?;
+            // Due times exact, in UTC: each names its run (`sched:<job>:<due>`), and scripts
+            // read them.
+            writeln!(out, "{:<22} {:>9} {:>9}  outcome", "due", "started", "took")?;
             for run in &runs {
-                let due = match &job {
-                    Some(job) => jobs.time_of(job, run.due),
-                    None => run
-                        .due
-                        .round(jiff::Unit::Second)
-                        .unwrap_or(run.due)
-                        .to_string(),
-                };
-                writeln!(out, "{}", run_line(run, &due))?;
+                let due = run.due.round(jiff::Unit::Second).unwrap_or(run.due);
+                writeln!(out, "{}", run_line(run, &due.to_string()))?;
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -174,7 +163,7 @@ fn run_line(run: &Run, due: &str) -> String {
         String::new()
     };
     format!(
-        "{due:<28} {started:>9} {took:>9}  {}{tries}",
+        "{due:<22} {started:>9} {took:>9}  {}{tries}",
         run.outcome.describe()
     )
 }
@@ -202,10 +191,10 @@ mod tests {
             attempt: 1,
             epoch: Some(7),
         };
-        let shown = "Wed 25 Nov 10:00 CET";
+        let shown = "2026-11-25T09:00:00Z";
         assert_eq!(
             run_line(&run, shown),
-            "Wed 25 Nov 10:00 CET             +0.4s     12.3s  failed: the model was unreachable"
+            "2026-11-25T09:00:00Z       +0.4s     12.3s  failed: the model was unreachable"
         );
         let skipped = Run {
             started: None,
@@ -217,7 +206,7 @@ mod tests {
         };
         assert_eq!(
             run_line(&skipped, shown),
-            "Wed 25 Nov 10:00 CET                 -         -  skipped: the run before it was still going"
+            "2026-11-25T09:00:00Z           -         -  skipped: the run before it was still going"
         );
     }
 }
