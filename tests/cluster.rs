@@ -245,37 +245,6 @@ where
     }
 }
 
-/// examples/cluster/config.toml (run.sh's one-machine cluster, every member) reads.
-#[test]
-fn the_one_machine_cluster_example_reads() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let path = root.join("examples/cluster/config.toml");
-    let config = switchboard::config::Config::load(&path).expect("it reads");
-    assert_eq!(config.http.bind.get_ref().0.port(), 8080);
-    assert_eq!(config.worker_bind().port(), 0, "workers take a free port");
-}
-
-/// The container recipe's configs (examples/container/) read once their variables are set,
-/// and listen where a container must (every address, with a token).
-#[test]
-fn the_container_configs_read() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for name in ["config.toml", "cluster.toml"] {
-        let path = root.join("examples/container").join(name);
-        let text = std::fs::read_to_string(&path)
-            .expect("the example")
-            .replace("${LLM_BASE_URL}", "https://llm.example/v1")
-            .replace("${LLM_MODEL}", "some-model")
-            .replace("${OPENAI_API_KEY}", "sk-test")
-            .replace("${SWITCHBOARD_WS_TOKEN}", "0123456789abcdef01234567")
-            .replace("${NATS_TOKEN}", "nats-token-0123456789");
-        let config = switchboard::config::Config::parse(&text, &path)
-            .unwrap_or_else(|err| panic!("{name}: {err}"));
-        assert!(config.http.bind.get_ref().0.ip().is_unspecified(), "{name}");
-        assert_eq!(config.llm.model, "some-model", "{name}");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_gateway_two_workers_answer_every_message_once_in_order() {
     let nats = NatsServer::start();

@@ -16,7 +16,7 @@ mod agent_loop;
 /// Several agents: bindings, each agent's persona, workspace, sessions and tools.
 mod agents;
 /// The binary: SIGTERM during a turn, right after start and under load; config errors;
-/// the example config; the terminal agent.
+/// the terminal agent.
 mod binary;
 /// The built-in tools through the daemon: skills, files, escapes refused, `exec` confined
 /// and without secrets, kill -9 during a command.
@@ -52,6 +52,8 @@ mod crash;
 mod discord;
 /// One chat never holds up another; floods are refused; `/stop` acts at once.
 mod dispatch;
+/// The shipped examples (configs, the one-machine cluster, the container recipe) read.
+mod examples;
 /// Scheduled work in sessions of its own: what is worth saying posted, the heartbeat.
 mod heartbeat;
 /// The listener under abuse: DNS rebinding, slowloris, oversized frames.
@@ -67,6 +69,8 @@ mod mcp;
 /// Calls to MCP tools: `/stop` mid-call, approvals, read-only tools side by side, timeouts.
 #[cfg(feature = "mcp")]
 mod mcp_calls;
+/// `onboard`: the starter workspace, a config from flags, the service's tokens.
+mod onboard;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).
 mod once;
 /// What an operator reaches for: `/metrics`, `/readyz`.
