@@ -80,6 +80,7 @@ impl Outbox for HubOutbox {
         self.hub
             .deliver_outbound(message)
             .await
+            .map(drop)
             .map_err(|err| ToolError::Failed(format!("it could not be delivered: {err}")))
     }
 }

@@ -163,8 +163,8 @@ mod tests {
             ctx.shutdown.cancelled().await;
             Ok(())
         }
-        async fn send(&self, _: OutboundMessage) -> Result<(), CoreError> {
-            Ok(())
+        async fn send(&self, _: OutboundMessage) -> Result<switchboard_core::Sent, CoreError> {
+            Ok(switchboard_core::Sent::accepted())
         }
     }
 

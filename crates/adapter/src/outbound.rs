@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use switchboard_core::{ChatId, CoreError, MessageId, OutboundKind, OutboundMessage};
+use switchboard_core::{ChatId, CoreError, MessageId, OutboundKind, OutboundMessage, Sent};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -194,14 +194,14 @@ impl<S: Surface> Replies<S> {
         &self.surface
     }
 
-    /// Delivers one outbound message.
-    pub async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    /// Delivers one outbound message; the platform's id of the (last) message it made.
+    pub async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         let place = self.surface.place(&message.chat_id)?;
         // Which turn it is of (a scheduled run's answers no message, and is still its run's).
         let turn = message.turn.as_ref().or(message.reply_to.as_ref());
         if let OutboundKind::Done(_) = &message.kind {
             self.done(&message, turn).await;
-            return Ok(());
+            return Ok(Sent::accepted());
         }
         if let Some(sent) = self.send_apart(&message, &place).await {
             return sent;
@@ -219,7 +219,7 @@ impl<S: Surface> Replies<S> {
             .is_some_and(|cursor| cursor <= out.kept_until)
         {
             // It went out before, from the gateway that held the connection then.
-            return Ok(());
+            return Ok(Sent::accepted());
         }
         self.in_turn(&mut out, &message, place, turn).await
     }
@@ -255,7 +255,7 @@ impl<S: Surface> Replies<S> {
         &self,
         message: &OutboundMessage,
         place: &S::Place,
-    ) -> Option<Result<(), CoreError>> {
+    ) -> Option<Result<Sent, CoreError>> {
         let chat = &message.chat_id;
         let answering = message.reply_to.as_ref();
         let (text, answers) = match &message.kind {
@@ -269,8 +269,8 @@ impl<S: Surface> Replies<S> {
                 let place = place.clone();
                 return Some(self.deliver_reply(&mut own, chat, place, None, text).await);
             }
-            OutboundKind::Status(_) | OutboundKind::Tool(_) => return Some(Ok(())),
-            OutboundKind::Delta(_) if !self.stream => return Some(Ok(())),
+            OutboundKind::Status(_) | OutboundKind::Tool(_) => return Some(Ok(Sent::accepted())),
+            OutboundKind::Delta(_) if !self.stream => return Some(Ok(Sent::accepted())),
             _ => return None,
         };
         let loud = !matches!(message.kind, OutboundKind::Notice(_));
@@ -279,7 +279,7 @@ impl<S: Surface> Replies<S> {
             self.holds
                 .call(chat, self.surface.send(place, said))
                 .await
-                .map(drop),
+                .map(Sent::as_id),
         )
     }
 
@@ -291,21 +291,21 @@ impl<S: Surface> Replies<S> {
         message: &OutboundMessage,
         place: S::Place,
         turn: Option<&MessageId>,
-    ) -> Result<(), CoreError> {
+    ) -> Result<Sent, CoreError> {
         let chat = &message.chat_id;
         let answering = message.reply_to.as_ref();
         let cursor = message.cursor.unwrap_or_default();
         match &message.kind {
             OutboundKind::TurnStarted => {
                 self.turn_started(out, chat, place, turn);
-                Ok(())
+                Ok(Sent::accepted())
             }
             // A piece of a turn this chat's state is not of — one whose start was not seen
             // here and that was not kept as running (a worker that lost its partition while
             // paused, waking to send what it had) — is a fragment of a turn that ended or moved
             // on: it would be a draft nothing finishes.
             OutboundKind::Delta(_) | OutboundKind::DraftReset if out.turn.as_ref() != turn => {
-                Ok(())
+                Ok(Sent::accepted())
             }
             OutboundKind::Delta(piece) => {
                 let now = out.started.elapsed();
@@ -319,13 +319,13 @@ impl<S: Surface> Replies<S> {
                 if sends && let Some(kept) = &self.kept {
                     kept.put(chat, &out.kept(cursor)).await;
                 }
-                Ok(())
+                Ok(Sent::accepted())
             }
             OutboundKind::DraftReset => {
                 if let Some(draft) = &mut out.draft {
                     draft.reset();
                 }
-                Ok(())
+                Ok(Sent::accepted())
             }
             OutboundKind::Message(text) => {
                 let delivered = self.deliver_reply(out, chat, place, answering, text).await;
@@ -338,7 +338,7 @@ impl<S: Surface> Replies<S> {
                 }
                 delivered
             }
-            _ => Ok(()),
+            _ => Ok(Sent::accepted()),
         }
     }
 
@@ -448,7 +448,8 @@ impl<S: Surface> Replies<S> {
     }
 
     /// Delivers the final reply: split at the limit, the first part edited into the draft
-    /// if there is one, the others sent after it.
+    /// if there is one, the others sent after it. The id is the last part's (none when
+    /// every part went out before).
     async fn deliver_reply(
         &self,
         out: &mut ChatOut,
@@ -456,13 +457,14 @@ impl<S: Surface> Replies<S> {
         place: S::Place,
         answering: Option<&MessageId>,
         text: &str,
-    ) -> Result<(), CoreError> {
+    ) -> Result<Sent, CoreError> {
         let holds = &self.holds;
         let (limit, measure) = self.surface.limit();
         let mut parts = split(text, limit, measure);
         if parts.is_empty() {
             parts.push("…".into());
         }
+        let mut last = Sent::accepted();
         for (index, part) in parts.iter().enumerate().skip(out.delivered_parts) {
             let said = Said {
                 text: part,
@@ -485,26 +487,26 @@ impl<S: Surface> Replies<S> {
                         as_reply: false,
                         ..said
                     };
-                    match holds
+                    last = match holds
                         .call(chat, self.surface.edit(&place, &message, edit))
                         .await
                     {
-                        Ok(()) => {}
+                        Ok(()) => Sent::as_id(message),
                         // The draft is gone (deleted by someone): the part goes out anew.
                         Err(CoreError::Channel { message: why, .. }) => {
                             tracing::info!(%why, "the draft could not be edited; the reply is sent anew");
-                            holds.call(chat, self.surface.send(&place, said)).await?;
+                            Sent::as_id(holds.call(chat, self.surface.send(&place, said)).await?)
                         }
                         Err(err) => return Err(err),
-                    }
+                    };
                 }
                 _ => {
-                    holds.call(chat, self.surface.send(&place, said)).await?;
+                    last = Sent::as_id(holds.call(chat, self.surface.send(&place, said)).await?);
                 }
             }
             out.delivered_parts = index + 1;
         }
-        Ok(())
+        Ok(last)
     }
 
     /// Shows "typing…" until the token is cancelled (or [`TYPING_AT_MOST`] passed); not

@@ -107,9 +107,9 @@ impl Channel for Chat {
     async fn run(&self, _: ChannelContext) -> Result<(), CoreError> {
         Ok(())
     }
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<switchboard_core::Sent, CoreError> {
         self.0.lock().expect("lock").push(message.kind);
-        Ok(())
+        Ok(switchboard_core::Sent::accepted())
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Sent};
 use crate::error::CoreError;
 use crate::ids::{ChannelName, ChatId};
 use crate::lanes::{LaneOptions, Lanes};
@@ -51,8 +51,9 @@ pub trait Bus: Send + Sync + 'static {
     /// Queues a message for its chat, waiting only while that chat's lane is full.
     async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError>;
 
-    /// Queues a message and waits until its channel delivered it (or gave up: the error).
-    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError>;
+    /// Queues a message and waits until its channel delivered it (or gave up: the error);
+    /// what the platform gave back for it.
+    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<Sent, CoreError>;
 
     /// Whether the agent may write to `chat` of `channel` unasked (see
     /// [`Channel::may_notify`]); an error when no such channel runs.

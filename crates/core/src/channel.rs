@@ -78,6 +78,42 @@ pub enum ChannelScope {
     Internal,
 }
 
+/// What a platform gave back for a message it accepted: the id of the (last) message it made
+/// of it, when it names one (Telegram's message id, Discord's snowflake, Slack's file id). A
+/// tool that sends something says it was sent only on this, and names the id.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// The platform's id, if it gave one.
+    pub id: Option<String>,
+    /// Stored for its channel but not confirmed: a cluster's bus keeps the message for the
+    /// channel's gateway, whose receipt did not come in time. It may not have reached the
+    /// platform (yet): not to be told as sent.
+    pub unconfirmed: bool,
+}
+
+impl Sent {
+    /// Stored by the bus, no receipt (see [`Sent::unconfirmed`]).
+    pub fn stored() -> Self {
+        Self {
+            id: None,
+            unconfirmed: true,
+        }
+    }
+
+    /// Accepted, with no id to name (a frame queued for a socket, a draft's edit).
+    pub fn accepted() -> Self {
+        Self::default()
+    }
+
+    /// Accepted as the platform's message `id`.
+    pub fn as_id(id: impl Into<String>) -> Self {
+        Self {
+            id: Some(id.into()),
+            unconfirmed: false,
+        }
+    }
+}
+
 /// A platform adapter. The daemon calls `run` under a supervisor (restarted with backoff
 /// when it fails) and calls `send` for every outbound message routed to this channel.
 #[async_trait]
@@ -89,8 +125,8 @@ pub trait Channel: Send + Sync + 'static {
     /// shutdown token is cancelled. An `Err` makes the supervisor restart it.
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError>;
 
-    /// Delivers one outbound message to the platform.
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError>;
+    /// Delivers one outbound message to the platform; what it gave back for it.
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError>;
 
     /// Whether the agent may write to `chat` unasked (the `message` tool). A channel with
     /// an allow list says whether the people of that chat are (still) allowed; the daemon
@@ -144,8 +180,8 @@ impl<C: InternalChannel> Channel for Internal<C> {
         Ok(())
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
-        self.0.send(message).await
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
+        self.0.send(message).await.map(|()| Sent::accepted())
     }
 
     fn has_person(&self) -> bool {

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::bus::Bus;
-use crate::channel::Channel;
+use crate::channel::{Channel, Sent};
 use crate::error::CoreError;
 use crate::ids::ChannelName;
 use crate::lanes::{LaneOptions, Lanes};
@@ -165,7 +165,7 @@ impl Bus for ChatHub {
         self.lanes(&message.channel)?.push(message).await
     }
 
-    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         count_out(&message);
         self.lanes(&message.channel)?.deliver(message).await
     }
@@ -243,9 +243,9 @@ mod tests {
         async fn run(&self, _: crate::ChannelContext) -> Result<(), CoreError> {
             Ok(())
         }
-        async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
             self.1.lock().expect("lock").push(message);
-            Ok(())
+            Ok(Sent::accepted())
         }
     }
 

@@ -43,7 +43,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Sent};
 use crate::error::CoreError;
 use crate::ids::ChatId;
 use crate::message::OutboundMessage;
@@ -63,10 +63,10 @@ impl Default for LaneOptions {
 }
 
 /// Who waits to learn whether a message was delivered.
-type Receipt = Option<oneshot::Sender<Result<(), CoreError>>>;
+type Receipt = Option<oneshot::Sender<Result<Sent, CoreError>>>;
 
 /// A send under way.
-type Sending = Pin<Box<dyn Future<Output = Result<(), CoreError>> + Send>>;
+type Sending = Pin<Box<dyn Future<Output = Result<Sent, CoreError>> + Send>>;
 
 /// The delivery lanes of one channel. Cloning shares them.
 #[derive(Clone)]
@@ -126,7 +126,7 @@ impl Lanes {
 
     /// Delivers a message after those queued before it in its chat, and waits until it
     /// was delivered (or given up on): the result is the channel's.
-    pub async fn deliver(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    pub async fn deliver(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         self.queue(message).await?.await
     }
 
@@ -136,7 +136,7 @@ impl Lanes {
     pub async fn queue(
         &self,
         message: OutboundMessage,
-    ) -> Result<impl Future<Output = Result<(), CoreError>> + Send + 'static, CoreError> {
+    ) -> Result<impl Future<Output = Result<Sent, CoreError>> + Send + 'static, CoreError> {
         let (tx, rx) = oneshot::channel();
         self.enqueue(message, Some(tx)).await?;
         let channel = self.inner.channel.name().to_string();
@@ -236,7 +236,7 @@ impl Inner {
 
     /// Reports how a delivery went: to whoever waits for it, and in the log and the count
     /// when it failed.
-    fn settle(&self, chat: &ChatId, result: Result<(), CoreError>, receipt: Receipt) {
+    fn settle(&self, chat: &ChatId, result: Result<Sent, CoreError>, receipt: Receipt) {
         if let Err(err) = &result {
             let count = self.undeliverable.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::warn!(channel = %self.channel.name(), chat = %chat, error = %err,
@@ -311,7 +311,7 @@ mod tests {
         async fn run(&self, _: ChannelContext) -> Result<(), CoreError> {
             Ok(())
         }
-        async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+        async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
             if let Some(wait) = self.limited.lock().expect("lock").remove(&message.chat_id) {
                 return Err(CoreError::RateLimited {
                     retry_after: Some(wait),
@@ -327,7 +327,7 @@ mod tests {
                 tokio::time::sleep(*wait).await;
             }
             let OutboundKind::Message(text) = message.kind else {
-                return Ok(());
+                return Ok(Sent::accepted());
             };
             assert!(
                 self.panic_on.as_deref() != Some(text.as_str()),
@@ -337,7 +337,7 @@ mod tests {
                 .lock()
                 .expect("lock")
                 .push((message.chat_id, text, Instant::now()));
-            Ok(())
+            Ok(Sent::accepted())
         }
     }
 

@@ -47,7 +47,7 @@ pub mod wire;
 pub use ack::{Ack, Fate};
 pub use bus::Bus;
 pub use channel::{
-    Channel, ChannelContext, ChannelScope, Internal, InternalChannel, Transcripts, Trouble,
+    Channel, ChannelContext, ChannelScope, Internal, InternalChannel, Sent, Transcripts, Trouble,
 };
 pub use commands::{COMMANDS, CommandSpec, Takes, command_named, commands_help};
 pub use config::{

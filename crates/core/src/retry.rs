@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::channel::{Channel, ChannelContext};
+use crate::channel::{Channel, ChannelContext, Sent};
 use crate::error::CoreError;
 use crate::ids::{ChannelName, ChatId};
 use crate::message::OutboundMessage;
@@ -76,12 +76,12 @@ impl Channel for RetryingChannel {
         self.inner.scope()
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         let started = Instant::now();
         let mut retry = 0u32;
         loop {
             let err = match self.inner.send(message.clone()).await {
-                Ok(()) => return Ok(()),
+                Ok(sent) => return Ok(sent),
                 Err(err) if err.is_transient() && retry < self.retry.max_retries => err,
                 Err(err) => return Err(err),
             };

@@ -11,7 +11,7 @@ use switchboard_adapter::{
     Replies,
 };
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage, Sent,
 };
 use tokio::sync::mpsc;
 
@@ -173,7 +173,7 @@ impl Channel for DiscordChannel {
         Ok(())
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         self.inner.replies.send(message).await
     }
 

@@ -20,13 +20,13 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use switchboard_core::{
     Bus, Channel, ChannelName, ChannelScope, ChatId, CoreError, Fate, InboundMessage, LaneOptions,
-    Lanes, MessageId, OutboundKind, OutboundMessage, Tenure, wire,
+    Lanes, MessageId, OutboundKind, OutboundMessage, Sent, Tenure, wire,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::Cluster;
-use crate::deliver::RECEIPT;
+use crate::deliver::{RECEIPT, SENT_AS};
 use crate::names::partition_of;
 use crate::shared::Inner;
 
@@ -267,7 +267,7 @@ impl Bus for NatsBus {
             .map(drop)
     }
 
-    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         if let Some(lanes) = self.local(&message.channel) {
             return lanes.deliver(message).await;
         }
@@ -293,10 +293,18 @@ impl Bus for NatsBus {
         if stored.duplicate {
             // Sent before by a worker that died before it noted the delivery: that copy is
             // delivered, or queued for the gateway.
-            return Ok(());
+            return Ok(Sent::stored());
         }
         match tokio::time::timeout(RECEIPT_WAIT, receipts.next()).await {
-            Ok(Some(receipt)) if receipt.payload.is_empty() => Ok(()),
+            Ok(Some(receipt)) if receipt.payload.is_empty() => Ok(Sent {
+                unconfirmed: false,
+                id: receipt
+                    .headers
+                    .as_ref()
+                    .and_then(|headers| headers.get(SENT_AS))
+                    .map(|id| id.as_str().to_owned())
+                    .filter(|id| !id.is_empty()),
+            }),
             Ok(Some(receipt)) => Err(CoreError::Channel {
                 channel,
                 message: String::from_utf8_lossy(&receipt.payload).into_owned(),
@@ -304,7 +312,7 @@ impl Bus for NatsBus {
             Ok(None) => Err(CoreError::Bus("the receipt's subscription ended".into())),
             Err(_) => {
                 tracing::warn!(%channel, "no delivery receipt within {} s; the message is stored on the bus for the channel's gateway", RECEIPT_WAIT.as_secs());
-                Ok(())
+                Ok(Sent::stored())
             }
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, consumer};
 use futures::StreamExt;
-use switchboard_core::{ChannelName, ChannelScope, CoreError, Lanes, OutboundMessage, wire};
+use switchboard_core::{ChannelName, ChannelScope, CoreError, Lanes, OutboundMessage, Sent, wire};
 use tokio_util::sync::CancellationToken;
 
 use crate::shared::{Inner, pull_config};
@@ -20,20 +20,35 @@ use crate::shared::{Inner, pull_config};
 /// The header naming where a delivery receipt goes.
 pub(crate) const RECEIPT: &str = "Switchboard-Receipt";
 
-/// Answers a delivery receipt: empty when delivered, else why not.
+/// The header of a receipt that says what the platform gave back for a delivered message:
+/// its id there (empty when it named none).
+pub(crate) const SENT_AS: &str = "Switchboard-Sent-As";
+
+/// Answers a delivery receipt: when delivered, an empty body (and the platform's id in
+/// [`SENT_AS`] when it gave one); else why not.
 pub(crate) async fn answer_receipt(
     client: &async_nats::Client,
     headers: Option<&HeaderMap>,
-    delivered: &Result<(), CoreError>,
+    delivered: &Result<Sent, CoreError>,
 ) {
     let Some(inbox) = headers.and_then(|headers| headers.get(RECEIPT)) else {
         return;
     };
-    let body = match delivered {
-        Ok(()) => bytes::Bytes::new(),
-        Err(err) => err.to_string().into(),
+    let published = match delivered {
+        Ok(sent) => {
+            let mut headers = HeaderMap::new();
+            headers.insert(SENT_AS, sent.id.as_deref().unwrap_or_default());
+            client
+                .publish_with_headers(inbox.to_string(), headers, bytes::Bytes::new())
+                .await
+        }
+        Err(err) => {
+            client
+                .publish(inbox.to_string(), err.to_string().into())
+                .await
+        }
     };
-    if let Err(err) = client.publish(inbox.to_string(), body).await {
+    if let Err(err) = published {
         tracing::warn!(error = %err, "could not send a delivery receipt");
     }
 }

@@ -209,9 +209,9 @@ impl Channel for Recorder {
     async fn run(&self, _: ChannelContext) -> Result<(), CoreError> {
         Ok(())
     }
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<switchboard_core::Sent, CoreError> {
         self.0.lock().expect("lock").push(message);
-        Ok(())
+        Ok(switchboard_core::Sent::accepted())
     }
 }
 

@@ -68,6 +68,6 @@ impl InternalChannel for IsolatedRuns {
         };
         // Delivered before this returns: the run's `done` (behind this in its lane) then
         // means its answer reached the chat.
-        self.hub.deliver_outbound(post).await
+        self.hub.deliver_outbound(post).await.map(drop)
     }
 }

@@ -34,12 +34,12 @@ impl Channel for Collect {
     async fn run(&self, _ctx: ChannelContext) -> Result<(), CoreError> {
         Ok(())
     }
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<switchboard_core::Sent, CoreError> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(message.kind);
-        Ok(())
+        Ok(switchboard_core::Sent::accepted())
     }
 }
 
@@ -159,7 +159,10 @@ impl Bus for Duty {
     async fn publish_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
         self.hub.publish_outbound(message).await
     }
-    async fn deliver_outbound(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn deliver_outbound(
+        &self,
+        message: OutboundMessage,
+    ) -> Result<switchboard_core::Sent, CoreError> {
         self.hub.deliver_outbound(message).await
     }
     async fn may_notify(&self, channel: &ChannelName, chat: &ChatId) -> Result<bool, CoreError> {

@@ -25,7 +25,7 @@ use switchboard_adapter::{
 };
 use switchboard_core::{
     Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, InboundMessage,
-    MessageId, OutboundMessage,
+    MessageId, OutboundMessage, Sent,
 };
 use tokio::sync::mpsc;
 
@@ -248,7 +248,7 @@ impl Channel for SlackChannel {
         Ok(())
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         self.inner.replies.send(message).await
     }
 

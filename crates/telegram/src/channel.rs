@@ -24,7 +24,7 @@ use switchboard_adapter::{
     Remembered, Replies,
 };
 use switchboard_core::{
-    Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage,
+    Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, Fate, OutboundMessage, Sent,
     StateStore,
 };
 use teloxide::Bot;
@@ -408,7 +408,7 @@ impl Channel for TelegramChannel {
         wait(&ctx).await
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         self.inner.replies.send(message).await
     }
 

@@ -17,7 +17,7 @@ use dashmap::DashMap;
 use serde::Deserialize;
 use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection, HttpFacts};
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, OutboundMessage,
+    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, OutboundMessage, Sent,
     Transcripts,
 };
 use tokio::sync::mpsc::error::TrySendError;
@@ -228,7 +228,7 @@ impl Channel for WebSocketChannel {
         Ok(())
     }
 
-    async fn send(&self, message: OutboundMessage) -> Result<(), CoreError> {
+    async fn send(&self, message: OutboundMessage) -> Result<Sent, CoreError> {
         let chat = message.chat_id.clone();
         let seq = message
             .cursor
@@ -244,7 +244,7 @@ impl Channel for WebSocketChannel {
                 match self.shared.subscribers.entry(chat.clone()) {
                     dashmap::Entry::Vacant(_vacant) => {
                         self.shared.hold(&chat, seq, frame);
-                        return Ok(());
+                        return Ok(Sent::accepted());
                     }
                     dashmap::Entry::Occupied(occupied) => occupied.into_ref().downgrade(),
                 }
@@ -260,6 +260,6 @@ impl Channel for WebSocketChannel {
                 }
             }
         }
-        Ok(())
+        Ok(Sent::accepted())
     }
 }

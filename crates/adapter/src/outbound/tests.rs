@@ -239,16 +239,19 @@ async fn a_streamed_reply_ends_in_the_draft_and_the_rest_follows() {
         .ok();
     let reply =
         "Hello there, this is longer than sixty-four characters, the shortest limit split keeps";
-    replies
+    let sent = replies
         .send(out(OutboundKind::Message(reply.into())))
         .await
-        .ok();
+        .expect("delivered");
     replies
         .send(out(OutboundKind::Done(TurnEnd::Answered)))
         .await
         .ok();
     let calls = calls(&replies);
     assert_eq!(calls[0], ("send", "m0".into(), "Hello".into(), true));
+    // What the platform gave back names the reply's last message.
+    let last = calls.last().expect("calls");
+    assert_eq!(sent.id.as_deref(), Some(last.1.as_str()), "{calls:?}");
     // The final reply's first part went into the draft, the others after it.
     let edits: Vec<_> = calls.iter().filter(|c| c.0 == "edit").collect();
     assert_eq!(edits.last().map(|c| c.1.as_str()), Some("m0"));
