@@ -35,6 +35,8 @@ macro_rules! suite {
             nothing_is_answered_twice_across_a_kill_9,
             messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
             a_message_delivered_again_is_answered_once_before_during_and_after_its_answer,
+            a_picture_and_a_document_the_agent_sends_arrive_with_their_bytes,
+            a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -49,6 +51,7 @@ macro_rules! suite {
 
 mod crash;
 mod discord;
+mod media;
 #[cfg(feature = "slack")]
 mod slack;
 mod telegram;
@@ -56,6 +59,10 @@ mod telegram;
 pub(crate) use crash::{
     messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
     nothing_is_answered_twice_across_a_kill_9,
+};
+pub(crate) use media::{
+    a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
+    a_picture_and_a_document_the_agent_sends_arrive_with_their_bytes,
 };
 
 /// A person on the allow list, another, and a stranger.
@@ -81,12 +88,54 @@ pub(crate) struct Posted {
     pub at: Instant,
 }
 
+/// How a platform shows a file the bot sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shown {
+    /// A picture, in the chat.
+    Picture,
+    /// A voice message, or audio played in the chat.
+    Voice,
+    /// A file to download.
+    Document,
+}
+
+/// A file the bot sent, as the person sees it.
+#[derive(Clone, Debug)]
+pub(crate) struct Received {
+    pub shown: Shown,
+    pub name: String,
+    pub bytes: Vec<u8>,
+    pub caption: Option<String>,
+}
+
+impl Received {
+    /// A file as a platform that shows files by their type shows it (Discord, Slack).
+    pub(crate) fn by_type(upload: switchboard_testkit::multipart::Uploaded) -> Self {
+        let mime = upload.mime.clone().unwrap_or_default();
+        let shown = if switchboard_core::ImagePart::shown_type(&mime) {
+            Shown::Picture
+        } else if mime.starts_with("audio/") {
+            Shown::Voice
+        } else {
+            Shown::Document
+        };
+        Self {
+            shown,
+            name: upload.name,
+            bytes: upload.bytes,
+            caption: upload.caption,
+        }
+    }
+}
+
 /// A platform's channel and its fake, as the suite drives them.
 pub(crate) trait Platform: Sized {
     /// The channel's name (`[channels.<name>]`, `<name>:<chat>`).
     const NAME: &'static str;
     /// The longest message, in characters of plain ASCII text.
     const LIMIT: usize;
+    /// The largest document the platform takes from a bot, in bytes.
+    const DOCUMENT_LIMIT: u64;
 
     /// Starts the fake.
     async fn start() -> Self;
@@ -114,6 +163,9 @@ pub(crate) trait Platform: Sized {
 
     /// What the bot posted in `chat`, oldest first.
     fn posted(&self, chat: &str) -> Vec<Posted>;
+
+    /// The files the bot sent to `chat`, oldest first.
+    fn files(&self, chat: &str) -> Vec<Received>;
 
     /// When the bot wrote to `chat` (sends and edits alike), oldest first; with `message`,
     /// only the writes of that message.

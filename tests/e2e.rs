@@ -69,6 +69,9 @@ mod mcp;
 /// Calls to MCP tools: `/stop` mid-call, approvals, read-only tools side by side, timeouts.
 #[cfg(feature = "mcp")]
 mod mcp_calls;
+/// Files and voice through the daemon: a file the agent sends on the WebSocket channel and
+/// its signed link (the platforms' runs are in `conformance`).
+mod media;
 /// `onboard`: the starter workspace, a config from flags, the service's tokens.
 mod onboard;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).

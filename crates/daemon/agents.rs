@@ -14,7 +14,7 @@ use switchboard_agent::{
     Agent, AgentConfig, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
     DEFAULT_SYSTEM_PROMPT, Judge, RunOutcomes, StateChoices, TurnSlots, Verify, default_subagents,
 };
-use switchboard_core::{AgentName, Bus};
+use switchboard_core::{AgentName, Bus, ChannelName, MediaStore, StateStore};
 use switchboard_llm::Observer;
 use switchboard_llm::section::{LlmSection, ModelEntry};
 use switchboard_scheduler::{CronTool, Scheduler};
@@ -22,7 +22,7 @@ use switchboard_sessions::{FileState, JsonlStore, SessionStore};
 use switchboard_spawn::{SpawnTool, Spawner};
 use switchboard_tools::builtin::{self, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
-use switchboard_tools::{ToolFilter, ToolRegistry, ToolSources, Workspace};
+use switchboard_tools::{Outbox, ToolFilter, ToolRegistry, ToolSources, Workspace};
 use switchboard_usage::Spending;
 
 use crate::catalog::Catalog;
@@ -60,7 +60,7 @@ pub(crate) struct AgentParts<'a> {
 #[derive(Clone)]
 pub struct ToolParts {
     /// Where the `message` tool sends.
-    outbox: Option<Arc<dyn builtin::Outbox>>,
+    outbox: Option<Arc<dyn Outbox>>,
     /// Paths `exec`'s commands may not read.
     forbidden: Vec<PathBuf>,
     /// The scheduler the `cron` tool talks to.
@@ -140,8 +140,7 @@ pub(crate) fn build_agents(
         .iter()
         .map(|home| (home.name.clone(), home.store.clone()))
         .collect();
-    let outbox =
-        hub.map(|hub| Arc::new(HubOutbox::new(hub.clone(), stores)) as Arc<dyn builtin::Outbox>);
+    let outbox = hub.map(|hub| outbox_of(config, hub, stores, place, &state_dir));
     let spawn_wait = spawner.as_ref().and_then(|_| spawn_wait(&specs));
     let tool_parts = ToolParts {
         outbox,
@@ -179,6 +178,36 @@ pub(crate) fn build_agents(
         switchboard_agent::section::bindings(&config.bindings),
     )?;
     Ok((agents, tool_parts))
+}
+
+/// Where the agents' `message` and `send_file` send: the bus, judged by their stores, with
+/// what each configured channel takes of files; the place's media and state stores (the
+/// state directory's, without one).
+fn outbox_of(
+    config: &Config,
+    hub: &Arc<dyn Bus>,
+    stores: BTreeMap<AgentName, Arc<dyn SessionStore>>,
+    place: Option<&crate::cluster::Place>,
+    state_dir: &std::path::Path,
+) -> Arc<dyn Outbox> {
+    let limits = config
+        .channels
+        .all()
+        .into_iter()
+        .filter(|(_, section)| section.enabled())
+        .map(|(name, section)| (ChannelName::from(name), section.media()))
+        .collect();
+    let (media, state): (Arc<dyn MediaStore>, Arc<dyn StateStore>) = match place {
+        Some(place) => (
+            place.stores().media().clone(),
+            place.stores().state().clone(),
+        ),
+        None => (
+            Arc::new(switchboard_adapter::FileMedia::new(state_dir)),
+            Arc::new(FileState::new(state_dir)),
+        ),
+    };
+    Arc::new(HubOutbox::new(hub.clone(), stores, limits, media, state))
 }
 
 /// What no tool may reach, whatever the workspace: the state directory, the config file and

@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use switchboard_adapter::FileMedia;
 use switchboard_agent::{ChoiceStore, StateChoices};
-use switchboard_core::{AgentName, Bus, ChatHub, StateStore};
+use switchboard_core::{AgentName, Bus, ChatHub, MediaStore, StateStore};
 use switchboard_scheduler::{JobStore, StateJobStore};
 use switchboard_sessions::{FileState, SessionStore};
 use switchboard_usage::{StateUsageStore, UsageStore};
@@ -22,6 +23,8 @@ use crate::config::Config;
 #[derive(Clone)]
 pub(crate) struct Stores {
     state: Arc<dyn StateStore>,
+    /// Files waiting for their channel: the state directory's alone.
+    media: Arc<dyn MediaStore>,
     /// This process as a writer of the day's spending totals: its member name on a
     /// cluster, [`switchboard_usage::ALONE`] alone.
     writer: String,
@@ -39,7 +42,7 @@ impl Stores {
                 .resolve()
                 .map_err(|problem| config.source.problem("cluster", problem))?;
             let cluster = Box::pin(switchboard_nats::Cluster::connect(resolved)).await?;
-            return Ok(Self::of_cluster(&cluster));
+            return Ok(Self::of_cluster(&cluster, &state_dir));
         }
         check_owner(&state_dir)?;
         crate::migrate::tell_left_behind(&state_dir);
@@ -49,14 +52,17 @@ impl Stores {
     fn alone(state_dir: &Path) -> Self {
         Self {
             state: Arc::new(FileState::new(state_dir)),
+            media: Arc::new(FileMedia::new(state_dir)),
             writer: switchboard_usage::ALONE.to_owned(),
         }
     }
 
     #[cfg(feature = "cluster")]
-    fn of_cluster(cluster: &switchboard_nats::Cluster) -> Self {
+    fn of_cluster(cluster: &switchboard_nats::Cluster, state_dir: &Path) -> Self {
         Self {
             state: Arc::new(switchboard_nats::NatsState::new(cluster)),
+            // TODO(issue 39): the cluster's object store.
+            media: Arc::new(FileMedia::new(state_dir)),
             writer: cluster.member().to_owned(),
         }
     }
@@ -64,6 +70,11 @@ impl Stores {
     /// The small documents.
     pub(crate) fn state(&self) -> &Arc<dyn StateStore> {
         &self.state
+    }
+
+    /// Files waiting for their channel.
+    pub(crate) fn media(&self) -> &Arc<dyn MediaStore> {
+        &self.media
     }
 
     /// The scheduler's jobs.
@@ -129,7 +140,7 @@ impl Place {
             let bus = switchboard_nats::NatsBus::new(cluster.clone(), capacity, intake.clone());
             return Ok(Self {
                 bus: Arc::new(bus.clone()),
-                stores: Stores::of_cluster(&cluster),
+                stores: Stores::of_cluster(&cluster, &config.path(&config.agent.state_dir)),
                 runs_channels: role.runs_channels(),
                 runs_agents: role.runs_agents(),
                 nats: Some((cluster, bus)),

@@ -396,6 +396,7 @@ fn channels(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) -> Vec
             hub: Arc::new(ChatHub::new(1, CancellationToken::new())),
             pairing: Arc::new(Pairing::new(state.clone())),
             state,
+            media: Arc::new(switchboard_adapter::FileMedia::new(&state_dir)),
             state_dir,
             workspace: config.path(&config.agent.workspace),
             http: config.http_facts(),

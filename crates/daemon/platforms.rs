@@ -183,6 +183,7 @@ impl Component for Platforms {
                 hub: daemon.core.hub.clone(),
                 pairing: daemon.core.pairing.clone(),
                 state: daemon.place.stores().state().clone(),
+                media: daemon.place.stores().media().clone(),
                 state_dir: config.path(&config.agent.state_dir),
                 workspace: config.path(&config.agent.workspace),
                 http: config.http_facts(),

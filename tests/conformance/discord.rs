@@ -6,7 +6,7 @@ use switchboard_testkit::FakeDiscord;
 use switchboard_testkit::discord::TEST_TOKEN;
 use tokio::time::Instant;
 
-use super::{ADA, CAROL, Platform, Posted, Written};
+use super::{ADA, CAROL, Platform, Posted, Received, Written};
 use crate::util::PATIENCE;
 
 pub(crate) struct Discord(FakeDiscord);
@@ -18,6 +18,7 @@ fn id(text: &str) -> u64 {
 impl Platform for Discord {
     const NAME: &'static str = "discord";
     const LIMIT: usize = 2000;
+    const DOCUMENT_LIMIT: u64 = 10 * 1024 * 1024;
 
     async fn start() -> Self {
         Self(FakeDiscord::start().await.expect("fake Discord"))
@@ -80,6 +81,14 @@ edit_interval_secs = {interval:?}
                 reply_to: sent.reply_to.map(|id| id.to_string()),
                 at: sent.at,
             })
+            .collect()
+    }
+
+    fn files(&self, chat: &str) -> Vec<Received> {
+        self.0
+            .uploads_to(id(chat))
+            .into_iter()
+            .map(Received::by_type)
             .collect()
     }
 

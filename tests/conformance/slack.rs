@@ -7,7 +7,7 @@ use switchboard_testkit::FakeSlack;
 use switchboard_testkit::slack::{APP_TOKEN, BOT_TOKEN};
 use tokio::time::Instant;
 
-use super::{ADA, CAROL, Platform, Posted, Written};
+use super::{ADA, CAROL, Platform, Posted, Received, Written};
 use crate::util::PATIENCE;
 
 pub(crate) struct Slack(FakeSlack);
@@ -20,6 +20,7 @@ fn user(person: u64) -> String {
 impl Platform for Slack {
     const NAME: &'static str = "slack";
     const LIMIT: usize = switchboard_slack::MESSAGE_LIMIT;
+    const DOCUMENT_LIMIT: u64 = switchboard_core::MAX_MEDIA_BYTES;
 
     async fn start() -> Self {
         Self(FakeSlack::start().await.expect("fake Slack"))
@@ -83,6 +84,14 @@ edit_interval_secs = {interval:?}
                 reply_to: sent.reply_to,
                 at: sent.at,
             })
+            .collect()
+    }
+
+    fn files(&self, chat: &str) -> Vec<Received> {
+        self.0
+            .uploads_to(chat)
+            .into_iter()
+            .map(Received::by_type)
             .collect()
     }
 

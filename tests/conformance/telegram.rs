@@ -6,7 +6,7 @@ use switchboard_testkit::FakeTelegram;
 use switchboard_testkit::telegram::TEST_TOKEN;
 use tokio::time::Instant;
 
-use super::{ADA, CAROL, Platform, Posted, Written};
+use super::{ADA, CAROL, Platform, Posted, Received, Shown, Written};
 use crate::util::PATIENCE;
 
 pub(crate) struct Telegram(FakeTelegram);
@@ -18,6 +18,7 @@ fn id(text: &str) -> i64 {
 impl Platform for Telegram {
     const NAME: &'static str = "telegram";
     const LIMIT: usize = 4096;
+    const DOCUMENT_LIMIT: u64 = 50 * 1000 * 1000;
 
     async fn start() -> Self {
         Self(FakeTelegram::start().await.expect("fake Telegram"))
@@ -79,6 +80,23 @@ edit_interval_secs = {interval:?}
                     .unwrap_or(sent.visible),
                 reply_to: sent.reply_to.map(|id| id.to_string()),
                 at: sent.at,
+            })
+            .collect()
+    }
+
+    fn files(&self, chat: &str) -> Vec<Received> {
+        self.0
+            .uploads_to(id(chat))
+            .into_iter()
+            .map(|upload| Received {
+                shown: match upload.method.to_ascii_lowercase().as_str() {
+                    "sendphoto" => Shown::Picture,
+                    "sendvoice" | "sendaudio" => Shown::Voice,
+                    _ => Shown::Document,
+                },
+                name: upload.name,
+                bytes: upload.bytes,
+                caption: upload.caption,
             })
             .collect()
     }

@@ -7,7 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use switchboard_core::{Bus, Channel, ConfigProblem, CoreError, Transcripts};
+use switchboard_core::{
+    Bus, Channel, ConfigProblem, CoreError, MediaLimits, MediaStore, Transcripts,
+};
 
 use crate::pairing::Pairing;
 
@@ -43,6 +45,8 @@ pub struct ChannelParts {
     pub http: HttpFacts,
     /// Where a chat's conversation so far is read from, for channels that show it again.
     pub transcripts: Option<Arc<dyn Transcripts>>,
+    /// Where files for the chats wait until their channel delivered them.
+    pub media: Arc<dyn MediaStore>,
 }
 
 impl ChannelParts {
@@ -107,6 +111,12 @@ pub trait ChannelSection: Send + Sync {
 
     /// Builds the channel (only called when it is enabled).
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError>;
+
+    /// What its platform takes of files, so a file it cannot take is refused before an
+    /// upload starts — on whichever host sends it (none, by default).
+    fn media(&self) -> MediaLimits {
+        MediaLimits::NONE
+    }
 }
 
 /// The section of a channel this build leaves out (a cargo feature not enabled): it reads

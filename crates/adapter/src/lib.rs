@@ -14,6 +14,7 @@
 //! - `remembered`: [`Remembered`], a bounded table of what was seen of people and chats.
 //! - `per_chat`: [`PerChat`], intake work in order per chat, side by side across chats.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
+//! - `outgoing`: [`FileMedia`], files waiting for their channel in the state directory.
 //! - `settings`: checks of config values (secrets, URLs, seconds) with their spans.
 //! - `holds`: a chat held for a platform's `retry_after`, every call to it waiting.
 //! - `outbound`: [`Replies`], a turn's typing, draft and final reply over any [`Surface`].
@@ -30,6 +31,7 @@ mod kept;
 mod markdown;
 pub mod media;
 mod outbound;
+mod outgoing;
 mod pairing;
 mod per_chat;
 mod remembered;
@@ -44,7 +46,8 @@ pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
 pub use kept::{Kept, KeptChats};
 pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
-pub use outbound::{Form, Replies, Said, Surface};
+pub use outbound::{Form, Replies, Said, Surface, Upload};
+pub use outgoing::{FileMedia, KEEP_DAYS};
 pub use pairing::{
     AllowList, Approved, CODE_TTL, MAX_PENDING, PAIRING_KEY, Pairing, PairingError, PairingFile,
     PendingCode, RESEND_AFTER, Verdict,

@@ -22,12 +22,16 @@
 //! parts still missing, and skips the frames the stream offers it again that went out
 //! before. A turn that starts again (its worker changed) finishes its draft too.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use dashmap::DashMap;
-use switchboard_core::{ChatId, CoreError, MessageId, OutboundKind, OutboundMessage, Sent};
+use switchboard_core::{
+    ChatId, CoreError, MediaLimits, MediaStore, MessageId, OutboundFile, OutboundKind,
+    OutboundMessage, Sent,
+};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -64,12 +68,35 @@ pub struct Said<'a> {
     pub as_reply: bool,
 }
 
+/// One file going out, as the platform is asked to upload it.
+#[derive(Clone, Copy, Debug)]
+pub struct Upload<'a> {
+    /// The file (its name, type, size, kind).
+    pub file: &'a OutboundFile,
+    /// Where its bytes are on this host.
+    pub path: &'a Path,
+    /// Its caption, within the platform's caption limit (a longer one goes out as text
+    /// after it).
+    pub caption: Option<&'a str>,
+    /// The person's message this answers, if it answers one.
+    pub answering: Option<&'a MessageId>,
+    /// Whether to show it as a reply to `answering`.
+    pub as_reply: bool,
+}
+
 /// A platform's calls, as [`Replies`] makes them. Errors are mapped for delivery: a rate
 /// limit is [`CoreError::RateLimited`] with the platform's wait.
 #[async_trait]
 pub trait Surface: Send + Sync + 'static {
     /// Where a chat's messages go, parsed from its id.
     type Place: Clone + Send + Sync + 'static;
+
+    /// The channel's name (`telegram`), for errors.
+    const CHANNEL: &'static str;
+
+    /// The platform's name as people write it (`Telegram`), for what the model and the
+    /// person read.
+    const PLATFORM: &'static str;
 
     /// The place of `chat`, or why it is not one of this platform's chats.
     fn place(&self, chat: &ChatId) -> Result<Self::Place, CoreError>;
@@ -93,6 +120,29 @@ pub trait Surface: Send + Sync + 'static {
 
     /// Shows "typing…" once.
     async fn typing(&self, place: &Self::Place) -> Result<(), CoreError>;
+
+    /// What the platform takes of files (none, by default).
+    fn media(&self) -> MediaLimits {
+        MediaLimits::NONE
+    }
+
+    /// Uploads a file as a message of its kind (a picture, a voice message, a document);
+    /// returns the message's id once the platform took it. Only called for a file within
+    /// [`Surface::media`].
+    async fn send_file(
+        &self,
+        _place: &Self::Place,
+        upload: Upload<'_>,
+    ) -> Result<String, CoreError> {
+        Err(CoreError::Channel {
+            channel: Self::CHANNEL.into(),
+            message: format!(
+                "{} cannot be sent files here ({})",
+                Self::PLATFORM,
+                upload.file.name
+            ),
+        })
+    }
 }
 
 /// One chat's state while a turn runs.
@@ -166,6 +216,11 @@ pub struct Replies<S: Surface> {
     holds: Arc<Holds>,
     /// Where each chat's delivery is kept for a standby gateway (a cluster's); `None` alone.
     kept: Option<KeptChats>,
+    /// Where files' bytes wait; `None`: the channel sends no files.
+    media: Option<Arc<dyn MediaStore>>,
+    /// The file of each chat that went up while the text after it (a long caption's rest)
+    /// has not all gone out: its key and message id, so a retry sends only that text.
+    uploaded: DashMap<ChatId, (String, String)>,
 }
 
 impl<S: Surface> Replies<S> {
@@ -179,7 +234,15 @@ impl<S: Surface> Replies<S> {
             chats: DashMap::new(),
             holds: Arc::default(),
             kept: None,
+            media: None,
+            uploaded: DashMap::new(),
         }
+    }
+
+    /// Sends files, whose bytes wait in `media`.
+    pub fn with_media(mut self, media: Arc<dyn MediaStore>) -> Self {
+        self.media = Some(media);
+        self
     }
 
     /// Keeps each chat's delivery in `kept` (when there is one), for a standby gateway to go
@@ -268,6 +331,10 @@ impl<S: Surface> Replies<S> {
                 let mut own = ChatOut::new();
                 let place = place.clone();
                 return Some(self.deliver_reply(&mut own, chat, place, None, text).await);
+            }
+            OutboundKind::File(file) => {
+                let place = place.clone();
+                return Some(self.deliver_file(chat, place, answering, file).await);
             }
             OutboundKind::Status(_) | OutboundKind::Tool(_) => return Some(Ok(Sent::accepted())),
             OutboundKind::Delta(_) if !self.stream => return Some(Ok(Sent::accepted())),
@@ -507,6 +574,78 @@ impl<S: Surface> Replies<S> {
             out.delivered_parts = index + 1;
         }
         Ok(last)
+    }
+
+    /// Delivers a file: checked against what the platform takes, uploaded (once, even when
+    /// the text after it is retried), its caption with it — or, when the caption is longer
+    /// than the platform shows with a file, the caption's text right after it.
+    async fn deliver_file(
+        &self,
+        chat: &ChatId,
+        place: S::Place,
+        answering: Option<&MessageId>,
+        file: &OutboundFile,
+    ) -> Result<Sent, CoreError> {
+        let refused = |message: String| CoreError::Channel {
+            channel: S::CHANNEL.into(),
+            message,
+        };
+        let Some(media) = &self.media else {
+            return Err(refused(format!(
+                "{} cannot be sent files here ({})",
+                S::PLATFORM,
+                file.name
+            )));
+        };
+        let limits = self.surface.media();
+        if let Some(why) = limits.refusal(S::PLATFORM, file.kind, file.bytes) {
+            return Err(refused(why));
+        }
+        let caption = file
+            .caption
+            .as_deref()
+            .map(str::trim)
+            .filter(|c| !c.is_empty());
+        let fits = caption.is_none_or(|c| c.chars().count() <= limits.caption);
+        let done = self
+            .uploaded
+            .get(chat)
+            .filter(|entry| entry.0 == file.key)
+            .map(|entry| entry.1.clone());
+        let id = match done {
+            Some(id) => id,
+            None => {
+                let path = media
+                    .local(&file.key)
+                    .await
+                    .map_err(|err| refused(err.to_string()))?;
+                let upload = Upload {
+                    file,
+                    path: &path,
+                    caption: caption.filter(|_| fits),
+                    answering,
+                    as_reply: answering.is_some(),
+                };
+                let id = self
+                    .holds
+                    .call(chat, self.surface.send_file(&place, upload))
+                    .await?;
+                if fits {
+                    return Ok(Sent::as_id(id));
+                }
+                self.uploaded
+                    .insert(chat.clone(), (file.key.clone(), id.clone()));
+                id
+            }
+        };
+        if let Some(text) = caption {
+            let mut own = ChatOut::new();
+            self.deliver_reply(&mut own, chat, place, None, text)
+                .await?;
+        }
+        self.uploaded
+            .remove_if(chat, |_, entry| entry.0 == file.key);
+        Ok(Sent::as_id(id))
     }
 
     /// Shows "typing…" until the token is cancelled (or [`TYPING_AT_MOST`] passed); not

@@ -9,7 +9,7 @@ use switchboard_core::{
     Attachment, ImagePart, InboundMessage, MessageId, Origin, ScheduledRun, SenderId, SessionKey,
 };
 use switchboard_llm::ImageData;
-use switchboard_tools::{TurnSlot, User, Workspace};
+use switchboard_tools::{TurnChat, TurnSlot, User, Workspace};
 
 /// The largest image sent to a model, in bytes.
 const MAX_IMAGE_BYTES: u64 = ImagePart::MAX_BYTES;
@@ -46,6 +46,8 @@ pub struct TurnInput {
     pub on_behalf_of: Option<SessionKey>,
     /// The scheduled run it is, when it is one (its end is settled by it).
     pub run: Option<ScheduledRun>,
+    /// The chat it was written in, for tools that send to it (`None`: none, the terminal).
+    pub chat: Option<TurnChat>,
 }
 
 impl TurnInput {
@@ -71,6 +73,16 @@ impl TurnInput {
             origin: message.origin.clone(),
             on_behalf_of: message.on_behalf_of.clone(),
             run: message.run.clone(),
+            chat: Some(TurnChat {
+                channel: message.channel.clone(),
+                chat: message.chat_id.clone(),
+                answering: message
+                    .origin
+                    .is_person()
+                    .then(|| message.id.clone())
+                    .flatten(),
+                turn: message.id.clone(),
+            }),
         }
     }
 }

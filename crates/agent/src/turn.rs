@@ -291,6 +291,7 @@ impl Turn<'_> {
             user: self.user.clone(),
             sender: input.sender.clone(),
             slot: input.slot.clone(),
+            chat: input.chat.clone(),
             subagents: agent.children_of_turn(key, &self.chat, &input.origin, cancel, input.slot),
         };
         (request, ctx)

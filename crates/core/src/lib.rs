@@ -9,6 +9,8 @@
 //!   [`MessageId`]).
 //! - `conversation`: the provider-neutral conversation model ([`ChatMessage`], [`ToolCall`], [`Usage`]).
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
+//! - `media`: files going out ([`OutboundFile`]), where their bytes wait ([`MediaStore`]),
+//!   what a platform takes ([`MediaLimits`]).
 //! - `origin`: [`Origin`], where a message comes from (a person, a schedule, the heartbeat).
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement, and [`Internal`] for the daemon's own
@@ -36,6 +38,7 @@ mod error;
 mod hub;
 mod ids;
 mod lanes;
+pub mod media;
 mod message;
 mod origin;
 mod retry;
@@ -61,6 +64,9 @@ pub use error::{CoreError, error_chain, plain_cause, without_userinfo};
 pub use hub::{ChannelLanes, ChatHub};
 pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
+pub use media::{
+    KeptFile, MAX_MEDIA_BYTES, MediaError, MediaKind, MediaLimits, MediaStore, OutboundFile,
+};
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
     TOOL_DETAIL_BYTES, ToolActivity, ToolStatus, TurnEnd, preview,

@@ -309,6 +309,10 @@ pub enum OutboundKind {
     /// reply (split, rendered), but part of no turn — it never touches a turn's draft, and
     /// no `Done` follows it.
     Post(String),
+    /// A file: a picture, a voice message, a document — in its place among the chat's
+    /// messages, in a turn (a spoken reply, a tool's `send_file` to its own chat) or outside
+    /// one (like a `Post`: no `Done` follows).
+    File(crate::media::OutboundFile),
     /// Something went wrong; the text says what and, where it can, what to change.
     Error(String),
     /// The exchange is over; no more messages for it.

@@ -59,6 +59,10 @@ impl ChannelSection for DiscordSection {
         self.settings().map(drop)
     }
 
+    fn media(&self) -> switchboard_core::MediaLimits {
+        crate::rest::MEDIA
+    }
+
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
         let channel = DiscordChannel::new(self.settings()?, parts)?;
         Ok(BuiltChannel::new(Arc::new(channel)))
@@ -112,7 +116,8 @@ impl DiscordChannel {
             inner: Arc::new(Inner {
                 gateway: Gateway::new(rest, settings.token.clone(), intents(), state),
                 replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval)
-                    .keeping(parts.kept(CHANNEL_NAME)),
+                    .keeping(parts.kept(CHANNEL_NAME))
+                    .with_media(parts.media.clone()),
                 gate,
                 chats,
                 intake: tokio::sync::Mutex::new(intake),

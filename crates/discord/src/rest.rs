@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use switchboard_adapter::{Measure, Remembered, Said, Surface};
-use switchboard_core::{ChatId, CoreError, error_chain};
+use switchboard_adapter::{Measure, Remembered, Said, Surface, Upload};
+use switchboard_core::{ChatId, CoreError, MediaLimits, error_chain};
 use url::Url;
 
 use crate::limits::{Answered, Gate, INLINE_WAIT, RateLimits, Route};
@@ -37,6 +37,26 @@ const TYPING_EVERY: Duration = Duration::from_secs(8);
 const SUPPRESS_EMBEDS: u64 = 1 << 2;
 /// Authors remembered for the messages being answered; beyond, the table starts over.
 pub(crate) const MAX_KNOWN_AUTHORS: usize = 10_000;
+
+/// How long an upload may take.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What a bot may upload: files of up to 10 MiB (Discord's limit without boosts), with
+/// the message's 2,000 characters as the caption.
+pub const MEDIA: MediaLimits = MediaLimits {
+    image: 10 * 1024 * 1024,
+    voice: 10 * 1024 * 1024,
+    document: 10 * 1024 * 1024,
+    caption: MESSAGE_LIMIT,
+};
+
+/// What a call sends.
+pub(crate) enum Body<'a> {
+    /// JSON.
+    Json(&'a Value),
+    /// Files, with the message as `payload_json`.
+    Files(reqwest::multipart::Form),
+}
 
 /// The REST API.
 #[derive(Clone)]
@@ -80,6 +100,25 @@ impl Rest {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, CoreError> {
+        self.call_with(method, path, body.map(Body::Json)).await
+    }
+
+    /// A call with a body of files (`multipart/form-data`), within [`UPLOAD_TIMEOUT`].
+    pub(crate) async fn upload(
+        &self,
+        path: &str,
+        form: reqwest::multipart::Form,
+    ) -> Result<Value, CoreError> {
+        self.call_with(reqwest::Method::POST, path, Some(Body::Files(form)))
+            .await
+    }
+
+    async fn call_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Body<'_>>,
+    ) -> Result<Value, CoreError> {
         let url = self
             .base
             .join(path)
@@ -107,8 +146,10 @@ impl Rest {
             .client
             .request(method.clone(), url)
             .header("authorization", &self.authorization);
-        if let Some(body) = body {
-            request = request.json(body);
+        match body {
+            Some(Body::Json(body)) => request = request.json(body),
+            Some(Body::Files(form)) => request = request.multipart(form).timeout(UPLOAD_TIMEOUT),
+            None => {}
         }
         let response = request.send().await.map_err(|err| unavailable(&err))?;
         let status = response.status();
@@ -243,6 +284,8 @@ impl Discord {
 #[async_trait]
 impl Surface for Discord {
     type Place = u64;
+    const CHANNEL: &'static str = CHANNEL_NAME;
+    const PLATFORM: &'static str = "Discord";
 
     fn place(&self, chat: &ChatId) -> Result<u64, CoreError> {
         chat.as_str()
@@ -294,6 +337,52 @@ impl Surface for Discord {
             .call(reqwest::Method::PATCH, &path, Some(&body))
             .await
             .map(drop)
+    }
+
+    fn media(&self) -> MediaLimits {
+        MEDIA
+    }
+
+    /// A message with the file as its attachment: Discord shows pictures, plays audio and
+    /// offers the rest to download. Read whole (at most 10 MiB) into the request.
+    async fn send_file(&self, &channel: &u64, upload: Upload<'_>) -> Result<String, CoreError> {
+        let said = Said {
+            text: upload.caption.unwrap_or_default(),
+            form: switchboard_adapter::Form::Reply,
+            answering: upload.answering,
+            as_reply: upload.as_reply,
+        };
+        let mut payload = json!({
+            "content": said.text,
+            "allowed_mentions": self.allowed_mentions(&said),
+            "flags": SUPPRESS_EMBEDS,
+            "attachments": [{"id": 0, "filename": upload.file.name}],
+        });
+        if let Some(message) = upload.answering.filter(|_| upload.as_reply) {
+            payload["message_reference"] = json!({
+                "message_id": message.as_str(),
+                "fail_if_not_exists": false,
+            });
+        }
+        let bytes = tokio::fs::read(upload.path)
+            .await
+            .map_err(|err| channel_error(format!("cannot read {}: {err}", upload.file.name)))?;
+        let part = reqwest::multipart::Part::bytes(bytes)
+            .file_name(upload.file.name.clone())
+            .mime_str(&upload.file.mime)
+            .map_err(|err| channel_error(format!("its type {}: {err}", upload.file.mime)))?;
+        let form = reqwest::multipart::Form::new()
+            .text("payload_json", payload.to_string())
+            .part("files[0]", part);
+        let path = format!("channels/{channel}/messages");
+        let answer = self.rest.upload(&path, form).await?;
+        answer["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| CoreError::Unavailable {
+                channel: CHANNEL_NAME.into(),
+                message: "Discord's answer to an upload had no id".into(),
+            })
     }
 
     async fn typing(&self, &channel: &u64) -> Result<(), CoreError> {

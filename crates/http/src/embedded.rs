@@ -20,7 +20,8 @@ macro_rules! embedded {
 }
 /// The policy of every page and asset.
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-     img-src 'self' data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; \
+     img-src 'self' data: blob:; media-src 'self' blob:; connect-src 'self'; base-uri 'none'; \
+     form-action 'none'; \
      frame-ancestors 'none'";
 
 /// The assets change only with the binary: the version tags them.

@@ -56,6 +56,10 @@ impl ChannelSection for SlackSection {
         self.settings().map(drop)
     }
 
+    fn media(&self) -> switchboard_core::MediaLimits {
+        crate::outbound::MEDIA
+    }
+
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
         let channel = SlackChannel::new(self.settings()?, parts)?;
         Ok(BuiltChannel::new(Arc::new(channel)))
@@ -154,7 +158,8 @@ impl SlackChannel {
         Ok(Self {
             inner: Arc::new(Inner {
                 replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval)
-                    .keeping(parts.kept(CHANNEL_NAME)),
+                    .keeping(parts.kept(CHANNEL_NAME))
+                    .with_media(parts.media.clone()),
                 settings,
                 client,
                 bot,

@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use slack_morphism::errors::SlackClientError;
 use slack_morphism::prelude::*;
-use switchboard_adapter::{Form, Measure, Said, Surface, slack_mrkdwn};
-use switchboard_core::{ChatId, CoreError};
+use switchboard_adapter::{Form, Measure, Said, Surface, Upload, slack_mrkdwn};
+use switchboard_core::{ChatId, CoreError, MediaLimits};
 
 /// The channel's name: the prefix of its session keys.
 pub const CHANNEL_NAME: &str = "slack";
@@ -77,6 +77,8 @@ impl Slack {
 #[async_trait]
 impl Surface for Slack {
     type Place = Place;
+    const CHANNEL: &'static str = CHANNEL_NAME;
+    const PLATFORM: &'static str = "Slack";
 
     fn place(&self, chat: &ChatId) -> Result<Place, CoreError> {
         Place::of(chat.as_str()).ok_or_else(|| CoreError::Channel {
@@ -125,7 +127,60 @@ impl Surface for Slack {
     async fn typing(&self, _place: &Place) -> Result<(), CoreError> {
         Ok(())
     }
+
+    fn media(&self) -> MediaLimits {
+        MEDIA
+    }
+
+    /// Slack's external upload, in its three steps: an upload address for the file's name
+    /// and length, the bytes posted there, then the upload completed into the chat (its
+    /// thread, if it is one) with the caption as its comment. Slack shows pictures and plays
+    /// audio itself. The id is the file's (Slack shares it in a message of its own making).
+    async fn send_file(&self, place: &Place, upload: Upload<'_>) -> Result<String, CoreError> {
+        let bytes = tokio::fs::read(upload.path)
+            .await
+            .map_err(|err| CoreError::Channel {
+                channel: CHANNEL_NAME.into(),
+                message: format!("cannot read {}: {err}", upload.file.name),
+            })?;
+        let session = self.client.open_session(&self.token);
+        let asked =
+            SlackApiFilesGetUploadUrlExternalRequest::new(upload.file.name.clone(), bytes.len());
+        let address = session
+            .get_upload_url_external(&asked)
+            .await
+            .map_err(mapped)?;
+        let posted = SlackApiFilesUploadViaUrlRequest::new(
+            address.upload_url,
+            bytes,
+            upload.file.mime.clone(),
+        );
+        session
+            .files_upload_via_url(&posted)
+            .await
+            .map_err(mapped)?;
+        let file = SlackApiFilesComplete::new(address.file_id.clone())
+            .with_title(upload.file.name.clone());
+        let complete = SlackApiFilesCompleteUploadExternalRequest::new(vec![file])
+            .with_channel_id(place.channel.clone())
+            .opt_thread_ts(place.thread.clone())
+            .opt_initial_comment(upload.caption.map(slack_mrkdwn));
+        session
+            .files_complete_upload_external(&complete)
+            .await
+            .map_err(mapped)?;
+        Ok(address.file_id.0)
+    }
 }
+
+/// What a bot may upload here: the daemon's largest kept file (Slack itself takes up to
+/// 1 GB), read whole into the upload; a caption of a message's length.
+pub const MEDIA: MediaLimits = MediaLimits {
+    image: switchboard_core::MAX_MEDIA_BYTES,
+    voice: switchboard_core::MAX_MEDIA_BYTES,
+    document: switchboard_core::MAX_MEDIA_BYTES,
+    caption: MESSAGE_LIMIT,
+};
 
 /// Escapes `&`, `<`, `>` as Slack asks of plain text.
 fn escape(text: &str) -> String {

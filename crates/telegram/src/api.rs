@@ -4,11 +4,14 @@
 
 use std::time::Duration;
 
-use switchboard_core::{CoreError, error_chain, plain_cause};
-use teloxide::payloads::{EditMessageTextSetters, SendMessageSetters};
+use switchboard_core::{CoreError, MediaKind, MediaLimits, error_chain, plain_cause};
+use teloxide::payloads::{
+    EditMessageTextSetters, SendAudioSetters, SendDocumentSetters, SendMessageSetters,
+    SendPhotoSetters, SendVoiceSetters,
+};
 use teloxide::prelude::Requester;
 use teloxide::types::{
-    ChatId, LinkPreviewOptions, MessageId, ParseMode, ReplyParameters, ThreadId,
+    ChatId, InputFile, LinkPreviewOptions, MessageId, ParseMode, ReplyParameters, ThreadId,
 };
 use teloxide::{ApiError, Bot, RequestError};
 
@@ -18,8 +21,20 @@ pub const CHANNEL_NAME: &str = "telegram";
 /// Telegram's longest message, in UTF-16 code units.
 pub const MESSAGE_LIMIT: usize = 4096;
 
-/// How long one Bot API call (other than a long poll) may take.
+/// How long one Bot API call (other than a long poll or an upload) may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long an upload may take.
+pub const UPLOAD_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What the Bot API takes of files: photos up to 10 MB, other files up to 50 MB, captions
+/// of 1024 characters.
+pub const MEDIA: MediaLimits = MediaLimits {
+    image: 10 * 1000 * 1000,
+    voice: 50 * 1000 * 1000,
+    document: 50 * 1000 * 1000,
+    caption: 1024,
+};
 
 /// A request error as delivery sees it.
 pub fn core_error(err: RequestError) -> CoreError {
@@ -129,12 +144,85 @@ pub async fn edit(
     }
 }
 
+/// A file to send.
+pub struct FileOut<'a> {
+    /// Where its bytes are.
+    pub path: &'a std::path::Path,
+    /// Its name.
+    pub name: &'a str,
+    /// Its MIME type.
+    pub mime: &'a str,
+    /// What it goes out as.
+    pub kind: MediaKind,
+    /// Its caption (plain text, within [`MEDIA`]'s caption).
+    pub caption: Option<&'a str>,
+}
+
+/// Sends a file as a photo, a voice message (OGG/Opus, MP3 or M4A, as `sendVoice` takes
+/// them; other audio as `sendAudio`) or a document, within [`UPLOAD_TIMEOUT`]. Returns its
+/// message's id.
+pub async fn send_file(
+    bot: &Bot,
+    chat: ChatId,
+    topic: Option<ThreadId>,
+    file: FileOut<'_>,
+    reply_to: Option<i32>,
+) -> Result<MessageId, CoreError> {
+    let input = InputFile::file(file.path).file_name(file.name.to_owned());
+    let reply =
+        reply_to.map(|id| ReplyParameters::new(MessageId(id)).allow_sending_without_reply());
+    // Each method's request has setters of its own; the same four are set on each.
+    macro_rules! upload {
+        ($request:expr) => {{
+            let mut request = $request;
+            if let Some(caption) = file.caption {
+                request = request.caption(caption);
+            }
+            if let Some(topic) = topic {
+                request = request.message_thread_id(topic);
+            }
+            if let Some(reply) = reply {
+                request = request.reply_parameters(reply);
+            }
+            within(UPLOAD_TIMEOUT, request).await
+        }};
+    }
+    let voice_format = matches!(
+        file.mime,
+        "audio/ogg" | "audio/opus" | "audio/mpeg" | "audio/mp4"
+    );
+    let sent = match file.kind {
+        MediaKind::Image => upload!(bot.send_photo(chat, input)),
+        MediaKind::Voice if voice_format => upload!(bot.send_voice(chat, input)),
+        MediaKind::Voice => upload!(bot.send_audio(chat, input)),
+        MediaKind::Document => upload!(bot.send_document(chat, input)),
+    };
+    sent.map(|message| message.id).map_err(|err| match err {
+        Ok(()) => CoreError::Unavailable {
+            channel: CHANNEL_NAME.into(),
+            message: format!("the upload did not finish within {UPLOAD_TIMEOUT:?}"),
+        },
+        Err(err) => core_error(err),
+    })
+}
+
 /// A call within [`CALL_TIMEOUT`]: `Err(Ok(()))` when it timed out.
 async fn call<R>(request: R) -> Result<teloxide::types::Message, Result<(), RequestError>>
 where
     R: std::future::IntoFuture<Output = Result<teloxide::types::Message, RequestError>>,
 {
-    match tokio::time::timeout(CALL_TIMEOUT, request.into_future()).await {
+    within(CALL_TIMEOUT, request).await
+}
+
+/// A call within `limit`: `Err(Ok(()))` when it timed out.
+async fn within<R>(
+    limit: Duration,
+    request: R,
+) -> Result<teloxide::types::Message, Result<(), RequestError>>
+where
+    R: std::future::IntoFuture<Output = Result<teloxide::types::Message, RequestError>>,
+{
+    match tokio::time::timeout(limit, request.into_future()).await {
         Ok(Ok(message)) => Ok(message),
         Ok(Err(err)) => Err(Err(err)),
         Err(_) => Err(Ok(())),

@@ -85,6 +85,10 @@ impl ChannelSection for TelegramSection {
         self.settings().map(drop)
     }
 
+    fn media(&self) -> switchboard_core::MediaLimits {
+        crate::api::MEDIA
+    }
+
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
         let channel = TelegramChannel::new(self.settings()?, parts)?;
         let router = channel.router();
@@ -131,7 +135,8 @@ impl TelegramChannel {
                     settings.stream,
                     settings.edit_interval,
                 )
-                .keeping(parts.kept(CHANNEL_NAME)),
+                .keeping(parts.kept(CHANNEL_NAME))
+                .with_media(parts.media.clone()),
                 bot,
                 settings,
                 me: RwLock::new(None),

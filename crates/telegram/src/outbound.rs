@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use switchboard_adapter::{Form, Measure, Said, Surface, telegram_html};
-use switchboard_core::{ChatId, CoreError};
+use switchboard_adapter::{Form, Measure, Said, Surface, Upload, telegram_html};
+use switchboard_core::{ChatId, CoreError, MediaLimits};
 use teloxide::Bot;
 use teloxide::payloads::SendChatActionSetters;
 use teloxide::prelude::Requester;
@@ -27,6 +27,8 @@ pub(crate) struct Telegram {
 #[async_trait]
 impl Surface for Telegram {
     type Place = (TgChatId, Option<ThreadId>);
+    const CHANNEL: &'static str = CHANNEL_NAME;
+    const PLATFORM: &'static str = "Telegram";
 
     fn place(&self, chat: &ChatId) -> Result<Self::Place, CoreError> {
         destination(chat.as_str()).ok_or_else(|| CoreError::Channel {
@@ -67,6 +69,31 @@ impl Surface for Telegram {
         let id = MessageId(message.parse().unwrap_or_default());
         let html = (said.form == Form::Reply).then(|| telegram_html(said.text));
         api::edit(&self.bot, chat, id, html.as_deref(), said.text).await
+    }
+
+    fn media(&self) -> MediaLimits {
+        api::MEDIA
+    }
+
+    async fn send_file(
+        &self,
+        &(chat, topic): &Self::Place,
+        upload: Upload<'_>,
+    ) -> Result<String, CoreError> {
+        let reply_to = upload
+            .answering
+            .filter(|_| upload.as_reply)
+            .and_then(|id| id.as_str().parse::<i32>().ok());
+        let file = api::FileOut {
+            path: upload.path,
+            name: &upload.file.name,
+            mime: &upload.file.mime,
+            kind: upload.file.kind,
+            caption: upload.caption,
+        };
+        api::send_file(&self.bot, chat, topic, file, reply_to)
+            .await
+            .map(|id| id.0.to_string())
     }
 
     async fn typing(&self, &(chat, topic): &Self::Place) -> Result<(), CoreError> {

@@ -105,6 +105,8 @@ struct Inner {
     file_delay: Duration,
     /// When each file download was answered.
     files_served: Vec<Instant>,
+    /// Files the bot attached to its messages, in order.
+    uploads: Vec<crate::multipart::Uploaded>,
 }
 
 struct Shared {
@@ -368,6 +370,18 @@ impl FakeDiscord {
     /// Heartbeats received.
     pub fn heartbeats(&self) -> u32 {
         self.shared.lock().heartbeats
+    }
+
+    /// The files the bot attached to its messages in `channel`, in order.
+    pub fn uploads_to(&self, channel: u64) -> Vec<crate::multipart::Uploaded> {
+        let channel = channel.to_string();
+        self.shared
+            .lock()
+            .uploads
+            .iter()
+            .filter(|upload| upload.chat == channel)
+            .cloned()
+            .collect()
     }
 
     /// Everything the bot sent, in order.

@@ -4,6 +4,8 @@
 //! # Layout
 //! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
 //!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
+//! - `multipart`: form bodies as the fakes read them, and [`Uploaded`](multipart::Uploaded),
+//!   a file a fake was sent.
 //! - `nats`: [`NatsServer`], a real `nats-server` with JetStream, for the cluster.
 //! - `otlp`: [`OtlpReceiver`], a collector's OTLP/HTTP traces endpoint (JSON).
 //! - `process`: waiting for a file's line, whether processes run (for `exec` tests).
@@ -18,6 +20,7 @@
 pub mod discord;
 mod llm;
 pub mod mcp;
+pub mod multipart;
 pub mod nats;
 pub mod otlp;
 pub mod process;

@@ -77,7 +77,14 @@ struct Inner {
     files: HashMap<String, Vec<u8>>,
     file_delay: Duration,
     files_served: Vec<Instant>,
+    /// Uploads begun (`files.getUploadURLExternal`) and not completed, by file id.
+    pending: HashMap<String, Pending>,
+    /// Files the bot shared into chats, in order.
+    uploads: Vec<crate::multipart::Uploaded>,
 }
+
+/// An upload begun: the file's name, its length, and its bytes and type once posted.
+type Pending = (String, usize, Option<(Vec<u8>, String)>);
 
 struct Shared {
     inner: Mutex<Inner>,
@@ -115,6 +122,7 @@ impl FakeSlack {
             .route("/link", get(socket))
             .route("/link/", get(socket))
             .route("/files/{name}", get(file))
+            .route("/upload/{file}", axum::routing::post(upload))
             .with_state(shared.clone());
         let (addr, stop) = crate::serve(app, SocketAddr::from(([127, 0, 0, 1], 0))).await?;
         *shared.addr.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
@@ -282,6 +290,17 @@ impl FakeSlack {
         self.shared.lock().unacked.len()
     }
 
+    /// The files the bot shared into `chat` (a channel, or `channel:thread`), in order.
+    pub fn uploads_to(&self, chat: &str) -> Vec<crate::multipart::Uploaded> {
+        self.shared
+            .lock()
+            .uploads
+            .iter()
+            .filter(|upload| upload.chat == chat)
+            .cloned()
+            .collect()
+    }
+
     /// Everything the bot sent so far.
     pub fn sent(&self) -> Vec<Sent> {
         self.shared.lock().sent.clone()
@@ -402,10 +421,16 @@ fn params(body: &Bytes) -> Value {
 async fn web_api(
     State(shared): State<Arc<Shared>>,
     Path(method): Path<String>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let params = params(&body);
+    let mut params = params(&body);
+    if let (Some(query), Some(fields)) = (query, params.as_object_mut()) {
+        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            fields.insert(key.into_owned(), json!(value.into_owned()));
+        }
+    }
     let token = token(&headers, &params);
     match method.as_str() {
         "apps.connections.open" => {
@@ -422,8 +447,116 @@ async fn web_api(
         "auth.test" => ok(json!({"url": "https://fake.slack.com/", "team": "Fake",
             "user": "switchboard", "team_id": "T0000001", "user_id": BOT_USER, "bot_id": "B0000001"})),
         "chat.postMessage" | "chat.update" => write(&shared, &method, &params),
+        "files.getUploadURLExternal" => upload_url(&shared, &params),
+        "files.completeUploadExternal" => complete_upload(&shared, &params),
         _ => fail("unknown_method"),
     }
+}
+
+/// `files.getUploadURLExternal`: an address on the fake to post the file's bytes to.
+fn upload_url(shared: &Shared, params: &Value) -> Response {
+    let name = params["filename"].as_str().unwrap_or_default().to_owned();
+    let length = params["length"]
+        .as_str()
+        .and_then(|length| length.parse().ok())
+        .or_else(|| params["length"].as_u64().map(|length| length as usize));
+    let (Some(length), false) = (length, name.is_empty()) else {
+        return fail("invalid_arguments");
+    };
+    let addr = *shared.addr.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut inner = shared.lock();
+    inner.next += 1;
+    let id = format!("F{:08}", inner.next);
+    inner.pending.insert(id.clone(), (name, length, None));
+    let url = addr
+        .map(|addr| format!("http://{addr}/upload/{id}"))
+        .unwrap_or_default();
+    ok(json!({"upload_url": url, "file_id": id}))
+}
+
+/// The bytes of an upload begun before, posted to its address.
+async fn upload(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mime = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let mut inner = shared.lock();
+    match inner.pending.get_mut(&id) {
+        Some((_, length, posted)) if *length == body.len() => {
+            *posted = Some((body.to_vec(), mime));
+            (StatusCode::OK, format!("OK - {}", body.len())).into_response()
+        }
+        Some(_) => (
+            StatusCode::BAD_REQUEST,
+            "the length is not the one asked for",
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+/// `files.completeUploadExternal`: each uploaded file shared into the chat (its thread), with
+/// the comment.
+fn complete_upload(shared: &Shared, params: &Value) -> Response {
+    let channel = params["channel_id"].as_str().unwrap_or_default().to_owned();
+    let thread = params["thread_ts"].as_str().map(str::to_owned);
+    let comment = params["initial_comment"].as_str().map(str::to_owned);
+    let files: Vec<String> = params["files"]
+        .as_array()
+        .map(|files| {
+            files
+                .iter()
+                .filter_map(|file| file["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut inner = shared.lock();
+    if let Some((secs, left)) = inner.limited.get_mut(&channel)
+        && *left > 0
+    {
+        *left -= 1;
+        let secs = *secs;
+        inner.limited_at.push((channel, Instant::now()));
+        drop(inner);
+        shared.changed.notify_waiters();
+        let mut response = axum::Json(json!({"ok": false, "error": "ratelimited"})).into_response();
+        *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        if let Ok(value) = secs.to_string().parse() {
+            response.headers_mut().insert("retry-after", value);
+        }
+        return response;
+    }
+    let mut shared_files = Vec::new();
+    for id in files {
+        let Some((name, _, Some((bytes, mime)))) = inner.pending.remove(&id) else {
+            return fail("file_not_found");
+        };
+        let chat = match &thread {
+            Some(thread) => format!("{channel}:{thread}"),
+            None => channel.clone(),
+        };
+        shared_files.push(json!({"id": id, "name": name, "title": name, "mimetype": mime}));
+        inner.uploads.push(crate::multipart::Uploaded {
+            chat,
+            id,
+            method: "files.completeUploadExternal".into(),
+            name,
+            mime: Some(mime),
+            bytes,
+            caption: comment.clone(),
+            reply_to: None,
+            at: Instant::now(),
+        });
+    }
+    drop(inner);
+    shared.changed.notify_waiters();
+    ok(json!({"files": shared_files}))
 }
 
 /// A new message or an edit, as Slack takes it.

@@ -101,6 +101,14 @@ struct Inner {
     webhook: Option<(String, Option<String>)>,
     /// The bot's command menu, as last set (`setMyCommands`).
     commands: Vec<Value>,
+    /// Files the bot sent, in order.
+    uploads: Vec<crate::multipart::Uploaded>,
+    /// Uploads that arrived (held ones and refused ones included).
+    uploads_started: u64,
+    /// Uploads wait until `released` says what became of them.
+    hold_uploads: bool,
+    /// What held uploads do once let go: kept (`true`) or dropped (`false`).
+    released: Option<bool>,
 }
 
 struct Shared {
@@ -240,6 +248,41 @@ impl FakeTelegram {
     /// The bot's command menu, as it last set it: `{command, description}` each.
     pub fn commands(&self) -> Vec<Value> {
         self.shared.lock().commands.clone()
+    }
+
+    /// The files the bot sent to `chat`, in order.
+    pub fn uploads_to(&self, chat: i64) -> Vec<crate::multipart::Uploaded> {
+        let chat = chat.to_string();
+        self.shared
+            .lock()
+            .uploads
+            .iter()
+            .filter(|upload| upload.chat == chat)
+            .cloned()
+            .collect()
+    }
+
+    /// How many uploads arrived so far (held and refused ones too).
+    pub fn uploads_started(&self) -> u64 {
+        self.shared.lock().uploads_started
+    }
+
+    /// Holds every upload that arrives until [`FakeTelegram::release_uploads`] (an upload
+    /// in flight, for a kill in the middle of it).
+    pub fn hold_uploads(&self) {
+        let mut inner = self.shared.lock();
+        inner.hold_uploads = true;
+        inner.released = None;
+    }
+
+    /// Lets held uploads go: kept as sent (`keep`), or dropped as if the connection broke
+    /// before Telegram had the whole file. Later uploads are not held.
+    pub fn release_uploads(&self, keep: bool) {
+        let mut inner = self.shared.lock();
+        inner.hold_uploads = false;
+        inner.released = Some(keep);
+        drop(inner);
+        self.shared.changed.notify_waiters();
     }
 
     /// Everything the bot sent so far.

@@ -12,6 +12,7 @@
 //! # Layout
 //! - `tool`: the [`Tool`] trait, [`ToolContext`], [`ToolOutput`] and [`ToolDefinition`].
 //! - `registry`: [`ToolRegistry`].
+//! - `outbox`: [`Outbox`], where the agent's own texts and files go, and their receipts.
 //! - `sources`: [`ToolSources`] and [`ToolCollision`].
 //! - `filter`: [`ToolFilter`], the tools an agent offers, and [`matches_name`] (`github__*`).
 //! - `workspace`: [`Workspace`], the only way a tool reaches a file: lexical checks, then
@@ -31,6 +32,7 @@ pub mod config;
 mod error;
 mod filter;
 pub mod netguard;
+mod outbox;
 mod registry;
 pub mod sandbox;
 pub mod skills;
@@ -42,7 +44,10 @@ pub use cap::{HeadTail, cap_result};
 pub use config::ToolsSection;
 pub use error::ToolError;
 pub use filter::{ToolFilter, matches_name};
+pub use outbox::{Outbox, Outgoing, SendTo, SentBy};
 pub use registry::ToolRegistry;
 pub use sources::{ToolCollision, ToolSources};
-pub use tool::{AskUser, SubAgents, Tool, ToolContext, ToolDefinition, ToolOutput, TurnSlot, User};
+pub use tool::{
+    AskUser, SubAgents, Tool, ToolContext, ToolDefinition, ToolOutput, TurnChat, TurnSlot, User,
+};
 pub use workspace::{DirEntry, EntryKind, ResolvedPath, Workspace};

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use switchboard_core::ToolDefinition;
-use switchboard_core::{AgentName, Awaiting, ImagePart, SenderId, SessionKey};
+use switchboard_core::{
+    AgentName, Awaiting, ChannelName, ChatId, ImagePart, MessageId, SenderId, SessionKey,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ToolError;
@@ -34,6 +36,24 @@ pub struct ToolContext {
     /// Sub-agents this turn may start (`None`: it may not — the terminal, a sub-agent at
     /// the depth limit).
     pub subagents: Option<Arc<dyn SubAgents>>,
+    /// The chat the turn answers in (`None`: none, as in the terminal): where a file a tool
+    /// sends goes unless it names another.
+    pub chat: Option<TurnChat>,
+}
+
+/// The chat a turn answers in, for tools that send to it.
+#[derive(Clone, Debug)]
+pub struct TurnChat {
+    /// Its channel.
+    pub channel: ChannelName,
+    /// Its id there.
+    pub chat: ChatId,
+    /// The person's message the turn answers, when a person wrote one (what is sent to this
+    /// chat threads under it).
+    pub answering: Option<MessageId>,
+    /// The id the turn's inbound message is journaled under: a turn taken up again after a
+    /// crash has the same one, so what it sent before is known and not sent twice.
+    pub turn: Option<MessageId>,
 }
 
 impl ToolContext {
@@ -49,6 +69,7 @@ impl ToolContext {
             sender: None,
             slot: None,
             subagents: None,
+            chat: None,
         }
     }
 

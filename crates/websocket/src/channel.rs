@@ -17,8 +17,8 @@ use dashmap::DashMap;
 use serde::Deserialize;
 use switchboard_adapter::{BuildError, BuiltChannel, ChannelParts, ChannelSection, HttpFacts};
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, OutboundMessage, Sent,
-    Transcripts,
+    Bus, Channel, ChannelContext, ChannelName, ConfigProblem, CoreError, MediaLimits, MediaStore,
+    OutboundMessage, Sent, Transcripts,
 };
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
@@ -62,11 +62,24 @@ impl ChannelSection for WsSection {
         self.check(http.bind)
     }
 
+    /// The page fetches files from this server: any kept file, with a caption of a few
+    /// thousand characters.
+    fn media(&self) -> MediaLimits {
+        let max = switchboard_core::MAX_MEDIA_BYTES;
+        MediaLimits {
+            image: max,
+            voice: max,
+            document: max,
+            caption: 4096,
+        }
+    }
+
     fn build(&self, parts: &ChannelParts) -> Result<BuiltChannel, BuildError> {
         let mut settings = self.settings(parts.http.allowed_hosts.clone())?;
         settings.workspace = Some(parts.workspace.clone());
         settings.state_dir = Some(parts.state_dir.clone());
-        let mut channel = WebSocketChannel::new(settings, parts.hub.clone());
+        let mut channel =
+            WebSocketChannel::new(settings, parts.hub.clone()).with_files(parts.media.clone());
         if let Some(transcripts) = &parts.transcripts {
             channel = channel.with_history(transcripts.clone());
         }
@@ -103,8 +116,21 @@ impl WebSocketChannel {
                 open: AtomicUsize::new(0),
                 closing: CancellationToken::new(),
                 connections: TaskTracker::new(),
+                files: None,
             }),
         }
+    }
+
+    /// Offers files sent to its chats, kept in `media`, at signed links. (Before the
+    /// channel is shared.)
+    pub fn with_files(mut self, media: Arc<dyn MediaStore>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.files = Some(crate::files::Files {
+                links: crate::files::Links::new(&shared.config.auth),
+                media,
+            });
+        }
+        self
     }
 
     /// Answers `history` requests from `source`. (Before the channel is shared.)
@@ -121,6 +147,7 @@ impl WebSocketChannel {
         Router::new()
             .route("/ws", get(upgrade))
             .route("/upload", post(upload::upload))
+            .route("/files/{*key}", get(crate::files::serve))
             .route("/", get(page::chat_page))
             .route("/assets/{*path}", get(page::asset))
             .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
@@ -235,7 +262,11 @@ impl Channel for WebSocketChannel {
             .unwrap_or_else(|| self.shared.next_seq.fetch_add(1, Ordering::Relaxed));
         // Noted before it is sent: a `history` frame's `seq` covers every frame noted.
         self.shared.live.note(&chat, &message.kind, seq);
-        let frame: Utf8Bytes = ServerFrame::outbound_json(message, seq).into();
+        let now = crate::files::now();
+        let link = |file: &switchboard_core::OutboundFile| {
+            Some(self.shared.files.as_ref()?.links.url(file, now))
+        };
+        let frame: Utf8Bytes = ServerFrame::outbound_json(message, seq, link).into();
         let subscribers = match self.shared.subscribers.get(&chat) {
             Some(subscribers) => subscribers,
             None => {

@@ -16,6 +16,7 @@
 //! - `live`: what each chat's running turn is doing (for a page shown again mid-turn).
 //! - `conversations`: the web page's list of conversations, kept by the server.
 //! - `upload`: `POST /upload`, files a web client attaches.
+//! - `files`: files sent to a chat, at signed links that expire (`GET /files/…`).
 //! - `page`: the web chat page and its assets.
 //! - `config`: [`WsSection`] (the config file's part) and [`WsConfig`] (the settings).
 
@@ -23,6 +24,7 @@ mod channel;
 mod config;
 mod connection;
 mod conversations;
+mod files;
 mod history;
 mod live;
 mod page;
@@ -37,6 +39,7 @@ pub use config::{
     WsConfig, WsSection,
 };
 pub use conversations::{MAX_CONVERSATIONS, titles};
+pub use files::LINK_TTL;
 pub use history::said_of;
 pub use page::vendored;
 pub use protocol::{

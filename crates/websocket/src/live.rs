@@ -82,7 +82,9 @@ impl LiveChats {
                 live.text.clear();
                 live.text.push_str(text);
             }
-            OutboundKind::Tool(_) | OutboundKind::Error(_) => live.waiting = None,
+            OutboundKind::Tool(_) | OutboundKind::File(_) | OutboundKind::Error(_) => {
+                live.waiting = None
+            }
         }
     }
 

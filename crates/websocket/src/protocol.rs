@@ -1,7 +1,7 @@
 //! The JSON frames of the WebSocket protocol (documented in `docs/protocol.md`).
 
 use serde::{Deserialize, Serialize};
-use switchboard_core::{OutboundKind, OutboundMessage};
+use switchboard_core::{OutboundFile, OutboundKind, OutboundMessage};
 
 /// The longest `chat_id` accepted, in bytes.
 pub const MAX_CHAT_ID_BYTES: usize = 128;
@@ -211,6 +211,26 @@ pub enum ServerFrame {
         /// The text.
         content: String,
     },
+    /// A file for the chat: a picture (shown), a voice message (played), a document
+    /// (offered to download), each at `url` — a link that works without the token and
+    /// expires (a day).
+    File {
+        /// The chat.
+        chat_id: String,
+        /// Its name.
+        name: String,
+        /// Its MIME type.
+        mime: String,
+        /// Its size in bytes.
+        bytes: u64,
+        /// `image`, `voice` or `document`.
+        kind: &'static str,
+        /// Where to fetch it (a path on this server).
+        url: String,
+        /// Words shown with it (Markdown), if any.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        caption: Option<String>,
+    },
     /// Something to know that is not the reply (e.g. the chat could not be saved).
     Notice {
         /// The chat.
@@ -347,8 +367,12 @@ impl ServerFrame {
         }
     }
 
-    /// The frame an outbound message becomes.
-    pub fn from_outbound(message: OutboundMessage) -> Self {
+    /// The frame an outbound message becomes; `link` names where a file is fetched (none:
+    /// files are not offered here).
+    pub fn from_outbound(
+        message: OutboundMessage,
+        link: impl FnOnce(&OutboundFile) -> Option<String>,
+    ) -> Self {
         let chat_id = message.chat_id.to_string();
         match message.kind {
             OutboundKind::TurnStarted => Self::Started { chat_id },
@@ -377,6 +401,21 @@ impl ServerFrame {
             },
             OutboundKind::Notice(text) => Self::Notice { chat_id, text },
             OutboundKind::Post(content) => Self::Post { chat_id, content },
+            OutboundKind::File(file) => match link(&file) {
+                Some(url) => Self::File {
+                    chat_id,
+                    kind: file.kind.as_str(),
+                    url,
+                    name: file.name,
+                    mime: file.mime,
+                    bytes: file.bytes,
+                    caption: file.caption,
+                },
+                None => Self::Error {
+                    chat_id: Some(chat_id),
+                    message: format!("a file ({}) cannot be shown on this page", file.name),
+                },
+            },
             OutboundKind::Done(end) => Self::Done {
                 chat_id,
                 end: end.as_str(),
@@ -392,7 +431,11 @@ impl ServerFrame {
     /// the chat's frames, which a client names to resubscribe): with `reply_to`, the id of
     /// the client message it answers, when it answers one that had an id (so a client with
     /// several messages in flight in a chat knows which turn a frame belongs to).
-    pub fn outbound_json(message: OutboundMessage, seq: u64) -> String {
+    pub fn outbound_json(
+        message: OutboundMessage,
+        seq: u64,
+        link: impl FnOnce(&OutboundFile) -> Option<String>,
+    ) -> String {
         let reply_to = message.reply_to.clone();
         // A scheduled run's turn starts marked, so the page says it was not the person's.
         let scheduled = matches!(message.kind, OutboundKind::TurnStarted)
@@ -400,7 +443,7 @@ impl ServerFrame {
                 turn.as_str()
                     .starts_with(switchboard_core::SCHEDULED_RUN_PREFIX)
             });
-        let mut json = Self::from_outbound(message).to_json();
+        let mut json = Self::from_outbound(message, link).to_json();
         // The frame is a JSON object: the fields go in before its closing brace (cheaper
         // than serde's flattening, on every frame of every turn).
         if !json.ends_with('}') {

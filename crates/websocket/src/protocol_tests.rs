@@ -166,14 +166,14 @@ fn a_frame_answering_a_message_with_an_id_names_it_and_every_frame_its_place() {
         turn: None,
     };
     assert_eq!(
-        ServerFrame::outbound_json(message(Some("m-1")), 7),
+        ServerFrame::outbound_json(message(Some("m-1")), 7, |_| None),
         r#"{"type":"delta","chat_id":"c","text":"t","reply_to":"m-1","seq":7}"#
     );
     assert_eq!(
-        ServerFrame::outbound_json(message(None), 8),
+        ServerFrame::outbound_json(message(None), 8, |_| None),
         r#"{"type":"delta","chat_id":"c","text":"t","seq":8}"#
     );
-    let quoted = ServerFrame::outbound_json(message(Some("m\"1")), 9);
+    let quoted = ServerFrame::outbound_json(message(Some("m\"1")), 9, |_| None);
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&quoted).expect("JSON")["reply_to"],
         "m\"1"

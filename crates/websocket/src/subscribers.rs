@@ -59,6 +59,8 @@ pub(crate) struct Shared {
     pub live: LiveChats,
     /// The web page's list of conversations.
     pub conversations: Conversations,
+    /// Files sent to chats, and their links; `None`: files are not offered.
+    pub files: Option<crate::files::Files>,
 }
 
 /// How long frames are kept for a chat with no socket.

@@ -38,6 +38,8 @@ impl Recorder {
 #[async_trait]
 impl Surface for Recorder {
     type Place = ();
+    const CHANNEL: &'static str = "test";
+    const PLATFORM: &'static str = "Test";
 
     fn place(&self, _chat: &ChatId) -> Result<(), CoreError> {
         Ok(())

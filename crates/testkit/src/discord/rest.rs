@@ -100,13 +100,38 @@ fn limited(inner: &mut Inner, channel: u64) -> Option<Response> {
     Some(response)
 }
 
+/// A new message: JSON, or a form of `payload_json` and files (`files[N]`), each file
+/// recorded with its bytes.
 pub(super) async fn create(
     State(shared): State<Arc<Shared>>,
     Path(channel): Path<u64>,
     headers: HeaderMap,
-    axum::Json(body): axum::Json<Value>,
+    body: axum::body::Bytes,
 ) -> Response {
-    write(&shared, channel, None, &headers, &body)
+    let content_type = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let Some(boundary) = crate::multipart::boundary(content_type) else {
+        return match serde_json::from_slice::<Value>(&body) {
+            Ok(body) => write(&shared, channel, None, &headers, &body, Vec::new()),
+            Err(_) => error(
+                StatusCode::BAD_REQUEST,
+                json!({"message": "400: Bad Request", "code": 50109}),
+            ),
+        };
+    };
+    let parts = crate::multipart::parts(&body, &boundary);
+    let payload = parts
+        .iter()
+        .find(|part| part.name == "payload_json")
+        .and_then(|part| serde_json::from_slice::<Value>(&part.bytes).ok())
+        .unwrap_or_else(|| json!({}));
+    let files = parts
+        .into_iter()
+        .filter(|part| part.name.starts_with("files["))
+        .collect();
+    write(&shared, channel, None, &headers, &payload, files)
 }
 
 pub(super) async fn edit(
@@ -115,16 +140,18 @@ pub(super) async fn edit(
     headers: HeaderMap,
     axum::Json(body): axum::Json<Value>,
 ) -> Response {
-    write(&shared, channel, Some(message), &headers, &body)
+    write(&shared, channel, Some(message), &headers, &body, Vec::new())
 }
 
-/// A new message (`message` is `None`) or an edit, as Discord takes it.
+/// A new message (`message` is `None`) or an edit, as Discord takes it, with `files`
+/// attached.
 fn write(
     shared: &Shared,
     channel: u64,
     message: Option<u64>,
     headers: &HeaderMap,
     body: &Value,
+    files: Vec<crate::multipart::Part>,
 ) -> Response {
     if !authorized(headers) {
         return error(
@@ -149,7 +176,9 @@ fn write(
         }
     };
     let content = body["content"].as_str().unwrap_or_default().to_owned();
-    if content.chars().count() > 2000 || (content.is_empty() && message.is_none()) {
+    if content.chars().count() > 2000
+        || (content.is_empty() && message.is_none() && files.is_empty())
+    {
         let why = if content.is_empty() {
             "Cannot send an empty message"
         } else {
@@ -184,6 +213,22 @@ fn write(
         }
     };
     inner.texts.insert((channel, id), content.clone());
+    let mut attachments = Vec::new();
+    for file in files {
+        attachments.push(json!({"id": id.to_string(), "filename": file.filename,
+            "size": file.bytes.len(), "content_type": file.content_type}));
+        inner.uploads.push(crate::multipart::Uploaded {
+            chat: channel.to_string(),
+            id: id.to_string(),
+            method: "attachment".into(),
+            name: file.filename.unwrap_or_default(),
+            mime: file.content_type,
+            bytes: file.bytes,
+            caption: (!content.is_empty()).then(|| content.clone()),
+            reply_to: reply_to.map(|id: u64| id.to_string()),
+            at: Instant::now(),
+        });
+    }
     inner.sent.push(Sent {
         channel,
         message_id: id,
@@ -196,7 +241,8 @@ fn write(
     drop(inner);
     shared.changed.notify_waiters();
     let mut response = axum::Json(
-        json!({"id": id.to_string(), "channel_id": channel.to_string(), "content": content}),
+        json!({"id": id.to_string(), "channel_id": channel.to_string(),
+        "content": content, "attachments": attachments}),
     )
     .into_response();
     for (name, value) in stated {

@@ -1,33 +1,21 @@
 //! `message`: the agent writes to a chat on its own — to notify, or to report scheduled
 //! work. Only to chats that have talked to the agent and whose people are still allowed:
-//! the daemon's [`Outbox`] decides, the tool only asks.
+//! the daemon's [`Outbox`] decides, the tool only asks, and says "sent" on the platform's
+//! receipt.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
-use switchboard_core::AgentName;
+use switchboard_core::{ChannelName, ChatId, Sent};
 
 use super::args;
+use crate::outbox::{Outbox, Outgoing, SendTo, SentBy};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// A message longer than this is refused (channels split long ones, within reason).
 const MAX_TEXT_BYTES: usize = 16 * 1024;
-
-/// Where `message` sends: the daemon, over its channels.
-#[async_trait]
-pub trait Outbox: Send + Sync + std::fmt::Debug + 'static {
-    /// Sends `text` from the agent `from` to `chat` of `channel` once it is delivered, or
-    /// says why not ([`ToolError::Denied`] for a chat that agent may not write to).
-    async fn send(
-        &self,
-        from: &AgentName,
-        channel: &str,
-        chat: &str,
-        text: &str,
-    ) -> Result<(), ToolError>;
-}
 
 /// Sends a message to a chat.
 #[derive(Debug)]
@@ -88,15 +76,40 @@ impl Tool for SendMessage {
                 args.text.len()
             )));
         }
-        tokio::select! {
-            sent = self.outbox.send(&ctx.agent, args.channel.trim(), args.chat_id.trim(), &args.text) => sent?,
+        let channel = ChannelName::from(args.channel.trim());
+        let chat = ChatId::from(args.chat_id.trim());
+        let own = ctx
+            .chat
+            .as_ref()
+            .is_some_and(|turn| turn.channel == channel && turn.chat == chat);
+        let by = SentBy {
+            agent: &ctx.agent,
+            session: &ctx.session,
+            turn: ctx.chat.as_ref().and_then(|turn| turn.turn.as_ref()),
+        };
+        let to = SendTo {
+            channel: &channel,
+            chat: &chat,
+            own,
+            answering: None,
+        };
+        let sent = tokio::select! {
+            sent = self.outbox.send(by, to, Outgoing::Text(args.text)) => sent?,
             () = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
-        }
-        Ok(format!(
-            "sent to {} chat {}",
-            args.channel.trim(),
-            args.chat_id.trim()
-        )
-        .into())
+        };
+        Ok(receipt(&sent, &format!("{channel} chat {chat}")).into())
+    }
+}
+
+/// What a tool tells the model of a delivery to `place`: sent (the platform's message id),
+/// or only handed over (a cluster's gateway did not confirm it in time).
+pub(crate) fn receipt(sent: &Sent, place: &str) -> String {
+    match (&sent.id, sent.unconfirmed) {
+        (_, true) => format!(
+            "handed to the gateway for {place}, but it did not confirm the delivery in time: \
+             it is stored and will go out once that gateway can send it; do not send it again"
+        ),
+        (Some(id), false) => format!("sent to {place} (message {id})"),
+        (None, false) => format!("sent to {place}"),
     }
 }

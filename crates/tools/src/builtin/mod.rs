@@ -7,6 +7,7 @@ mod grep;
 mod list_dir;
 mod message;
 mod read_file;
+mod send_file;
 mod web_fetch;
 mod web_search;
 mod write_file;
@@ -19,18 +20,19 @@ pub use exec::{DEFAULT_DENY, Exec, ExecOptions, SandboxHelper};
 pub use find_files::FindFiles;
 pub use grep::Grep;
 pub use list_dir::ListDir;
-pub use message::{Outbox, SendMessage};
+pub use message::SendMessage;
 pub use read_file::ReadFile;
+pub use send_file::SendFile;
 pub use web_fetch::{WebFetch, WebFetchOptions};
 pub use web_search::{SearchProvider, WebSearch, WebSearchOptions};
 pub use write_file::WriteFile;
 
 use crate::config::ToolsSection;
-use crate::{ToolError, ToolOutput, ToolRegistry};
+use crate::{Outbox, ToolError, ToolOutput, ToolRegistry};
 
 /// The built-in tools `section` turns on. `sandbox` is how `exec` confines commands (the
-/// daemon passes itself as the helper); `outbox` is where `message` sends (none: no
-/// `message` tool, as in the terminal agent). Fails only on what the section's validation
+/// daemon passes itself as the helper); `outbox` is where `message` and `send_file` send (none:
+/// neither tool, as in the terminal agent). Fails only on what the section's validation
 /// already refuses, or when no HTTP client can be made.
 pub fn registry(
     section: &ToolsSection,
@@ -52,7 +54,8 @@ pub fn registry(
         registry.register(Arc::new(WebFetch::new(section.web_fetch_options())));
     }
     if let Some(outbox) = outbox {
-        registry.register(Arc::new(SendMessage::new(outbox)));
+        registry.register(Arc::new(SendMessage::new(outbox.clone())));
+        registry.register(Arc::new(SendFile::new(outbox)));
     }
     if let Some(options) = section.web_search_options().map_err(|p| p.message)? {
         let search = WebSearch::new(options).map_err(|err| err.to_string())?;
