@@ -37,6 +37,8 @@ macro_rules! suite {
             a_message_delivered_again_is_answered_once_before_during_and_after_its_answer,
             a_picture_and_a_document_the_agent_sends_arrive_with_their_bytes,
             a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
+            a_file_being_uploaded_at_a_kill_9_arrives_once,
+            a_file_the_platform_took_before_a_kill_9_is_not_sent_again,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -57,6 +59,8 @@ mod slack;
 mod telegram;
 
 pub(crate) use crash::{
+    a_file_being_uploaded_at_a_kill_9_arrives_once,
+    a_file_the_platform_took_before_a_kill_9_is_not_sent_again,
     messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
     nothing_is_answered_twice_across_a_kill_9,
 };
@@ -100,12 +104,23 @@ pub(crate) enum Shown {
 }
 
 /// A file the bot sent, as the person sees it.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) struct Received {
     pub shown: Shown,
     pub name: String,
     pub bytes: Vec<u8>,
     pub caption: Option<String>,
+}
+
+impl std::fmt::Debug for Received {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Received")
+            .field("shown", &self.shown)
+            .field("name", &self.name)
+            .field("bytes", &self.bytes.len())
+            .field("caption", &self.caption)
+            .finish()
+    }
 }
 
 impl Received {
@@ -166,6 +181,16 @@ pub(crate) trait Platform: Sized {
 
     /// The files the bot sent to `chat`, oldest first.
     fn files(&self, chat: &str) -> Vec<Received>;
+
+    /// Holds the uploads that arrive from now on, mid-flight, until released: kept as sent,
+    /// or dropped as if the connection broke before the platform had the whole file.
+    fn hold_uploads(&self);
+
+    /// Lets held uploads go (`keep`: the platform took them).
+    fn release_uploads(&self, keep: bool);
+
+    /// How many uploads arrived (held ones too).
+    fn uploads_started(&self) -> u64;
 
     /// When the bot wrote to `chat` (sends and edits alike), oldest first; with `message`,
     /// only the writes of that message.

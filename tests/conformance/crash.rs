@@ -147,3 +147,108 @@ async fn journaled_delivered<P: Platform>(dir: &std::path::Path, written: &Writt
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+pub(crate) async fn a_file_being_uploaded_at_a_kill_9_arrives_once<P: Platform>() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = P::start().await;
+    let config = write_config(&dir, &llm, &fake);
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("chart.png"), super::media::png()).expect("write");
+    // The turn asks for the file; taken up again after the restart, it asks again.
+    let send = || Reply::tool("send_file", serde_json::json!({"path": "chart.png"}));
+    llm.push(send())
+        .push(send())
+        .push(Reply::text("The chart is there."));
+
+    fake.hold_uploads();
+    let mut child = spawn_listening(&config, &fake).await;
+    let said = fake.dm(ADA, "send me the chart");
+    fake.wait("the upload under way", |f| f.uploads_started() > 0)
+        .await;
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+    // The connection broke before the platform had the whole file: it never arrived.
+    fake.release_uploads(false);
+    assert!(fake.files(&said.chat).is_empty());
+
+    let mut child = spawn_listening(&config, &fake).await;
+    fake.wait("the chart and the answer", |f| {
+        !f.files(&said.chat).is_empty()
+            && replies(f, &said)
+                .iter()
+                .any(|post| post.text == "The chart is there.")
+    })
+    .await;
+    let files = fake.files(&said.chat);
+    assert_eq!(files.len(), 1, "the file arrived once: {files:?}");
+    assert_eq!(files[0].bytes, super::media::png());
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+}
+
+pub(crate) async fn a_file_the_platform_took_before_a_kill_9_is_not_sent_again<P: Platform>() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let fake = P::start().await;
+    let config = write_config(&dir, &llm, &fake);
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("report.pdf"), super::media::pdf()).expect("write");
+    // The file goes out beside a slow command: the turn is killed after the platform took
+    // the file and before the round's results were saved. Taken up again, the model asks
+    // for the same file.
+    let send = serde_json::json!({"path": "report.pdf"});
+    llm.push(Reply::tools([
+        ("send_file", send.clone()),
+        ("exec", serde_json::json!({"command": "sleep 30"})),
+    ]))
+    .push(Reply::tools([
+        ("send_file", send),
+        ("exec", serde_json::json!({"command": "true"})),
+    ]))
+    .push(Reply::text("The report is there."));
+
+    let mut child = spawn_listening(&config, &fake).await;
+    let said = fake.dm(ADA, "send me the report");
+    fake.wait("the report", |f| !f.files(&said.chat).is_empty())
+        .await;
+    // Killed once the send is recorded (between the platform taking it and the record, a
+    // kill sends it again: no platform takes an idempotency key for an upload).
+    let state = switchboard_sessions::FileState::new(&dir.path().join("state"));
+    let key = format!("outbox/default/{}_{}", P::NAME, said.chat);
+    let key = key.replace(':', "=3A");
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        use switchboard_core::StateStore;
+        if state.get(&key).await.ok().flatten().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "what was sent was never recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+
+    let mut child = spawn_listening(&config, &fake).await;
+    fake.wait("the answer after the restart", |f| {
+        replies(f, &said)
+            .iter()
+            .any(|post| post.text == "The report is there.")
+    })
+    .await;
+    let files = fake.files(&said.chat);
+    assert_eq!(files.len(), 1, "the report went out once: {files:?}");
+    let requests = llm.requests();
+    let results = util::tool_results(requests.last().expect("requests"));
+    assert!(
+        results[0].contains("sent to this chat"),
+        "the model is told it was sent: {results:?}"
+    );
+    child.start_kill().expect("kill -9");
+    child.wait().await.expect("ended");
+}

@@ -101,6 +101,18 @@ edit_interval_secs = {interval:?}
             .collect()
     }
 
+    fn hold_uploads(&self) {
+        self.0.hold_uploads();
+    }
+
+    fn release_uploads(&self, keep: bool) {
+        self.0.release_uploads(keep);
+    }
+
+    fn uploads_started(&self) -> u64 {
+        self.0.uploads_started()
+    }
+
     fn writes(&self, chat: &str, message: Option<&str>) -> Vec<Instant> {
         let message = message.map(id);
         self.0

@@ -107,6 +107,8 @@ struct Inner {
     files_served: Vec<Instant>,
     /// Files the bot attached to its messages, in order.
     uploads: Vec<crate::multipart::Uploaded>,
+    /// Uploads in flight held for a kill.
+    holding: crate::multipart::Holding,
 }
 
 struct Shared {
@@ -370,6 +372,24 @@ impl FakeDiscord {
     /// Heartbeats received.
     pub fn heartbeats(&self) -> u32 {
         self.shared.lock().heartbeats
+    }
+
+    /// How many uploads arrived so far (held and refused ones too).
+    pub fn uploads_started(&self) -> u64 {
+        self.shared.lock().holding.started
+    }
+
+    /// Holds every upload that arrives until [`FakeDiscord::release_uploads`] (an upload in
+    /// flight, for a kill in the middle of it).
+    pub fn hold_uploads(&self) {
+        self.shared.lock().holding.hold();
+    }
+
+    /// Lets held uploads go: kept as sent (`keep`), or dropped as if the connection broke
+    /// before the platform had the whole file. Later uploads are not held.
+    pub fn release_uploads(&self, keep: bool) {
+        self.shared.lock().holding.release(keep);
+        self.shared.changed.notify_waiters();
     }
 
     /// The files the bot attached to its messages in `channel`, in order.

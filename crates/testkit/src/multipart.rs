@@ -103,7 +103,7 @@ fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
 }
 
 /// A file a fake platform was sent.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Uploaded {
     /// The chat it went to.
     pub chat: String,
@@ -123,6 +123,72 @@ pub struct Uploaded {
     pub reply_to: Option<String>,
     /// When it arrived.
     pub at: Instant,
+}
+
+/// Uploads a fake holds in flight, for a kill in the middle of one: how many arrived, whether
+/// they are held, and what held ones do once let go (kept as sent, or dropped as if the
+/// connection broke before the platform had the whole file).
+#[derive(Debug, Default)]
+pub(crate) struct Holding {
+    /// Uploads that arrived, held ones and refused ones too.
+    pub(crate) started: u64,
+    /// Whether uploads wait for [`Holding::released`].
+    pub(crate) hold: bool,
+    /// What held uploads do once let go: kept (`true`) or dropped (`false`).
+    pub(crate) released: Option<bool>,
+}
+
+impl Holding {
+    /// Holds the uploads that arrive from now on.
+    pub(crate) fn hold(&mut self) {
+        self.hold = true;
+        self.released = None;
+    }
+
+    /// Lets held uploads go (`keep`: as sent); later ones are not held.
+    pub(crate) fn release(&mut self, keep: bool) {
+        self.hold = false;
+        self.released = Some(keep);
+    }
+}
+
+/// Notes an upload's arrival and, while uploads are held, waits until they are let go;
+/// whether it is kept (`false`: drop it, it never reached the platform). `holding` reads the
+/// fake's state under its lock; `changed` is woken on every change of it.
+pub(crate) async fn arrive(
+    changed: &tokio::sync::Notify,
+    mut holding: impl FnMut(&mut dyn FnMut(&mut Holding) -> Option<bool>) -> Option<bool>,
+) -> bool {
+    let held = holding(&mut |state| {
+        state.started += 1;
+        Some(state.hold)
+    }) == Some(true);
+    changed.notify_waiters();
+    if !held {
+        return true;
+    }
+    loop {
+        let notified = changed.notified();
+        if let Some(kept) = holding(&mut |state| state.released) {
+            return kept;
+        }
+        notified.await;
+    }
+}
+
+impl std::fmt::Debug for Uploaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Uploaded")
+            .field("chat", &self.chat)
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("name", &self.name)
+            .field("mime", &self.mime)
+            .field("bytes", &self.bytes.len())
+            .field("caption", &self.caption)
+            .field("reply_to", &self.reply_to)
+            .finish()
+    }
 }
 
 #[cfg(test)]

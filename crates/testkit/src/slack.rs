@@ -81,6 +81,8 @@ struct Inner {
     pending: HashMap<String, Pending>,
     /// Files the bot shared into chats, in order.
     uploads: Vec<crate::multipart::Uploaded>,
+    /// Uploads in flight held for a kill.
+    holding: crate::multipart::Holding,
 }
 
 /// An upload begun: the file's name, its length, and its bytes and type once posted.
@@ -290,6 +292,24 @@ impl FakeSlack {
         self.shared.lock().unacked.len()
     }
 
+    /// How many uploads arrived so far (held and refused ones too).
+    pub fn uploads_started(&self) -> u64 {
+        self.shared.lock().holding.started
+    }
+
+    /// Holds every upload that arrives until [`FakeSlack::release_uploads`] (an upload in
+    /// flight, for a kill in the middle of it).
+    pub fn hold_uploads(&self) {
+        self.shared.lock().holding.hold();
+    }
+
+    /// Lets held uploads go: kept as sent (`keep`), or dropped as if the connection broke
+    /// before the platform had the whole file. Later uploads are not held.
+    pub fn release_uploads(&self, keep: bool) {
+        self.shared.lock().holding.release(keep);
+        self.shared.changed.notify_waiters();
+    }
+
     /// The files the bot shared into `chat` (a channel, or `channel:thread`), in order.
     pub fn uploads_to(&self, chat: &str) -> Vec<crate::multipart::Uploaded> {
         self.shared
@@ -448,7 +468,14 @@ async fn web_api(
             "user": "switchboard", "team_id": "T0000001", "user_id": BOT_USER, "bot_id": "B0000001"})),
         "chat.postMessage" | "chat.update" => write(&shared, &method, &params),
         "files.getUploadURLExternal" => upload_url(&shared, &params),
-        "files.completeUploadExternal" => complete_upload(&shared, &params),
+        "files.completeUploadExternal" => {
+            if !crate::multipart::arrive(&shared.changed, |read| read(&mut shared.lock().holding))
+                .await
+            {
+                return (StatusCode::INTERNAL_SERVER_ERROR, "the upload broke off").into_response();
+            }
+            complete_upload(&shared, &params)
+        }
         _ => fail("unknown_method"),
     }
 }

@@ -103,12 +103,8 @@ struct Inner {
     commands: Vec<Value>,
     /// Files the bot sent, in order.
     uploads: Vec<crate::multipart::Uploaded>,
-    /// Uploads that arrived (held ones and refused ones included).
-    uploads_started: u64,
-    /// Uploads wait until `released` says what became of them.
-    hold_uploads: bool,
-    /// What held uploads do once let go: kept (`true`) or dropped (`false`).
-    released: Option<bool>,
+    /// Uploads in flight held for a kill.
+    holding: crate::multipart::Holding,
 }
 
 struct Shared {
@@ -264,24 +260,19 @@ impl FakeTelegram {
 
     /// How many uploads arrived so far (held and refused ones too).
     pub fn uploads_started(&self) -> u64 {
-        self.shared.lock().uploads_started
+        self.shared.lock().holding.started
     }
 
     /// Holds every upload that arrives until [`FakeTelegram::release_uploads`] (an upload
     /// in flight, for a kill in the middle of it).
     pub fn hold_uploads(&self) {
-        let mut inner = self.shared.lock();
-        inner.hold_uploads = true;
-        inner.released = None;
+        self.shared.lock().holding.hold();
     }
 
     /// Lets held uploads go: kept as sent (`keep`), or dropped as if the connection broke
     /// before Telegram had the whole file. Later uploads are not held.
     pub fn release_uploads(&self, keep: bool) {
-        let mut inner = self.shared.lock();
-        inner.hold_uploads = false;
-        inner.released = Some(keep);
-        drop(inner);
+        self.shared.lock().holding.release(keep);
         self.shared.changed.notify_waiters();
     }
 

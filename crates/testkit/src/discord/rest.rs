@@ -127,10 +127,18 @@ pub(super) async fn create(
         .find(|part| part.name == "payload_json")
         .and_then(|part| serde_json::from_slice::<Value>(&part.bytes).ok())
         .unwrap_or_else(|| json!({}));
-    let files = parts
+    let files: Vec<_> = parts
         .into_iter()
         .filter(|part| part.name.starts_with("files["))
         .collect();
+    if !files.is_empty()
+        && !crate::multipart::arrive(&shared.changed, |read| read(&mut shared.lock().holding)).await
+    {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"message": "500: the upload broke off", "code": 0}),
+        );
+    }
     write(&shared, channel, None, &headers, &payload, files)
 }
 

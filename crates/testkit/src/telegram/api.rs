@@ -313,24 +313,10 @@ async fn upload(
         shared.changed.notify_waiters();
         return limited;
     }
-    let held = {
-        let mut inner = shared.lock();
-        inner.uploads_started += 1;
-        inner.hold_uploads
-    };
-    shared.changed.notify_waiters();
-    if held {
-        // Until the test lets it go: kept (the platform took it) or dropped (it never did).
-        let kept = loop {
-            let changed = shared.changed.notified();
-            if let Some(kept) = shared.lock().released {
-                break kept;
-            }
-            changed.await;
-        };
-        if !kept {
-            return fail(500, "Internal Server Error: the upload broke off");
-        }
+    let kept =
+        crate::multipart::arrive(&shared.changed, |read| read(&mut shared.lock().holding)).await;
+    if !kept {
+        return fail(500, "Internal Server Error: the upload broke off");
     }
     let caption = params["caption"].as_str().map(str::to_owned);
     let reply_to = params["reply_parameters"]
