@@ -39,6 +39,10 @@ macro_rules! suite {
             a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
             a_file_being_uploaded_at_a_kill_9_arrives_once,
             a_file_the_platform_took_before_a_kill_9_is_not_sent_again,
+            a_voice_note_is_heard_and_the_person_sees_what_was_heard,
+            a_voice_note_over_its_cap_is_answered_without_any_call,
+            a_voice_note_the_servers_cannot_hear_still_reaches_the_model_and_the_person_is_told,
+            an_answer_to_a_voice_note_comes_as_text_and_as_a_voice_message,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -57,6 +61,7 @@ mod media;
 #[cfg(feature = "slack")]
 mod slack;
 mod telegram;
+mod voice;
 
 pub(crate) use crash::{
     a_file_being_uploaded_at_a_kill_9_arrives_once,
@@ -67,6 +72,12 @@ pub(crate) use crash::{
 pub(crate) use media::{
     a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
     a_picture_and_a_document_the_agent_sends_arrive_with_their_bytes,
+};
+pub(crate) use voice::{
+    a_voice_note_is_heard_and_the_person_sees_what_was_heard,
+    a_voice_note_over_its_cap_is_answered_without_any_call,
+    a_voice_note_the_servers_cannot_hear_still_reaches_the_model_and_the_person_is_told,
+    an_answer_to_a_voice_note_comes_as_text_and_as_a_voice_message,
 };
 
 /// A person on the allow list, another, and a stranger.
@@ -169,6 +180,10 @@ pub(crate) trait Platform: Sized {
     /// `person` sends the bot a file (`bytes`) with `caption` in a private chat.
     fn dm_file(&self, person: u64, caption: &str, bytes: Vec<u8>) -> Written;
 
+    /// `person` records a voice note (`bytes`, `seconds` long) to the bot in a private chat,
+    /// as the platform's apps send one.
+    fn dm_voice(&self, person: u64, bytes: Vec<u8>, seconds: u32) -> Written;
+
     /// The platform delivers `written` again, as it does when it thinks the bot did not take
     /// it (Slack's retried event, Discord's replayed dispatch, Telegram's repeated update).
     fn deliver_again(&self, written: &Written);
@@ -235,11 +250,16 @@ impl<P: Platform> Run<P> {
     }
 
     async fn start_with(interval: f64, extra: &str) -> Self {
+        Self::start_beside(interval, extra, "").await
+    }
+
+    /// With `sections` (whole tables: `[transcription]`, …) beside the channel's.
+    async fn start_beside(interval: f64, extra: &str, sections: &str) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let llm = ScriptedLlm::start().await.expect("llm");
         let fake = P::start().await;
         let before = fake.sessions();
-        let tables = fake.table(interval, extra);
+        let tables = format!("{}\n{sections}", fake.table(interval, extra));
         let config = Extra {
             tables: &tables,
             ..Extra::default()

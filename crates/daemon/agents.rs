@@ -12,7 +12,8 @@ use anyhow::Context;
 use switchboard_agent::section::{AgentSection, AgentSpec, ApprovalsSection};
 use switchboard_agent::{
     Agent, AgentConfig, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
-    DEFAULT_SYSTEM_PROMPT, Judge, RunOutcomes, StateChoices, TurnSlots, Verify, default_subagents,
+    DEFAULT_SYSTEM_PROMPT, Judge, RunOutcomes, StateChoices, TurnSlots, Verify, Voice,
+    default_subagents,
 };
 use switchboard_core::{AgentName, Bus, ChannelName, MediaStore, StateStore};
 use switchboard_llm::Observer;
@@ -48,6 +49,8 @@ pub(crate) struct AgentParts<'a> {
     pub hub: Option<&'a Arc<dyn Bus>>,
     /// Told every model attempt's outcome.
     pub observer: Option<&'a Arc<dyn Observer>>,
+    /// Told every audio server attempt's outcome.
+    pub audio_observer: Option<&'a Arc<dyn switchboard_audio::Observer>>,
     /// Scheduled work, for the `cron` tool and the hook that learns how runs ended.
     pub scheduler: Option<Scheduler>,
     /// What calls cost, and the daily caps (none in the terminal).
@@ -113,6 +116,7 @@ pub(crate) fn build_agents(
         extra_tools,
         hub,
         observer,
+        audio_observer,
         scheduler,
         spending,
         spawner,
@@ -141,6 +145,11 @@ pub(crate) fn build_agents(
         .map(|home| (home.name.clone(), home.store.clone()))
         .collect();
     let outbox = hub.map(|hub| outbox_of(config, hub, stores, place, &state_dir));
+    // Voice notes heard and answers spoken only where messages come in (not the terminal).
+    let voice = match hub {
+        Some(_) => voice_of(config, place, &state_dir, audio_observer)?,
+        None => Voice::default(),
+    };
     let spawn_wait = spawner.as_ref().and_then(|_| spawn_wait(&specs));
     let tool_parts = ToolParts {
         outbox,
@@ -165,6 +174,7 @@ pub(crate) fn build_agents(
         spawner,
         scheduler,
         place,
+        voice,
     };
     let mut agents = Vec::with_capacity(homes.len());
     for (spec, home) in specs.iter().zip(homes) {
@@ -210,6 +220,36 @@ fn outbox_of(
     Arc::new(HubOutbox::new(hub.clone(), stores, limits, media, state))
 }
 
+/// `[transcription]` and `[speech]` built (nothing when both are off), with the place's media
+/// store (the state directory's, without one) for spoken answers.
+fn voice_of(
+    config: &Config,
+    place: Option<&crate::cluster::Place>,
+    state_dir: &std::path::Path,
+    observer: Option<&Arc<dyn switchboard_audio::Observer>>,
+) -> anyhow::Result<Voice> {
+    let transcription = config
+        .transcription
+        .build(observer.cloned())
+        .context("cannot start [transcription]")?;
+    let speech = config
+        .speech
+        .build(observer.cloned())
+        .context("cannot start [speech]")?;
+    if transcription.is_none() && speech.is_none() {
+        return Ok(Voice::default());
+    }
+    let media: Arc<dyn MediaStore> = match place {
+        Some(place) => place.stores().media().clone(),
+        None => Arc::new(switchboard_adapter::FileMedia::new(state_dir)),
+    };
+    Ok(Voice {
+        transcription: transcription.map(Arc::new),
+        speech: speech.map(Arc::new),
+        media: Some(media),
+    })
+}
+
 /// What no tool may reach, whatever the workspace: the state directory, the config file and
 /// systemd's copies of the service's credentials (`LoadCredential=`).
 fn forbidden_paths(config: &Config, state_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
@@ -241,6 +281,8 @@ struct Shared<'a> {
     spawner: Option<Spawner>,
     scheduler: Option<Scheduler>,
     place: Option<&'a crate::cluster::Place>,
+    /// Voice notes heard, answers spoken: every agent's.
+    voice: Voice,
 }
 
 /// The turn slots every agent shares: `[agent] max_concurrent_turns`, of which sub-agents
@@ -313,6 +355,9 @@ fn agent_of(
     }
     if let Some(spawner) = &shared.spawner {
         agent = agent.with_spawner(spawner.clone());
+    }
+    if shared.voice.is_on() {
+        agent = agent.with_voice(shared.voice.clone());
     }
     if let Some(scheduler) = &shared.scheduler {
         agent = agent

@@ -38,7 +38,7 @@ use crate::agents::ToolParts;
 use crate::cluster::Place;
 use crate::config::Config;
 use crate::health::Health;
-use crate::llm_health::LlmHealth;
+use crate::model_health::ModelHealth;
 
 /// What a reload did.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,7 +72,9 @@ pub(crate) struct Change {
 /// agents with their tools, and who may talk besides the allow lists.
 pub(crate) struct Core {
     pub hub: Arc<dyn Bus>,
-    pub llm_health: Arc<LlmHealth>,
+    pub llm_health: Arc<ModelHealth>,
+    /// The audio servers' health (`[transcription]`, `[speech]`).
+    pub audio_health: Arc<ModelHealth>,
     pub scheduler: Option<Scheduler>,
     pub spending: Arc<Spending>,
     pub agents: Agents,

@@ -58,6 +58,12 @@ pub struct Config {
     /// `[limits]`: daily caps on what the models cost.
     #[serde(default)]
     pub limits: switchboard_usage::LimitsSection,
+    /// `[transcription]`: voice notes heard before the turn (off unless enabled).
+    #[serde(default)]
+    pub transcription: switchboard_audio::TranscriptionSection,
+    /// `[speech]`: answers spoken back (off unless enabled).
+    #[serde(default)]
+    pub speech: switchboard_audio::SpeechSection,
     /// `[mcp]`.
     #[cfg(feature = "mcp")]
     #[serde(default)]
@@ -237,6 +243,12 @@ impl Config {
             })?;
         }
         self.llm.validate(&self.source)?;
+        self.transcription
+            .validate()
+            .map_err(|problem| self.source.problem("transcription", problem))?;
+        self.speech
+            .validate()
+            .map_err(|problem| self.source.problem("speech", problem))?;
         self.telemetry.validate(&self.source)?;
         self.scheduler
             .validate(&self.heartbeat, &self.channels.enabled(), &self.source)?;

@@ -23,7 +23,7 @@ use crate::cluster::Place;
 use crate::component::{Assembly, Change, Component, Core, change, under};
 use crate::config::Config;
 use crate::health::Health;
-use crate::llm_health::LlmHealth;
+use crate::model_health::ModelHealth;
 
 /// Builds the agents on the place's bus and stores, with the scheduler and the spending
 /// they share (the scheduler only where agents run).
@@ -34,9 +34,12 @@ pub(crate) fn build_core(
     tools: ToolRegistry,
 ) -> anyhow::Result<Core> {
     let hub: Arc<dyn Bus> = place.bus().clone();
-    let llm_health = Arc::new(LlmHealth::default());
+    let llm_health = Arc::new(ModelHealth::default());
     llm_health.start_with(config);
     let observer: Arc<dyn Observer> = llm_health.clone();
+    let audio_health = Arc::new(ModelHealth::default());
+    audio_health.start_with_audio(config);
+    let audio_observer: Arc<dyn switchboard_audio::Observer> = audio_health.clone();
     let scheduler = (config.scheduler.enabled && place.runs_agents()).then(|| {
         Scheduler::new(
             place.stores().jobs(),
@@ -54,6 +57,7 @@ pub(crate) fn build_core(
         extra_tools: tools,
         hub: Some(&hub),
         observer: Some(&observer),
+        audio_observer: Some(&audio_observer),
         scheduler: scheduler.clone(),
         spending: Some(spending.clone()),
         // Sub-agents only where an agent may start them.
@@ -67,6 +71,7 @@ pub(crate) fn build_core(
     Ok(Core {
         hub,
         llm_health,
+        audio_health,
         scheduler,
         spending,
         agents,
@@ -106,6 +111,11 @@ fn spending(config: &Config, store: Arc<dyn UsageStore>) -> Arc<Spending> {
 pub(crate) fn watch_core(health: &Health, core: &Core) {
     let models = core.llm_health.clone();
     health.check_health_only("llm", Box::new(move || models.check()));
+    // The audio servers, only when the config uses them (nothing is watched otherwise).
+    if core.agents.default_agent().voice().is_on() {
+        let audio = core.audio_health.clone();
+        health.check_health_only("audio", Box::new(move || audio.check()));
+    }
     let stores = core.agents.clone();
     health.check(
         "store",
@@ -175,7 +185,7 @@ impl Component for Tools {
 /// built is refused) and swapped when `[llm]` or an agent's model changed.
 pub(crate) struct Models {
     agents: Agents,
-    health: Arc<LlmHealth>,
+    health: Arc<ModelHealth>,
 }
 
 /// Whether a changed key is one of the models': `[llm]`, `agent.model`, `agents.NAME.model`

@@ -22,7 +22,8 @@
 //!   `mcp`); `metrics`: `/metrics`; `admin`: the control panel (`/admin`).
 //! - `service`: `switchboard run` — started, reloaded, stopped on signals, told to systemd.
 //! - `reload`: SIGHUP and the panel's reload, through the components.
-//! - `health`: `/healthz` and the states behind it; `llm_health`: whether the models answer.
+//! - `health`: `/healthz` and the states behind it; `model_health`: whether the models (and
+//!   the audio servers) answer.
 //!
 //! Its config (the file, `${ENV}`, credentials, and the sections that are the daemon's):
 //! - `config`: [`config::Config`], composing every section, and what reads across them;
@@ -69,7 +70,6 @@ pub mod health;
 mod history;
 mod http_config;
 mod left_out;
-pub mod llm_health;
 pub mod logging;
 #[cfg(feature = "mcp")]
 pub mod mcp_cli;
@@ -77,6 +77,7 @@ pub mod mcp_cli;
 mod mcp_servers;
 pub mod metrics;
 mod migrate;
+pub mod model_health;
 pub mod notify;
 pub mod onboard;
 pub mod outbox;

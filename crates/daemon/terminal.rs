@@ -141,6 +141,7 @@ async fn turn(agent: &Agent, session: &mut Session, text: String) -> bool {
                 AgentEvent::Verified { rejected: None, .. } => {}
                 AgentEvent::Status(text) => eprintln!("[{text}]"),
                 AgentEvent::Notice(text) => eprintln!("note: {text}"),
+                AgentEvent::Heard(text) => eprintln!("heard: {text}"),
                 AgentEvent::ToolStarted { name, .. } => eprintln!("[tool {name} started]"),
                 AgentEvent::ToolFinished { name, ok, .. } => {
                     eprintln!("[tool {name} {}]", if ok { "finished" } else { "failed" });

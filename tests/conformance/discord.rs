@@ -59,6 +59,14 @@ edit_interval_secs = {interval:?}
         }
     }
 
+    fn dm_voice(&self, person: u64, bytes: Vec<u8>, seconds: u32) -> Written {
+        let message = self.0.dm_voice(person, bytes, f64::from(seconds));
+        Written {
+            chat: self.chat_of(person),
+            id: message.to_string(),
+        }
+    }
+
     fn deliver_again(&self, written: &Written) {
         self.0
             .deliver_again(written.id.parse().expect("a Discord id"));

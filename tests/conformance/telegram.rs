@@ -60,6 +60,14 @@ edit_interval_secs = {interval:?}
         }
     }
 
+    fn dm_voice(&self, person: u64, bytes: Vec<u8>, seconds: u32) -> Written {
+        let message = self.0.private_voice(person, bytes, seconds);
+        Written {
+            chat: self.chat_of(person),
+            id: message.to_string(),
+        }
+    }
+
     fn deliver_again(&self, written: &Written) {
         self.0.deliver_again(id(&written.chat), id(&written.id));
     }

@@ -45,7 +45,7 @@ pub use factory::{
 pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
 pub use intake::{Gate, Sender, say};
 pub use kept::{Kept, KeptChats};
-pub use markdown::{slack_mrkdwn, telegram_html, visible_text};
+pub use markdown::{plain_text, slack_mrkdwn, telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface, Upload};
 pub use outgoing::{FileMedia, KEEP_DAYS};
 pub use pairing::{

@@ -282,6 +282,11 @@ fn escape_into(out: &mut String, text: &str, attribute: bool) {
     }
 }
 
+/// Markdown as plain words, as it is read aloud: markup removed, links as their text.
+pub fn plain_text(markdown: &str) -> String {
+    visible_text(&telegram_html(markdown)).trim().to_owned()
+}
+
 /// The text of Telegram HTML as the reader sees it: tags removed, entities decoded. Its
 /// length is what Telegram checks against its limit.
 pub fn visible_text(html: &str) -> String {

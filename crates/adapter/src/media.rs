@@ -89,12 +89,12 @@ where
     }
     .await;
     match written {
-        Ok(bytes) => Ok(Attachment {
-            name: file.name.to_owned(),
-            mime: file.mime.map(str::to_owned),
-            path: relative.to_string_lossy().into_owned(),
+        Ok(bytes) => Ok(Attachment::file(
+            file.name.to_owned(),
+            file.mime.map(str::to_owned),
+            relative.to_string_lossy().into_owned(),
             bytes,
-        }),
+        )),
         Err(why) => {
             drop(out);
             let _ = tokio::fs::remove_file(&path).await;

@@ -336,6 +336,18 @@ impl<S: Surface> Replies<S> {
                 let place = place.clone();
                 return Some(self.deliver_file(chat, place, answering, file).await);
             }
+            // What a voice note said, quoted, as a reply to it (within the limit).
+            OutboundKind::Transcript(text) => {
+                let quoted = quote(text, self.surface.limit());
+                let said = Said {
+                    text: &quoted,
+                    form: Form::Reply,
+                    answering,
+                    as_reply: answering.is_some(),
+                };
+                let sent = self.holds.call(chat, self.surface.send(place, said)).await;
+                return Some(sent.map(Sent::as_id));
+            }
             OutboundKind::Status(_) | OutboundKind::Tool(_) => return Some(Ok(Sent::accepted())),
             OutboundKind::Delta(_) if !self.stream => return Some(Ok(Sent::accepted())),
             _ => return None,
@@ -677,6 +689,23 @@ impl<S: Surface> Replies<S> {
             }
         });
         stop
+    }
+}
+
+/// A transcript as a Markdown quote (`> 🎙️ …`), cut to fit one message of `limit`.
+fn quote(text: &str, (limit, measure): (usize, Measure)) -> String {
+    let quoted: String = std::iter::once(format!("> 🎙️ {}", text.lines().next().unwrap_or("")))
+        .chain(text.lines().skip(1).map(|line| format!("> {line}")))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Room for the quote marks a split adds; a longer transcript is cut with an ellipsis.
+    match split(&quoted, limit.saturating_sub(16).max(1), measure)
+        .into_iter()
+        .next()
+    {
+        Some(first) if first.len() < quoted.len() => format!("{}…", first.trim_end()),
+        Some(first) => first,
+        None => quoted,
     }
 }
 

@@ -17,6 +17,7 @@ use crate::input::TurnInput;
 use crate::models::Models;
 use crate::slots::TurnSlots;
 use crate::turn;
+use crate::voice::Voice;
 use switchboard_scheduler::Jobs;
 use switchboard_spawn::{self as spawn, Spawner, TreeLimits, TurnChildren};
 use switchboard_usage::Spending;
@@ -55,6 +56,8 @@ pub struct Agent {
     child_tools: ToolFilter,
     /// Every tool but `spawn`: for turns that may not start sub-agents.
     no_spawn: ToolFilter,
+    /// Voice notes heard, answers spoken (shared with the daemon's other agents).
+    pub(crate) voice: Voice,
 }
 
 /// What one turn may spend: time and tokens.
@@ -93,7 +96,19 @@ impl Agent {
             spawner: None,
             child_tools,
             no_spawn: ToolFilter::new(None, vec!["spawn".into()]),
+            voice: Voice::default(),
         }
+    }
+
+    /// Its audio parts.
+    pub fn voice(&self) -> &Voice {
+        &self.voice
+    }
+
+    /// Hears voice notes and speaks answers with `voice`'s parts.
+    pub fn with_voice(mut self, voice: Voice) -> Self {
+        self.voice = voice;
+        self
     }
 
     /// Lets its turns start sub-agents through `spawner` (shared by the daemon's agents).

@@ -26,6 +26,9 @@ pub enum AgentEvent {
     /// Something the person should know that is not the reply (the conversation could
     /// not be saved).
     Notice(String),
+    /// What the person's voice note said, as transcribed (shown to them when
+    /// `transcription.echo` is on).
+    Heard(String),
     /// A tool call started: it was allowed (approved, not skipped by a hook) and runs now.
     ToolStarted {
         /// The call's id.
@@ -84,6 +87,7 @@ impl AgentEvent {
             AgentEvent::TextReset => vec![OutboundKind::DraftReset],
             AgentEvent::Status(text) => vec![OutboundKind::Status(text)],
             AgentEvent::Notice(text) => vec![OutboundKind::Notice(text)],
+            AgentEvent::Heard(text) => vec![OutboundKind::Transcript(text)],
             AgentEvent::ToolStarted {
                 id,
                 name,
@@ -132,13 +136,15 @@ impl AgentEvent {
 }
 
 /// Sends a turn's events to `message`'s chat as outbound messages, until the turn drops
-/// its sender; returns how the turn ended (the worker sends its `done`).
+/// its sender; returns how the turn ended (the worker sends its `done`) and its reply, if it
+/// ended with one.
 pub(crate) async fn forward(
     hub: &Arc<dyn Bus>,
     message: &InboundMessage,
     mut rx: mpsc::UnboundedReceiver<AgentEvent>,
-) -> TurnEnd {
+) -> (TurnEnd, Option<String>) {
     let mut end = TurnEnd::Failed;
+    let mut answer = None;
     let mut next = rx.recv().await;
     while let Some(event) = next.take() {
         let event = match event {
@@ -158,6 +164,9 @@ pub(crate) async fn forward(
             }
             other => other,
         };
+        if let AgentEvent::Finished { reply, .. } = &event {
+            answer = Some(reply.clone());
+        }
         for kind in event.into_outbound() {
             match kind {
                 OutboundKind::Done(ended) => end = ended,
@@ -168,5 +177,5 @@ pub(crate) async fn forward(
             next = rx.recv().await;
         }
     }
-    end
+    (end, answer)
 }

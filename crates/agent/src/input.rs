@@ -21,6 +21,10 @@ pub(crate) const MAX_IMAGES: usize = 8;
 pub struct TurnInput {
     /// The person's text (with a line for each attachment, naming where it was saved).
     pub text: String,
+    /// What the person wrote, without the attachments' lines.
+    pub content: String,
+    /// What came with it (files, voice notes).
+    pub attachments: Vec<Attachment>,
     /// The images among the attachments: shown to the model with the message.
     pub images: Vec<ImagePart>,
     /// Who wrote it.
@@ -53,8 +57,10 @@ pub struct TurnInput {
 impl TurnInput {
     /// A new message's text, without a platform id.
     pub fn text(text: impl Into<String>) -> Self {
+        let text = text.into();
         Self {
-            text: text.into(),
+            content: text.clone(),
+            text,
             ..Self::default()
         }
     }
@@ -63,6 +69,8 @@ impl TurnInput {
     pub fn from_message(message: &InboundMessage) -> Self {
         Self {
             text: message_text(message),
+            content: message.content.clone(),
+            attachments: message.attachments.clone(),
             images: message.attachments.iter().filter_map(image_part).collect(),
             sender: Some(message.sender.clone()),
             reply_to: message.reply_to.clone(),
@@ -95,15 +103,21 @@ pub(crate) fn message_text(message: &InboundMessage) -> String {
         if !text.is_empty() {
             text.push('\n');
         }
-        text.push_str(&format!(
-            "[attachment: {} ({}, {} bytes), saved in the workspace at {}]",
-            attachment.name,
-            attachment.mime.as_deref().unwrap_or("unknown type"),
-            attachment.bytes,
-            attachment.path
-        ));
+        text.push_str(&attachment_line(attachment));
     }
     text
+}
+
+/// The line naming an attachment in the model's text (a recording's is replaced by what
+/// was heard in it, see `hearing`).
+pub(crate) fn attachment_line(attachment: &Attachment) -> String {
+    format!(
+        "[attachment: {} ({}, {} bytes), saved in the workspace at {}]",
+        attachment.name,
+        attachment.mime.as_deref().unwrap_or("unknown type"),
+        attachment.bytes,
+        attachment.path
+    )
 }
 
 /// An attachment a model can look at: PNG, JPEG, GIF or WebP within the size limit.

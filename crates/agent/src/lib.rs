@@ -15,6 +15,8 @@
 //! - `agent`: [`Agent`], the shared parts (LLM, tools, store, context) and one turn's entry point.
 //! - `agents`: [`Agents`], a daemon's agents and the [`Binding`]s that route chats to them.
 //! - `input`: [`TurnInput`], what a turn answers (the whole inbound message, images).
+//! - `voice`: [`Voice`], an agent's audio parts; `hearing`: voice notes transcribed before
+//!   the turn; `speaking`: an answer spoken back as a voice message.
 //! - `turn`: the loop of one turn; `end`: how a turn ends, and what each ending leaves.
 //! - `call`: one call of the model within a turn (hooks, its stream shown, stopped, ids).
 //! - `batch`: running the tool calls of one response concurrently.
@@ -50,6 +52,7 @@ mod context;
 mod dispatcher;
 mod end;
 mod events;
+mod hearing;
 mod hooks;
 mod input;
 mod models;
@@ -57,8 +60,10 @@ mod replies;
 mod scheduled;
 pub mod section;
 mod slots;
+mod speaking;
 mod turn;
 mod verify;
+mod voice;
 mod worker;
 
 pub use agent::Agent;
@@ -80,3 +85,4 @@ pub use scheduled::RunOutcomes;
 pub use slots::{HeldSlot, Taker, TurnSlots, default_subagents};
 pub use turn::{MAX_LLM_FAILURES, TAKING_OVER};
 pub use verify::{DEFAULT_JUDGE_PROMPT, Judge, Verify};
+pub use voice::Voice;

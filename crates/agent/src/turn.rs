@@ -36,6 +36,7 @@ use crate::batch;
 use crate::call::{Call, CallFailed};
 use crate::end::End;
 use crate::events::{AgentEvent, EventSink};
+use crate::hearing::{self, Heard};
 use crate::hooks::{TurnInfo, TurnSummary};
 use crate::input::{ImageBudget, TurnInput, show_images};
 use crate::verify::{self, Verdict};
@@ -156,6 +157,7 @@ impl Turn<'_> {
         max_turn_tokens: Option<u64>,
     ) -> End {
         let agent = self.agent;
+        let heard = self.hear(&mut input, cancel).await;
         let question = input.text.clone();
         // The tools of this turn (a reload may replace the agent's meanwhile).
         let tools = agent.turn_tools(self.session.key(), &input.origin);
@@ -163,6 +165,9 @@ impl Turn<'_> {
         let shown = self.receive(&mut input, &mut images).await;
         if self.session.is_stale() {
             return End::Superseded;
+        }
+        if let Heard::Answered(answer) = heard {
+            return End::Reply(answer, TurnEnd::Answered);
         }
         let (mut request, ctx) = self.prepare(input, &tools, shown, cancel).await;
         let mut failures = 0;
@@ -222,6 +227,28 @@ impl Turn<'_> {
              (the limit is agent.max_iterations = {max}). Ask me to continue if you want more."
         );
         End::Reply(reply, TurnEnd::IterationLimit)
+    }
+
+    /// Hears the message's recordings, when transcription is on (see `hearing`) — not
+    /// again for a turn taken up again: its message was saved with what was heard.
+    async fn hear(&self, input: &mut TurnInput, cancel: &CancellationToken) -> Heard {
+        let Some(transcription) = &self.agent.voice.transcription else {
+            return Heard::Runs;
+        };
+        if input.resume {
+            return Heard::Runs;
+        }
+        let workspace = &self.agent.config.workspace;
+        // Boxed: its state (a recording read, an HTTP call) is held only while it runs, not
+        // in every turn's future.
+        Box::pin(hearing::hear(
+            transcription,
+            workspace,
+            input,
+            self.events,
+            cancel,
+        ))
+        .await
     }
 
     /// Takes the message in (its text and images, out of `input`): reads the images it

@@ -47,6 +47,7 @@ use crate::events::forward;
 use crate::input::TurnInput;
 use crate::replies::{dropped_text, refuse_shutting_down, reply, report_dropped};
 use crate::slots::{HeldSlot, Taker};
+use crate::speaking;
 
 /// One chat's worker.
 pub(crate) struct Worker {
@@ -379,7 +380,20 @@ impl Worker {
                 tracing::info!(session = %self.key, id = ?message.id,
                     "a message delivered again has an answer that may not have gone out; sending it");
                 let kind = resent_answer(session, end, error);
+                let spoken = match (&kind, end) {
+                    (OutboundKind::Message(text), TurnEnd::Answered) => Some(text.clone()),
+                    _ => None,
+                };
                 reply(&self.hub, &message, kind).await;
+                if let Some(answer) = spoken.filter(|_| self.agent.voice.speech.is_some()) {
+                    Box::pin(speaking::speak(
+                        &self.agent.voice,
+                        &self.hub,
+                        &message,
+                        &answer,
+                    ))
+                    .await;
+                }
                 self.close(session, &message, end).await;
                 if !session.is_stale() {
                     self.handled_again(&message, Some(end)).await;
@@ -479,10 +493,23 @@ impl Worker {
             self.agent.run_turn(session, input, &cancel, &events).await;
             drop(events);
         };
-        let ((), end) = tokio::join!(run, forward(&self.hub, &message, rx));
+        let ((), (end, answer)) = tokio::join!(run, forward(&self.hub, &message, rx));
         if session.is_stale() {
             // Superseded: handled anew on the session read again.
             return;
+        }
+        if let (TurnEnd::Answered, Some(answer)) = (end, answer)
+            && self.agent.voice.speech.is_some()
+        {
+            // Boxed: a spoken answer's state is held only while it is made, not in every
+            // session worker's future.
+            Box::pin(speaking::speak(
+                &self.agent.voice,
+                &self.hub,
+                &message,
+                &answer,
+            ))
+            .await;
         }
         self.close(session, &message, end).await;
     }

@@ -22,6 +22,37 @@ pub struct Attachment {
     pub path: String,
     /// Its size in bytes.
     pub bytes: u64,
+    /// A recording's length in milliseconds, when the platform says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
+    /// Whether it is a voice note (recorded to be heard, not an audio file sent along): an
+    /// answer to one may be spoken back (`[speech] reply = "when_spoken_to"`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub voice: bool,
+}
+
+impl Attachment {
+    /// A file saved at `path` (relative to the workspace), neither a recording nor a voice
+    /// note as far as its platform said.
+    pub fn file(name: String, mime: Option<String>, path: String, bytes: u64) -> Self {
+        Self {
+            name,
+            mime,
+            path,
+            bytes,
+            duration_ms: None,
+            voice: false,
+        }
+    }
+
+    /// Whether it is sound to be heard: a voice note, or a file of an audio type.
+    pub fn is_audio(&self) -> bool {
+        self.voice
+            || self
+                .mime
+                .as_deref()
+                .is_some_and(|mime| mime.starts_with("audio/"))
+    }
 }
 
 /// A scheduled job's run, as its message names it: which job, which due time, which try. The
@@ -297,6 +328,9 @@ pub enum OutboundKind {
     /// Something the person should know that is not the reply, e.g. that the conversation
     /// could not be saved. It may arrive outside a turn.
     Notice(String),
+    /// What the person's voice note said, as it was transcribed: shown to them, quoted,
+    /// under their message (`[transcription] echo`).
+    Transcript(String),
     /// The turn paused to ask the person something; their next message in the chat is
     /// the answer. Shown as a message of its own (not the reply, not the draft).
     Question {

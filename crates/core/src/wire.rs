@@ -92,11 +92,21 @@ mod tests {
         let mut message = InboundMessage::text("telegram".into(), "42".into(), "7".into(), "hi");
         message.id = Some("1001".into());
         message.reply_to = Some("1000".into());
+        message.attachments.push(Attachment::file(
+            "photo.jpg".into(),
+            Some("image/jpeg".into()),
+            "media/telegram/1-photo.jpg".into(),
+            12,
+        ));
         message.attachments.push(Attachment {
-            name: "photo.jpg".into(),
-            mime: Some("image/jpeg".into()),
-            path: "media/telegram/1-photo.jpg".into(),
-            bytes: 12,
+            duration_ms: Some(7_500),
+            voice: true,
+            ..Attachment::file(
+                "voice.ogg".into(),
+                Some("audio/ogg".into()),
+                "media/telegram/1-voice.ogg".into(),
+                3_000,
+            )
         });
         message.origin = Origin::Heartbeat;
         message.agent = Some("research".into());

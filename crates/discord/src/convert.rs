@@ -32,7 +32,16 @@ pub(crate) struct FileRef {
     pub(crate) url: String,
     pub(crate) size: u64,
     pub(crate) mime: Option<String>,
+    /// A recording's length in milliseconds, when Discord says (a voice message's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) duration_ms: Option<u64>,
+    /// Whether it is a voice message recorded in Discord.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(crate) voice: bool,
 }
+
+/// The message flag of a voice message.
+const IS_VOICE_MESSAGE: u64 = 1 << 13;
 
 /// A message for the agent (kept in the inbox as it is until handled).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,6 +121,11 @@ pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
             url: a.url.clone(),
             size: a.size,
             mime: a.content_type.clone(),
+            duration_ms: a
+                .duration_secs
+                .filter(|secs| secs.is_finite() && *secs >= 0.0)
+                .map(|secs| (secs * 1000.0) as u64),
+            voice: message.flags & IS_VOICE_MESSAGE != 0,
         })
         .collect();
     if text.is_empty() && files.is_empty() {

@@ -186,7 +186,11 @@ impl Admit {
         let mut attachments = Vec::new();
         for file in &received.files {
             match self.save(&received, file).await {
-                Ok(attachment) => attachments.push(attachment),
+                Ok(attachment) => attachments.push(switchboard_core::Attachment {
+                    duration_ms: file.duration_ms,
+                    voice: file.voice,
+                    ..attachment
+                }),
                 Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
             }
         }

@@ -40,6 +40,9 @@ pub(crate) struct Attachment {
     pub(crate) url: String,
     #[serde(default)]
     pub(crate) content_type: Option<String>,
+    /// A voice message's length.
+    #[serde(default)]
+    pub(crate) duration_secs: Option<f64>,
 }
 
 /// What a message replies to.
@@ -78,6 +81,9 @@ pub(crate) struct Message {
     pub(crate) referenced_message: Option<Box<Replied>>,
     #[serde(default, deserialize_with = "maybe_snowflake")]
     pub(crate) webhook_id: Option<u64>,
+    /// Its flags (a voice message has `1 << 13`).
+    #[serde(default)]
+    pub(crate) flags: u64,
     /// 0: a message someone wrote; 19: a reply. The rest are system messages.
     #[serde(rename = "type", default)]
     pub(crate) kind: u8,

@@ -415,7 +415,14 @@ impl Admit {
         let mut attachments = Vec::new();
         for file in &received.files {
             match self.save(&received, file).await {
-                Ok(attachment) => attachments.push(attachment),
+                // Recordings in Slack are its audio clips: heard, and answered in voice.
+                Ok(attachment) => {
+                    let voice = attachment.is_audio();
+                    attachments.push(switchboard_core::Attachment {
+                        voice,
+                        ..attachment
+                    });
+                }
                 Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
             }
         }

@@ -26,6 +26,10 @@ pub struct FileRef {
     pub mime: Option<String>,
     /// Its size, when Telegram says.
     pub size: Option<u64>,
+    /// A recording's length in milliseconds, when Telegram says.
+    pub duration_ms: Option<u64>,
+    /// Whether it is a voice note (recorded in Telegram, not an audio file sent along).
+    pub voice: bool,
 }
 
 /// A message for the agent.
@@ -171,6 +175,8 @@ fn files(message: &Message) -> Vec<FileRef> {
             name: format!("photo-{}.jpg", message.id.0),
             mime: Some("image/jpeg".into()),
             size: Some(u64::from(photo.file.size)),
+            duration_ms: None,
+            voice: false,
         });
     }
     if let Some(document) = message.document() {
@@ -182,14 +188,35 @@ fn files(message: &Message) -> Vec<FileRef> {
                 .unwrap_or_else(|| format!("document-{}", message.id.0)),
             mime: document.mime_type.as_ref().map(ToString::to_string),
             size: Some(u64::from(document.file.size)),
+            duration_ms: None,
+            voice: false,
         });
     }
     if let Some(voice) = message.voice() {
         files.push(FileRef {
             file_id: voice.file.id.0.clone(),
             name: format!("voice-{}.ogg", message.id.0),
-            mime: voice.mime_type.as_ref().map(ToString::to_string),
+            mime: voice
+                .mime_type
+                .as_ref()
+                .map_or_else(|| "audio/ogg".to_owned(), ToString::to_string)
+                .into(),
             size: Some(u64::from(voice.file.size)),
+            duration_ms: Some(u64::from(voice.duration.seconds()) * 1000),
+            voice: true,
+        });
+    }
+    if let Some(audio) = message.audio() {
+        files.push(FileRef {
+            file_id: audio.file.id.0.clone(),
+            name: audio
+                .file_name
+                .clone()
+                .unwrap_or_else(|| format!("audio-{}", message.id.0)),
+            mime: audio.mime_type.as_ref().map(ToString::to_string),
+            size: Some(u64::from(audio.file.size)),
+            duration_ms: Some(u64::from(audio.duration.seconds()) * 1000),
+            voice: false,
         });
     }
     files

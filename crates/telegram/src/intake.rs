@@ -125,7 +125,11 @@ impl Intake {
             )
             .await
             {
-                Ok(attachment) => attachments.push(attachment),
+                Ok(attachment) => attachments.push(switchboard_core::Attachment {
+                    duration_ms: file.duration_ms,
+                    voice: file.voice,
+                    ..attachment
+                }),
                 Err(why) => switchboard_adapter::media::not_saved(
                     &mut content,
                     CHANNEL_NAME,

@@ -227,6 +227,21 @@ impl FakeDiscord {
         self.message(Self::dm_channel(user), None, user, false, text, extra)
     }
 
+    /// `user` records a voice message (`bytes`, OGG/Opus, `seconds` long) in a DM, as
+    /// Discord's apps send it: an attachment with its length and waveform, the message
+    /// flagged a voice message.
+    pub fn dm_voice(&self, user: u64, bytes: Vec<u8>, seconds: f64) -> u64 {
+        let name = format!("voice-message-{}.ogg", self.next_id());
+        let url = format!("http://{}/attachments/{name}", self.addr);
+        let size = bytes.len();
+        self.shared.lock().files.insert(name.clone(), bytes);
+        let attachment = json!({"id": "1", "filename": name, "size": size, "url": url,
+            "proxy_url": url, "content_type": "audio/ogg", "duration_secs": seconds,
+            "waveform": "AAAAAAAAAA=="});
+        let extra = json!({"attachments": [attachment], "flags": 1 << 13});
+        self.message(Self::dm_channel(user), None, user, false, "", extra)
+    }
+
     /// File downloads wait `delay` before their bytes come (a slow CDN).
     pub fn set_file_delay(&self, delay: Duration) {
         self.shared.lock().file_delay = delay;

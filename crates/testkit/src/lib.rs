@@ -2,6 +2,8 @@
 //! benchmarks and trying the daemon by hand. Never a dependency of the daemon itself.
 //!
 //! # Layout
+//! - `audio`: [`FakeAudio`], an OpenAI-compatible transcription and speech server, and
+//!   [`voice_note`](audio::voice_note), an OGG/Opus recording of a given length.
 //! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
 //!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
 //! - `multipart`: form bodies as the fakes read them, and [`Uploaded`](multipart::Uploaded),
@@ -17,6 +19,7 @@
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
+pub mod audio;
 pub mod discord;
 mod llm;
 pub mod mcp;
@@ -30,6 +33,7 @@ pub mod telegram;
 mod tools;
 pub mod web;
 
+pub use audio::FakeAudio;
 pub use discord::FakeDiscord;
 pub use llm::{Reply, Responder, ScriptedLlm, TokenUsage, last_user_text};
 pub use nats::NatsServer;

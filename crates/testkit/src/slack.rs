@@ -162,6 +162,18 @@ impl FakeSlack {
         self.message(&Self::dm_channel(user), "im", user, text, None, files)
     }
 
+    /// `user` records an audio clip (`bytes`) in a direct message, as Slack's apps send it.
+    pub fn dm_audio(&self, user: &str, bytes: Vec<u8>) -> String {
+        let name = format!("audio_message_{}.webm", self.next_ts().replace('.', "_"));
+        let url = format!("http://{}/files/{name}", self.addr);
+        let size = bytes.len();
+        self.shared.lock().files.insert(name.clone(), bytes);
+        let files = json!({"files": [{"id": format!("F{name}"), "name": name,
+            "mimetype": "audio/webm", "subtype": "slack_audio", "size": size,
+            "url_private": url, "url_private_download": url}]});
+        self.message(&Self::dm_channel(user), "im", user, "", None, files)
+    }
+
     /// `user` writes `text` in channel `channel` (in thread `thread` if given), mentioning the
     /// bot if the text says `<@UBOT0000001>`: a `message` event, and an `app_mention` too.
     pub fn channel_message(

@@ -196,6 +196,26 @@ impl FakeTelegram {
         )
     }
 
+    /// A person records a voice note (`bytes`, OGG/Opus, `seconds` long) in a private chat.
+    pub fn private_voice(&self, user: u64, bytes: Vec<u8>, seconds: u32) -> i64 {
+        let chat = i64::try_from(user).unwrap_or(i64::MAX);
+        let file_id = format!("voice-{}", fastrand_id());
+        let size = bytes.len();
+        self.shared
+            .lock()
+            .files
+            .insert(file_id.clone(), (format!("voice/{file_id}.oga"), bytes));
+        self.message(
+            chat,
+            json!({"id": chat, "type": "private", "first_name": "Tester"}),
+            user,
+            |m| {
+                m["voice"] = json!({"file_id": file_id, "file_unique_id": file_id,
+                    "duration": seconds, "mime_type": "audio/ogg", "file_size": size});
+            },
+        )
+    }
+
     fn message(
         &self,
         chat: i64,

@@ -63,6 +63,7 @@ impl LiveChats {
             // Outside a turn, or transient: the question still stands.
             OutboundKind::Status(_)
             | OutboundKind::Notice(_)
+            | OutboundKind::Transcript(_)
             | OutboundKind::Post(_)
             | OutboundKind::TurnStarted
             | OutboundKind::Done(_) => {}

@@ -82,6 +82,12 @@ pub struct AttachmentRef {
     /// The name the person gave it (shown; the saved name is used if left out).
     #[serde(default)]
     pub name: Option<String>,
+    /// Whether it is a voice note the page recorded (an answer to it may be spoken back).
+    #[serde(default)]
+    pub voice: bool,
+    /// A recording's length in milliseconds, as the page measured it.
+    #[serde(default)]
+    pub duration_ms: Option<u64>,
 }
 
 impl ClientFrame {
@@ -230,6 +236,14 @@ pub enum ServerFrame {
         /// Words shown with it (Markdown), if any.
         #[serde(skip_serializing_if = "Option::is_none")]
         caption: Option<String>,
+    },
+    /// What the person's voice note said, as it was transcribed (with `reply_to`: the
+    /// message it was in).
+    Transcript {
+        /// The chat.
+        chat_id: String,
+        /// The text heard.
+        text: String,
     },
     /// Something to know that is not the reply (e.g. the chat could not be saved).
     Notice {
@@ -400,6 +414,7 @@ impl ServerFrame {
                 waiting_for: Some(awaiting.as_str()),
             },
             OutboundKind::Notice(text) => Self::Notice { chat_id, text },
+            OutboundKind::Transcript(text) => Self::Transcript { chat_id, text },
             OutboundKind::Post(content) => Self::Post { chat_id, content },
             OutboundKind::File(file) => match link(&file) {
                 Some(url) => Self::File {

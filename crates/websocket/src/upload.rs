@@ -137,6 +137,24 @@ fn too_large(incoming: &Incoming<'_>) -> Response {
         .into_response()
 }
 
+/// The type of a recording, by its first bytes: OGG, WebM (what browsers record), WAV,
+/// MP4/M4A, MP3.
+fn audio_type(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"OggS") {
+        Some("audio/ogg")
+    } else if head.starts_with(b"\x1a\x45\xdf\xa3") {
+        Some("audio/webm")
+    } else if head.starts_with(b"RIFF") && head.get(8..12) == Some(b"WAVE") {
+        Some("audio/wav")
+    } else if head.get(4..8) == Some(b"ftyp") {
+        Some("audio/mp4")
+    } else if head.starts_with(b"ID3") || head.starts_with(&[0xff, 0xfb]) {
+        Some("audio/mpeg")
+    } else {
+        None
+    }
+}
+
 /// The attachment a message frame names: a file `POST /upload` saved for this chat.
 pub(crate) async fn resolve(
     workspace: Option<&Path>,
@@ -183,10 +201,18 @@ pub(crate) async fn resolve(
         .clone()
         .filter(|name| !name.is_empty() && name.len() <= 255)
         .unwrap_or_else(|| file.to_owned());
+    // A recording the page made says so; its type is the one the upload named, if audio.
+    let mime = ImagePart::sniff(&head[..read])
+        .or_else(|| audio_type(&head[..read]))
+        .map(str::to_owned);
     Ok(Attachment {
-        mime: ImagePart::sniff(&head[..read]).map(str::to_owned),
-        name,
-        path: relative.to_string_lossy().into_owned(),
-        bytes: meta.len(),
+        duration_ms: reference.duration_ms.filter(|_| reference.voice),
+        voice: reference.voice && mime.as_deref().is_some_and(|m| m.starts_with("audio/")),
+        ..Attachment::file(
+            name,
+            mime,
+            relative.to_string_lossy().into_owned(),
+            meta.len(),
+        )
     })
 }
