@@ -358,8 +358,8 @@ async fn the_operator_approves_a_telegram_stranger_in_the_panel() {
         "the approved sender's Revoke",
     )
     .await;
-    let revoke = "([...document.querySelectorAll('#pairing button.danger')].find(b => b.textContent.startsWith('Revoke')).click(), true)";
-    let _: bool = page.eval(revoke).await;
+    // Both clicks on the one button (a refresh of the tab may draw new ones meanwhile).
+    let revoke = "(() => { const b = [...document.querySelectorAll('#pairing button.danger')].find(b => b.textContent.startsWith('Revoke')); b.click(); b.click(); return true; })()";
     let _: bool = page.eval(revoke).await;
     page.wait_until(
         "document.getElementById('pairing').innerText.includes('Revoked telegram:77')",

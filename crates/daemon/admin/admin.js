@@ -361,12 +361,17 @@ async function showRuns(job) {
   $("viewer").showModal();
 }
 
+/** How many times each section was asked to show: a reading that comes back after a later
+ * one was asked for is stale (an action's own reading, after the tab's), and not drawn. */
+const asked = {};
+
 async function show(name) {
   current = name;
   for (const tab of document.querySelectorAll("#tabs button")) tab.setAttribute("aria-selected", String(tab.dataset.tab === name));
   for (const section of document.querySelectorAll("main section")) section.hidden = section.id !== name;
   const box = $(name);
   const fresh = el("div");
+  const mine = (asked[name] = (asked[name] || 0) + 1);
   try {
     await sections[name](fresh);
     $("auth").hidden = true;
@@ -374,7 +379,9 @@ async function show(name) {
   } catch (err) {
     if (String(err.message) !== "not signed in") fresh.append(el("div", "note bad", String(err.message || err)));
   }
+  if (mine !== asked[name]) return false;
   box.replaceChildren(...fresh.childNodes);
+  return true;
 }
 
 // Reset posts JSON (agent and key), unlike the other actions.
