@@ -54,6 +54,12 @@ pub struct Browser {
 impl Browser {
     /// Starts Chromium, or says why the test is skipped and returns `None`.
     pub async fn launch(test: &str) -> Option<Self> {
+        Self::launch_with(test, &[]).await
+    }
+
+    /// Starts Chromium with `extra` flags (a fake microphone), or says why the test is
+    /// skipped.
+    pub async fn launch_with(test: &str, extra: &[String]) -> Option<Self> {
         let Some(chromium) = chromium() else {
             eprintln!("SKIPPED {test}: no Chromium on PATH (install the `chromium` package)");
             return None;
@@ -70,12 +76,21 @@ impl Browser {
                 ..Viewport::default()
             })
             .window_size(1280, 860)
-            .args([
-                "--disable-gpu",
-                "--disable-quic",
-                "--disable-component-update",
-                "--disable-extensions",
-            ])
+            // chromiumoxide writes `--` before each flag itself: passed with theirs, the flags
+            // would reach Chromium as `----flag`, which it ignores.
+            .args(
+                [
+                    "--disable-gpu",
+                    "--disable-quic",
+                    "--disable-component-update",
+                    "--disable-extensions",
+                    "--disable-background-networking",
+                ]
+                .map(str::to_owned)
+                .iter()
+                .chain(extra)
+                .map(|flag| flag.trim_start_matches('-').to_owned()),
+            )
             .launch_timeout(PATIENCE * 2)
             .request_timeout(PATIENCE * 2)
             .build()
@@ -290,7 +305,12 @@ pub struct Chat {
 impl Chat {
     /// Starts both (`tables`: extra config); `None` (the test skips) without Chromium.
     pub async fn start(test: &str, tables: &str) -> Option<Self> {
-        let browser = Browser::launch(test).await?;
+        Self::start_with(test, tables, &[]).await
+    }
+
+    /// As [`Chat::start`], Chromium with `flags`.
+    pub async fn start_with(test: &str, tables: &str, flags: &[String]) -> Option<Self> {
+        let browser = Browser::launch_with(test, flags).await?;
         let dir = tempfile::tempdir().expect("tempdir");
         let llm = ScriptedLlm::start().await.expect("llm");
         let daemon = daemon(dir.path(), &llm, tables).await;

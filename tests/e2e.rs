@@ -121,3 +121,5 @@ mod web_page;
 /// What a person sends from the page: kept while offline and sent once, over the limit,
 /// files picked or pasted, the token prompt.
 mod web_sending;
+/// The page's voice notes (a fake microphone in Chromium) and the files the agent sends.
+mod web_voice;

@@ -54,6 +54,9 @@ const seen = new Map();
 let outbox = loadOutbox();
 /** Files attached to the message being written. */
 let attachments = [];
+/** The person's message bubbles on screen by their message id, for what is heard of a
+ * voice note to go under its own (at most a few hundred are kept). */
+const bubbles = new Map();
 const MAX_OUTBOX = 50;
 const MAX_ATTACHMENTS = 8;
 
@@ -169,7 +172,8 @@ class Turn {
     this.el = element("div", "turn");
     this.tools = element("div", "tools");
     this.answer = element("div", "msg agent");
-    this.el.append(this.tools, this.answer);
+    this.files = element("div", "files-out");
+    this.el.append(this.tools, this.answer, this.files);
     this.status = null;
     this.question = null;
     this.typing = null;
@@ -290,6 +294,11 @@ class Turn {
     stick(() => this.el.insertBefore(element("div", "error", message), this.answer));
   }
 
+  /** A file of the answer (a picture, a voice message, a document), under its text. */
+  file(frame) {
+    stick(() => this.files.append(fileCard(frame)));
+  }
+
   end() {
     this.running = false;
     this.hideTyping();
@@ -385,6 +394,9 @@ function onFrame(frame) {
   const key = frame.reply_to || "";
   if (frame.type === "post") return add(replyBubble(frame.content));
   if (frame.type === "notice") return add(element("div", "notice", frame.text));
+  if (frame.type === "transcript") return showHeard(key, frame.text);
+  // A file outside any turn (sent from another chat's turn, or scheduled work).
+  if (frame.type === "file" && !turns.has(key) && !placeholder) return add(fileCard(frame));
   let turn = turns.get(key);
   if (!turn) {
     turn = placeholder || new Turn(key, frame.type === "started");
@@ -424,6 +436,10 @@ function onFrame(frame) {
       turn.moveOn();
       turn.fail(frame.message);
       break;
+    case "file":
+      turn.moveOn();
+      turn.file(frame);
+      break;
     case "done":
       turn.end(frame.end);
       turns.delete(key);
@@ -438,6 +454,66 @@ function replyBubble(text) {
   return bubble;
 }
 
+/** A file the agent sent: a picture shown, a voice message played, a document to download. */
+function fileCard(frame) {
+  // The link is a path on this server: made relative, so a page behind a proxy's prefix
+  // fetches it where it is.
+  const url = String(frame.url || "").replace(/^\//, "");
+  let card;
+  if (frame.kind === "image") {
+    card = element("figure", "file image");
+    const link = element("a");
+    link.href = url;
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+    const img = element("img");
+    img.src = url;
+    img.alt = frame.name;
+    link.append(img);
+    card.append(link);
+    if (frame.caption) {
+      const caption = element("figcaption");
+      caption.append(markdown(frame.caption));
+      card.append(caption);
+    }
+    return card;
+  }
+  if (frame.kind === "voice") {
+    card = element("div", "file voice");
+    const audio = element("audio");
+    audio.controls = true;
+    audio.preload = "metadata";
+    audio.src = url;
+    audio.setAttribute("aria-label", "The answer, spoken");
+    card.append(audio);
+  } else {
+    card = element("a", "file doc");
+    card.href = url;
+    card.download = frame.name;
+    card.append(element("span", "name", frame.name), element("span", "size", size(frame.bytes || 0)));
+  }
+  if (frame.caption) {
+    const box = element("div", "file-box");
+    const caption = element("div", "caption");
+    caption.append(markdown(frame.caption));
+    box.append(card, caption);
+    return box;
+  }
+  return card;
+}
+
+/** What a voice note said, as heard, under the person's message (`key`: its id). */
+function showHeard(key, text) {
+  const bubble = bubbles.get(key);
+  if (bubble) {
+    let heard = bubble.querySelector(".heard");
+    if (!heard) heard = bubble.appendChild(element("span", "heard"));
+    heard.textContent = "“" + text + "”";
+    return;
+  }
+  add(element("div", "heard alone", "🎙️ “" + text + "”"));
+}
+
 /** The open chat as the server has it: what was said, tool calls, the running turn. */
 function showHistory(frame) {
   awaitingHistory = false;
@@ -448,7 +524,7 @@ function showHistory(frame) {
   for (const said of frame.messages) {
     if (said.role === "user") {
       turn = null;
-      log.append(userBubble({ content: said.content }));
+      log.append(userBubble(said.content.includes("[voice note ") ? heardOf(said.content) : { content: said.content }));
     } else if (said.role === "tool" && said.tool) {
       turn = turn || new Turn(null, false);
       const t = said.tool;
@@ -513,10 +589,45 @@ function frameOf(entry) {
 
 function userBubble(entry) {
   const bubble = element("div", "msg user", entry.content);
-  if (entry.attachments && entry.attachments.length) {
-    bubble.prepend(element("span", "files", "Attached: " + entry.attachments.map((a) => a.name).join(", ")));
+  const files = (entry.attachments || []).filter((a) => !a.voice);
+  if (files.length) {
+    bubble.prepend(element("span", "files", "Attached: " + files.map((a) => a.name).join(", ")));
+  }
+  for (const note of (entry.attachments || []).filter((a) => a.voice)) {
+    const length = note.duration_ms ? " · " + clock(note.duration_ms) : "";
+    bubble.append(element("span", "voice", "🎙️ Voice note" + length));
+    if (note.heard) bubble.append(element("span", "heard", "“" + note.heard + "”"));
+  }
+  if (entry.id) {
+    bubbles.set(entry.id, bubble);
+    if (bubbles.size > 500) bubbles.delete(bubbles.keys().next().value);
   }
   return bubble;
+}
+
+/** A message of the history with voice notes: its text, and each note with what was heard
+ * (the model's line for it: `[voice note NAME (TYPE, 0:04), saved …; transcribed: "…"]`). */
+function heardOf(content) {
+  const attachments = [];
+  const line = /^\[(?:voice note|audio file) (.+?) \(([^)]*)\), saved in the workspace at [^;]*; (transcribed: "([\s\S]*)"|[^\]]*)\]$/;
+  const rest = [];
+  for (const part of content.split("\n")) {
+    const found = part.match(line);
+    if (!found) {
+      rest.push(part);
+      continue;
+    }
+    const length = (found[2].split(", ")[1] || "").split(":");
+    const ms = length.length === 2 ? (Number(length[0]) * 60 + Number(length[1])) * 1000 : 0;
+    attachments.push({ name: found[1], voice: true, duration_ms: ms || undefined, heard: found[4] });
+  }
+  return { content: rest.join("\n"), attachments };
+}
+
+/** Milliseconds as a clock reads them: 0:07, 12:30. */
+function clock(ms) {
+  const total = Math.round(ms / 1000);
+  return Math.floor(total / 60) + ":" + String(total % 60).padStart(2, "0");
 }
 
 /** Sends an outbox entry if connected (its chat listed first); else it shows as waiting. */
@@ -746,12 +857,7 @@ async function attach(files) {
     attachments.push(item);
     renderChips();
     try {
-      const url = `upload?chat_id=${encodeURIComponent(chatId)}&name=${encodeURIComponent(name)}`;
-      const headers = { "Content-Type": file.type || "application/octet-stream" };
-      if (token) headers.Authorization = "Bearer " + token;
-      const response = await fetch(url, { method: "POST", body: file, headers });
-      if (!response.ok) throw new Error(await response.text());
-      item.file = (await response.json()).file;
+      item.file = await upload(file, name);
       item.state = "ready";
     } catch (err) {
       item.state = "failed";
@@ -760,6 +866,137 @@ async function attach(files) {
     renderChips();
   }
 }
+
+/** Uploads `blob` as `name` for the open chat (`POST /upload`); the saved file's name. */
+async function upload(blob, name) {
+  const url = `upload?chat_id=${encodeURIComponent(chatId)}&name=${encodeURIComponent(name)}`;
+  const headers = { "Content-Type": blob.type || "application/octet-stream" };
+  if (token) headers.Authorization = "Bearer " + token;
+  const response = await fetch(url, { method: "POST", body: blob, headers });
+  if (!response.ok) throw new Error(await response.text());
+  return (await response.json()).file;
+}
+
+// ---- Voice notes: recorded here, sent as a message of their own -------------------------
+
+/** The recording under way: its recorder, stream, pieces, start, and whether it is
+ * cancelled. */
+let recording = null;
+/** The last time a touch began a recording (the click a touch ends in is not a toggle). */
+let touchedAt = 0;
+const recordButton = $("record");
+const MIN_RECORDING_MS = 400;
+
+function canRecord() {
+  return !!(navigator.mediaDevices && navigator.mediaDevices.getUserMedia && window.MediaRecorder);
+}
+
+async function startRecording() {
+  if (recording) return;
+  if (!canRecord()) {
+    showHint("This browser cannot record here (recording needs https, or the page on localhost).");
+    return;
+  }
+  if (!limits.max_attachment_bytes) {
+    showHint("This server takes no attachments (channels.websocket.max_attachment_bytes = 0).");
+    return;
+  }
+  const state = { chunks: [], started: 0, cancelled: false, stream: null, recorder: null, timer: 0 };
+  recording = state;
+  try {
+    state.stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+  } catch (err) {
+    recording = null;
+    showHint("The microphone could not be used: " + (err.message || err.name));
+    return;
+  }
+  if (state.cancelled) return stopTracks(state);
+  const type = ["audio/ogg;codecs=opus", "audio/webm;codecs=opus", "audio/webm"].find((t) =>
+    MediaRecorder.isTypeSupported(t),
+  );
+  state.recorder = type ? new MediaRecorder(state.stream, { mimeType: type }) : new MediaRecorder(state.stream);
+  state.recorder.ondataavailable = (event) => {
+    if (event.data && event.data.size) state.chunks.push(event.data);
+  };
+  state.recorder.onstop = () => finishRecording(state);
+  state.recorder.start(250);
+  state.started = performance.now();
+  recordButton.classList.add("on");
+  recordButton.setAttribute("aria-pressed", "true");
+  const tick = () =>
+    showHint(`Recording ${clock(performance.now() - state.started)} — the microphone again sends it, Esc cancels.`, true);
+  tick();
+  state.timer = setInterval(tick, 500);
+}
+
+/** Ends the recording: sent, or (`cancel`) thrown away. */
+function stopRecording(cancel) {
+  const state = recording;
+  if (!state) return;
+  state.cancelled = cancel;
+  if (state.recorder && state.recorder.state !== "inactive") state.recorder.stop();
+  else if (!state.recorder) recording = null;
+}
+
+function stopTracks(state) {
+  if (state.stream) for (const track of state.stream.getTracks()) track.stop();
+}
+
+async function finishRecording(state) {
+  clearInterval(state.timer);
+  stopTracks(state);
+  recording = null;
+  recordButton.classList.remove("on");
+  recordButton.setAttribute("aria-pressed", "false");
+  if (state.cancelled) return showHint("The recording was thrown away.", true);
+  const ms = Math.round(performance.now() - state.started);
+  const type = (state.recorder.mimeType || "audio/webm").split(";")[0];
+  const blob = new Blob(state.chunks, { type });
+  if (ms < MIN_RECORDING_MS || !blob.size) {
+    return showHint("Too short to send: speak while it records (on a phone, hold the microphone).", true);
+  }
+  if (blob.size > limits.max_attachment_bytes) {
+    return showHint(`The recording is ${size(blob.size)}; the limit is ${size(limits.max_attachment_bytes)}.`);
+  }
+  const name = "voice-" + new Date().toISOString().replace(/[:.]/g, "-") + (type.includes("ogg") ? ".ogg" : ".webm");
+  showHint("Sending the voice note…", true);
+  let file;
+  try {
+    file = await upload(blob, name);
+  } catch (err) {
+    return showHint(`The voice note was not sent: ${err.message || err}`);
+  }
+  showHint("");
+  const entry = {
+    id: "m-" + randomId(),
+    chat_id: chatId,
+    content: "",
+    attachments: [{ file, name, voice: true, duration_ms: ms }],
+  };
+  outbox.push(entry);
+  saveOutbox();
+  entry.el = log.appendChild(userBubble(entry));
+  log.scrollTop = log.scrollHeight;
+  deliver(entry);
+}
+
+recordButton.addEventListener("pointerdown", (event) => {
+  if (event.pointerType !== "touch") return;
+  // Hold to talk: recording while the finger is down, sent when it lifts.
+  event.preventDefault();
+  touchedAt = Date.now();
+  startRecording();
+});
+for (const end of ["pointerup", "pointercancel"]) {
+  recordButton.addEventListener(end, (event) => {
+    if (event.pointerType === "touch" && recording) stopRecording(end === "pointercancel");
+  });
+}
+recordButton.addEventListener("click", () => {
+  if (Date.now() - touchedAt < 1500) return;
+  if (recording) stopRecording(false);
+  else startRecording();
+});
 
 function renderChips() {
   const box = $("files");
@@ -866,6 +1103,7 @@ input.addEventListener("paste", (event) => {
 });
 document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
+  if (recording) return stopRecording(true);
   if ($("app").classList.contains("side-open")) return closeSidebar();
   if (!$("stop").hidden) stopTurn();
 });
