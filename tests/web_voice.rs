@@ -57,13 +57,11 @@ fn png(width: u32, height: u32, rgb: [u8; 3]) -> Vec<u8> {
         out.extend_from_slice(&body);
         out.extend_from_slice(&crc32(&body).to_be_bytes());
     }
-    let mut raw = Vec::new();
-    for _ in 0..height {
-        raw.push(0);
-        for _ in 0..width {
-            raw.extend_from_slice(&rgb);
-        }
-    }
+    // Each row: its filter byte (none), then its pixels.
+    let row: Vec<u8> = std::iter::once(0)
+        .chain((0..width).flat_map(|_| rgb))
+        .collect();
+    let raw = row.repeat(height as usize);
     let (mut a, mut b) = (1u32, 0u32);
     for &byte in &raw {
         a = (a + u32::from(byte)) % 65_521;
