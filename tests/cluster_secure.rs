@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_nats::jetstream;
-use switchboard_testkit::{NatsServer, ScriptedLlm};
+use switchboard_testkit::{NatsServer, Reply, ScriptedLlm};
 
 use crate::cluster::{CLUSTER_PATIENCE, echoing};
 use crate::util::{self, Extra, WsClient};
@@ -243,6 +243,21 @@ async fn the_example_server_config_runs_a_cluster_and_refuses_what_each_role_mus
         }
     };
     assert_eq!(history["messages"][0]["content"], "hello", "{history}");
+    // A file the worker sends reaches the page on the gateway (another host: another state
+    // directory) through the cluster's object store.
+    let chart = b"\x89PNG\r\n\x1a\n the worker's chart".to_vec();
+    std::fs::write(root.path().join("worker/workspace/chart.png"), &chart).expect("chart");
+    llm.push(Reply::tool(
+        "send_file",
+        serde_json::json!({"path": "chart.png"}),
+    ));
+    page.send("c", "send me the chart").await;
+    let sent = page.turn("c").await;
+    let file = sent.of_type("file");
+    assert_eq!(file.len(), 1, "{:?}", sent.frames);
+    let served = crate::media::fetch(addr, file[0]["url"].as_str().expect("a link")).await;
+    assert_eq!(served.status, 200);
+    assert_eq!(served.body, chart, "the same bytes, across hosts");
     // The operator's commands work from another host's config, as the operator.
     let operator = member(root.path(), &llm, &nats, &certs, "gateway", "operator");
     let jobs = util::cli(&["cron", "list"], &operator).await;
@@ -277,6 +292,10 @@ async fn the_example_server_config_runs_a_cluster_and_refuses_what_each_role_mus
         "a worker forges no person's message"
     );
     assert!(!stored(&operator, "switchboard.in.0").await);
+    assert!(
+        !stored(&gateway, "$O.switchboard_media.C.forged").await,
+        "a gateway puts no file for a chat"
+    );
     let sessions = jetstream::new(operator.clone())
         .get_stream("switchboard_sessions")
         .await;

@@ -23,7 +23,8 @@ use crate::config::Config;
 #[derive(Clone)]
 pub(crate) struct Stores {
     state: Arc<dyn StateStore>,
-    /// Files waiting for their channel: the state directory's alone.
+    /// Files waiting for their channel: the state directory's alone; on a cluster, also in
+    /// its object store, for the gateway that delivers them.
     media: Arc<dyn MediaStore>,
     /// This process as a writer of the day's spending totals: its member name on a
     /// cluster, [`switchboard_usage::ALONE`] alone.
@@ -61,8 +62,7 @@ impl Stores {
     fn of_cluster(cluster: &switchboard_nats::Cluster, state_dir: &Path) -> Self {
         Self {
             state: Arc::new(switchboard_nats::NatsState::new(cluster)),
-            // TODO(issue 39): the cluster's object store.
-            media: Arc::new(FileMedia::new(state_dir)),
+            media: Arc::new(switchboard_nats::NatsMedia::new(cluster, state_dir)),
             writer: cluster.member().to_owned(),
         }
     }

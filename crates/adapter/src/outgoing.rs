@@ -94,6 +94,53 @@ impl FileMedia {
     }
 }
 
+impl FileMedia {
+    /// Where the file of `key` is (or would be) kept on this host; `None` for a key that is
+    /// not one of this store's.
+    pub fn path_of(&self, key: &str) -> Option<PathBuf> {
+        valid_key(key).then(|| self.root.join(key))
+    }
+
+    /// Keeps under `key` the bytes `source` reads (a file kept on another host, fetched):
+    /// written to a temporary name and renamed into place, so the key names a whole file
+    /// or none. Returns its path.
+    pub async fn receive(
+        &self,
+        key: &str,
+        source: &mut (impl tokio::io::AsyncRead + Unpin),
+    ) -> Result<PathBuf, MediaError> {
+        let path = self
+            .path_of(key)
+            .ok_or_else(|| MediaError::Gone(key.to_owned()))?;
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|err| self.failed(&format!("create {}", dir.display()), err))?;
+        let temp = dir.join(format!(".{:016x}.part", fastrand::u64(..)));
+        let written = async {
+            let mut out = tokio::fs::File::create(&temp).await?;
+            let mut limited = tokio::io::AsyncReadExt::take(source, self.max_bytes + 1);
+            let bytes = tokio::io::copy(&mut limited, &mut out).await?;
+            tokio::io::AsyncWriteExt::flush(&mut out).await?;
+            Ok::<u64, std::io::Error>(bytes)
+        }
+        .await;
+        let result = match written {
+            Ok(bytes) if bytes > self.max_bytes => Err(MediaError::TooLarge {
+                max: self.max_bytes,
+            }),
+            Ok(_) => tokio::fs::rename(&temp, &path)
+                .await
+                .map_err(|err| self.failed("keep a file", err)),
+            Err(err) => Err(self.failed("fetch a file", err)),
+        };
+        if result.is_err() {
+            let _ = tokio::fs::remove_file(&temp).await;
+        }
+        result.map(|()| path)
+    }
+}
+
 #[async_trait]
 impl MediaStore for FileMedia {
     async fn keep(&self, source: std::fs::File, name: &str) -> Result<KeptFile, MediaError> {

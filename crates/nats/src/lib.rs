@@ -15,6 +15,7 @@
 //! - `deliver`: a gateway's delivery of its channels' outbound messages, and its receipts.
 //! - `store`: [`NatsStore`], the sessions.
 //! - `state`: [`NatsState`], the small documents every member shares.
+//! - `media`: [`NatsMedia`], files waiting for their channel, in the cluster's object store.
 //! - `error`: [`ClusterError`].
 
 mod bus;
@@ -23,6 +24,7 @@ mod config;
 mod deliver;
 mod error;
 mod lease;
+mod media;
 mod names;
 mod partitions;
 mod shared;
@@ -33,6 +35,7 @@ pub use bus::NatsBus;
 pub use cluster::{Cluster, Survey};
 pub use config::{ClusterConfig, ClusterSection, MAX_PARTITIONS, Role};
 pub use error::ClusterError;
+pub use media::NatsMedia;
 pub use names::partition_of;
 pub use state::NatsState;
 pub use store::NatsStore;

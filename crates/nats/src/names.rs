@@ -143,6 +143,11 @@ impl Names {
     }
 
     /// Asked whether the agent may write to a chat of a channel unasked.
+    /// The object store of files waiting for their channel.
+    pub(crate) fn media_bucket(&self) -> String {
+        format!("{}_media", self.prefix)
+    }
+
     pub(crate) fn notify_subject(&self, channel: &str) -> String {
         format!("{}.notify.{}", self.prefix, token(channel))
     }
