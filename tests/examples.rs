@@ -13,6 +13,10 @@ async fn the_example_config_parses() {
     assert_eq!(*config.agent.history_limit.get_ref(), 50);
     assert_eq!(*config.agent.max_iterations.get_ref(), 40);
     assert_eq!(config.http.bind.get_ref().0.to_string(), "127.0.0.1:8080");
+    assert!(
+        !config.transcription.enabled && !config.speech.enabled,
+        "voice is off unless asked for"
+    );
 }
 
 /// The README's "try it without a key" config: it parses, points at `fake-llm`'s default
