@@ -159,3 +159,107 @@ async fn a_file_the_agent_sends_arrives_as_a_frame_whose_link_serves_its_bytes()
     );
     t.daemon.shutdown().await;
 }
+
+/// `POST /upload` of `bytes` as `name` for `chat`: the saved file's name.
+async fn upload(addr: std::net::SocketAddr, chat: &str, name: &str, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let head = format!(
+        "POST /upload?chat_id={chat}&name={name} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: audio/ogg\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        bytes.len()
+    );
+    stream.write_all(head.as_bytes()).await.expect("write");
+    stream.write_all(bytes).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let body = response.split("\r\n\r\n").nth(1).expect("a body");
+    let answer: serde_json::Value = serde_json::from_str(body).expect("JSON");
+    answer["file"].as_str().expect("a file").to_owned()
+}
+
+#[tokio::test]
+async fn a_voice_note_sent_over_the_socket_is_heard_and_a_failing_server_shows_in_health() {
+    let audio = switchboard_testkit::FakeAudio::start()
+        .await
+        .expect("fake audio");
+    audio.push_transcript("call the plumber tomorrow");
+    let tables = format!(
+        "[transcription]\nenabled = true\nbase_url = \"{}\"\nmax_retries = 2\n",
+        audio.base_url()
+    );
+    let mut t = Harness::with_config(crate::util::Extra {
+        tables: &tables,
+        ..crate::util::Extra::default()
+    })
+    .await;
+    let addr = t.daemon.addr();
+    let note = switchboard_testkit::audio::voice_note(3.0);
+    let file = upload(addr, "c1", "voice.ogg", &note).await;
+    t.llm.push(Reply::text("Noted."));
+    let voice = json!({"file": file, "name": "voice.ogg", "voice": true, "duration_ms": 3000});
+    t.client
+        .send_json(
+            json!({"type": "message", "chat_id": "c1", "id": "m-1", "content": "",
+            "attachments": [voice.clone()]}),
+        )
+        .await;
+    let turn = t.client.turn("c1").await;
+    let heard = turn.of_type("transcript");
+    assert_eq!(heard.len(), 1, "{:?}", turn.frames);
+    assert_eq!(heard[0]["text"], "call the plumber tomorrow");
+    assert_eq!(heard[0]["reply_to"], "m-1", "under the voice note it heard");
+    assert_eq!(audio.heard()[0].bytes, note);
+    let asked = switchboard_testkit::last_user_text(&t.llm.requests()[0]);
+    assert!(
+        asked.contains("voice note voice.ogg (audio/ogg, 0:03)")
+            && asked.contains("transcribed: \"call the plumber tomorrow\""),
+        "{asked}"
+    );
+    assert_eq!(
+        crate::util::health(addr).await["status"],
+        "ok",
+        "a server that answers is healthy"
+    );
+
+    // The server fails: the turn runs with the file, the chat is told, and the daemon's
+    // health and metrics show it (three failed attempts in a row: degraded).
+    audio.fail(503, 100);
+    let file = upload(addr, "c1", "again.ogg", &note).await;
+    t.llm.push(Reply::text("I have the recording."));
+    let voice = json!({"file": file, "name": "again.ogg", "voice": true, "duration_ms": 3000});
+    t.client
+        .send_json(
+            json!({"type": "message", "chat_id": "c1", "id": "m-2", "content": "",
+            "attachments": [voice]}),
+        )
+        .await;
+    let turn = t.client.turn("c1").await;
+    assert_eq!(turn.reply(), "I have the recording.");
+    let told = turn.of_type("notice");
+    assert!(
+        told.iter()
+            .any(|n| n["text"]
+                .as_str()
+                .is_some_and(|text| text.starts_with("Couldn't transcribe again.ogg")
+                    && text.contains("503"))),
+        "{:?}",
+        turn.frames
+    );
+    let health = crate::util::health(addr).await;
+    assert_eq!(health["status"], "degraded", "{health}");
+    let problem = health["checks"]["audio"]["error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        problem.starts_with("transcription whisper-1: 3 failed attempts in a row")
+            && problem.contains("503"),
+        "{health}"
+    );
+    let metrics = crate::chat::http_get(addr, "/metrics").await;
+    assert!(
+        metrics.contains(r#"switchboard_audio_errors_total{what="transcription",model="whisper-1",kind="status"} 3"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"switchboard_transcriptions_total{outcome="failed"} 1"#));
+    t.daemon.shutdown().await;
+}

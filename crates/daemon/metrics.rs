@@ -117,6 +117,17 @@ const HELP: &[(Kind, &str, &str)] = &[
     ),
     (
         Kind::Counter,
+        "switchboard_audio_errors_total",
+        "Attempts of the audio servers that failed, by what they do (transcription, speech), \
+         model and kind of failure",
+    ),
+    (
+        Kind::Counter,
+        "switchboard_transcriptions_total",
+        "Recordings sent to be transcribed, by outcome (heard, failed)",
+    ),
+    (
+        Kind::Counter,
         "switchboard_scheduled_runs_total",
         "Scheduled runs (jobs, heartbeat beats), by how they ended: answered, quiet, stopped, \
          failed (after its tries), skipped",

@@ -24,6 +24,8 @@ struct Recorder {
     edits: Mutex<usize>,
     /// When each call was made, by chat place: (call, when).
     times: Mutex<Vec<(&'static str, Instant)>>,
+    /// Files uploaded: (name, caption, bytes).
+    uploads: Mutex<Vec<(String, Option<String>, Vec<u8>)>>,
 }
 
 impl Recorder {
@@ -103,6 +105,27 @@ impl Surface for Recorder {
     async fn typing(&self, (): &()) -> Result<(), CoreError> {
         self.time("typing");
         Ok(())
+    }
+
+    fn media(&self) -> MediaLimits {
+        MediaLimits {
+            image: 1000,
+            voice: 1000,
+            document: 100,
+            caption: 10,
+        }
+    }
+
+    async fn send_file(&self, (): &(), upload: Upload<'_>) -> Result<String, CoreError> {
+        self.time("upload");
+        let bytes = std::fs::read(upload.path).unwrap_or_default();
+        let mut uploads = self.uploads.lock().unwrap_or_else(|e| e.into_inner());
+        uploads.push((
+            upload.file.name.clone(),
+            upload.caption.map(str::to_owned),
+            bytes,
+        ));
+        Ok(format!("f{}", uploads.len() - 1))
     }
 }
 
@@ -531,4 +554,110 @@ async fn a_late_fragment_of_an_older_turn_is_shown_nowhere() {
         .clone();
     let texts: Vec<&str> = calls.iter().map(|call| call.2.as_str()).collect();
     assert_eq!(texts, ["first", "second", "second"], "{calls:?}");
+}
+
+/// A file of `bytes` kept in a store in `dir`, as an outbound message of `kind`.
+async fn kept_file(
+    dir: &std::path::Path,
+    bytes: &[u8],
+    kind: switchboard_core::MediaKind,
+    caption: Option<&str>,
+) -> (Arc<dyn MediaStore>, OutboundMessage) {
+    let media: Arc<dyn MediaStore> = Arc::new(crate::FileMedia::new(dir));
+    let kept = media
+        .keep_bytes(bytes.to_vec(), "chart.png")
+        .await
+        .expect("kept");
+    let file = OutboundFile {
+        key: kept.key,
+        name: "chart.png".into(),
+        mime: "image/png".into(),
+        bytes: kept.bytes,
+        kind,
+        caption: caption.map(str::to_owned),
+    };
+    (media, out(OutboundKind::File(file)))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_file_goes_up_once_and_a_caption_too_long_for_it_follows_as_text_even_when_retried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let recorder = Recorder::default();
+    // The first text send (the caption's first part) is answered 429.
+    *recorder
+        .failing_send
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some(0);
+    let caption = "a caption far longer than ten characters";
+    let (media, message) = kept_file(
+        dir.path(),
+        b"png bytes",
+        switchboard_core::MediaKind::Image,
+        Some(caption),
+    )
+    .await;
+    let replies = Replies::new(Arc::new(recorder), false, Duration::from_secs(1)).with_media(media);
+    let first = replies.send(message.clone()).await;
+    assert!(
+        matches!(first, Err(CoreError::RateLimited { .. })),
+        "{first:?}"
+    );
+    let sent = replies.send(message).await.expect("delivered on the retry");
+    assert_eq!(sent.id.as_deref(), Some("f0"), "the file's id");
+    let uploads = replies
+        .surface()
+        .uploads
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert_eq!(uploads.len(), 1, "uploaded once: {uploads:?}");
+    assert_eq!(uploads[0].2, b"png bytes");
+    assert_eq!(uploads[0].1, None, "the caption did not fit with the file");
+    let texts: Vec<String> = calls(&replies).into_iter().map(|c| c.2).collect();
+    assert_eq!(
+        words(&texts.join(" ")),
+        words(caption),
+        "the caption after it"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_file_the_platform_does_not_take_is_refused_naming_its_limit_and_nothing_goes_up() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (media, message) = kept_file(
+        dir.path(),
+        &[7u8; 200],
+        switchboard_core::MediaKind::Document,
+        Some("short"),
+    )
+    .await;
+    let replies = Replies::new(Arc::new(Recorder::default()), false, Duration::from_secs(1))
+        .with_media(media);
+    let err = replies.send(message).await.expect_err("refused");
+    assert!(
+        err.to_string()
+            .contains("Test takes document files of at most 100 bytes"),
+        "{err}"
+    );
+    assert!(
+        replies
+            .surface()
+            .uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transcript_is_quoted_as_a_reply_to_the_voice_note() {
+    let replies = Replies::new(Arc::new(Recorder::default()), false, Duration::from_secs(1));
+    replies
+        .send(out(OutboundKind::Transcript("buy milk\nand bread".into())))
+        .await
+        .expect("sent");
+    let calls = calls(&replies);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].2, "> 🎙️ buy milk\n> and bread");
+    assert!(calls[0].3, "a reply to the voice note");
 }
