@@ -8,6 +8,9 @@ use super::*;
 /// What the recording surface saw: (call, message id, text, as_reply).
 type Call = (&'static str, String, String, bool);
 
+/// A file the recording surface took: its name, caption and bytes.
+type Uploaded = (String, Option<String>, Vec<u8>);
+
 /// A 429 with Telegram's and Discord's stated wait.
 const RETRY_AFTER: Duration = Duration::from_secs(3);
 
@@ -24,8 +27,8 @@ struct Recorder {
     edits: Mutex<usize>,
     /// When each call was made, by chat place: (call, when).
     times: Mutex<Vec<(&'static str, Instant)>>,
-    /// Files uploaded: (name, caption, bytes).
-    uploads: Mutex<Vec<(String, Option<String>, Vec<u8>)>>,
+    /// Files uploaded.
+    uploads: Mutex<Vec<Uploaded>>,
 }
 
 impl Recorder {
