@@ -401,8 +401,19 @@ async fn the_agent_writes_to_discord_chats_that_talked_to_it_and_pings_no_one() 
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(results[0], format!("sent to discord chat {}", dm(ADA)));
-    assert_eq!(results[1], format!("sent to discord chat {GENERAL}"));
+    // Told sent, with the message id Discord gave it.
+    for (result, chat) in results.iter().zip([dm(ADA), GENERAL]) {
+        let id = t
+            .fake
+            .messages_to(chat)
+            .last()
+            .map(|sent| sent.message_id)
+            .expect("the message arrived");
+        assert_eq!(
+            *result,
+            format!("sent to discord chat {chat} (message {id})")
+        );
+    }
     assert!(
         results[2].contains("has never talked to the agent"),
         "{}",

@@ -495,8 +495,16 @@ async fn the_agent_writes_to_an_allowed_chat_that_talked_to_it_and_to_no_other()
         .filter(|m| m["role"] == "tool")
         .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(results[0], format!("sent to telegram chat {ADA}"));
-    assert_eq!(results[1], format!("sent to telegram chat {BOB}"));
+    // Told sent, with the message id Telegram gave it.
+    assert_eq!(
+        results[0],
+        format!("sent to telegram chat {ADA} (message {})", post.message_id)
+    );
+    assert!(
+        results[1].starts_with(&format!("sent to telegram chat {BOB} (message ")),
+        "{}",
+        results[1]
+    );
     assert!(
         t.fake
             .messages_to(chat(BOB))
