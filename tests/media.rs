@@ -278,3 +278,52 @@ async fn a_voice_note_sent_over_the_socket_is_heard_and_a_failing_server_shows_i
     );
     t.daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn doctor_asks_the_audio_servers_whether_they_answer_and_take_their_keys() {
+    let llm = switchboard_testkit::ScriptedLlm::start()
+        .await
+        .expect("llm");
+    let up = switchboard_testkit::FakeAudio::start()
+        .await
+        .expect("fake audio");
+    let refusing = switchboard_testkit::FakeAudio::start()
+        .await
+        .expect("fake audio");
+    refusing.fail(401, 100);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let tables = format!(
+        "[transcription]\nenabled = true\nbase_url = \"{}\"\napi_key = \"sk-good\"\n\
+         [speech]\nenabled = true\nbase_url = \"{}\"\napi_key = \"sk-wrong\"\n",
+        up.base_url(),
+        refusing.base_url()
+    );
+    let text = crate::util::config_text_with(
+        &llm.base_url(),
+        dir.path(),
+        crate::util::Extra {
+            tables: &tables,
+            ..crate::util::Extra::default()
+        },
+    );
+    let config = crate::util::config(&text, dir.path());
+    let lines = switchboard::doctor::report(&config, &[]).await;
+    let shown: Vec<String> = lines.iter().map(ToString::to_string).collect();
+    assert!(
+        shown
+            .iter()
+            .any(|l| l.starts_with("✓ transcription (whisper-1 at http://")
+                && l.ends_with("the server answers, and lists the model")),
+        "{shown:#?}"
+    );
+    assert!(
+        shown
+            .iter()
+            .any(|l| l.starts_with("✗ speech (gpt-4o-mini-tts at http://")
+                && l.contains("refused the API key")
+                && l.contains("speech.api_key")),
+        "{shown:#?}"
+    );
+    // No audio was sent to check them.
+    assert!(up.heard().is_empty() && up.said().is_empty());
+}

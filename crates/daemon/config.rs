@@ -463,6 +463,12 @@ impl Config {
         if key.starts_with("tools.web_search.") {
             return self.tools.web_search.provider.is_some();
         }
+        if key.starts_with("transcription.") {
+            return self.transcription.enabled;
+        }
+        if key.starts_with("speech.") {
+            return self.speech.enabled;
+        }
         true
     }
 

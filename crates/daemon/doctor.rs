@@ -249,6 +249,7 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         }
         lines.push(ask(&key, model.as_ref()).await);
     }
+    audio_servers(config, unchecked, &mut lines).await;
     #[cfg(feature = "mcp")]
     mcp_servers(config, &mut lines).await;
     if let Some(checked) = Box::pin(crate::cluster_report::doctor(config)).await {
@@ -270,6 +271,44 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         });
     }
     lines
+}
+
+/// The transcription and speech servers the config enables, each asked whether it answers
+/// and takes its key (no audio is sent).
+async fn audio_servers(config: &Config, unchecked: &[String], lines: &mut Vec<Line>) {
+    let transcription = config.transcription.build(None);
+    let speech = config.speech.build(None);
+    let mut servers = Vec::new();
+    match &transcription {
+        Ok(Some(built)) => servers.extend(built.servers()),
+        Ok(None) => {}
+        Err(err) => lines.push(Line::failed(format!("transcription: {err}"))),
+    }
+    match &speech {
+        Ok(Some(built)) => servers.extend(built.servers()),
+        Ok(None) => {}
+        Err(err) => lines.push(Line::failed(format!("speech: {err}"))),
+    }
+    for server in servers {
+        let key = server.key();
+        let what = format!("{key} ({})", server.describe());
+        if unchecked.iter().any(|k| *k == format!("{key}.api_key")) {
+            lines.push(Line::unchecked(format!(
+                "{what}: not asked, its key is the service's"
+            )));
+            continue;
+        }
+        lines.push(
+            match tokio::time::timeout(CHECK_TIMEOUT, server.check()).await {
+                Ok(Ok(said)) => Line::ok(format!("{what}: {said}")),
+                Ok(Err(err)) => Line::failed(format!("{what}: {err}")),
+                Err(_) => Line::failed(format!(
+                    "{what}: no answer within {} s",
+                    CHECK_TIMEOUT.as_secs()
+                )),
+            },
+        );
+    }
 }
 
 /// Whether each workspace and the state directory take a file.

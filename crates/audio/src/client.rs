@@ -74,6 +74,42 @@ impl Server {
         &self.config.model
     }
 
+    /// The config key of its entry (`transcription`, `speech.fallbacks[0]`).
+    pub fn key(&self) -> &str {
+        &self.config.key
+    }
+
+    /// Asks the server whether it answers and takes the key (`GET /models`, which
+    /// OpenAI-compatible servers share), without sending any audio: what it said, or why not.
+    /// A server without a model list (some local ones) answers 404: reachable, key unasked.
+    pub async fn check(&self) -> Result<String, AudioError> {
+        let request = self.authorized(self.http.get(self.url("models")))?;
+        let answered = self.call(request, MAX_TRANSCRIPT_BYTES).await;
+        match answered {
+            Ok(body) => {
+                let listed = serde_json::from_slice::<serde_json::Value>(&body)
+                    .ok()
+                    .and_then(|list| list["data"].as_array().cloned())
+                    .is_some_and(|models| {
+                        models
+                            .iter()
+                            .any(|model| model["id"].as_str() == Some(self.config.model.as_str()))
+                    });
+                Ok(if listed {
+                    "the server answers, and lists the model".to_owned()
+                } else {
+                    "the server answers (the model is not in its list: check the name)".to_owned()
+                })
+            }
+            Err(AudioError::Status {
+                status: 404 | 405, ..
+            }) => {
+                Ok("the server answers (it has no model list to check the key against)".to_owned())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// Its model and URL, as errors name it.
     pub fn describe(&self) -> String {
         format!(
@@ -286,6 +322,11 @@ impl Chain {
     /// The models, in order.
     pub fn models(&self) -> Vec<&str> {
         self.servers.iter().map(Server::model).collect()
+    }
+
+    /// The servers, in order.
+    pub fn servers(&self) -> &[Server] {
+        &self.servers
     }
 
     /// Runs `call` on each server in turn until one answers: a transient failure is tried

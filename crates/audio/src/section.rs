@@ -457,6 +457,11 @@ impl Transcription {
     pub fn models(&self) -> Vec<&str> {
         self.chain.models()
     }
+
+    /// The servers, in order.
+    pub fn servers(&self) -> &[Server] {
+        self.chain.servers()
+    }
 }
 
 /// A spoken answer.
@@ -527,6 +532,11 @@ impl Speech {
     /// The models, in order.
     pub fn models(&self) -> Vec<&str> {
         self.chain.models()
+    }
+
+    /// The servers, in order.
+    pub fn servers(&self) -> &[Server] {
+        self.chain.servers()
     }
 }
 

@@ -9,6 +9,7 @@ mod daemon;
 mod load;
 mod scale;
 mod turns;
+mod voice;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -92,6 +93,9 @@ enum Scenario {
     /// An idle stdio MCP server connection (the testkit's `mcp-test-server`, beside the
     /// daemon binary): the daemon's memory and CPU per minute with none and with one.
     Mcp,
+    /// What a 30 s voice note adds to a turn against the testkit's transcription server
+    /// (typed messages and voice notes alternated in one chat), and what its upload takes.
+    Voice,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -129,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
     };
 
     // In this order; the cluster only when asked for by name.
-    const EVERY: [Scenario; 10] = [
+    const EVERY: [Scenario; 11] = [
         Scenario::Startup,
         Scenario::Telegram,
         Scenario::Channels,
@@ -140,6 +144,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Mcp,
         Scenario::Disk,
         Scenario::Idle,
+        Scenario::Voice,
     ];
     for scenario in EVERY.into_iter().filter(|scenario| run(*scenario)) {
         bench.run(scenario, &mut results).await?;
@@ -173,6 +178,7 @@ impl Bench<'_> {
             Scenario::Mcp => bench_mcp(self, results).await,
             Scenario::Disk => bench_disk(self, results).await,
             Scenario::Idle => bench_idle(self, results).await,
+            Scenario::Voice => bench_voice(self, results).await,
             Scenario::Cluster => Ok(()),
         }
     }
@@ -509,6 +515,36 @@ async fn bench_idle(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<
     );
     drop(sockets);
     daemon.stop().await?;
+    Ok(())
+}
+
+/// What a 30 s voice note adds to a turn (see `voice.rs`).
+async fn bench_voice(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    let Bench {
+        launcher, llm_url, ..
+    } = bench;
+    let audio = switchboard_testkit::FakeAudio::start().await?;
+    let dir = tempfile::tempdir()?;
+    let tables = format!(
+        "[transcription]\nenabled = true\nbase_url = \"{}\"\n",
+        audio.base_url()
+    );
+    let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+    // Warm both paths, then measure.
+    voice::run(daemon.addr, 3, 30.0).await?;
+    let mut run = voice::run(daemon.addr, 30, 30.0).await?;
+    daemon.stop().await?;
+    let median = |samples: &mut Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let typed = median(&mut run.typed_ms);
+    let voice = median(&mut run.voice_ms);
+    results.insert("voice_note_bytes".into(), run.note_bytes as f64);
+    results.insert("voice_typed_turn_ms_p50".into(), typed);
+    results.insert("voice_30s_turn_ms_p50".into(), voice);
+    results.insert("voice_30s_added_ms_p50".into(), voice - typed);
+    results.insert("voice_30s_upload_ms_p50".into(), median(&mut run.upload_ms));
     Ok(())
 }
 

@@ -106,6 +106,7 @@ impl FakeAudio {
         let app = Router::new()
             .route("/v1/audio/transcriptions", post(transcribe))
             .route("/v1/audio/speech", post(speak))
+            .route("/v1/models", axum::routing::get(models))
             .with_state(shared.clone());
         let (addr, stop) = crate::serve(app, addr).await?;
         Ok(Self { addr, shared, stop })
@@ -259,6 +260,19 @@ async fn speak(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
         return failed;
     }
     ([("content-type", "audio/ogg")], voice_note(seconds)).into_response()
+}
+
+/// The models it serves, for a client checking its key: a refused key (`fail(401, …)`) is
+/// refused here too.
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    if let Some(failed) = before(&shared).await {
+        return failed;
+    }
+    axum::Json(json!({"object": "list", "data": [
+        {"id": "whisper-1", "object": "model"},
+        {"id": "gpt-4o-mini-tts", "object": "model"}
+    ]}))
+    .into_response()
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {
