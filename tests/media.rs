@@ -327,3 +327,58 @@ async fn doctor_asks_the_audio_servers_whether_they_answer_and_take_their_keys()
     // No audio was sent to check them.
     assert!(up.heard().is_empty() && up.said().is_empty());
 }
+
+#[tokio::test]
+async fn an_answer_the_speech_server_cannot_speak_stays_text_with_a_line_saying_why() {
+    let audio = switchboard_testkit::FakeAudio::start()
+        .await
+        .expect("fake audio");
+    audio.fail(503, 100);
+    let tables = format!(
+        "[speech]\nenabled = true\nbase_url = \"{}\"\nreply = \"always\"\nmax_retries = 0\nmax_chars = 40\n",
+        audio.base_url()
+    );
+    let mut t = Harness::with_config(crate::util::Extra {
+        tables: &tables,
+        ..crate::util::Extra::default()
+    })
+    .await;
+    t.llm.push(Reply::text("Short and sweet."));
+    let turn = t.client.say("c1", "hi").await;
+    assert_eq!(turn.reply(), "Short and sweet.");
+    assert!(turn.of_type("file").is_empty(), "{:?}", turn.frames);
+    let notice = turn.of_type("notice");
+    assert!(
+        notice
+            .iter()
+            .any(|n| n["text"].as_str().is_some_and(|text| {
+                text.starts_with("The spoken answer could not be made") && text.contains("503")
+            })),
+        "{:?}",
+        turn.frames
+    );
+    // The text comes first, the line after it, then the turn's end.
+    let kinds: Vec<&str> = turn
+        .frames
+        .iter()
+        .filter_map(|f| f["type"].as_str())
+        .filter(|kind| ["message", "notice", "done"].contains(kind))
+        .collect();
+    assert_eq!(kinds, ["message", "notice", "done"]);
+
+    // Too long to read aloud: the text only, the cap named, no call.
+    let calls = audio.said().len();
+    t.llm.push(Reply::text(
+        "This answer is much longer than forty characters, so it stays text.",
+    ));
+    let turn = t.client.say("c1", "tell me more").await;
+    assert!(
+        turn.of_type("notice").iter().any(|n| n["text"]
+            .as_str()
+            .is_some_and(|text| text.contains("speech.max_chars"))),
+        "{:?}",
+        turn.frames
+    );
+    assert_eq!(audio.said().len(), calls, "no call for a long answer");
+    t.daemon.shutdown().await;
+}
