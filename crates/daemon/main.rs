@@ -32,8 +32,8 @@ fn main() -> ExitCode {
         }
     };
     // The daemon's future is large (its whole start is one `async fn`), and lives on the
-    // main thread's stack, which is there anyway: boxing it would put ~17 KiB on the heap
-    // of every daemon, idle or not.
+    // main thread's stack, which is there anyway: boxing it would put ~13 KiB on the heap
+    // of every daemon, idle or not (tokio boxes one past 16 KiB itself: see `run`).
     #[allow(clippy::large_futures)]
     let result = runtime.block_on(run(cli.command));
     match result {
@@ -137,8 +137,11 @@ fn prepare_process(cli: &Cli) {
     }
 }
 
-/// Runs a command (all but `sandbox-exec`, which runs before the runtime). Its futures
-/// stay unboxed: they live on the main thread's stack (see `main`).
+/// Runs a command (all but `sandbox-exec`, which runs before the runtime). The daemon's
+/// future stays unboxed: it lives on the main thread's stack (see `main`). The operator's
+/// commands are boxed: this future is as large as its largest arm, and tokio moves one past
+/// 16 KiB to the heap — the terminal's (a whole turn) and `doctor`'s would put the daemon's
+/// there too, on every daemon, for a command it never runs.
 #[allow(clippy::large_futures)]
 async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
@@ -147,12 +150,14 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             config,
             message,
             session,
-        } => terminal::run(config.as_deref(), message, &session).await,
-        Command::Pairing { config, action } => pairing::run(config.as_deref(), &action).await,
-        Command::Cron { config, action } => cron::run(config.as_deref(), &action).await,
+        } => Box::pin(terminal::run(config.as_deref(), message, &session)).await,
+        Command::Pairing { config, action } => {
+            Box::pin(pairing::run(config.as_deref(), &action)).await
+        }
+        Command::Cron { config, action } => Box::pin(cron::run(config.as_deref(), &action)).await,
         #[cfg(feature = "mcp")]
         Command::Mcp { config, action } => match action {
-            switchboard::cli::McpAction::List => mcp_cli::list(config.as_deref()).await,
+            switchboard::cli::McpAction::List => Box::pin(mcp_cli::list(config.as_deref())).await,
         },
         Command::Onboard {
             workspace,
@@ -188,9 +193,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             onboard_with(preset(service, config, at::CONFIG), choices, force)
         }
-        Command::Status { config } => status::run(config.as_deref()).await,
-        Command::Usage { config, days } => usage_cli::run(config.as_deref(), days).await,
-        Command::Doctor { config } => doctor::run(config.as_deref()).await,
+        Command::Status { config } => Box::pin(status::run(config.as_deref())).await,
+        Command::Usage { config, days } => Box::pin(usage_cli::run(config.as_deref(), days)).await,
+        Command::Doctor { config } => Box::pin(doctor::run(config.as_deref())).await,
         Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
     }
 }
