@@ -123,7 +123,7 @@ pub async fn start(config: Config, tools: ToolRegistry) -> anyhow::Result<Runnin
         channels_stop,
         server,
         components,
-        config_text: config.source.text.clone(),
+        config_text: config.source.text,
         reloads,
     })
 }
