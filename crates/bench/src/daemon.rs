@@ -139,7 +139,10 @@ async fn start_configured(
         .args(["run", "--config"])
         .arg(&config)
         .env("NOTIFY_SOCKET", &notify_path)
-        .env("RUST_LOG", "warn")
+        .env(
+            "RUST_LOG",
+            std::env::var("BENCH_DAEMON_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)

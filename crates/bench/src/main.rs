@@ -520,16 +520,21 @@ async fn bench_idle(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<
 
 /// What a 30 s voice note adds to a turn (see `voice.rs`).
 async fn bench_voice(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
-    let Bench {
-        launcher, llm_url, ..
-    } = bench;
+    let launcher = bench.launcher;
+    // One reply to both kinds of turn, so they differ only in the hearing: the shared echo
+    // would answer a voice note's longer line with more words, and a reply written in more
+    // pieces meets the scripted server's Nagle and the daemon's delayed ACK (+40 ms).
+    let llm = ScriptedLlm::start().await?;
+    llm.stop_recording();
+    llm.respond_with(|_| switchboard_testkit::Reply::text("Noted."));
+    let llm_url = llm.base_url();
     let audio = switchboard_testkit::FakeAudio::start().await?;
     let dir = tempfile::tempdir()?;
     let tables = format!(
         "[transcription]\nenabled = true\nbase_url = \"{}\"\n",
         audio.base_url()
     );
-    let (daemon, _) = daemon::start_with(launcher, dir.path(), llm_url, &tables).await?;
+    let (daemon, _) = daemon::start_with(launcher, dir.path(), &llm_url, &tables).await?;
     // Warm both paths, then measure.
     voice::run(daemon.addr, 3, 30.0).await?;
     let mut run = voice::run(daemon.addr, 30, 30.0).await?;
