@@ -229,6 +229,7 @@ async fn publish_spending(spending: &Spending, agents: &[String]) {
                 ("input", spent.input),
                 ("output", spent.output),
                 ("cached", spent.cached),
+                ("reasoning", spent.reasoning),
             ] {
                 metrics::gauge!("switchboard_usage_tokens", "agent" => agent.clone(),
                     "period" => period, "kind" => kind)

@@ -23,7 +23,7 @@ const TEMPLATE: &str = include_str!("../../config.example.toml");
 /// What the config written asks of the person (flags, or answers at the prompt).
 #[derive(Clone, Debug, Default)]
 pub struct Choices {
-    /// `openai` or `anthropic`.
+    /// `openai`, `anthropic` or `gemini`.
     pub provider: Option<String>,
     /// The model.
     pub model: Option<String>,
@@ -183,6 +183,11 @@ fn defaults(provider: &str) -> (&'static str, &'static str, &'static str) {
             "https://api.anthropic.com/v1",
             "ANTHROPIC_API_KEY",
         ),
+        "gemini" => (
+            "gemini-2.5-flash",
+            "https://generativelanguage.googleapis.com/v1beta",
+            "GEMINI_API_KEY",
+        ),
         _ => ("gpt-4o-mini", "https://api.openai.com/v1", "OPENAI_API_KEY"),
     }
 }
@@ -200,7 +205,7 @@ fn ask(choices: &mut Choices) -> anyhow::Result<()> {
     };
     if choices.provider.is_none() {
         choices.provider = Some(prompt(
-            "LLM API: openai (any OpenAI-compatible server) or anthropic",
+            "LLM API: openai (any OpenAI-compatible server), anthropic or gemini",
             "openai",
         )?);
     }
@@ -226,8 +231,8 @@ fn ask(choices: &mut Choices) -> anyhow::Result<()> {
 /// The example config with the choices put in.
 fn config_text(choices: &Choices) -> anyhow::Result<String> {
     let provider = choices.provider.as_deref().unwrap_or("openai");
-    if !matches!(provider, "openai" | "anthropic") {
-        anyhow::bail!("--provider must be openai or anthropic, not `{provider}`");
+    if !matches!(provider, "openai" | "anthropic" | "gemini") {
+        anyhow::bail!("--provider must be openai, anthropic or gemini, not `{provider}`");
     }
     let (model, base_url, key) = defaults(provider);
     let model = choices.model.as_deref().unwrap_or(model);

@@ -155,8 +155,8 @@ fn write_table(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
     }
     writeln!(
         out,
-        "{from} to {today}: {} tokens in ({} cached), {} out, ${:.4}",
-        total.input, total.cached, total.output, total.usd
+        "{from} to {today}: {} tokens in ({} cached), {} out ({} thinking), ${:.4}",
+        total.input, total.cached, total.output, total.reasoning, total.usd
     )
 }
 
@@ -172,6 +172,7 @@ mod tests {
             output: 30,
             cached: 0,
             usd: 0.5,
+            reasoning: 0,
         };
         let line = |agent: &str, session: &str| Line {
             day,

@@ -119,6 +119,7 @@ mod tests {
             id: "c".into(),
             name: name.into(),
             arguments: String::new(),
+            signature: None,
         }
     }
 

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use switchboard_core::{ChatMessage, MessageId, ScheduledRun, SessionKey, TurnEnd, Usage};
-use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError};
+use switchboard_llm::{ChatRequest, ChatResponse, ImageData, LlmError, StopReason};
 use switchboard_sessions::{Batch, InboundState, Session, StoreError};
 use switchboard_tools::{ToolContext, ToolRegistry, User};
 use tokio_util::sync::CancellationToken;
@@ -373,7 +373,18 @@ impl Turn<'_> {
         if let Some((model, usage)) = judged {
             self.spend(&model, usage).await;
         }
+        // An answer the provider stopped (its filter, the output limit) says so in one
+        // sentence after what it holds, whatever the provider.
+        let notice = response.stop.as_ref().and_then(StopReason::notice);
         let reason = match verdict {
+            Some(Verdict::Pass) if let Some(notice) = notice => {
+                let reply = if reply.is_empty() {
+                    notice
+                } else {
+                    format!("{reply}\n\n{notice}")
+                };
+                return Some(End::Reply(reply, TurnEnd::Answered));
+            }
             Some(Verdict::Pass) if reply.is_empty() => {
                 return Some(End::Reply(
                     "(the model returned an empty reply)".to_owned(),

@@ -130,6 +130,7 @@ fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
         id: id.into(),
         name: name.into(),
         arguments: arguments.to_string(),
+        signature: None,
     }
 }
 

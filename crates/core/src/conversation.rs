@@ -197,7 +197,7 @@ impl ImagePart {
 }
 
 /// A tool call as the model asked for it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     /// The provider's id for the call; the result carries it back.
     pub id: String,
@@ -206,6 +206,12 @@ pub struct ToolCall {
     /// The arguments as the JSON text the model wrote (it may be invalid; the agent
     /// parses it and turns a parse failure into an error result).
     pub arguments: String,
+    /// What the provider asked to get back with the call on the next request, as it sent
+    /// it: Gemini's thought signature (the model's reasoning, encrypted; Gemini 3 refuses a
+    /// conversation whose calls of the current turn lack theirs). Kept in history so a turn
+    /// taken up again after a restart still has it; other providers ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// Renames the calls whose id is empty, already in `taken`, or repeated earlier in `calls`,
@@ -260,6 +266,10 @@ pub struct Usage {
     /// Of the prompt tokens, those read from the provider's prompt cache (priced lower).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+    /// Of the output tokens, those the model spent thinking before it answered (OpenAI's
+    /// reasoning tokens, Gemini's thoughts; priced as output).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
 }
 
 fn is_zero(value: &u64) -> bool {
@@ -273,6 +283,7 @@ impl Usage {
             input_tokens: input,
             output_tokens: output,
             cached_input_tokens: 0,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -282,6 +293,7 @@ impl std::ops::AddAssign for Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 
@@ -295,6 +307,7 @@ mod tests {
             id: "call_1".into(),
             name: "echo".into(),
             arguments: r#"{"text":"hi"}"#.into(),
+            signature: None,
         };
         let messages = vec![
             ChatMessage::user("hi"),
@@ -317,6 +330,7 @@ mod tests {
             id: id.into(),
             name: "t".into(),
             arguments: "{}".into(),
+            signature: None,
         }
     }
 

@@ -86,7 +86,7 @@ fn client(config: &ProviderConfig) -> Result<reqwest::Client, LlmError> {
 }
 
 /// `{base_url}/{path}`, checked to be an http(s) URL.
-fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
+pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<reqwest::Url, LlmError> {
     let url = format!("{}/{path}", base_url.trim_end_matches('/'));
     reqwest::Url::parse(&url)
         .ok()

@@ -4,8 +4,8 @@
 //! tool definitions) in, a [`ChatResponse`] (text and tool calls) out, with what happens
 //! meanwhile (streamed text, waits) sent as [`StreamEvent`]s. [`OpenAiProvider`] speaks the
 //! OpenAI chat-completions protocol that OpenAI, OpenRouter, vLLM, Ollama and llama.cpp's
-//! server share; [`AnthropicProvider`] Anthropic's Messages API. Both map to and from the
-//! one internal model, whole or as server-sent events, one attempt per call, reading every
+//! server share; [`AnthropicProvider`] Anthropic's Messages API; [`GeminiProvider`]
+//! Google's Gemini API. Each maps to and from the one internal model, whole or as server-sent events, one attempt per call, reading every
 //! response within its [`ResponseLimits`]. [`Retrying`] wraps any provider: retries with
 //! backoff, a deadline for the whole call, status lines for the person, errors named by
 //! provider. [`Failover`] chains providers, with a cooldown for one that keeps failing.
@@ -23,6 +23,8 @@
 //! - `openai`: the OpenAI-compatible client (`client`), its wire format (`wire`) and the
 //!   reassembly of streamed chunks (`stream`).
 //! - `anthropic`: the Messages API client, its wire format and stream reassembly.
+//! - `gemini`: the Gemini API client, its wire format, its subset of JSON Schema for tool
+//!   declarations (`schema`) and the reassembly of its responses.
 //! - `error`: [`LlmError`].
 
 mod anthropic;
@@ -30,6 +32,7 @@ mod body;
 mod config;
 mod error;
 mod failover;
+mod gemini;
 mod http;
 mod limits;
 mod observe;
@@ -45,6 +48,7 @@ pub use anthropic::AnthropicProvider;
 pub use config::{ApiKey, ProviderConfig};
 pub use error::LlmError;
 pub use failover::{COOL_AFTER, Failover};
+pub use gemini::GeminiProvider;
 pub use limits::ResponseLimits;
 pub use observe::{Observed, Observer};
 pub use openai::OpenAiProvider;

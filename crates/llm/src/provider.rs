@@ -99,8 +99,10 @@ pub enum StopReason {
     /// It ran into the output token limit: the answer (or a tool call) is cut (`length`,
     /// `max_tokens`).
     MaxTokens,
-    /// The provider's filter cut it (`content_filter`, `refusal`).
-    Filtered,
+    /// The provider's filter cut or blocked it, with the reason as the provider wrote it
+    /// (`content_filter`, `refusal`, Gemini's `SAFETY`, `RECITATION`, a blocked prompt's
+    /// `PROHIBITED_CONTENT` …).
+    Filtered(String),
     /// Something else, as the provider wrote it.
     Other(String),
 }
@@ -112,8 +114,26 @@ impl StopReason {
             "stop" | "end_turn" | "stop_sequence" => Self::EndTurn,
             "tool_calls" | "function_call" | "tool_use" => Self::ToolUse,
             "length" | "max_tokens" => Self::MaxTokens,
-            "content_filter" | "refusal" => Self::Filtered,
+            "content_filter" | "refusal" => Self::Filtered(reason.to_owned()),
             other => Self::Other(other.to_owned()),
+        }
+    }
+}
+
+impl StopReason {
+    /// The one sentence a person is told after an answer that stopped for this reason;
+    /// `None` for an answer that ended as answers do (or asked for tools).
+    pub fn notice(&self) -> Option<String> {
+        match self {
+            Self::EndTurn | Self::ToolUse => None,
+            Self::MaxTokens => Some(
+                "(The answer was cut off: the model reached its output limit, llm.max_tokens.)"
+                    .to_owned(),
+            ),
+            Self::Filtered(reason) => Some(format!(
+                "(The model's provider stopped this answer: its safety filter said {reason}.)"
+            )),
+            Self::Other(reason) => Some(format!("(The model stopped early: {reason}.)")),
         }
     }
 }
@@ -156,11 +176,18 @@ mod tests {
             ("stop", "end_turn", StopReason::EndTurn),
             ("tool_calls", "tool_use", StopReason::ToolUse),
             ("length", "max_tokens", StopReason::MaxTokens),
-            ("content_filter", "refusal", StopReason::Filtered),
         ] {
             assert_eq!(StopReason::parse(openai), expected);
             assert_eq!(StopReason::parse(anthropic), expected);
         }
+        assert_eq!(
+            StopReason::parse("content_filter"),
+            StopReason::Filtered("content_filter".into())
+        );
+        assert_eq!(
+            StopReason::parse("refusal"),
+            StopReason::Filtered("refusal".into())
+        );
         assert_eq!(
             StopReason::parse("pause_turn"),
             StopReason::Other("pause_turn".into())

@@ -1,8 +1,8 @@
 //! `[llm]`: which models answer — the provider, its server and key, fallbacks, the models a
 //! chat may switch to, timeouts, limits, retries and prices — and each model built from it.
 //!
-//! The primary provider and each of `fallbacks` is a plain client (OpenAI-compatible or
-//! Anthropic, chosen by `provider`) inside its own [`Retrying`]; the daemon chains them with
+//! The primary provider and each of `fallbacks` is a plain client (OpenAI-compatible,
+//! Anthropic or Gemini, chosen by `provider`) inside its own [`Retrying`]; the daemon chains them with
 //! a [`Failover`](crate::Failover). Timeouts, limits, retries, temperature and `max_tokens`
 //! are the section's, shared by every entry.
 
@@ -16,8 +16,8 @@ use switchboard_core::{ConfigError, ConfigSource, expand_env, positive_seconds};
 use toml::Spanned;
 
 use crate::{
-    AnthropicProvider, ApiKey, LlmError, LlmProvider, Observed, Observer, OpenAiProvider,
-    ProviderConfig, ResponseLimits, RetryPolicy, Retrying,
+    AnthropicProvider, ApiKey, GeminiProvider, LlmError, LlmProvider, Observed, Observer,
+    OpenAiProvider, ProviderConfig, ResponseLimits, RetryPolicy, Retrying,
 };
 
 /// Which API the LLM speaks.
@@ -28,6 +28,8 @@ pub enum ProviderKind {
     Openai,
     /// Anthropic's Messages API.
     Anthropic,
+    /// Google's Gemini API (`generateContent`).
+    Gemini,
 }
 
 impl ProviderKind {
@@ -36,6 +38,7 @@ impl ProviderKind {
         match self {
             Self::Openai => "openai",
             Self::Anthropic => "anthropic",
+            Self::Gemini => "gemini",
         }
     }
 
@@ -44,6 +47,7 @@ impl ProviderKind {
         match self {
             Self::Openai => "https://api.openai.com/v1",
             Self::Anthropic => "https://api.anthropic.com/v1",
+            Self::Gemini => "https://generativelanguage.googleapis.com/v1beta",
         }
     }
 }
@@ -339,6 +343,7 @@ impl LlmSection {
         let mut client: Arc<dyn LlmProvider> = match kind {
             ProviderKind::Openai => Arc::new(OpenAiProvider::new(settings)?),
             ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(settings)?),
+            ProviderKind::Gemini => Arc::new(GeminiProvider::new(settings)?),
         };
         if let Some(observer) = observer {
             client = Arc::new(Observed::new(client, observer.clone()));

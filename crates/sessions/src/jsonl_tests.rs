@@ -22,6 +22,7 @@ async fn appended_messages_load_back_in_order() {
         id: "1".into(),
         name: "t".into(),
         arguments: "{}".into(),
+        signature: None,
     };
     let messages = vec![
         ChatMessage::user("q"),

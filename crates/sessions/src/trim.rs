@@ -145,6 +145,7 @@ mod tests {
             id: id.into(),
             name: "t".into(),
             arguments: "{}".into(),
+            signature: None,
         }
     }
 

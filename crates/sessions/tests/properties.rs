@@ -30,6 +30,7 @@ fn message() -> impl Strategy<Value = ChatMessage> {
                         id,
                         name: "t".into(),
                         arguments: "{}".into(),
+                        signature: None,
                     })
                     .collect(),
             }

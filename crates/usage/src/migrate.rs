@@ -44,6 +44,7 @@ impl Line {
                     output: count("output"),
                     cached: count("cached"),
                     usd: value["usd"].as_f64().unwrap_or(0.0),
+                    reasoning: 0,
                 },
             })),
             Some("warned") => Ok(Self::Warned {

@@ -69,6 +69,7 @@ mod tests {
             input_tokens: 1_000_000,
             output_tokens: 500_000,
             cached_input_tokens: 400_000,
+            reasoning_tokens: 0,
         };
         // 600k fresh × $2 + 400k cached × $0.5 + 500k out × $8.
         assert!((price.cost(&usage) - (1.2 + 0.2 + 4.0)).abs() < 1e-9);

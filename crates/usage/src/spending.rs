@@ -146,6 +146,7 @@ impl Spending {
                 input: usage.input_tokens,
                 output: usage.output_tokens,
                 cached: usage.cached_input_tokens,
+                reasoning: usage.reasoning_tokens,
                 usd,
             },
         };
@@ -308,7 +309,15 @@ fn describe(spent: &Spent, priced: bool) -> String {
     } else {
         String::new()
     };
-    let tokens = format!("{} tokens in{cached}, {} out", spent.input, spent.output);
+    let thinking = if spent.reasoning > 0 {
+        format!(" ({} thinking)", spent.reasoning)
+    } else {
+        String::new()
+    };
+    let tokens = format!(
+        "{} tokens in{cached}, {} out{thinking}",
+        spent.input, spent.output
+    );
     if priced {
         format!("{tokens}, ${:.4}", spent.usd)
     } else {

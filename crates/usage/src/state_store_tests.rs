@@ -24,6 +24,7 @@ fn record(day: Date, session: &str, input: u64, usd: f64) -> UsageRecord {
             output: 1,
             cached: 0,
             usd,
+            reasoning: 0,
         },
     }
 }

@@ -17,6 +17,10 @@ pub struct Spent {
     /// Of the input tokens, those read from the provider's cache.
     #[serde(default)]
     pub cached: u64,
+    /// Of the output tokens, those the model spent thinking (absent in records written
+    /// before they were counted).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning: u64,
     /// US dollars, by the price table (0 for a model it does not price).
     pub usd: f64,
 }
@@ -26,8 +30,13 @@ impl std::ops::AddAssign for Spent {
         self.input += other.input;
         self.output += other.output;
         self.cached += other.cached;
+        self.reasoning += other.reasoning;
         self.usd += other.usd;
     }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Whose spending, and when: the day (in the config's time zone), the agent, the session

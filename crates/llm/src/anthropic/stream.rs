@@ -178,6 +178,7 @@ impl Assembler {
                         Some(json) if !json.trim().is_empty() => json,
                         _ => arguments_text(&start),
                     },
+                    signature: None,
                 }),
                 Block::Text | Block::Other => None,
             })
@@ -240,7 +241,8 @@ mod tests {
             [ToolCall {
                 id: "toolu_1".into(),
                 name: "read_file".into(),
-                arguments: r#"{"path": "a.txt"}"#.into()
+                arguments: r#"{"path": "a.txt"}"#.into(),
+                signature: None,
             }]
         );
         assert_eq!(response.usage, Usage::new(20, 30));

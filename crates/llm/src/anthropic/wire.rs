@@ -280,6 +280,7 @@ impl From<WireUsage> for Usage {
             input_tokens: usage.all_input(),
             output_tokens: usage.output_tokens,
             cached_input_tokens: usage.cache_read_input_tokens.unwrap_or(0),
+            reasoning_tokens: 0,
         }
     }
 }
@@ -359,6 +360,7 @@ pub(crate) fn parts(blocks: Vec<InBlock>) -> (String, Vec<ToolCall>) {
                 id,
                 name,
                 arguments: arguments_text(&input),
+                signature: None,
             }),
             InBlock::Other => {}
         }
@@ -386,6 +388,7 @@ mod tests {
             id: id.into(),
             name: "echo".into(),
             arguments: r#"{"text":"x"}"#.into(),
+            signature: None,
         };
         let request = ChatRequest {
             system: "be brief".into(),
@@ -478,6 +481,7 @@ mod tests {
             id: "a".into(),
             name: "shot".into(),
             arguments: "{}".into(),
+            signature: None,
         };
         let mut shot = ChatMessage::tool_result(&call, "took it", false);
         if let ChatMessage::Tool { images, .. } = &mut shot {

@@ -141,6 +141,7 @@ impl Assembler {
                     id: call_id(call.id, position),
                     name: call.name,
                     arguments: call.arguments,
+                    signature: None,
                 })
                 .collect(),
             usage: self.usage,
@@ -235,12 +236,14 @@ mod tests {
                 ToolCall {
                     id: "a".into(),
                     name: "one".into(),
-                    arguments: r#"{"y":2}"#.into()
+                    arguments: r#"{"y":2}"#.into(),
+                    signature: None,
                 },
                 ToolCall {
                     id: "b".into(),
                     name: "two".into(),
-                    arguments: r#"{"x":1}"#.into()
+                    arguments: r#"{"x":1}"#.into(),
+                    signature: None,
                 },
             ]
         );

@@ -287,6 +287,15 @@ pub(crate) struct WireUsage {
     /// OpenAI's (and compatible servers') prompt cache: `cached_tokens` of the prompt's.
     #[serde(default)]
     pub prompt_tokens_details: Option<PromptDetails>,
+    /// Reasoning models' thinking: `reasoning_tokens` of the completion's.
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
+}
+
+#[derive(Deserialize, Clone, Copy, Default)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize, Clone, Copy, Default)]
@@ -305,6 +314,11 @@ impl From<WireUsage> for Usage {
             input_tokens: usage.prompt_tokens,
             output_tokens: usage.completion_tokens,
             cached_input_tokens: cached.min(usage.prompt_tokens),
+            reasoning_tokens: usage
+                .completion_tokens_details
+                .and_then(|details| details.reasoning_tokens)
+                .unwrap_or(0)
+                .min(usage.completion_tokens),
         }
     }
 }
@@ -349,6 +363,7 @@ pub(crate) fn tool_calls(calls: Vec<InCall>) -> Vec<ToolCall> {
                 id: call_id(call.id, position),
                 name: function.name.clone().unwrap_or_default(),
                 arguments: function.arguments_text(),
+                signature: None,
             }
         })
         .collect()
@@ -366,6 +381,7 @@ mod tests {
             id: "c1".into(),
             name: "echo".into(),
             arguments: String::new(),
+            signature: None,
         };
         let request = ChatRequest {
             system: "be brief".into(),
@@ -425,6 +441,7 @@ mod tests {
             id: id.into(),
             name: "shot".into(),
             arguments: "{}".into(),
+            signature: None,
         };
         let mut shot = ChatMessage::tool_result(&call("a"), "took it", false);
         if let ChatMessage::Tool { images, .. } = &mut shot {
