@@ -54,6 +54,9 @@ mod discord;
 mod dispatch;
 /// The shipped examples (configs, the one-machine cluster, the container recipe) read.
 mod examples;
+/// Google's Gemini API natively: a multi-step tool loop with parallel calls and their
+/// thought signatures, a safety block, a refused key, a 429 failing over, Telegram streaming.
+mod gemini;
 /// Scheduled work in sessions of its own: what is worth saying posted, the heartbeat.
 mod heartbeat;
 /// The listener under abuse: DNS rebinding, slowloris, oversized frames.

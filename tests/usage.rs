@@ -28,6 +28,7 @@ fn tokens(input: u64) -> TokenUsage {
         input,
         output: 5,
         cached: 0,
+        thinking: 0,
     }
 }
 

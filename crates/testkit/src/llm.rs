@@ -1,5 +1,7 @@
-//! [`ScriptedLlm`]: a server that answers from a script, speaking both OpenAI's chat
-//! completions (`/v1/chat/completions`) and Anthropic's Messages API (`/v1/messages`).
+//! [`ScriptedLlm`]: a server that answers from a script, speaking OpenAI's chat
+//! completions (`/v1/chat/completions`), Anthropic's Messages API (`/v1/messages`) and
+//! Google's Gemini API (`/v1beta/models/{model}:generateContent`, and
+//! `:streamGenerateContent?alt=sse`; see [`ScriptedLlm::gemini_base_url`]).
 //!
 //! Replies are written once and rendered in the dialect of the endpoint asked.
 //! Each request takes the next [`Reply`] of the script; when the script is empty it asks
@@ -27,6 +29,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod anthropic;
+mod gemini;
 mod openai;
 
 /// The API a request came in on.
@@ -34,6 +37,7 @@ mod openai;
 enum Dialect {
     OpenAi,
     Anthropic,
+    Gemini,
 }
 
 /// One scripted answer.
@@ -70,6 +74,9 @@ pub enum Reply {
     /// A streamed call of the tool named, cut inside its arguments: the stream ends
     /// cleanly there, without a finish reason (or `message_stop`).
     CutToolCall(String),
+    /// The provider's filter blocked the answer: no text, OpenAI's `content_filter`,
+    /// Anthropic's `refusal`, Gemini's `SAFETY` with this harm category blocked.
+    Blocked(String),
     /// An HTTP error with a message in the body (strict mode's 400s).
     #[doc(hidden)]
     ErrorWithMessage(u16, String),
@@ -124,6 +131,9 @@ pub struct TokenUsage {
     pub output: u64,
     /// Of the input tokens, those read from the provider's prompt cache.
     pub cached: u64,
+    /// Of the output tokens, those spent thinking (OpenAI's reasoning tokens, Gemini's
+    /// thoughts; Anthropic does not count them apart).
+    pub thinking: u64,
 }
 
 impl Default for TokenUsage {
@@ -132,6 +142,7 @@ impl Default for TokenUsage {
             input: 10,
             output: 5,
             cached: 0,
+            thinking: 0,
         }
     }
 }
@@ -232,6 +243,8 @@ impl ScriptedLlm {
             .route("/chat/completions", post(complete))
             .route("/v1/messages", post(messages))
             .route("/messages", post(messages))
+            .route("/v1beta/models/{*call}", post(generate))
+            .route("/v1/models/{*call}", post(generate))
             .with_state(script.clone());
         let (addr, stop) = crate::serve(app, addr).await?;
         Ok(Self { addr, script, stop })
@@ -240,6 +253,13 @@ impl ScriptedLlm {
     /// The base URL to configure as `llm.base_url`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// The base URL to configure as `llm.base_url` with `provider = "gemini"` as Google
+    /// writes it (`…/v1beta`; [`base_url`](Self::base_url)'s `…/v1` answers Gemini's calls
+    /// too, as Google's stable API does).
+    pub fn gemini_base_url(&self) -> String {
+        format!("http://{}/v1beta", self.addr)
     }
 
     /// The address the server listens on.
@@ -373,6 +393,34 @@ async fn messages(State(script): State<Arc<Script>>, body: String) -> Response {
     counted(script.clone(), answer(&script, body, Dialect::Anthropic)).await
 }
 
+/// `POST /v1beta/models/{model}:{generateContent|streamGenerateContent}`: Gemini names
+/// the model and whether to stream in the URL, not the body; both are put into the
+/// recorded body (as `model` and `stream`) so that scripts and tests read every dialect
+/// alike.
+async fn generate(
+    State(script): State<Arc<Script>>,
+    axum::extract::Path(call): axum::extract::Path<String>,
+    body: String,
+) -> Response {
+    let Some((model, method)) = call.rsplit_once(':') else {
+        return gemini::error(404, None, &format!("no such method: {call}"));
+    };
+    let stream = match method {
+        "generateContent" => false,
+        "streamGenerateContent" => true,
+        other => return gemini::error(404, None, &format!("no such method: {other}")),
+    };
+    let body = match serde_json::from_str::<Value>(&body) {
+        Ok(Value::Object(mut fields)) => {
+            fields.insert("model".into(), Value::String(model.to_owned()));
+            fields.insert("stream".into(), Value::Bool(stream));
+            Value::Object(fields).to_string()
+        }
+        _ => body,
+    };
+    counted(script.clone(), answer(&script, body, Dialect::Gemini)).await
+}
+
 /// The response of `answer`, counted in flight until its body has been sent.
 async fn counted(script: Arc<Script>, answer: impl Future<Output = Response>) -> Response {
     let guard = InFlight::new(script);
@@ -398,6 +446,7 @@ async fn answer(script: &Script, body: String, dialect: Dialect) -> Response {
         .then(|| match dialect {
             Dialect::OpenAi => crate::strict::check_openai_request(&request).err(),
             Dialect::Anthropic => crate::strict::check_anthropic_request(&request).err(),
+            Dialect::Gemini => crate::strict::check_gemini_request(&request).err(),
         })
         .flatten();
     let scripted = lock(&script.replies).pop_front();
@@ -440,10 +489,11 @@ async fn respond(mut reply: Reply, number: usize, stream: bool, dialect: Dialect
             Ok::<_, Infallible>(Bytes::from(body))
         }));
     }
-    if dialect == Dialect::Anthropic {
-        return anthropic::respond(reply, number, stream);
+    match dialect {
+        Dialect::OpenAi => openai::respond(reply, number, stream),
+        Dialect::Anthropic => anthropic::respond(reply, number, stream),
+        Dialect::Gemini => gemini::respond(reply, number, stream),
     }
-    openai::respond(reply, number, stream)
 }
 
 /// `events`, each `gap` after the one before.
@@ -478,9 +528,22 @@ pub(super) fn json_body(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// The text of the last user message, in either dialect (Anthropic's content blocks: its
-/// last text block; a message of only tool results is not one the person wrote).
+/// The text of the last user message, in any dialect (Anthropic's content blocks: its
+/// last text block; Gemini's parts: its last text part; a message of only tool results is
+/// not one the person wrote).
 pub fn last_user_text(request: &Value) -> String {
+    if let Some(contents) = request["contents"].as_array() {
+        return contents
+            .iter()
+            .rev()
+            .filter(|content| content["role"] == "user")
+            .find_map(|content| {
+                let parts = content["parts"].as_array()?;
+                parts.iter().rev().find_map(|part| part["text"].as_str())
+            })
+            .unwrap_or_default()
+            .to_owned();
+    }
     let messages = request["messages"].as_array().into_iter().flatten().rev();
     for message in messages.filter(|m| m["role"] == "user") {
         match &message["content"] {

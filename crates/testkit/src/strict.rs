@@ -163,6 +163,180 @@ pub fn check_anthropic_request(request: &Value) -> Result<(), String> {
     check_conversation(wire)
 }
 
+/// The keys of a function declaration's schema Gemini takes; any other is refused
+/// (`Invalid JSON payload received. Unknown name …`).
+const GEMINI_SCHEMA_KEYS: [&str; 17] = [
+    "pattern",
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "properties",
+    "required",
+    "items",
+    "anyOf",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+];
+
+/// Checks a Gemini `generateContent` request body: `contents` of `user` and `model` roles,
+/// none empty; the conversation rules above for `functionCall` / `functionResponse` parts
+/// (by id); every result an object; declarations in the schema subset Gemini takes, and no
+/// object schema without properties; and, as Gemini 3 enforces, the first call of each
+/// model content in the current turn (after the last user content that is not only
+/// results) carries a `thoughtSignature`. (An object schema without properties is refused
+/// at the top of a declaration, an array without `items` anywhere, as Gemini does.)
+pub fn check_gemini_request(request: &Value) -> Result<(), String> {
+    let Some(contents) = request["contents"].as_array() else {
+        return Err("`contents` must be an array".into());
+    };
+    for (index, tools) in request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (at, declaration) in tools["functionDeclarations"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if let Some(parameters) = declaration.get("parameters") {
+                let at = format!("tools[{index}].function_declarations[{at}].parameters");
+                if parameters.get("type").and_then(Value::as_str) == Some("object")
+                    && parameters
+                        .get("properties")
+                        .and_then(Value::as_object)
+                        .is_none_or(|properties| properties.is_empty())
+                {
+                    return Err(format!(
+                        "{at}.properties: should be non-empty for OBJECT type"
+                    ));
+                }
+                check_gemini_schema(parameters, &at)?;
+            }
+        }
+    }
+    let is_person = |content: &Value| {
+        content["role"] == "user"
+            && content["parts"]
+                .as_array()
+                .is_some_and(|parts| parts.iter().any(|p| p.get("functionResponse").is_none()))
+    };
+    let turn_start = contents.iter().rposition(is_person).unwrap_or(0);
+    let mut wire = Vec::new();
+    for (index, content) in contents.iter().enumerate() {
+        let role = content["role"].as_str().unwrap_or("");
+        if role != "user" && role != "model" {
+            return Err(format!("contents[{index}].role: unexpected role `{role}`"));
+        }
+        let Some(parts) = content["parts"]
+            .as_array()
+            .filter(|parts| !parts.is_empty())
+        else {
+            return Err(format!("contents[{index}].parts: must not be empty"));
+        };
+        if role == "model" {
+            let calls: Vec<&Value> = parts
+                .iter()
+                .filter(|part| part.get("functionCall").is_some())
+                .collect();
+            if index > turn_start
+                && let Some(first) = calls.first()
+                && first["thoughtSignature"].as_str().is_none_or(str::is_empty)
+            {
+                return Err(format!(
+                    "Function call `{}` in the {}. content block is missing a `thought_signature`.",
+                    first["functionCall"]["name"].as_str().unwrap_or_default(),
+                    index + 1
+                ));
+            }
+            wire.push(WireMessage {
+                role: "assistant",
+                tool_call_ids: calls
+                    .iter()
+                    .map(|part| part["functionCall"]["id"].as_str().unwrap_or(""))
+                    .collect(),
+                tool_call_id: None,
+            });
+            continue;
+        }
+        let mut other = false;
+        for part in parts {
+            if let Some(answer) = part.get("functionResponse") {
+                if !answer["response"].is_object() {
+                    return Err(format!(
+                        "contents[{index}]: functionResponse.response must be an object"
+                    ));
+                }
+                wire.push(WireMessage {
+                    role: "tool",
+                    tool_call_ids: Vec::new(),
+                    tool_call_id: answer["id"].as_str(),
+                });
+            } else {
+                other = true;
+            }
+        }
+        if other {
+            wire.push(WireMessage {
+                role: "user",
+                ..WireMessage::default()
+            });
+        }
+    }
+    check_conversation(wire)
+}
+
+fn check_gemini_schema(schema: &Value, at: &str) -> Result<(), String> {
+    let Some(fields) = schema.as_object() else {
+        return Err(format!("{at}: a schema must be an object"));
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|key| !GEMINI_SCHEMA_KEYS.contains(&key.as_str()))
+    {
+        return Err(format!(
+            "Invalid JSON payload received. Unknown name \"{unknown}\" at '{at}'"
+        ));
+    }
+    let kind = fields.get("type").and_then(Value::as_str);
+    if kind == Some("array") && fields.get("items").is_none() {
+        return Err(format!("{at}.items: missing field."));
+    }
+    if fields.contains_key("properties") && kind != Some("object") {
+        return Err(format!("{at}.properties: only allowed for OBJECT type"));
+    }
+    for (name, property) in fields
+        .get("properties")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        check_gemini_schema(property, &format!("{at}.properties[{name}]"))?;
+    }
+    if let Some(items) = fields.get("items") {
+        check_gemini_schema(items, &format!("{at}.items"))?;
+    }
+    for (position, option) in fields
+        .get("anyOf")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        check_gemini_schema(option, &format!("{at}.any_of[{position}]"))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -171,6 +345,58 @@ mod tests {
 
     fn check(messages: Value) -> Result<(), String> {
         check_openai_request(&json!({ "messages": messages }))
+    }
+
+    #[test]
+    fn gemini_rules_are_checked() {
+        let call = |signature: Option<&str>| {
+            let mut part = json!({"functionCall": {"id": "a", "name": "f", "args": {}}});
+            if let Some(signature) = signature {
+                part["thoughtSignature"] = json!(signature);
+            }
+            part
+        };
+        let request = |signature: Option<&str>, parameters: Value| {
+            json!({
+                "contents": [
+                    {"role": "user", "parts": [{"text": "q"}]},
+                    {"role": "model", "parts": [call(signature)]},
+                    {"role": "user", "parts": [
+                        {"functionResponse": {"id": "a", "name": "f", "response": {"output": "x"}}}]}
+                ],
+                "tools": [{"functionDeclarations": [{"name": "f", "description": "",
+                    "parameters": parameters}]}]
+            })
+        };
+        let schema = json!({"type": "object", "properties": {"p": {"type": "string"}}});
+        check_gemini_request(&request(Some("sig"), schema.clone())).expect("valid");
+        let unsigned = check_gemini_request(&request(None, schema.clone())).expect_err("unsigned");
+        assert!(unsigned.contains("thought_signature"), "{unsigned}");
+        for (parameters, reason) in [
+            (json!({"type": "object"}), "non-empty"),
+            (
+                json!({"type": "object", "additionalProperties": false,
+                    "properties": {"p": {"type": "string"}}}),
+                "Unknown name",
+            ),
+            (
+                json!({"type": "object", "properties": {"p": {"type": "array"}}}),
+                "items",
+            ),
+        ] {
+            let err = check_gemini_request(&request(Some("sig"), parameters)).expect_err(reason);
+            assert!(err.contains(reason), "{err}");
+        }
+        // An earlier turn's call needs no signature.
+        let mut earlier = request(None, schema);
+        earlier["contents"]
+            .as_array_mut()
+            .expect("contents")
+            .extend([
+                json!({"role": "model", "parts": [{"text": "done"}]}),
+                json!({"role": "user", "parts": [{"text": "next"}]}),
+            ]);
+        check_gemini_request(&earlier).expect("valid");
     }
 
     #[test]

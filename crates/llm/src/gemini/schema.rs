@@ -9,7 +9,8 @@
 //!   `maximum`, `minLength`, `maxLength`, `pattern`, `nullable`, and the `format`s Gemini
 //!   knows (`date-time`, `enum` for strings; `int32`, `int64`; `float`, `double`);
 //! - rewritten: a type list (`["string", "null"]`) becomes the type and `nullable`; a
-//!   string `const` a one-value `enum`; `oneOf` becomes `anyOf`;
+//!   string `const` a one-value `enum`; `oneOf` becomes `anyOf`; an array without `items`
+//!   gets string items (Gemini requires them); `properties` go only on an object;
 //! - dropped: `$schema`, `$ref`/`$defs`, `additionalProperties`, `allOf`, `not`, `default`,
 //!   `examples`, `patternProperties`, conditionals, other formats, non-string enums, and
 //!   anything nested deeper than [`MAX_DEPTH`].
@@ -77,7 +78,11 @@ fn convert(schema: &Value, depth: usize) -> Value {
     if depth >= MAX_DEPTH {
         return Value::Object(out);
     }
-    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .filter(|_| kind.as_deref() == Some("object"));
+    if let Some(properties) = properties {
         let converted: Map<String, Value> = properties
             .iter()
             .map(|(name, property)| (name.clone(), convert(property, depth + 1)))
@@ -98,8 +103,14 @@ fn convert(schema: &Value, depth: usize) -> Value {
             out.insert("required".into(), Value::Array(required));
         }
     }
-    if let Some(items) = schema.get("items").filter(|items| items.is_object()) {
-        out.insert("items".into(), convert(items, depth + 1));
+    match schema.get("items").filter(|items| items.is_object()) {
+        Some(items) => {
+            out.insert("items".into(), convert(items, depth + 1));
+        }
+        None if kind.as_deref() == Some("array") => {
+            out.insert("items".into(), serde_json::json!({"type": "string"}));
+        }
+        None => {}
     }
     let any_of = schema
         .get("anyOf")
@@ -179,7 +190,9 @@ mod tests {
                 "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
                 "either": {"oneOf": [{"type": "string"}, {"type": "number"}]},
                 "ref": {"$ref": "#/$defs/thing"},
-                "level": {"enum": [1, 2]}
+                "level": {"enum": [1, 2]},
+                "any": {"type": "array"},
+                "free": {"type": "object"}
             },
             "required": ["path", "missing"],
             "$defs": {"thing": {"type": "string"}}
@@ -196,7 +209,9 @@ mod tests {
                     "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
                     "either": {"anyOf": [{"type": "string"}, {"type": "number"}]},
                     "ref": {},
-                    "level": {}
+                    "level": {},
+                    "any": {"type": "array", "items": {"type": "string"}},
+                    "free": {"type": "object"}
                 },
                 "required": ["path"]
             })

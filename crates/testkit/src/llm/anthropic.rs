@@ -172,6 +172,14 @@ pub(super) fn respond(reply: Reply, number: usize, stream: bool) -> Response {
             self::calls(&calls, stream)
         }
         Reply::ToolCallsWithIds(calls) => self::calls(&calls, stream),
+        Reply::Blocked(_) => {
+            if !stream {
+                return whole(Vec::new(), "refusal");
+            }
+            let mut events = vec![start()];
+            events.extend(end("refusal"));
+            sse_body(paced(futures::stream::iter(events), Duration::ZERO))
+        }
         Reply::Endless => endless(),
         Reply::StallAfter(text) => sse_body(paced(
             opening(&text).chain(futures::stream::pending()),

@@ -19,7 +19,8 @@ fn usage_json() -> Value {
     let usage = usage();
     json!({"prompt_tokens": usage.input, "completion_tokens": usage.output,
         "total_tokens": usage.input + usage.output,
-        "prompt_tokens_details": {"cached_tokens": usage.cached}})
+        "prompt_tokens_details": {"cached_tokens": usage.cached},
+        "completion_tokens_details": {"reasoning_tokens": usage.thinking}})
 }
 
 /// The answer to a request, for a reply that is neither delayed nor raw.
@@ -123,6 +124,17 @@ pub(super) fn respond(reply: Reply, number: usize, stream: bool) -> Response {
                 })
                 .collect(),
             stream,
+        ),
+        Reply::Blocked(_) if stream => sse(
+            vec![
+                chunk(json!({"role": "assistant", "content": ""}), None),
+                chunk(json!({}), Some("content_filter")),
+            ],
+            Duration::ZERO,
+        ),
+        Reply::Blocked(_) => whole(
+            json!({"role": "assistant", "content": ""}),
+            "content_filter",
         ),
         Reply::Delayed(..) | Reply::Raw(_) => unreachable!("answered above"),
     }
