@@ -507,9 +507,20 @@ mod tests {
             .expect("reads");
         assert!(config.llm.api_key.is_none());
         assert_eq!(config.llm.model, "llama3.1");
+        let gemini = Choices {
+            provider: Some("gemini".into()),
+            ..Choices::default()
+        };
+        let config = Config::parse(&config_text(&gemini).expect("text"), Path::new("/c.toml"))
+            .expect("reads");
+        assert_eq!(
+            config.llm.base_url(),
+            "https://generativelanguage.googleapis.com/v1beta"
+        );
+        assert_eq!(config.llm.model, "gemini-2.5-flash");
         assert!(
             config_text(&Choices {
-                provider: Some("gemini".into()),
+                provider: Some("bard".into()),
                 ..Choices::default()
             })
             .is_err()
