@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::error::LlmError;
 use crate::limits::ResponseLimits;
 
 /// An API key, or why there is none.
@@ -11,7 +12,8 @@ pub enum ApiKey {
     /// No key is configured (local servers such as Ollama or llama.cpp).
     #[default]
     None,
-    /// The key (a bearer token for OpenAI-compatible servers, `x-api-key` for Anthropic).
+    /// The key (a bearer token for OpenAI-compatible servers, `x-api-key` for Anthropic,
+    /// `x-goog-api-key` for Gemini).
     Key(String),
     /// The config's reference (an environment variable, a credential) cannot be resolved;
     /// every call fails with an error saying which and why.
@@ -19,6 +21,20 @@ pub enum ApiKey {
         /// Which reference, and why.
         reason: String,
     },
+}
+
+impl ApiKey {
+    /// The key to send, `None` when there is none to send; an error naming the unresolved
+    /// reference when the config's cannot be resolved (every call fails so).
+    pub(crate) fn to_send(&self) -> Result<Option<&str>, LlmError> {
+        match self {
+            Self::None => Ok(None),
+            Self::Key(key) => Ok(Some(key)),
+            Self::Missing { reason } => Err(LlmError::MissingApiKey {
+                reason: reason.clone(),
+            }),
+        }
+    }
 }
 
 impl fmt::Debug for ApiKey {

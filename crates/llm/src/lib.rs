@@ -25,9 +25,11 @@
 //! - `anthropic`: the Messages API client, its wire format and stream reassembly.
 //! - `gemini`: the Gemini API client, its wire format, its subset of JSON Schema for tool
 //!   declarations (`schema`) and the reassembly of its responses.
+//! - `arguments`: a call's arguments as text and as the object Anthropic and Gemini send.
 //! - `error`: [`LlmError`].
 
 mod anthropic;
+mod arguments;
 mod body;
 mod config;
 mod error;

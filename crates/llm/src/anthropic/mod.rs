@@ -12,7 +12,7 @@ use reqwest::header::CONTENT_TYPE;
 
 use self::stream::Assembler;
 use crate::body;
-use crate::config::{ApiKey, ProviderConfig};
+use crate::config::ProviderConfig;
 use crate::error::LlmError;
 use crate::http;
 use crate::limits::ResponseLimits;
@@ -82,14 +82,8 @@ impl AnthropicProvider {
             .header(CONTENT_TYPE, "application/json")
             .header("anthropic-version", API_VERSION)
             .body(body);
-        match &self.api.config.api_key {
-            ApiKey::None => {}
-            ApiKey::Key(key) => builder = builder.header("x-api-key", key),
-            ApiKey::Missing { reason } => {
-                return Err(LlmError::MissingApiKey {
-                    reason: reason.clone(),
-                });
-            }
+        if let Some(key) = self.api.config.api_key.to_send()? {
+            builder = builder.header("x-api-key", key);
         }
         let idle = self.api.config.idle_timeout;
         // Held until the response is read: the connection is busy until then.

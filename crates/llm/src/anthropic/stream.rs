@@ -5,7 +5,8 @@
 
 use switchboard_core::{ToolCall, Usage};
 
-use super::wire::{Delta, Event, InBlock, arguments_text, stop};
+use super::wire::{Delta, Event, InBlock, stop};
+use crate::arguments;
 use crate::error::LlmError;
 use crate::limits::ResponseLimits;
 use crate::openai::stream::{MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
@@ -176,7 +177,7 @@ impl Assembler {
                     name,
                     arguments: match json {
                         Some(json) if !json.trim().is_empty() => json,
-                        _ => arguments_text(&start),
+                        _ => arguments::text(&start),
                     },
                     signature: None,
                 }),

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use switchboard_core::{ChatMessage, ToolCall, Usage};
 
+use crate::arguments;
 use crate::provider::{ChatRequest, ImageData, StopReason};
 
 /// What Anthropic requires when the config gives no `max_tokens`.
@@ -100,15 +101,6 @@ pub(crate) struct Settings<'a> {
     pub images: bool,
 }
 
-/// A tool call's arguments as the object Anthropic wants. Arguments that are not a JSON
-/// object (a model's broken output, already answered with an error result) become `{}`.
-fn input(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(value @ Value::Object(_)) => value,
-        _ => Value::Object(serde_json::Map::new()),
-    }
-}
-
 /// Maps a provider-neutral request to the wire.
 pub(crate) fn request<'a>(settings: &Settings<'a>, request: &'a ChatRequest) -> Request<'a> {
     let mut messages: Vec<Message<'a>> = Vec::with_capacity(request.messages.len());
@@ -184,7 +176,7 @@ fn blocks_of<'a>(
             blocks.extend(tool_calls.iter().map(|call| Block::ToolUse {
                 id: &call.id,
                 name: &call.name,
-                input: input(&call.arguments),
+                input: arguments::object(&call.arguments),
             }));
             ("assistant", blocks)
         }
@@ -285,14 +277,6 @@ impl From<WireUsage> for Usage {
     }
 }
 
-/// A tool call's input as the text the internal model keeps (`{}` when absent).
-pub(crate) fn arguments_text(input: &Value) -> String {
-    match input {
-        Value::Null => "{}".to_owned(),
-        other => other.to_string(),
-    }
-}
-
 /// One event of a stream (its `data:`; the `event:` line repeats the type).
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -359,7 +343,7 @@ pub(crate) fn parts(blocks: Vec<InBlock>) -> (String, Vec<ToolCall>) {
             InBlock::ToolUse { id, name, input } => calls.push(ToolCall {
                 id,
                 name,
-                arguments: arguments_text(&input),
+                arguments: arguments::text(&input),
                 signature: None,
             }),
             InBlock::Other => {}

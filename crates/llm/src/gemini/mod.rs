@@ -16,7 +16,7 @@ use reqwest::header::CONTENT_TYPE;
 
 use self::stream::Assembler;
 use crate::body;
-use crate::config::{ApiKey, ProviderConfig};
+use crate::config::ProviderConfig;
 use crate::error::LlmError;
 use crate::http;
 use crate::provider::{ChatRequest, ChatResponse, LlmProvider, StreamEvent, StreamSink};
@@ -94,14 +94,8 @@ impl GeminiProvider {
             .post(url.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(body);
-        match &self.api.config.api_key {
-            ApiKey::None => {}
-            ApiKey::Key(key) => builder = builder.header("x-goog-api-key", key),
-            ApiKey::Missing { reason } => {
-                return Err(LlmError::MissingApiKey {
-                    reason: reason.clone(),
-                });
-            }
+        if let Some(key) = self.api.config.api_key.to_send()? {
+            builder = builder.header("x-goog-api-key", key);
         }
         let idle = self.api.config.idle_timeout;
         // Held until the response is read: the connection is busy until then.

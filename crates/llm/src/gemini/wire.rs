@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use switchboard_core::{ChatMessage, ToolCall, Usage};
 
 use super::schema;
+use crate::arguments;
 use crate::provider::{ChatRequest, ImageData};
 
 /// What a call of the current turn without a signature is sent with (one that another
@@ -132,15 +133,6 @@ pub(crate) struct Settings {
     pub images: bool,
 }
 
-/// A tool call's arguments as the object Gemini wants (`{}` for a model's broken output,
-/// already answered with an error result).
-fn args(arguments: &str) -> Value {
-    match serde_json::from_str::<Value>(arguments) {
-        Ok(value @ Value::Object(_)) => value,
-        _ => Value::Object(serde_json::Map::new()),
-    }
-}
-
 /// Maps a provider-neutral request to the wire.
 pub(crate) fn request<'a>(settings: &Settings, request: &'a ChatRequest) -> Request<'a> {
     // Gemini 3 checks the signatures of the current turn's calls: those after the last
@@ -231,7 +223,7 @@ fn parts_of<'a>(
                 let mut part = Part::new(Kind::FunctionCall(Call {
                     id: &call.id,
                     name: &call.name,
-                    args: args(&call.arguments),
+                    args: arguments::object(&call.arguments),
                 }));
                 part.thought_signature = match &call.signature {
                     Some(signature) => Some(signature),
@@ -390,10 +382,7 @@ pub(crate) fn tool_call(call: InCall, signature: Option<String>) -> ToolCall {
     ToolCall {
         id: call.id.unwrap_or_default(),
         name: call.name,
-        arguments: match call.args {
-            Value::Null => "{}".to_owned(),
-            other => other.to_string(),
-        },
+        arguments: arguments::text(&call.args),
         signature,
     }
 }

@@ -11,7 +11,7 @@ use reqwest::header::CONTENT_TYPE;
 use super::stream::{Assembler, MAX_TOOL_CALLS, check_calls, check_reply, too_many_calls};
 use super::wire::{self, Settings};
 use crate::body;
-use crate::config::{ApiKey, ProviderConfig};
+use crate::config::ProviderConfig;
 use crate::error::LlmError;
 use crate::http;
 use crate::limits::ResponseLimits;
@@ -108,15 +108,7 @@ impl LlmProvider for OpenAiProvider {
         request: &ChatRequest,
         events: &StreamSink<'_>,
     ) -> Result<ChatResponse, LlmError> {
-        let key = match &self.api.config.api_key {
-            ApiKey::None => None,
-            ApiKey::Key(key) => Some(key.as_str()),
-            ApiKey::Missing { reason } => {
-                return Err(LlmError::MissingApiKey {
-                    reason: reason.clone(),
-                });
-            }
-        };
+        let key = self.api.config.api_key.to_send()?;
         let settings = Settings {
             model: &self.api.config.model,
             temperature: self.api.config.temperature,
