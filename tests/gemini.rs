@@ -127,7 +127,8 @@ async fn a_tool_loop_with_parallel_calls_sends_each_thought_signature_back() {
 }
 
 /// An answer Gemini's safety filter blocked is told in one sentence naming what it blocked
-/// — never an empty reply, never silence; a blocked prompt the same way.
+/// — never an empty reply, never silence; a blocked prompt the same way; an answer cut at
+/// the output limit says so after its text.
 #[tokio::test]
 async fn a_safety_block_is_told_in_one_sentence() {
     let mut h = Harness::with_config(Extra {
@@ -152,6 +153,18 @@ async fn a_safety_block_is_told_in_one_sentence() {
     assert_eq!(
         turn.reply(),
         "(The model's provider stopped this answer: its safety filter said PROHIBITED_CONTENT.)"
+    );
+    // An answer cut at the output limit keeps its text and says why it ends there.
+    h.llm.push(Reply::Raw(
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "The first half"}]},
+            "finishReason": "MAX_TOKENS"}]})
+        .to_string(),
+    ));
+    let turn = h.client.say("c", "something long").await;
+    assert_eq!(
+        turn.reply(),
+        "The first half\n\n(The answer was cut off: the model reached its output limit, \
+         llm.max_tokens.)"
     );
     h.daemon.shutdown().await;
 }
