@@ -22,8 +22,9 @@ use switchboard_core::{ChatMessage, SessionKey};
 use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::{file_stem, key_of};
-use crate::record::{self, batch_lines, snapshot_lines};
+use crate::record::{self, batch_lines, now_millis, snapshot_lines};
 use crate::store::{Batch, Loaded, Revision, SessionInfo, SessionStore, Snapshot, StoreHealth};
+use crate::transcript::{ARCHIVE_DIR, HISTORY_DIR};
 
 /// At most this many session files are kept open between appends (one per active session);
 /// past it, appends open and close the file each time.
@@ -286,6 +287,8 @@ impl Files {
         }
     }
 
+    /// Replaces the session's file with `lines`; the file replaced is kept as a history
+    /// segment first (see [`crate::transcript`]), so what leaves the window stays on record.
     fn rewrite(&self, key: &SessionKey, lines: &[u8]) -> Result<(), StoreError> {
         self.forget(key);
         let path = self.path_of(key);
@@ -294,8 +297,30 @@ impl Files {
         file.write_all(lines).map_err(StoreError::io(&tmp))?;
         file.sync_all().map_err(StoreError::io(&tmp))?;
         drop(file);
+        self.keep_history(key, &path)?;
         fs::rename(&tmp, &path).map_err(StoreError::io(&path))?;
         sync_dir(&self.dir)
+    }
+
+    /// Links the session's file into `history/` under a name of its own (no byte copied).
+    fn keep_history(&self, key: &SessionKey, path: &Path) -> Result<(), StoreError> {
+        if !path.exists() {
+            return Ok(());
+        }
+        let history = self.dir.join(HISTORY_DIR);
+        create_private_dir(&history)?;
+        let stem = file_stem(key);
+        let mut millis = now_millis().max(0).unsigned_abs();
+        loop {
+            let segment = history.join(format!("{stem}.{millis}.jsonl"));
+            match fs::hard_link(path, &segment) {
+                Ok(()) => break,
+                // Two compactions of one chat within a millisecond.
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => millis += 1,
+                Err(err) => return Err(StoreError::io(&segment)(err)),
+            }
+        }
+        sync_dir(&history)
     }
 
     fn move_aside(&self, key: &SessionKey) -> Result<(), StoreError> {
@@ -304,7 +329,7 @@ impl Files {
         if !path.exists() {
             return Ok(());
         }
-        let archive = self.dir.join("archive");
+        let archive = self.dir.join(ARCHIVE_DIR);
         create_private_dir(&archive)?;
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -381,7 +406,8 @@ impl SessionStore for JsonlStore {
 
 /// How many records a rewrite with `snapshot` holds.
 pub(crate) fn snapshot_records(snapshot: &Snapshot<'_>) -> usize {
-    snapshot.inbound.len() + 1 + snapshot.messages.len()
+    let copies = usize::from(!snapshot.messages.is_empty());
+    snapshot.inbound.len() + 1 + copies + snapshot.messages.len()
 }
 
 pub(crate) fn create_private_dir(dir: &Path) -> Result<(), StoreError> {

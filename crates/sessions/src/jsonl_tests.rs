@@ -480,3 +480,82 @@ async fn sessions_are_listed_by_key_newest_first_without_archives() {
     assert!(hashed.name.contains('~'));
     assert!(listed.iter().all(|s| s.bytes > 0));
 }
+
+/// Every message of a transcript, each once, in file order: what a reader of the whole
+/// transcript (the memory index) sees.
+fn said(store: &JsonlStore) -> Vec<(String, bool)> {
+    let files = crate::transcript::transcript_files(&store.files.dir).expect("list");
+    let mut said = Vec::new();
+    for file in files {
+        let text = std::fs::read(&file.path).expect("read");
+        for s in crate::transcript::read_said(&text, 0).said {
+            let ChatMessage::User { content, .. } = s.message else {
+                continue;
+            };
+            assert!(s.at.is_some(), "{content} has its time");
+            said.push((content, file.archived));
+        }
+    }
+    said.sort();
+    said
+}
+
+#[tokio::test]
+async fn what_compaction_drops_is_kept_in_history_and_read_once() {
+    let (_dir, store) = store();
+    let key = SessionKey::from("websocket_h");
+    let mut window = Vec::new();
+    for i in 0..12 {
+        let message = ChatMessage::user(format!("m{i:02}"));
+        store
+            .append(
+                &key,
+                Revision::default(),
+                &Batch::messages(&[message.clone()]),
+            )
+            .await
+            .expect("append");
+        window.push(message);
+        if i % 4 == 3 {
+            // Keep the last two as the window.
+            let kept = &window[window.len() - 2..];
+            let snapshot = Snapshot {
+                messages: kept,
+                usage: Usage::default(),
+                inbound: &[],
+            };
+            store
+                .compact(&key, Revision::default(), &snapshot)
+                .await
+                .expect("compact");
+        }
+    }
+    let expected: Vec<(String, bool)> = (0..12).map(|i| (format!("m{i:02}"), false)).collect();
+    assert_eq!(said(&store), expected);
+    // The window still loads as before.
+    let loaded = store.load(&key).await.expect("load");
+    assert_eq!(loaded.messages, window[10..]);
+
+    // A crash between the link and the rename: the live file also under a history name.
+    let path = store.path_of(&key);
+    std::fs::hard_link(&path, store.files.dir.join("history/websocket_h.1.jsonl")).expect("link");
+    assert_eq!(said(&store), expected, "one inode is read once");
+
+    // `/new` closes the conversation: its segments are archived with it.
+    store
+        .archive(&key, Revision::default())
+        .await
+        .expect("archive");
+    store
+        .append(
+            &key,
+            Revision::default(),
+            &Batch::messages(&[ChatMessage::user("after")]),
+        )
+        .await
+        .expect("append");
+    let mut expected: Vec<(String, bool)> = (0..12).map(|i| (format!("m{i:02}"), true)).collect();
+    expected.push(("after".into(), false));
+    expected.sort();
+    assert_eq!(said(&store), expected);
+}

@@ -14,6 +14,8 @@
 //! - `durable`: files of whole records — appended whole or not at all, a torn tail cut,
 //!   replaced atomically.
 //! - `file_name`: a session's file name from its key (percent-encoded, long ones hashed).
+//! - `transcript`: a session's whole transcript on disk (its file, the history segments
+//!   compaction keeps, its archives) and reading what was said in it, each message once.
 //! - `error`: [`StoreError`].
 //! - `state`: [`FileState`], the daemon's small documents as files (one process's
 //!   `StateStore`); `versions`: a document changed at every model call, as its versions.
@@ -26,6 +28,7 @@ mod record;
 mod session;
 mod state;
 mod store;
+pub mod transcript;
 mod trim;
 mod versions;
 

@@ -1,5 +1,11 @@
 //! The session file's format — one JSON record per line: a message, the tokens a turn
 //! spent, or how far an inbound message got — and reading a file's tail back.
+//!
+//! A message appended in a turn carries the time it was written (`"at"`, Unix
+//! milliseconds, beside its own fields), so what was said is found again with its date. A
+//! compacted file opens with `{"copies":N}`: its next N messages are the window copied from
+//! the file it replaced, which compaction keeps as a history segment (see
+//! [`transcript`](crate::transcript)) — they are on record there already, with their times.
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -20,7 +26,23 @@ const TAIL_BYTES: u64 = 8 * 1024 * 1024;
 pub(crate) enum Record<'a> {
     Usage { usage: Usage },
     Inbound { inbound: InboundRecord<'a> },
+    Copies { copies: usize },
     Message(std::borrow::Cow<'a, ChatMessage>),
+}
+
+/// A message as a turn appends it: its fields and when it was written.
+#[derive(Serialize)]
+struct Stamped<'a> {
+    #[serde(flatten)]
+    message: &'a ChatMessage,
+    at: i64,
+}
+
+/// Now, in Unix milliseconds.
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[derive(Serialize, Deserialize)]
@@ -100,6 +122,7 @@ pub(crate) fn parse(text: &[u8], skip_first: bool, key: &SessionKey) -> (Loaded,
         match serde_json::from_slice::<Record<'_>>(line) {
             Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
             Ok(Record::Usage { usage }) => loaded.usage += usage,
+            Ok(Record::Copies { .. }) => {}
             Ok(Record::Inbound { inbound }) => note_inbound(
                 &mut loaded.inbound,
                 inbound.id.into_owned(),
@@ -125,13 +148,17 @@ pub(crate) fn parse(text: &[u8], skip_first: bool, key: &SessionKey) -> (Loaded,
 /// A batch's records as lines (each ending in a newline), in the order
 /// [`Batch`](crate::Batch) gives: what a store keeps of one append.
 pub fn batch_lines(batch: &crate::store::Batch<'_>) -> Result<Vec<u8>, StoreError> {
-    let records = batch
-        .messages
-        .iter()
-        .map(|m| Record::Message(std::borrow::Cow::Borrowed(m)))
-        .chain(batch.usage.map(|usage| Record::Usage { usage }))
-        .chain(batch.inbound.map(|(id, state)| inbound_record(id, state)));
+    let at = now_millis();
     let mut buf = Vec::with_capacity(256 * (batch.messages.len() + 2));
+    for message in batch.messages {
+        serde_json::to_writer(&mut buf, &Stamped { message, at })?;
+        buf.push(b'\n');
+    }
+    let records = batch
+        .usage
+        .map(|usage| Record::Usage { usage })
+        .into_iter()
+        .chain(batch.inbound.map(|(id, state)| inbound_record(id, state)));
     for record in records {
         serde_json::to_writer(&mut buf, &record)?;
         buf.push(b'\n');
@@ -139,9 +166,10 @@ pub fn batch_lines(batch: &crate::store::Batch<'_>) -> Result<Vec<u8>, StoreErro
     Ok(buf)
 }
 
-/// A snapshot's records as lines: the inbound states, the usage, the messages — what a
-/// store keeps of a compacted session.
+/// A snapshot's records as lines: the inbound states, the usage, the number of messages
+/// copied (when there are any), the messages — what a store keeps of a compacted session.
 pub fn snapshot_lines(snapshot: &crate::store::Snapshot<'_>) -> Result<Vec<u8>, StoreError> {
+    let copies = snapshot.messages.len();
     let records = snapshot
         .inbound
         .iter()
@@ -149,6 +177,7 @@ pub fn snapshot_lines(snapshot: &crate::store::Snapshot<'_>) -> Result<Vec<u8>, 
         .chain(std::iter::once(Record::Usage {
             usage: snapshot.usage,
         }))
+        .chain((copies > 0).then_some(Record::Copies { copies }))
         .chain(
             snapshot
                 .messages
