@@ -11,6 +11,8 @@
 //! - `message`: what travels on the hub ([`InboundMessage`], [`OutboundMessage`]).
 //! - `media`: files going out ([`OutboundFile`]), where their bytes wait ([`MediaStore`]),
 //!   what a platform takes ([`MediaLimits`]).
+//! - `memory`: what an agent's memory is asked and finds ([`Memory`], [`MemoryQuery`],
+//!   [`MemoryHit`]).
 //! - `origin`: [`Origin`], where a message comes from (a person, a schedule, the heartbeat).
 //! - `ack`: [`Ack`], how a channel learns the [`Fate`] of an inbound message.
 //! - `channel`: the [`Channel`] trait adapters implement, and [`Internal`] for the daemon's own
@@ -39,6 +41,7 @@ mod hub;
 mod ids;
 mod lanes;
 pub mod media;
+mod memory;
 mod message;
 mod origin;
 mod retry;
@@ -66,6 +69,9 @@ pub use ids::{AgentName, ChannelName, ChatId, MessageId, SenderId, SessionKey};
 pub use lanes::{LaneOptions, Lanes};
 pub use media::{
     KeptFile, MAX_MEDIA_BYTES, MediaError, MediaKind, MediaLimits, MediaStore, OutboundFile,
+};
+pub use memory::{
+    Memory, MemoryError, MemoryHit, MemoryQuery, MemoryScope, memory_lines, utc_minute,
 };
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,

@@ -511,7 +511,7 @@ async fn what_compaction_drops_is_kept_in_history_and_read_once() {
             .append(
                 &key,
                 Revision::default(),
-                &Batch::messages(&[message.clone()]),
+                &Batch::messages(std::slice::from_ref(&message)),
             )
             .await
             .expect("append");

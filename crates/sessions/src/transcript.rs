@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use switchboard_core::{ChatMessage, SessionKey};
 
-use crate::file_name::key_of;
+use crate::file_name::{file_stem, key_of};
 
 /// The directory under `sessions/` that compaction keeps replaced files in.
 pub const HISTORY_DIR: &str = "history";
@@ -60,6 +60,11 @@ pub struct TranscriptFile {
     pub inode: (u64, u64),
     /// Its length when listed.
     pub len: u64,
+}
+
+/// The file of a session's current conversation under `sessions_dir`.
+pub fn file_of(sessions_dir: &Path, key: &SessionKey) -> PathBuf {
+    sessions_dir.join(format!("{}.jsonl", file_stem(key)))
 }
 
 /// Every transcript file under `sessions_dir` (a store's `<state_dir>/sessions`), each inode

@@ -1,0 +1,332 @@
+//! [`MemoryIndex`]: the daemon's memory search — every agent's index, kept up to date on a
+//! thread of its own and searched on another, so neither a long first pass nor a search
+//! holds up the runtime's threads or each other (SQLite's write-ahead log lets the reader read
+//! while the writer writes).
+//!
+//! The writer starts with a pass over everything (which also repairs what a kill cut short),
+//! then waits for word of a chat written ([`MemoryIndex::touched`]); what arrives while it
+//! works is taken together, each chat read once.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use switchboard_core::{AgentName, Memory, MemoryError, MemoryHit, MemoryQuery, SessionKey};
+
+use crate::db::{Counts, Index, IndexError, Reader, Sources};
+
+/// How long a search may wait for the reader.
+const SEARCH_TIME: Duration = Duration::from_secs(10);
+
+/// Where one agent's index and what it covers are.
+#[derive(Clone, Debug)]
+pub struct Home {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its state directory (sessions in `sessions/`, the index in `memory/index.sqlite3`).
+    pub state_dir: PathBuf,
+    /// Its workspace (memory files).
+    pub workspace: PathBuf,
+}
+
+impl Home {
+    /// The database of its index.
+    pub fn database(&self) -> PathBuf {
+        self.state_dir.join("memory").join("index.sqlite3")
+    }
+
+    /// What its index covers.
+    pub fn sources(&self) -> Sources {
+        Sources {
+            sessions: self.state_dir.join("sessions"),
+            workspace: self.workspace.clone(),
+        }
+    }
+}
+
+/// How an agent's index stands, for `/healthz` and `switchboard doctor`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Standing {
+    /// `indexing` (the first pass runs), `ready`, or `failed`.
+    pub state: &'static str,
+    /// Entries (messages and memory-file chunks) it holds.
+    pub entries: u64,
+    /// The last error, when the last write failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+enum Write {
+    Touched(AgentName, SessionKey),
+    Archived(AgentName, SessionKey),
+    Flushed(tokio::sync::oneshot::Sender<()>),
+}
+
+struct Search {
+    agent: AgentName,
+    query: MemoryQuery,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<MemoryHit>, MemoryError>>,
+}
+
+/// Every agent's memory index, as the daemon runs it.
+#[derive(Clone)]
+pub struct MemoryIndex {
+    writes: mpsc::Sender<Write>,
+    searches: mpsc::Sender<Search>,
+    standing: Arc<Mutex<BTreeMap<AgentName, Standing>>>,
+}
+
+impl std::fmt::Debug for MemoryIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryIndex").finish_non_exhaustive()
+    }
+}
+
+impl MemoryIndex {
+    /// Opens (or builds) every agent's index and starts its two threads; the first pass
+    /// runs on the writer. Fails when a database cannot be made.
+    pub fn start(homes: &[Home]) -> Result<Self, IndexError> {
+        let mut indexes = Vec::with_capacity(homes.len());
+        let mut standing = BTreeMap::new();
+        for home in homes {
+            indexes.push((
+                home.agent.clone(),
+                Index::open(&home.database(), home.sources())?,
+            ));
+            standing.insert(
+                home.agent.clone(),
+                Standing {
+                    state: "indexing",
+                    ..Standing::default()
+                },
+            );
+        }
+        let standing = Arc::new(Mutex::new(standing));
+        let (writes, write_jobs) = mpsc::channel();
+        let (searches, search_jobs) = mpsc::channel();
+        let databases: BTreeMap<AgentName, PathBuf> = homes
+            .iter()
+            .map(|home| (home.agent.clone(), home.database()))
+            .collect();
+        let writer_standing = standing.clone();
+        spawn("memory-index", move || {
+            write_loop(indexes, &write_jobs, &writer_standing);
+        })?;
+        spawn("memory-search", move || {
+            search_loop(&databases, &search_jobs)
+        })?;
+        Ok(Self {
+            writes,
+            searches,
+            standing,
+        })
+    }
+
+    /// Word that `key` of `agent` was written: the index reads what is new of it.
+    pub fn touched(&self, agent: &AgentName, key: &SessionKey) {
+        let _ = self.writes.send(Write::Touched(agent.clone(), key.clone()));
+    }
+
+    /// Word that `/new` closed the conversation of `key`.
+    pub fn archived(&self, agent: &AgentName, key: &SessionKey) {
+        let _ = self
+            .writes
+            .send(Write::Archived(agent.clone(), key.clone()));
+    }
+
+    /// Waits until everything sent before is in the index.
+    pub async fn flushed(&self) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if self.writes.send(Write::Flushed(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// How each agent's index stands.
+    pub fn standing(&self) -> BTreeMap<AgentName, Standing> {
+        self.standing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl Memory for MemoryIndex {
+    async fn search(
+        &self,
+        agent: &AgentName,
+        query: MemoryQuery,
+    ) -> Result<Vec<MemoryHit>, MemoryError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Search {
+            agent: agent.clone(),
+            query,
+            reply,
+        };
+        if self.searches.send(job).is_err() {
+            return Err(MemoryError::Index("the search thread stopped".into()));
+        }
+        match tokio::time::timeout(SEARCH_TIME, answer).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(MemoryError::Index("the search thread stopped".into())),
+            Err(_) => Err(MemoryError::Index(format!(
+                "no answer within {} s",
+                SEARCH_TIME.as_secs()
+            ))),
+        }
+    }
+}
+
+fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> Result<(), IndexError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .stack_size(256 * 1024)
+        .spawn(work)
+        .map(drop)
+        .map_err(|source| IndexError::Io {
+            path: PathBuf::from(name),
+            source,
+        })
+}
+
+fn write_loop(
+    mut indexes: Vec<(AgentName, Index)>,
+    jobs: &mpsc::Receiver<Write>,
+    standing: &Mutex<BTreeMap<AgentName, Standing>>,
+) {
+    let note = |agent: &AgentName, index: &Index, result: Result<(), IndexError>| {
+        let mut standing = standing.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = standing.entry(agent.clone()).or_default();
+        match result {
+            Ok(()) => {
+                entry.state = "ready";
+                entry.error = None;
+                if let Ok(counts) = index.counts() {
+                    entry.entries = counts.entries;
+                }
+            }
+            Err(err) => {
+                tracing::error!(agent = %agent, error = %err, "the memory index could not be brought up to date");
+                entry.state = if entry.state == "ready" {
+                    "ready"
+                } else {
+                    "failed"
+                };
+                entry.error = Some(err.to_string());
+            }
+        }
+    };
+    for (agent, index) in &mut indexes {
+        let started = std::time::Instant::now();
+        let result = index.sync_all(|_| {});
+        if let Ok(pass) = &result {
+            tracing::info!(agent = %agent, files = pass.files, added = pass.added,
+                dropped = pass.dropped, ms = started.elapsed().as_millis() as u64,
+                "the memory index is up to date");
+        }
+        note(agent, index, result.map(drop));
+    }
+    while let Ok(first) = jobs.recv() {
+        let batch: Vec<Write> = std::iter::once(first).chain(jobs.try_iter()).collect();
+        let mut read: HashSet<(AgentName, SessionKey)> = HashSet::new();
+        let mut agents: HashSet<AgentName> = HashSet::new();
+        let mut flushed = Vec::new();
+        for job in batch {
+            match job {
+                Write::Touched(agent, key) => {
+                    let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
+                        continue;
+                    };
+                    if read.insert((agent.clone(), key.clone())) {
+                        let result = index.sync_session(&key).map(drop);
+                        note(&agent, index, result);
+                        agents.insert(agent);
+                    }
+                }
+                Write::Archived(agent, key) => {
+                    let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
+                        continue;
+                    };
+                    let result = index.archive_session(&key);
+                    note(&agent, index, result);
+                    read.remove(&(agent, key));
+                }
+                Write::Flushed(reply) => flushed.push(reply),
+            }
+        }
+        // A turn that wrote a chat may have written the memory files too.
+        for (agent, index) in indexes.iter_mut().filter(|(a, _)| agents.contains(a)) {
+            let result = index.sync_notes(&mut crate::db::Pass::default());
+            note(agent, index, result);
+        }
+        for reply in flushed {
+            let _ = reply.send(());
+        }
+    }
+}
+
+fn search_loop(databases: &BTreeMap<AgentName, PathBuf>, jobs: &mpsc::Receiver<Search>) {
+    let mut readers: BTreeMap<AgentName, Reader> = BTreeMap::new();
+    while let Ok(job) = jobs.recv() {
+        let result = match databases.get(&job.agent) {
+            None => Err(MemoryError::Index(format!(
+                "the agent {} has no memory index",
+                job.agent
+            ))),
+            Some(path) => {
+                if !readers.contains_key(&job.agent) {
+                    match Reader::open(path) {
+                        Ok(reader) => {
+                            readers.insert(job.agent.clone(), reader);
+                        }
+                        Err(err) => {
+                            let _ = job.reply.send(Err(MemoryError::Index(err.to_string())));
+                            continue;
+                        }
+                    }
+                }
+                match readers.get(&job.agent) {
+                    Some(reader) => reader.search(&job.query),
+                    None => Err(MemoryError::Index("no reader".into())),
+                }
+            }
+        };
+        let _ = job.reply.send(result);
+    }
+}
+
+/// Builds `home`'s index again from its transcripts and memory files, in this process
+/// (`switchboard memory reindex`): safe beside a running daemon, whose writer reads on from
+/// what this one committed. `progress` hears of each file done.
+pub fn reindex(home: &Home, progress: impl FnMut(&crate::db::Pass)) -> Result<Counts, IndexError> {
+    let mut index = Index::open(&home.database(), home.sources())?;
+    index.clear()?;
+    index.sync_all(progress)?;
+    index.counts()
+}
+
+/// Brings `home`'s index up to date and searches it, in this process (`switchboard memory
+/// search`).
+pub fn search_now(home: &Home, query: &MemoryQuery) -> Result<Vec<MemoryHit>, MemoryError> {
+    let mut index = Index::open(&home.database(), home.sources())
+        .map_err(|err| MemoryError::Index(err.to_string()))?;
+    index
+        .sync_all(|_| {})
+        .map_err(|err| MemoryError::Index(err.to_string()))?;
+    Reader::open(&home.database())
+        .map_err(|err| MemoryError::Index(err.to_string()))?
+        .search(query)
+}
+
+/// What `home`'s index holds (`switchboard memory stats`), without changing it; `None`
+/// when it was never built.
+pub fn counts(home: &Home) -> Result<Option<Counts>, IndexError> {
+    let path = home.database();
+    if !path.exists() {
+        return Ok(None);
+    }
+    Reader::open(&path)?.counts().map(Some)
+}
