@@ -75,6 +75,9 @@ mod mcp_calls;
 /// Files and voice through the daemon: a file the agent sends on the WebSocket channel and
 /// its signed link (the platforms' runs are in `conformance`).
 mod media;
+/// Memory that is found again: `memory_search`, recall and `/memory` over transcripts long out
+/// of the window, agents kept apart, archived conversations, a rebuild, a kill mid-build.
+mod memory;
 /// `onboard`: the starter workspace, a config from flags, the service's tokens.
 mod onboard;
 /// A message delivered again is answered exactly once (ignored, resent, or taken up).

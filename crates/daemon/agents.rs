@@ -11,17 +11,18 @@ use std::sync::Arc;
 use anyhow::Context;
 use switchboard_agent::section::{AgentSection, AgentSpec, ApprovalsSection};
 use switchboard_agent::{
-    Agent, AgentConfig, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
+    Agent, AgentConfig, AgentMemory, Agents, Approvals, AskUserTool, DEFAULT_JUDGE_PROMPT,
     DEFAULT_SYSTEM_PROMPT, Judge, RunOutcomes, StateChoices, TurnSlots, Verify, Voice,
     default_subagents,
 };
 use switchboard_core::{AgentName, Bus, ChannelName, MediaStore, StateStore};
 use switchboard_llm::Observer;
 use switchboard_llm::section::{LlmSection, ModelEntry};
+use switchboard_memory::{IndexedStore, MemoryIndex};
 use switchboard_scheduler::{CronTool, Scheduler};
 use switchboard_sessions::{FileState, JsonlStore, SessionStore};
 use switchboard_spawn::{SpawnTool, Spawner};
-use switchboard_tools::builtin::{self, SandboxHelper};
+use switchboard_tools::builtin::{self, MemorySearch, SandboxHelper};
 use switchboard_tools::sandbox::RunAs;
 use switchboard_tools::{Outbox, ToolFilter, ToolRegistry, ToolSources, Workspace};
 use switchboard_usage::Spending;
@@ -70,6 +71,8 @@ pub struct ToolParts {
     scheduler: Option<Scheduler>,
     /// How long a `spawn` call may wait for a sub-agent; `None`: there are no sub-agents.
     spawn_wait: Option<std::time::Duration>,
+    /// The agents' memory index, for `memory_search` (`None`: `[memory]` is off).
+    pub(crate) memory: Option<MemoryIndex>,
 }
 
 /// The tools the config describes: the built-in ones, `cron`, `ask_user` (the source
@@ -83,6 +86,13 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
     }
     if let Some(wait) = parts.spawn_wait {
         tools.register(Arc::new(SpawnTool::new(wait)));
+    }
+    if let Some(memory) = &parts.memory {
+        let results = *config.memory.max_results.get_ref();
+        tools.register(Arc::new(MemorySearch::new(
+            Arc::new(memory.clone()),
+            results,
+        )));
     }
     add_ask_user(&config.agent, &mut tools);
     Ok(tools)
@@ -140,6 +150,7 @@ pub(crate) fn build_agents(
             place,
         )?);
     }
+    let memory = memory_of(config, &specs, &mut homes)?;
     let stores: BTreeMap<AgentName, Arc<dyn SessionStore>> = homes
         .iter()
         .map(|home| (home.name.clone(), home.store.clone()))
@@ -156,6 +167,7 @@ pub(crate) fn build_agents(
         forbidden: homes[0].workspace.forbidden().to_vec(),
         scheduler: scheduler.clone(),
         spawn_wait,
+        memory: memory.clone(),
     };
     let tools = Arc::new(ToolSources::of([
         (BUILTIN_SOURCE.to_owned(), build_tools(config, &tool_parts)?),
@@ -175,6 +187,12 @@ pub(crate) fn build_agents(
         scheduler,
         place,
         voice,
+        memory: memory.map(|index| AgentMemory {
+            memory: Arc::new(index),
+            recall: *config.memory.recall.get_ref(),
+            recall_max_tokens: *config.memory.recall_max_tokens.get_ref(),
+            max_results: *config.memory.max_results.get_ref(),
+        }),
     };
     let mut agents = Vec::with_capacity(homes.len());
     for (spec, home) in specs.iter().zip(homes) {
@@ -188,6 +206,37 @@ pub(crate) fn build_agents(
         switchboard_agent::section::bindings(&config.bindings),
     )?;
     Ok((agents, tool_parts))
+}
+
+/// The agents' memory index when `[memory]` is on — started, its first pass under way — with
+/// every agent's store telling it what is written; `None` (nothing started) when off.
+fn memory_of(
+    config: &Config,
+    specs: &[AgentSpec<'_>],
+    homes: &mut [Home],
+) -> anyhow::Result<Option<MemoryIndex>> {
+    if !config.memory.enabled {
+        return Ok(None);
+    }
+    let places: Vec<switchboard_memory::Home> = specs
+        .iter()
+        .zip(homes.iter())
+        .map(|(spec, home)| switchboard_memory::Home {
+            agent: spec.name.clone(),
+            state_dir: spec.state_dir.clone(),
+            workspace: home.workspace.root().to_path_buf(),
+        })
+        .collect();
+    let index = MemoryIndex::start(&places)
+        .context("cannot open the memory index (memory.enabled; `switchboard memory reindex` builds it afresh)")?;
+    for home in homes {
+        home.store = Arc::new(IndexedStore::new(
+            home.store.clone(),
+            home.name.clone(),
+            index.clone(),
+        ));
+    }
+    Ok(Some(index))
 }
 
 /// Where the agents' `message` and `send_file` send: the bus, judged by their stores, with
@@ -283,6 +332,8 @@ struct Shared<'a> {
     place: Option<&'a crate::cluster::Place>,
     /// Voice notes heard, answers spoken: every agent's.
     voice: Voice,
+    /// Every agent's memory (`[memory]`; `None`: off).
+    memory: Option<AgentMemory>,
 }
 
 /// The turn slots every agent shares: `[agent] max_concurrent_turns`, of which sub-agents
@@ -358,6 +409,9 @@ fn agent_of(
     }
     if shared.voice.is_on() {
         agent = agent.with_voice(shared.voice.clone());
+    }
+    if let Some(memory) = &shared.memory {
+        agent = agent.with_memory(memory.clone());
     }
     if let Some(scheduler) = &shared.scheduler {
         agent = agent

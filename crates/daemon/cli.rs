@@ -70,6 +70,17 @@ pub enum Command {
         #[command(subcommand)]
         action: McpAction,
     },
+    /// The agents' memory: search what was said (every chat's transcript, archived ones
+    /// included, and the memory files), build the index again, or say what it holds — over
+    /// the config's state directory, while the daemon runs or not. Run it as the daemon's user.
+    Memory {
+        /// The config file (same search as `run`).
+        #[arg(long, short, global = true)]
+        config: Option<PathBuf>,
+        /// What to do.
+        #[command(subcommand)]
+        action: MemoryAction,
+    },
     /// What the models cost: a line per day, agent and chat (tokens and US dollars by the
     /// price table), from the usage records in the config's state directory.
     Usage {
@@ -200,6 +211,41 @@ pub enum PairingAction {
         /// The sender's id, as `pairing list` shows it.
         sender: String,
     },
+}
+
+/// `switchboard memory …`.
+#[derive(Debug, Subcommand)]
+pub enum MemoryAction {
+    /// What was said that matches: words (all must match), "quoted phrases", OR, NOT,
+    /// prefix*; a line per hit with its date (UTC), chat and speaker.
+    Search {
+        /// What to find.
+        #[arg(required = true, num_args = 1..)]
+        query: Vec<String>,
+        /// The agent whose memory (default: `[agent]`'s).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this chat's session (`telegram_42`).
+        #[arg(long)]
+        chat: Option<String>,
+        /// Only from this UTC date or time on (`2026-11-30`).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only before this UTC date or time.
+        #[arg(long)]
+        until: Option<String>,
+        /// Hits at most.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Build the index again from the transcripts and memory files (every agent's, or one).
+    Reindex {
+        /// Only this agent's.
+        #[arg(long)]
+        agent: Option<String>,
+    },
+    /// What each agent's index holds and its size on disk.
+    Stats,
 }
 
 /// `switchboard cron …`.

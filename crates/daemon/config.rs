@@ -64,6 +64,9 @@ pub struct Config {
     /// `[speech]`: answers spoken back (off unless enabled).
     #[serde(default)]
     pub speech: switchboard_audio::SpeechSection,
+    /// `[memory]`: the search over everything said and noted (off unless enabled).
+    #[serde(default)]
+    pub memory: switchboard_memory::MemorySection,
     /// `[mcp]`.
     #[cfg(feature = "mcp")]
     #[serde(default)]
@@ -250,6 +253,18 @@ impl Config {
             .validate()
             .map_err(|problem| self.source.problem("speech", problem))?;
         self.telemetry.validate(&self.source)?;
+        self.memory.validate(&self.source)?;
+        #[cfg(feature = "cluster")]
+        if self.memory.enabled && self.cluster.is_some() {
+            return Err(self.source.error_at(
+                None,
+                "memory.enabled".into(),
+                "memory search does not run on a cluster yet: the index reads the session \
+                 files of one host, and a cluster keeps sessions in JetStream — leave [memory] \
+                 off there"
+                    .into(),
+            ));
+        }
         self.scheduler
             .validate(&self.heartbeat, &self.channels.enabled(), &self.source)?;
         // Either MCP's own section or, in a build without it, its refusal.
@@ -468,6 +483,9 @@ impl Config {
         }
         if key.starts_with("speech.") {
             return self.speech.enabled;
+        }
+        if key.starts_with("memory.") && key != "memory.enabled" {
+            return self.memory.enabled;
         }
         true
     }

@@ -116,6 +116,30 @@ pub(crate) fn watch_core(health: &Health, core: &Core) {
         let audio = core.audio_health.clone();
         health.check_health_only("audio", Box::new(move || audio.check()));
     }
+    // The memory index, only when `[memory]` is on: degraded (not unready) when an agent's
+    // index cannot be brought up to date — searches still answer from what it holds.
+    if let Some(memory) = core.tool_parts.memory.clone() {
+        let standing = memory.clone();
+        health.detail("memory", Box::new(move || json!(standing.standing())));
+        health.check_health_only(
+            "memory",
+            Box::new(move || {
+                let failed: Vec<String> = memory
+                    .standing()
+                    .into_iter()
+                    .filter_map(|(agent, standing)| {
+                        let error = standing.error?;
+                        Some(format!("agent {agent}: {error}"))
+                    })
+                    .collect();
+                if failed.is_empty() {
+                    Ok(())
+                } else {
+                    Err(json!({"error": failed.join("; ")}))
+                }
+            }),
+        );
+    }
     let stores = core.agents.clone();
     health.check(
         "store",

@@ -61,6 +61,8 @@ struct Inner {
     ready: std::sync::atomic::AtomicBool,
     /// Gauges shown in `/healthz` (active sessions, open sockets), registered at start.
     gauges: Mutex<BTreeMap<String, Gauge>>,
+    /// Parts that say more of themselves than a number, shown under their name.
+    details: Mutex<BTreeMap<&'static str, Detail>>,
     /// Checks shown under `checks` in `/healthz` (the session store), registered at start.
     checks: Mutex<BTreeMap<&'static str, Check>>,
     /// The names of those of `checks` that do not decide readiness (`/readyz`): a failing
@@ -70,6 +72,9 @@ struct Inner {
 
 /// A number read when `/healthz` is asked.
 pub type Gauge = Box<dyn Fn() -> usize + Send + Sync>;
+
+/// Reads what a part says of itself for `/healthz`.
+pub type Detail = Box<dyn Fn() -> serde_json::Value + Send + Sync>;
 
 /// A check run when `/healthz` is asked: `Ok`, or what is wrong (a JSON object).
 pub type Check = Box<dyn Fn() -> Result<(), serde_json::Value> + Send + Sync>;
@@ -90,6 +95,7 @@ impl Health {
                 stopping: Default::default(),
                 ready: Default::default(),
                 gauges: Mutex::new(BTreeMap::new()),
+                details: Mutex::new(BTreeMap::new()),
                 checks: Mutex::new(BTreeMap::new()),
                 health_only: Mutex::new(Vec::new()),
             }),
@@ -151,6 +157,15 @@ impl Health {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(name.into(), read);
+    }
+
+    /// Registers what a part says of itself, shown under `name` in `/healthz`.
+    pub fn detail(&self, name: &'static str, read: Detail) {
+        self.inner
+            .details
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name, read);
     }
 
     /// Registers a check shown under `checks` in `/healthz`; a failing one makes the
@@ -306,6 +321,15 @@ impl Health {
             .iter()
         {
             body[name.as_str()] = json!(read());
+        }
+        for (name, read) in health
+            .inner
+            .details
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            body[*name] = read();
         }
         (healthy, body)
     }

@@ -75,6 +75,7 @@ pub mod logging;
 pub mod mcp_cli;
 #[cfg(feature = "mcp")]
 mod mcp_servers;
+pub mod memory_cli;
 pub mod metrics;
 mod migrate;
 pub mod model_health;

@@ -9,8 +9,8 @@ use switchboard::config::ConfigError;
 #[cfg(feature = "mcp")]
 use switchboard::mcp_cli;
 use switchboard::{
-    cli, cron, doctor, early_stop, harden, logging, onboard, pairing, service, status, terminal,
-    usage_cli,
+    cli, cron, doctor, early_stop, harden, logging, memory_cli, onboard, pairing, service, status,
+    terminal, usage_cli,
 };
 
 fn main() -> ExitCode {
@@ -69,7 +69,8 @@ fn quiet(command: &Command) -> bool {
         | Command::Onboard { .. }
         | Command::Status { .. }
         | Command::Doctor { .. }
-        | Command::Usage { .. } => true,
+        | Command::Usage { .. }
+        | Command::Memory { .. } => true,
         #[cfg(feature = "mcp")]
         Command::Mcp { .. } => true,
     }
@@ -195,6 +196,9 @@ async fn run(command: Command) -> anyhow::Result<ExitCode> {
         }
         Command::Status { config } => Box::pin(status::run(config.as_deref())).await,
         Command::Usage { config, days } => Box::pin(usage_cli::run(config.as_deref(), days)).await,
+        Command::Memory { config, action } => {
+            tokio::task::block_in_place(|| memory_cli::run(config.as_deref(), action))
+        }
         Command::Doctor { config } => Box::pin(doctor::run(config.as_deref())).await,
         Command::SandboxExec { .. } => Ok(ExitCode::FAILURE),
     }

@@ -88,7 +88,9 @@ async fn handle(agent: &Agent, session: &mut Session, text: String) -> bool {
             );
             true
         }
-        Some(command @ (Command::Status | Command::Usage | Command::Model(_))) => {
+        Some(
+            command @ (Command::Status | Command::Usage | Command::Model(_) | Command::Memory(_)),
+        ) => {
             eprintln!("{}", command.answer(agent, session, None).await);
             true
         }

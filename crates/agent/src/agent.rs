@@ -15,6 +15,7 @@ use crate::events::EventSink;
 use crate::hooks::{Hook, Hooks};
 use crate::input::TurnInput;
 use crate::models::Models;
+use crate::recall::AgentMemory;
 use crate::slots::TurnSlots;
 use crate::turn;
 use crate::voice::Voice;
@@ -58,6 +59,8 @@ pub struct Agent {
     no_spawn: ToolFilter,
     /// Voice notes heard, answers spoken (shared with the daemon's other agents).
     pub(crate) voice: Voice,
+    /// Its memory (`[memory]`), for recall and `/memory`; `None` when off.
+    memory: Option<AgentMemory>,
 }
 
 /// What one turn may spend: time and tokens.
@@ -97,7 +100,19 @@ impl Agent {
             child_tools,
             no_spawn: ToolFilter::new(None, vec!["spawn".into()]),
             voice: Voice::default(),
+            memory: None,
         }
+    }
+
+    /// Its memory, when `[memory]` is on.
+    pub fn memory(&self) -> Option<&AgentMemory> {
+        self.memory.as_ref()
+    }
+
+    /// Searches `memory` for `/memory` and recalls from it before turns (as it says).
+    pub fn with_memory(mut self, memory: AgentMemory) -> Self {
+        self.memory = Some(memory);
+        self
     }
 
     /// Its audio parts.

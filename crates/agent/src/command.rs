@@ -32,6 +32,8 @@ pub enum Command {
     /// chat's scheduled jobs. `None`: `/jobs` with words it does not know (answered with how
     /// to use it).
     Jobs(Option<JobAction>),
+    /// `/memory QUERY`: what the agent's memory holds of it (`""`: how to use it).
+    Memory(String),
 }
 
 impl Command {
@@ -59,6 +61,7 @@ impl Command {
             "deny" => Self::Deny,
             "model" => Self::Model(rest.split_whitespace().next().map(str::to_owned)),
             "usage" => Self::Usage,
+            "memory" => Self::Memory(rest.to_owned()),
             "help" => Self::Help,
             // A command of the table nothing here handles: a test fails first.
             _ => return None,
@@ -77,6 +80,7 @@ impl Command {
             Self::Usage => "usage",
             Self::Model(_) => "model",
             Self::Jobs(_) => "jobs",
+            Self::Memory(_) => "memory",
         };
         match command_named(name) {
             Some(spec) => spec,
@@ -120,9 +124,28 @@ impl Command {
                          shows them."
                     .to_owned(),
             },
+            Self::Memory(query) => memory(agent, query).await,
             Self::Stop => "Nothing to stop.".to_owned(),
             Self::Approve | Self::Deny => "Nothing is waiting for your approval.".to_owned(),
         }
+    }
+}
+
+/// The answer to `/memory QUERY`: the hits, one a line, as the `memory_search` tool gives them.
+async fn memory(agent: &Agent, query: &str) -> String {
+    let Some(memory) = agent.memory() else {
+        return "Memory search is off: set `[memory] enabled = true` in the config \
+                (docs/configuration.md, \"Memory\")."
+            .to_owned();
+    };
+    if query.trim().is_empty() {
+        return "Say what to find: `/memory locker code`, `/memory \"exact phrase\"`.".to_owned();
+    }
+    let mut search = switchboard_core::MemoryQuery::new(query, switchboard_core::MemoryScope::All);
+    search.limit = memory.max_results;
+    match memory.memory.search(agent.name(), search).await {
+        Ok(hits) => switchboard_core::memory_lines(query, &hits),
+        Err(err) => format!("The search failed: {err}"),
     }
 }
 

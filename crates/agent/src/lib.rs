@@ -32,6 +32,8 @@
 //! - `worker`: a session's worker: commands, turns, the exactly-once journal, and fencing
 //!   (a session read again under a new tenure, a stale write decided anew).
 //! - `replies`: what a chat is told outside a turn's stream (shutting down, dropped messages).
+//! - `recall`: [`AgentMemory`]; what the memory holds of a new message, put before it in
+//!   the request.
 //! - `scheduled`: [`RunOutcomes`], the hook that tells the scheduler how a run's turn ended.
 //! - `section`: `[agent]`, `[agents.NAME]` (inherited from `[agent]`) and `[[bindings]]`, and
 //!   the loop's policies in them (`verify`, `approvals`, `spawn`).
@@ -56,6 +58,7 @@ mod hearing;
 mod hooks;
 mod input;
 mod models;
+mod recall;
 mod replies;
 mod scheduled;
 pub mod section;
@@ -81,6 +84,7 @@ pub use events::{AgentEvent, EventSink};
 pub use hooks::{Approval, BeforeTool, Hook, Hooks, ToolOutcome, TurnInfo, TurnSummary};
 pub use input::TurnInput;
 pub use models::Models;
+pub use recall::AgentMemory;
 pub use scheduled::RunOutcomes;
 pub use slots::{HeldSlot, Taker, TurnSlots, default_subagents};
 pub use turn::{MAX_LLM_FAILURES, TAKING_OVER};

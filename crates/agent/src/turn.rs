@@ -306,6 +306,14 @@ impl Turn<'_> {
             images,
         });
         request.messages.extend(self.new.iter().cloned());
+        if let Some(memory) = agent.memory()
+            && let Some(block) = memory
+                .recall(agent.name(), self.session.key(), &request.messages)
+                .instrument(context.clone())
+                .await
+        {
+            crate::recall::with_recalled(&mut request.messages, &block);
+        }
         context.record("system_bytes", request.system.len());
         context.record("messages", request.messages.len());
         drop(context);

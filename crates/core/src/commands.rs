@@ -30,7 +30,7 @@ pub struct Takes {
 }
 
 /// Every chat command, in the order `/help` lists them.
-pub const COMMANDS: [CommandSpec; 9] = [
+pub const COMMANDS: [CommandSpec; 10] = [
     CommandSpec {
         name: "new",
         aliases: &["reset"],
@@ -94,6 +94,17 @@ pub const COMMANDS: [CommandSpec; 9] = [
         takes: None,
         help: "what this chat spent today and this month",
         summary: "What this chat cost today and this month",
+    },
+    CommandSpec {
+        name: "memory",
+        aliases: &["recall"],
+        takes: Some(Takes {
+            name: "query",
+            about: "words or a \"phrase\" to find in what was said",
+            words: 64,
+        }),
+        help: "find what was said before, in any chat of this agent (/memory QUERY)",
+        summary: "Search what was said before",
     },
     CommandSpec {
         name: "help",

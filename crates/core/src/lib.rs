@@ -71,7 +71,7 @@ pub use media::{
     KeptFile, MAX_MEDIA_BYTES, MediaError, MediaKind, MediaLimits, MediaStore, OutboundFile,
 };
 pub use memory::{
-    Memory, MemoryError, MemoryHit, MemoryQuery, MemoryScope, memory_lines, utc_minute,
+    Memory, MemoryError, MemoryHit, MemoryQuery, MemoryScope, memory_lines, parse_utc, utc_minute,
 };
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,

@@ -134,6 +134,51 @@ pub fn utc_minute(millis: i64) -> String {
     )
 }
 
+/// A time a person or model writes — `2026-11-30`, `2026-11-30 18:04`, `2026-11-30T18:04:05Z`
+/// — read as UTC, in Unix milliseconds; `None` when it is none of these.
+pub fn parse_utc(text: &str) -> Option<i64> {
+    let text = text.trim().trim_end_matches('Z').trim_end_matches(" UTC");
+    let (date, time) = match text.split_once(['T', ' ']) {
+        Some((date, time)) => (date, Some(time)),
+        None => (text, None),
+    };
+    let mut parts = date.splitn(3, '-');
+    let y: i64 = parts.next()?.parse().ok()?;
+    let m: u32 = parts.next()?.parse().ok()?;
+    let d: u32 = parts.next()?.parse().ok()?;
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(1970..=9999).contains(&y) {
+        return None;
+    }
+    let mut secs = days_from_civil(y, m, d) * 86_400;
+    if let Some(time) = time {
+        let mut parts = time.splitn(3, ':');
+        let h: i64 = parts.next()?.parse().ok()?;
+        let min: i64 = parts.next()?.parse().ok()?;
+        let s: i64 = match parts.next() {
+            Some(s) => s.split('.').next()?.parse().ok()?,
+            None => 0,
+        };
+        if h > 23 || min > 59 || s > 60 {
+            return None;
+        }
+        secs += h * 3600 + min * 60 + s;
+    }
+    // A day that does not exist (February 30th) reads as another: refused.
+    (civil_from_days(secs.div_euclid(86_400)) == (y, m, d)).then_some(secs * 1000)
+}
+
+/// Days since 1970-01-01 of a date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// The date of a day count since 1970-01-01 (Howard Hinnant's `civil_from_days`).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -158,6 +203,24 @@ mod tests {
         // 2026-12-01T18:04:30Z
         assert_eq!(utc_minute(1_796_148_270_000), "2026-12-01 18:04 UTC");
         assert_eq!(utc_minute(951_782_400_000), "2000-02-29 00:00 UTC");
+    }
+
+    #[test]
+    fn written_times_are_read_as_utc() {
+        assert_eq!(parse_utc("2026-12-01"), Some(1_796_083_200_000));
+        assert_eq!(parse_utc("2026-12-01 18:04:30"), Some(1_796_148_270_000));
+        assert_eq!(parse_utc("2026-12-01T18:04:30Z"), Some(1_796_148_270_000));
+        assert_eq!(parse_utc("2026-12-01T18:04"), Some(1_796_148_240_000));
+        assert_eq!(parse_utc("2000-02-29"), Some(951_782_400_000));
+        for bad in [
+            "2026-02-30",
+            "yesterday",
+            "2026-13-01",
+            "2026-12-01T25:00",
+            "",
+        ] {
+            assert_eq!(parse_utc(bad), None, "{bad}");
+        }
     }
 
     #[test]
