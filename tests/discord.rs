@@ -129,7 +129,7 @@ async fn dms_and_mentions_are_answered_and_other_server_messages_and_bots_are_no
     assert_eq!(
         names,
         [
-            "new", "stop", "status", "approve", "deny", "jobs", "model", "usage", "help"
+            "new", "stop", "status", "approve", "deny", "jobs", "model", "usage", "memory", "help"
         ],
         "every chat command, /jobs included"
     );

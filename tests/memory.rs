@@ -93,7 +93,7 @@ async fn a_fact_said_200_messages_ago_is_found_by_the_tool_and_by_recall_with_it
     let day = &today[..10];
     assert!(question.contains("[Recalled from memory"), "{question}");
     assert!(
-        question.contains(&format!("{day}"))
+        question.contains(day)
             && question.contains("websocket_a, user] my **locker** **code** is 4711"),
         "{question}"
     );
@@ -112,8 +112,7 @@ async fn a_fact_said_200_messages_ago_is_found_by_the_tool_and_by_recall_with_it
     assert_eq!(results.len(), 1);
     let found = &results[0];
     assert!(
-        found.contains(&format!("{day}"))
-            && found.contains("websocket_a, user] my **locker** **code** is 4711"),
+        found.contains(day) && found.contains("websocket_a, user] my **locker** **code** is 4711"),
         "{found}"
     );
     // The saved history holds the question as it was asked, without the block.
@@ -393,4 +392,89 @@ async fn an_index_killed_while_it_is_built_is_finished_by_the_next_start() {
         stats.starts_with("agent default: 120000 entries (0 archived) from 300 files"),
         "{stats}"
     );
+}
+
+#[tokio::test]
+async fn what_leaves_the_window_is_summarised_and_opens_the_next_requests() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let extra = Extra {
+        agent: "history_limit = 4",
+        tables: "[memory]\nsummarize = true\n",
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    // Seven turns: 14 messages, past the limit of 4 by more than half the overflow of 16.
+    for i in 0..7 {
+        llm.push(Reply::text(format!("ok {i}")));
+    }
+    llm.push(Reply::text("The person's sister is called Ada."));
+    llm.push(Reply::text("Ada."));
+    client.say("a", "my sister is called Ada").await;
+    for i in 1..7 {
+        client.say("a", &format!("small talk {i}")).await;
+    }
+    assert_eq!(
+        client.say("a", "what is my sister called?").await.reply(),
+        "Ada."
+    );
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 9);
+    let summary_request = &requests[7];
+    let asked = texts(summary_request).join("\n");
+    assert!(asked.starts_with("You keep the running summary"), "{asked}");
+    assert!(
+        asked.contains("Person: my sister is called Ada\nAssistant: ok 0"),
+        "{asked}"
+    );
+    assert!(
+        !asked.contains("small talk 6"),
+        "what stays in the window is not summarised: {asked}"
+    );
+    // The next request opens with the summary, and its window is back at the limit.
+    let next = &requests[8];
+    let system = texts(next)[0].clone();
+    assert!(
+        system.ends_with("## Earlier in this conversation\nA summary of what is no longer in the messages below:\nThe person's sister is called Ada."),
+        "{system}"
+    );
+    let window = texts(next);
+    assert!(
+        window
+            .iter()
+            .all(|t| !t.contains("my sister is called Ada")),
+        "{window:?}"
+    );
+    assert_eq!(
+        window.len(),
+        1 + 4 + 1,
+        "system, the window of 4, the question: {window:?}"
+    );
+    // Kept with the session (and its cost counted): a restart reads it back.
+    let file = std::fs::read_to_string(util::session_file(dir.path(), "a")).expect("file");
+    assert!(
+        file.contains("{\"summary\":\"The person's sister is called Ada.\"}"),
+        "{file}"
+    );
+    // Every call counted, the summary's too: eight turns and one summary of 10 tokens in.
+    let input: u64 = file
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter_map(|record| record["usage"]["input_tokens"].as_u64())
+        .sum();
+    assert_eq!(input, 90, "{file}");
+    daemon.shutdown().await;
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let mut client = WsClient::connect(daemon.addr()).await;
+    llm.push(Reply::text("Still Ada."));
+    client.say("a", "and now?").await;
+    let requests = llm.requests();
+    let system = texts(&requests[requests.len() - 1])[0].clone();
+    assert!(
+        system.contains("The person's sister is called Ada."),
+        "{system}"
+    );
+    daemon.shutdown().await;
 }

@@ -377,6 +377,7 @@ fn agent_of(
         turn_timeout: section.turn_timeout_secs.as_ref().map(duration),
         verify: verify(&config.llm, section, &spec.key)?,
         spawn: section.spawn.config(),
+        summarize: config.memory.summarize,
     };
     let model = section.model.as_ref().map(|m| m.get_ref().as_str());
     let filter = ToolFilter::new(section.tools.clone(), section.exclude_tools.clone());

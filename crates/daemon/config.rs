@@ -484,7 +484,7 @@ impl Config {
         if key.starts_with("speech.") {
             return self.speech.enabled;
         }
-        if key.starts_with("memory.") && key != "memory.enabled" {
+        if key.starts_with("memory.") && key != "memory.enabled" && key != "memory.summarize" {
             return self.memory.enabled;
         }
         true

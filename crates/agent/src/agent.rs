@@ -341,9 +341,15 @@ impl Agent {
     /// Reads a session back from the store (repaired and trimmed).
     pub async fn load_session(&self, key: &SessionKey) -> Result<Session, StoreError> {
         let loaded = self.store.load(key).await?;
-        Ok(Session::from_loaded(
+        let overflow = if self.config.summarize {
+            crate::summary::OVERFLOW
+        } else {
+            0
+        };
+        Ok(Session::from_loaded_with(
             key.clone(),
             self.config.history_limit,
+            overflow,
             loaded,
         ))
     }
@@ -385,7 +391,15 @@ impl Agent {
     /// Rewrites the session's record with its window, when it has grown enough. A failure
     /// is logged: the record stays as it was, only longer.
     pub(crate) async fn compact_if_due(&self, session: &mut Session) {
-        if !session.needs_compaction() || session.is_stale() {
+        if session.needs_compaction() {
+            self.compact(session).await;
+        }
+    }
+
+    /// Rewrites the session's record with its window (and its summary). A failure is logged:
+    /// the record stays as it was, only longer.
+    pub(crate) async fn compact(&self, session: &mut Session) {
+        if session.is_stale() {
             return;
         }
         let messages: Vec<ChatMessage> = session.messages().iter().map(|m| (**m).clone()).collect();

@@ -46,6 +46,9 @@ pub struct AgentConfig {
     pub verify: Verify,
     /// How its turns may start sub-agents.
     pub spawn: SpawnConfig,
+    /// Whether what leaves the window is folded into a running summary (`[memory]
+    /// summarize`; see `summary.rs`).
+    pub summarize: bool,
 }
 
 impl AgentConfig {
@@ -67,6 +70,7 @@ impl AgentConfig {
             turn_timeout: None,
             verify: Verify::default(),
             spawn: SpawnConfig::default(),
+            summarize: false,
         }
     }
 }

@@ -34,6 +34,7 @@
 //! - `replies`: what a chat is told outside a turn's stream (shutting down, dropped messages).
 //! - `recall`: [`AgentMemory`]; what the memory holds of a new message, put before it in
 //!   the request.
+//! - `summary`: the running summary of what leaves the window (`[memory] summarize`).
 //! - `scheduled`: [`RunOutcomes`], the hook that tells the scheduler how a run's turn ended.
 //! - `section`: `[agent]`, `[agents.NAME]` (inherited from `[agent]`) and `[[bindings]]`, and
 //!   the loop's policies in them (`verify`, `approvals`, `spawn`).
@@ -64,6 +65,7 @@ mod scheduled;
 pub mod section;
 mod slots;
 mod speaking;
+mod summary;
 mod turn;
 mod verify;
 mod voice;

@@ -189,7 +189,7 @@ mod tests {
     fn the_query_is_the_messages_distinctive_words() {
         assert_eq!(
             recall_query("What was the code of my Locker? the locker!").as_deref(),
-            Some("\"was\" OR \"code\" OR \"locker\"")
+            Some("\"code\" OR \"locker\"")
         );
         assert_eq!(recall_query("ok, is it?"), None);
     }

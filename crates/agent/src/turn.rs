@@ -298,6 +298,10 @@ impl Turn<'_> {
             )
             .instrument(context.clone())
             .await;
+        let system = match self.session.summary() {
+            Some(summary) => system + &crate::summary::prompt_section(summary),
+            None => system,
+        };
         let mut request = context.in_scope(|| ChatRequest {
             system,
             messages: self.session.history(),
@@ -611,6 +615,8 @@ impl Turn<'_> {
             mut new,
             usage,
             events,
+            model,
+            chat,
             ..
         } = self;
         new.extend(last.into_iter().map(Arc::new));
@@ -623,6 +629,10 @@ impl Turn<'_> {
             return false;
         };
         let _ = events.send(event);
+        // After the answer went out: the summary's call holds up only this chat's next turn.
+        agent
+            .summarize_if_due(session, model.as_deref(), &chat)
+            .await;
         true
     }
 }

@@ -235,6 +235,16 @@ impl Daemon {
         rss_kib(self.pid)
     }
 
+    /// Anonymous resident memory (heap, stacks) in KiB.
+    pub fn rss_anon_kib(&self) -> u64 {
+        status_field(self.pid, "RssAnon:")
+    }
+
+    /// Its threads.
+    pub fn threads(&self) -> u64 {
+        status_field(self.pid, "Threads:")
+    }
+
     /// What the daemon costs while idle: its highest RSS (KiB) from 3 s on, and the CPU its
     /// threads use per minute (ms) over `window`.
     pub async fn idle_cost(&self, window: Duration) -> (u64, f64) {
@@ -260,12 +270,18 @@ impl Daemon {
 
 /// VmRSS of a process, in KiB (0 if unreadable).
 pub fn rss_kib(pid: u32) -> u64 {
+    status_field(pid, "VmRSS:")
+}
+
+/// A number of a process's `/proc/PID/status` (`VmRSS:`, `RssAnon:`, `Threads:`); 0 if
+/// unreadable.
+pub fn status_field(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
             status
                 .lines()
-                .find_map(|line| line.strip_prefix("VmRSS:"))
+                .find_map(|line| line.strip_prefix(field))
                 .and_then(|value| value.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)

@@ -7,6 +7,7 @@
 mod cluster;
 mod daemon;
 mod load;
+mod memory;
 mod scale;
 mod turns;
 mod voice;
@@ -64,6 +65,12 @@ struct Args {
     /// Turns in the platform channels' run.
     #[arg(long, default_value_t = 100)]
     channel_turns: usize,
+    /// Corpus sizes (messages) of the memory index run.
+    #[arg(long, value_delimiter = ',', default_values_t = [10_000usize, 1_000_000])]
+    memory_messages: Vec<usize>,
+    /// Queries timed on each corpus of the memory index run.
+    #[arg(long, default_value_t = 2_000)]
+    memory_queries: usize,
     /// Run only these scenarios (default: all).
     #[arg(long, value_enum)]
     only: Vec<Scenario>,
@@ -96,6 +103,10 @@ enum Scenario {
     /// What a 30 s voice note adds to a turn against the testkit's transcription server
     /// (typed messages and voice notes alternated in one chat), and what its upload takes.
     Voice,
+    /// The memory index (`[memory]`): the daemon idle with it on beside off, and over
+    /// generated transcripts of each `--memory-messages` size, the build from scratch, the
+    /// index's size per MB of transcript, query p50/p99.
+    Memory,
 }
 
 type Results = BTreeMap<String, f64>;
@@ -133,7 +144,7 @@ async fn main() -> anyhow::Result<()> {
     };
 
     // In this order; the cluster only when asked for by name.
-    const EVERY: [Scenario; 11] = [
+    const EVERY: [Scenario; 12] = [
         Scenario::Startup,
         Scenario::Telegram,
         Scenario::Channels,
@@ -145,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
         Scenario::Disk,
         Scenario::Idle,
         Scenario::Voice,
+        Scenario::Memory,
     ];
     for scenario in EVERY.into_iter().filter(|scenario| run(*scenario)) {
         bench.run(scenario, &mut results).await?;
@@ -179,6 +191,7 @@ impl Bench<'_> {
             Scenario::Disk => bench_disk(self, results).await,
             Scenario::Idle => bench_idle(self, results).await,
             Scenario::Voice => bench_voice(self, results).await,
+            Scenario::Memory => bench_memory(self, results).await,
             Scenario::Cluster => Ok(()),
         }
     }
@@ -550,6 +563,58 @@ async fn bench_voice(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result
     results.insert("voice_30s_turn_ms_p50".into(), voice);
     results.insert("voice_30s_added_ms_p50".into(), voice - typed);
     results.insert("voice_30s_upload_ms_p50".into(), median(&mut run.upload_ms));
+    Ok(())
+}
+
+/// The memory index: the daemon idle with `[memory]` on (an empty index) beside off, then
+/// each corpus size's build, size and queries.
+async fn bench_memory(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
+    for (name, tables) in [("off", ""), ("on", "[memory]\nenabled = true\n")] {
+        let dir = tempfile::tempdir()?;
+        let (daemon, _) =
+            daemon::start_with(bench.launcher, dir.path(), bench.llm_url, tables).await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        results.insert(format!("memory_{name}_rss_idle_mib"), mib(daemon.rss_kib()));
+        results.insert(
+            format!("memory_{name}_rss_anon_idle_mib"),
+            mib(daemon.rss_anon_kib()),
+        );
+        results.insert(format!("memory_{name}_threads"), daemon.threads() as f64);
+        daemon.stop().await?;
+    }
+    for &messages in &bench.args.memory_messages {
+        let dir = tempfile::tempdir()?;
+        let queries = bench.args.memory_queries;
+        let mut run = tokio::task::spawn_blocking({
+            let dir = dir.path().to_owned();
+            move || memory::run(&dir, messages, queries)
+        })
+        .await??;
+        let size = if messages >= 1_000_000 {
+            format!("{}m", messages / 1_000_000)
+        } else {
+            format!("{}k", messages / 1000)
+        };
+        run.query_us.sort_by(f64::total_cmp);
+        let at = |q: f64| run.query_us[((run.query_us.len() - 1) as f64 * q) as usize];
+        let transcript_mib = run.transcript_bytes as f64 / (1024.0 * 1024.0);
+        results.insert(format!("memory_{size}_transcript_mib"), transcript_mib);
+        results.insert(
+            format!("memory_{size}_index_mib"),
+            run.index_bytes as f64 / (1024.0 * 1024.0),
+        );
+        results.insert(
+            format!("memory_{size}_index_per_transcript_mib"),
+            run.index_bytes as f64 / run.transcript_bytes as f64,
+        );
+        results.insert(format!("memory_{size}_build_s"), run.build_secs);
+        results.insert(
+            format!("memory_{size}_build_mib_per_s"),
+            transcript_mib / run.build_secs,
+        );
+        results.insert(format!("memory_{size}_query_us_p50"), at(0.5));
+        results.insert(format!("memory_{size}_query_us_p99"), at(0.99));
+    }
     Ok(())
 }
 

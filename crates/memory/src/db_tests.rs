@@ -57,6 +57,7 @@ impl Fixture {
             messages: window,
             usage: Usage::default(),
             inbound: &[],
+            summary: None,
         };
         self.store
             .compact(key, Revision::default(), &snapshot)

@@ -22,7 +22,7 @@ mod section;
 mod service;
 mod store;
 
-pub use db::{Counts, IndexError, Pass, Sources};
+pub use db::{Counts, IndexError, Pass, Reader, Sources};
 pub use section::MemorySection;
 pub use service::{Home, MemoryIndex, Standing, counts, reindex, search_now};
 pub use store::IndexedStore;

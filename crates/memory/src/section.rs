@@ -18,6 +18,10 @@ pub struct MemorySection {
     pub recall_max_tokens: Spanned<usize>,
     /// Hits `memory_search` and `/memory` return when not asked for a number.
     pub max_results: Spanned<usize>,
+    /// Whether what leaves a chat's window is folded into a running summary the model
+    /// writes, kept with the session and put at the top of its context (works without
+    /// `enabled`).
+    pub summarize: bool,
 }
 
 impl Default for MemorySection {
@@ -27,6 +31,7 @@ impl Default for MemorySection {
             recall: Spanned::new(0..0, 0),
             recall_max_tokens: Spanned::new(0..0, 600),
             max_results: Spanned::new(0..0, 8),
+            summarize: false,
         }
     }
 }

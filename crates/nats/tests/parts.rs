@@ -83,6 +83,7 @@ async fn a_session_written_on_one_member_is_read_alike_on_another() {
                 messages: &window,
                 usage: Default::default(),
                 inbound: &[(id.clone(), InboundState::Delivered)],
+                summary: None,
             },
         )
         .await
@@ -166,6 +167,7 @@ async fn a_writer_with_an_out_of_date_picture_is_refused_and_lands_nothing() {
                 messages: &window,
                 usage: Default::default(),
                 inbound: &[],
+                summary: None,
             },
         )
         .await;

@@ -222,6 +222,7 @@ impl Files {
                 messages: &loaded.messages,
                 usage: loaded.usage,
                 inbound: &loaded.inbound,
+                summary: loaded.summary.as_deref(),
             };
             self.compact(key, &snapshot_lines(&snapshot)?)?;
             loaded.records = snapshot_records(&snapshot);

@@ -94,6 +94,7 @@ async fn the_inbound_journal_is_read_back_and_kept_by_compaction() {
         messages: &loaded.messages[2..],
         usage: loaded.usage,
         inbound: &loaded.inbound,
+        summary: None,
     };
     store
         .compact(&key, Revision::default(), &snapshot)
@@ -200,6 +201,7 @@ async fn compaction_replaces_the_file_atomically() {
         messages: &keep,
         usage: Usage::new(1, 1),
         inbound: &[],
+        summary: None,
     };
     store
         .compact(&key, Revision::default(), &snapshot)
@@ -229,6 +231,7 @@ async fn appends_after_compaction_and_archive_reach_the_new_file() {
         messages: &[ChatMessage::user("1")],
         usage: Usage::default(),
         inbound: &[],
+        summary: None,
     };
     store
         .compact(&key, Revision::default(), &snapshot)
@@ -523,6 +526,7 @@ async fn what_compaction_drops_is_kept_in_history_and_read_once() {
                 messages: kept,
                 usage: Usage::default(),
                 inbound: &[],
+                summary: None,
             };
             store
                 .compact(&key, Revision::default(), &snapshot)

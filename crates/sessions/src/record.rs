@@ -6,6 +6,7 @@
 //! compacted file opens with `{"copies":N}`: its next N messages are the window copied from
 //! the file it replaced, which compaction keeps as a history segment (see
 //! [`transcript`](crate::transcript)) — they are on record there already, with their times.
+//! `{"summary":"…"}` is the running summary of what left the window (the last one counts).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -27,6 +28,7 @@ pub(crate) enum Record<'a> {
     Usage { usage: Usage },
     Inbound { inbound: InboundRecord<'a> },
     Copies { copies: usize },
+    Summary { summary: std::borrow::Cow<'a, str> },
     Message(std::borrow::Cow<'a, ChatMessage>),
 }
 
@@ -123,6 +125,7 @@ pub(crate) fn parse(text: &[u8], skip_first: bool, key: &SessionKey) -> (Loaded,
             Ok(Record::Message(message)) => loaded.messages.push(message.into_owned()),
             Ok(Record::Usage { usage }) => loaded.usage += usage,
             Ok(Record::Copies { .. }) => {}
+            Ok(Record::Summary { summary }) => loaded.summary = Some(summary.into_owned()),
             Ok(Record::Inbound { inbound }) => note_inbound(
                 &mut loaded.inbound,
                 inbound.id.into_owned(),
@@ -166,8 +169,8 @@ pub fn batch_lines(batch: &crate::store::Batch<'_>) -> Result<Vec<u8>, StoreErro
     Ok(buf)
 }
 
-/// A snapshot's records as lines: the inbound states, the usage, the number of messages
-/// copied (when there are any), the messages — what a store keeps of a compacted session.
+/// A snapshot's records as lines: the inbound states, the usage, the summary (when there is
+/// one), the number of messages copied (when there are any), the messages — what a store keeps of a compacted session.
 pub fn snapshot_lines(snapshot: &crate::store::Snapshot<'_>) -> Result<Vec<u8>, StoreError> {
     let copies = snapshot.messages.len();
     let records = snapshot
@@ -176,6 +179,9 @@ pub fn snapshot_lines(snapshot: &crate::store::Snapshot<'_>) -> Result<Vec<u8>, 
         .map(|(id, state)| inbound_record(id, state))
         .chain(std::iter::once(Record::Usage {
             usage: snapshot.usage,
+        }))
+        .chain(snapshot.summary.map(|summary| Record::Summary {
+            summary: std::borrow::Cow::Borrowed(summary),
         }))
         .chain((copies > 0).then_some(Record::Copies { copies }))
         .chain(

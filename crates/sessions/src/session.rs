@@ -26,6 +26,11 @@ pub struct Session {
     /// A write was refused because another writer changed the record (see [`Revision`]):
     /// this picture of the session is out of date, and only a fresh read may be used.
     stale: bool,
+    /// How many messages past `limit` the window may hold before it is trimmed: room for
+    /// what leaves the window to be summarised in batches ([`Session::with_overflow`]).
+    overflow: usize,
+    /// The running summary of what left the window.
+    summary: Option<String>,
 }
 
 impl Session {
@@ -40,15 +45,65 @@ impl Session {
             records: 0,
             revision: Revision::default(),
             stale: false,
+            overflow: 0,
+            summary: None,
         }
+    }
+
+    /// Lets the window hold up to `overflow` messages past its limit: what leaves it is then
+    /// trimmed only by [`Session::summarized`], once it is in the summary (`[memory]
+    /// summarize`), never by [`Session::extend`] below `limit + overflow`.
+    pub fn with_overflow(mut self, overflow: usize) -> Self {
+        self.overflow = overflow;
+        trim(&mut self.messages, self.limit + self.overflow);
+        self
+    }
+
+    /// The running summary of what left the window.
+    pub fn summary(&self) -> Option<&str> {
+        self.summary.as_deref()
+    }
+
+    /// Whether the window holds more than its limit and what is past it should be summarised.
+    pub fn overflowing(&self) -> bool {
+        self.overflow > 0 && self.messages.len() > self.limit + self.overflow / 2
+    }
+
+    /// The messages trimming to the limit would drop (whole turns, oldest first): what a
+    /// summary must take in before [`Session::summarized`].
+    pub fn leaving(&self) -> Vec<Arc<ChatMessage>> {
+        let mut kept = self.messages.clone();
+        trim(&mut kept, self.limit);
+        let gone = self.messages.len() - kept.len();
+        self.messages.iter().take(gone).cloned().collect()
+    }
+
+    /// Takes `summary` as the running summary (of what [`Session::leaving`] named and all
+    /// before it) and trims the window to its limit; the caller compacts with it next.
+    pub fn summarized(&mut self, summary: String) {
+        self.summary = Some(summary);
+        trim(&mut self.messages, self.limit);
     }
 
     /// A session from what the store read back, repaired and trimmed.
     pub fn from_loaded(key: SessionKey, limit: usize, loaded: Loaded) -> Self {
+        Self::from_loaded_with(key, limit, 0, loaded)
+    }
+
+    /// A session from what the store read back, its window allowed `overflow` messages past
+    /// `limit` (see [`Session::with_overflow`]).
+    pub fn from_loaded_with(
+        key: SessionKey,
+        limit: usize,
+        overflow: usize,
+        loaded: Loaded,
+    ) -> Self {
         let mut session = Self::new(key, limit);
+        session.overflow = overflow;
         session.messages = repair(loaded.messages).into_iter().map(Arc::new).collect();
-        trim(&mut session.messages, session.limit);
+        trim(&mut session.messages, session.limit + overflow);
         session.usage = loaded.usage;
+        session.summary = loaded.summary;
         session.inbound = loaded.inbound;
         session.records = loaded.records;
         session.revision = loaded.revision;
@@ -104,6 +159,7 @@ impl Session {
             messages,
             usage: self.usage,
             inbound: &self.inbound,
+            summary: self.summary.as_deref(),
         }
     }
 
@@ -142,7 +198,7 @@ impl Session {
         let before = self.messages.len();
         self.messages.extend(messages);
         self.records += self.messages.len() - before;
-        trim(&mut self.messages, self.limit);
+        trim(&mut self.messages, self.limit + self.overflow);
     }
 
     /// Adds a turn's token usage (already persisted).
@@ -157,6 +213,7 @@ impl Session {
         self.usage = Usage::default();
         self.inbound.clear();
         self.records = 0;
+        self.summary = None;
     }
 
     /// Whether the file holds so many records beyond the window that it should be
@@ -189,6 +246,40 @@ mod tests {
     }
 
     #[test]
+    fn with_an_overflow_what_leaves_is_named_and_trimmed_only_once_summarised() {
+        let turns = |n: usize| {
+            (0..n)
+                .flat_map(|i| {
+                    [
+                        ChatMessage::user(format!("q{i}")),
+                        ChatMessage::assistant(format!("a{i}")),
+                    ]
+                })
+                .map(Arc::new)
+                .collect::<Vec<_>>()
+        };
+        let mut session = Session::new("s".into(), 4).with_overflow(4);
+        session.extend(turns(4));
+        assert_eq!(session.len(), 8, "within the overflow: nothing trimmed");
+        assert!(session.overflowing(), "past half the overflow");
+        let leaving: Vec<String> = session
+            .leaving()
+            .iter()
+            .map(|m| m.model_text().into_owned())
+            .collect();
+        assert_eq!(leaving, ["q0", "a0", "q1", "a1"]);
+        session.summarized("q0 was asked".into());
+        assert_eq!(session.len(), 4);
+        assert_eq!(session.summary(), Some("q0 was asked"));
+        assert_eq!(session.snapshot(&[]).summary, Some("q0 was asked"));
+        // Past the overflow itself, trimming happens anyway.
+        session.extend(turns(5));
+        assert_eq!(session.len(), 8);
+        session.clear();
+        assert_eq!(session.summary(), None);
+    }
+
+    #[test]
     fn loading_repairs_and_trims() {
         let loaded = Loaded {
             messages: vec![
@@ -202,6 +293,7 @@ mod tests {
             inbound: Vec::new(),
             records: 5,
             revision: Revision(7),
+            summary: None,
         };
         let session = Session::from_loaded("s".into(), 2, loaded);
         assert_eq!(

@@ -55,6 +55,8 @@ pub struct Snapshot<'a> {
     pub usage: Usage,
     /// The recent inbound messages and how far each got.
     pub inbound: &'a [(MessageId, InboundState)],
+    /// The running summary of what left the window (`[memory] summarize`).
+    pub summary: Option<&'a str>,
 }
 
 /// Where a session's record stood when its writer last read or wrote it: every write is
@@ -83,6 +85,8 @@ pub struct Loaded {
     pub records: usize,
     /// Where the record stood when it was read: the next write is made after it.
     pub revision: Revision,
+    /// The last running summary of what left the window, if one was written.
+    pub summary: Option<String>,
 }
 
 /// Whether the store is saving what it is given, for `/healthz`.
