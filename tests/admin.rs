@@ -492,3 +492,78 @@ async fn jobs_are_paused_resumed_and_run_from_the_panel_and_costs_listed() {
     );
     daemon.shutdown().await;
 }
+
+#[tokio::test]
+async fn what_was_said_is_searched_from_the_sessions_tab() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let http = format!("admin_token = \"{ADMIN}\"");
+    let extra = Extra {
+        http: &http,
+        tables: "[memory]\nenabled = true\n",
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(&llm, dir.path(), extra, Vec::new()).await;
+    let addr = daemon.addr();
+    let mut client = WsClient::connect(addr).await;
+    client.say("c", "the locker code is 4711").await;
+
+    // The API: the chat's message and its echo, with where, when and who; a bad query named.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let hits = loop {
+        let (status, body) = panel(addr, "GET", "/admin/api/search?q=locker").await;
+        assert_eq!(status, 200, "{body}");
+        let hits = body["hits"].as_array().cloned().unwrap_or_default();
+        if hits.len() == 2 || std::time::Instant::now() > deadline {
+            break hits;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(hits.len(), 2, "{hits:?}");
+    assert!(
+        hits.iter()
+            .all(|h| h["agent"] == "default" && h["place"] == "websocket_c")
+    );
+    assert!(
+        hits.iter()
+            .any(|h| h["who"] == "user" && h["snippet"] == "the **locker** code is 4711")
+    );
+    assert!(
+        hits[0]["at_ms"]
+            .as_i64()
+            .is_some_and(|at| at > 1_700_000_000_000)
+    );
+    let (status, _) = call(addr, "GET", "/admin/api/search?q=locker", Some(CHAT), "").await;
+    assert_eq!(status, 401, "the chat's token does not search");
+
+    // In Chromium: the Sessions tab's box, its table, and a hit opened.
+    if let Some(browser) = Browser::launch("admin::search").await {
+        let page = browser.open(&format!("http://{addr}/admin")).await;
+        page.wait_until("!document.getElementById('auth').hidden", "the token form")
+            .await;
+        page.submit("#token", ADMIN).await;
+        page.wait_until("document.getElementById('auth').hidden", "signed in")
+            .await;
+        page.click("#tabs [data-tab=sessions]").await;
+        page.wait_until("document.getElementById('memory-query')", "the search box")
+            .await;
+        page.submit("#memory-query", "4711").await;
+        page.wait_until(
+            "document.querySelectorAll('#memory-found tr').length === 3",
+            "a header and two hits",
+        )
+        .await;
+        let marked: Vec<String> = page
+            .eval("[...document.querySelectorAll('#memory-found mark')].map(m => m.textContent)")
+            .await;
+        assert_eq!(marked, ["4711", "4711"]);
+        page.click("#memory-found tr:nth-child(2) button").await;
+        page.wait_until(
+            "document.getElementById('viewer').open && document.getElementById('viewer-body').textContent.includes('the locker code is 4711')",
+            "the hit's conversation",
+        )
+        .await;
+        browser.close().await;
+    }
+    daemon.shutdown().await;
+}

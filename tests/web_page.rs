@@ -591,3 +591,65 @@ async fn html_in_a_reply_or_a_message_never_runs() {
     );
     t.end().await;
 }
+
+#[tokio::test]
+async fn the_search_box_finds_a_conversation_by_what_was_said_and_opens_it() {
+    let Some(t) = Chat::start("web_page::search", "[memory]\nenabled = true\n").await else {
+        return;
+    };
+    let page = &t.page;
+    page.say("the boat is called Aurora").await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('echo: the boat is called Aurora')"),
+        "the first answer",
+    )
+    .await;
+    page.click("#new").await;
+    page.say("something else entirely").await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('echo: something else entirely')"),
+        "the second answer",
+    )
+    .await;
+
+    // Typed into the search box: the hits replace the list, the match marked.
+    page.submit("#search", "aurora").await;
+    page.wait_until(
+        "!document.querySelector('#results').hidden && document.querySelectorAll('#results li .open').length === 2",
+        "the question and its echo found",
+    )
+    .await;
+    let marked: Vec<String> = page
+        .eval("[...document.querySelectorAll('#results mark')].map(m => m.textContent)")
+        .await;
+    assert_eq!(marked, ["Aurora", "Aurora"]);
+    assert!(
+        page.eval::<bool>("document.querySelector('#list').hidden")
+            .await
+    );
+    let title: String = page
+        .eval("document.querySelector('#results li strong').textContent")
+        .await;
+    assert_eq!(title, "the boat is called Aurora");
+    // Opening a hit opens its conversation.
+    page.click("#results li .open").await;
+    page.wait_until(
+        &format!("{LOG_TEXT}.includes('echo: the boat is called Aurora') && !{LOG_TEXT}.includes('something else')"),
+        "the found conversation",
+    )
+    .await;
+    // Nothing found is said; an empty box brings the list back.
+    page.submit("#search", "zeppelin").await;
+    page.wait_until(
+        "document.querySelector('#results .none')?.textContent === 'Nothing found.'",
+        "nothing found",
+    )
+    .await;
+    page.submit("#search", "").await;
+    page.wait_until(
+        "!document.querySelector('#list').hidden && document.querySelector('#results').hidden",
+        "the list again",
+    )
+    .await;
+    t.end().await;
+}

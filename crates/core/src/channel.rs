@@ -204,4 +204,16 @@ pub trait Transcripts: Send + Sync + 'static {
         channel: &ChannelName,
         chat: &ChatId,
     ) -> Result<Vec<ChatMessage>, Box<dyn std::error::Error + Send + Sync>>;
+
+    /// What was said in the chats of `channel` that matches `query` (the agents' memory
+    /// search: `[memory]`), best first, at most `limit`, each with its chat. An error is a
+    /// sentence for the person: search is off, the query is not one the index reads.
+    async fn search(
+        &self,
+        _channel: &ChannelName,
+        _query: &str,
+        _limit: usize,
+    ) -> Result<Vec<(ChatId, crate::MemoryHit)>, String> {
+        Err("Search is off: the daemon's [memory] is not enabled.".into())
+    }
 }

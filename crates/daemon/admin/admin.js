@@ -148,6 +148,7 @@ const sections = {
 
   async sessions(box) {
     const body = await api("sessions");
+    box.append(searchForm());
     box.append(el("h2", "", `Sessions (${body.sessions.length}, most recent first)`));
     box.append(
       table(
@@ -295,6 +296,60 @@ const SANITISE = {
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "iframe", "object", "embed", "svg", "math"],
   FORBID_ATTR: ["style", "class", "id"],
 };
+
+/** The Sessions tab's search over what was said (every agent's memory, `[memory]`). */
+function searchForm() {
+  const form = el("form", "search");
+  form.setAttribute("role", "search");
+  const field = el("input");
+  field.type = "search";
+  field.id = "memory-query";
+  field.placeholder = "Search what was said";
+  field.setAttribute("aria-label", "Search what was said");
+  field.maxLength = 500;
+  const go = el("button", "", "Search");
+  go.type = "submit";
+  const found = el("div", "found");
+  found.id = "memory-found";
+  form.append(field, go);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const q = field.value.trim();
+    found.replaceChildren();
+    if (!q) return;
+    try {
+      const body = await api("search?q=" + encodeURIComponent(q));
+      if (!body.hits.length) return found.append(el("p", "empty", "Nothing found."));
+      found.append(
+        table(
+          ["agent", "where", "when", "who", "what was said", ""],
+          body.hits.map((h) => [
+            h.agent,
+            h.place + (h.archived ? " (archived)" : ""),
+            h.at_ms ? new Date(h.at_ms).toLocaleString() : "",
+            h.file ? "file" : h.who,
+            snippet(h.snippet),
+            h.file ? "" : actions(button("Open", () => openTranscript({ agent: h.agent, key: h.place }))),
+          ]),
+        ),
+      );
+    } catch (err) {
+      found.append(el("div", "note bad", String(err.message || err)));
+    }
+  });
+  const wrap = el("div");
+  wrap.append(form, found);
+  return wrap;
+}
+
+/** A hit's snippet, its matching words (`**so**`) marked, of text nodes only. */
+function snippet(text) {
+  const span = el("span", "snippet");
+  text.split("**").forEach((part, i) => {
+    if (part) span.append(i % 2 ? el("mark", "", part) : document.createTextNode(part));
+  });
+  return span;
+}
 
 /** A session's chat: the web page's title for it when it has one, its key under it. */
 function chatCell(session) {

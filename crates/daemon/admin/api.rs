@@ -16,7 +16,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use switchboard_adapter::PairingError;
-use switchboard_core::{AgentName, InboundMessage, SenderId, SessionKey};
+use switchboard_core::{
+    AgentName, InboundMessage, MemoryError, MemoryQuery, MemoryScope, SenderId, SessionKey,
+};
 use switchboard_scheduler::Asker;
 
 use super::Admin;
@@ -56,6 +58,7 @@ pub(super) fn routes() -> Router<Arc<Admin>> {
         .route("/admin/api/overview", only(get(overview)))
         .route("/admin/api/sessions", only(get(sessions)))
         .route("/admin/api/transcript", only(get(transcript)))
+        .route("/admin/api/search", only(get(search)))
         .route("/admin/api/reset", only(post(reset)))
         .route("/admin/api/pairing", only(get(pairing)))
         .route("/admin/api/pairing/{code}/{verdict}", only(post(decide)))
@@ -195,6 +198,60 @@ async fn transcript(State(admin): Panel, Asked(session): Asked<SessionRef>) -> A
         )),
         Err(err) => Err(failed(StatusCode::INTERNAL_SERVER_ERROR, err)),
     }
+}
+
+#[derive(Deserialize)]
+struct SearchRef {
+    q: String,
+    agent: Option<String>,
+}
+
+/// What every agent's memory (or one's) finds of `q`: its chats and memory files, best first
+/// per agent (`switchboard memory search`).
+async fn search(State(admin): Panel, Asked(asked): Asked<SearchRef>) -> Answer {
+    let mut hits = Vec::new();
+    let mut searched = false;
+    for agent in admin.agents.iter() {
+        if asked
+            .agent
+            .as_deref()
+            .is_some_and(|name| name != agent.name().as_str())
+        {
+            continue;
+        }
+        let Some(memory) = agent.memory() else {
+            continue;
+        };
+        searched = true;
+        let mut query = MemoryQuery::new(asked.q.as_str(), MemoryScope::All);
+        query.limit = MemoryQuery::MAX_LIMIT;
+        let found = memory
+            .memory
+            .search(agent.name(), query)
+            .await
+            .map_err(|err| match err {
+                MemoryError::Query(why) => failed(StatusCode::BAD_REQUEST, why),
+                MemoryError::Index(why) => failed(StatusCode::INTERNAL_SERVER_ERROR, why),
+            })?;
+        hits.extend(found.into_iter().map(|hit| {
+            json!({
+                "agent": agent.name().to_string(),
+                "place": hit.place,
+                "file": hit.file,
+                "at_ms": hit.at,
+                "who": hit.who,
+                "snippet": hit.snippet,
+                "archived": hit.archived,
+            })
+        }));
+    }
+    if !searched {
+        return Err(failed(
+            StatusCode::CONFLICT,
+            "memory search is off: set [memory] enabled = true",
+        ));
+    }
+    Ok(Json(json!({"hits": hits})))
 }
 
 /// Starts a session anew: `/new` sent to its chat, through its worker, as if its person sent

@@ -373,6 +373,8 @@ function onFrame(frame) {
       return;
     case "handled":
       return settle(frame);
+    case "search":
+      return showResults(frame);
     case "history":
       if (frame.chat_id === chatId) showHistory(frame);
       return;
@@ -836,6 +838,54 @@ function closeSidebar() {
   $("menu").setAttribute("aria-expanded", "false");
 }
 
+// ---- Search -----------------------------------------------------------------------------
+
+let searchTimer = null;
+
+/** Searches every conversation for what the search box holds (the list again when empty). */
+function search() {
+  clearTimeout(searchTimer);
+  const query = $("search").value.trim();
+  if (!query) {
+    $("results").hidden = true;
+    $("results").replaceChildren();
+    $("list").hidden = false;
+    return;
+  }
+  send({ type: "search", query });
+}
+
+/** A snippet with its matching words (`**so**`) marked, built of text nodes only. */
+function snippetOf(text) {
+  const span = element("span", "snippet");
+  text.split("**").forEach((part, i) => {
+    if (part) span.append(i % 2 ? element("mark", "", part) : document.createTextNode(part));
+  });
+  return span;
+}
+
+function showResults(frame) {
+  // An answer to a query the box no longer holds.
+  if (frame.query !== $("search").value.trim()) return;
+  const results = $("results");
+  results.replaceChildren();
+  if (!frame.hits.length) results.append(element("li", "none", "Nothing found."));
+  for (const hit of frame.hits) {
+    const item = element("li");
+    const open = element("button", "open");
+    open.type = "button";
+    const title = titleOf(hit.chat_id) + (hit.archived ? " (earlier)" : "");
+    open.append(element("strong", "", title));
+    if (hit.at_ms) open.append(element("small", "when", " · " + when(hit.at_ms)));
+    open.append(snippetOf(hit.snippet));
+    open.addEventListener("click", () => openChat(hit.chat_id, false));
+    item.append(open);
+    results.append(item);
+  }
+  results.hidden = false;
+  $("list").hidden = true;
+}
+
 // ---- Attachments ------------------------------------------------------------------------
 
 async function attach(files) {
@@ -1121,6 +1171,14 @@ $("menu").addEventListener("click", () => {
   $("menu").setAttribute("aria-expanded", "true");
 });
 $("backdrop").addEventListener("click", closeSidebar);
+$("search-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  search();
+});
+$("search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(search, 250);
+});
 
 renderList();
 connect();

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::CHANNEL_NAME;
 use crate::history::said_of;
-use crate::protocol::{AttachmentRef, ClientFrame, ServerFrame};
+use crate::protocol::{AttachmentRef, ClientFrame, MAX_SEARCH_HITS, SearchHit, ServerFrame};
 use crate::subscribers::{Frame, Shared, Subscriber};
 use crate::upload;
 
@@ -254,6 +254,7 @@ async fn handle(
         }
         ClientFrame::Ping => reply(subscriber, ServerFrame::Pong).await,
         ClientFrame::History { chat_id } => reply(subscriber, history(shared, chat_id).await).await,
+        ClientFrame::Search { query } => reply(subscriber, search(shared, query).await).await,
         ClientFrame::Conversations => {
             let conversations = shared.conversations.watch(subscriber).await;
             reply(subscriber, ServerFrame::Conversations { conversations }).await;
@@ -369,6 +370,30 @@ async fn history(shared: &Shared, chat_id: String) -> ServerFrame {
             .map(|live| live.text.clone())
             .filter(|text| !text.is_empty()),
         waiting: live.and_then(|live| live.waiting),
+    }
+}
+
+/// The answer to a `search`: its hits, or an error frame saying why there are none to give.
+async fn search(shared: &Shared, query: String) -> ServerFrame {
+    let Some(source) = &shared.history else {
+        return ServerFrame::frame_error("search is not available here");
+    };
+    let channel = ChannelName::from(CHANNEL_NAME);
+    match source.search(&channel, &query, MAX_SEARCH_HITS).await {
+        Ok(found) => ServerFrame::Search {
+            query,
+            hits: found
+                .into_iter()
+                .map(|(chat, hit)| SearchHit {
+                    chat_id: chat.to_string(),
+                    at_ms: hit.at,
+                    who: hit.who,
+                    snippet: hit.snippet,
+                    archived: hit.archived,
+                })
+                .collect(),
+        },
+        Err(why) => ServerFrame::frame_error(why),
     }
 }
 

@@ -51,6 +51,12 @@ pub enum ClientFrame {
     /// Asks for the list of conversations (answered with `conversations`, and sent again to
     /// every socket that asked whenever it changes).
     Conversations,
+    /// Searches what was said in every conversation (answered with `search`, or an `error`
+    /// saying why not: `[memory]` off, a query the index cannot read).
+    Search {
+        /// Words (all must match), `"a phrase"`, `OR`, `NOT`, `prefix*`.
+        query: String,
+    },
     /// Adds a conversation to the list, or renames it (with `title`), and marks it as the
     /// most recent.
     Conversation {
@@ -138,6 +144,13 @@ impl ClientFrame {
                 {
                     return Err(format!(
                         "invalid frame: `title` must be at most {MAX_TITLE_BYTES} bytes without control characters"
+                    ));
+                }
+            }
+            Self::Search { query } => {
+                if query.trim().is_empty() || query.len() > MAX_QUERY_BYTES {
+                    return Err(format!(
+                        "invalid frame: `query` must be 1 to {MAX_QUERY_BYTES} bytes"
                     ));
                 }
             }
@@ -323,7 +336,36 @@ pub enum ServerFrame {
         /// The conversations.
         conversations: Vec<Conversation>,
     },
+    /// What a `search` found, best first.
+    Search {
+        /// The query, as it was asked.
+        query: String,
+        /// The hits.
+        hits: Vec<SearchHit>,
+    },
 }
+
+/// Something a `search` found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SearchHit {
+    /// The chat it was said in.
+    pub chat_id: String,
+    /// When (milliseconds since the Unix epoch), if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<i64>,
+    /// `user`, `assistant`, `job NAME`, …
+    pub who: String,
+    /// The text around the match, the matching words marked `**so**`.
+    pub snippet: String,
+    /// Whether its conversation was closed (deleted from the list, or `/new`).
+    pub archived: bool,
+}
+
+/// The longest query a `search` frame may carry.
+pub const MAX_QUERY_BYTES: usize = 500;
+
+/// Hits a `search` frame is answered with at most.
+pub const MAX_SEARCH_HITS: usize = 30;
 
 /// What a paused turn asked the person.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
