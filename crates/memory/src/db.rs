@@ -22,7 +22,7 @@ use switchboard_sessions::transcript::{
 use crate::notes;
 
 /// The layout of the database; another one is rebuilt.
-pub(crate) const VERSION: i64 = 1;
+pub(crate) const VERSION: i64 = 2;
 
 /// The most of one message's text indexed.
 const MAX_INDEXED: usize = 64 * 1024;
@@ -37,6 +37,10 @@ const STEP: u64 = 16 * 1024 * 1024;
 /// daemon) before it fails.
 const BUSY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The layout. `said_fts` holds the text (once) and what searches filter on without a second
+/// table (the chat, the time, who); `said` maps each row to its file and keeps what changes
+/// (archived), indexed for deletes and `/new`. Rows of chats have positive ids, rows of memory
+/// files negative ones, so a search of chats alone is a rowid range, free in FTS5.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY,
@@ -51,22 +55,14 @@ CREATE TABLE IF NOT EXISTS said (
     id INTEGER PRIMARY KEY,
     file INTEGER NOT NULL,
     session TEXT,
-    at INTEGER,
-    who TEXT NOT NULL,
-    text TEXT NOT NULL,
     archived INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS said_file ON said(file);
 CREATE INDEX IF NOT EXISTS said_session ON said(session);
 CREATE VIRTUAL TABLE IF NOT EXISTS said_fts USING fts5(
-    text, content='said', content_rowid='id', tokenize='unicode61 remove_diacritics 2'
+    text, session UNINDEXED, at UNINDEXED, who UNINDEXED,
+    tokenize='unicode61 remove_diacritics 2'
 );
-CREATE TRIGGER IF NOT EXISTS said_in AFTER INSERT ON said BEGIN
-    INSERT INTO said_fts(rowid, text) VALUES (new.id, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS said_out AFTER DELETE ON said BEGIN
-    INSERT INTO said_fts(said_fts, rowid, text) VALUES ('delete', old.id, old.text);
-END;
 ";
 
 /// Why the index could not do something.
@@ -196,8 +192,8 @@ impl Index {
     pub fn clear(&mut self) -> Result<(), IndexError> {
         self.conn
             .execute_batch(
-                "BEGIN IMMEDIATE; DELETE FROM said; DELETE FROM files; \
-                 INSERT INTO said_fts(said_fts) VALUES ('rebuild'); COMMIT;",
+                "BEGIN IMMEDIATE; DELETE FROM said; DELETE FROM files; DELETE FROM said_fts; \
+                 COMMIT;",
             )
             .map_err(sql_error(&self.path))
     }
@@ -319,26 +315,19 @@ impl Index {
             }
             let tx = self.conn.transaction().map_err(sql)?;
             {
-                let mut insert = tx
-                    .prepare_cached(
-                        "INSERT INTO said (file, session, at, who, text, archived) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    )
-                    .map_err(sql)?;
                 for said in &reading.said {
                     let Some((who, text)) = spoken(said) else {
                         continue;
                     };
-                    insert
-                        .execute(params![
-                            id,
-                            session,
-                            said.at.or(fallback),
-                            who,
-                            text,
-                            file.archived
-                        ])
-                        .map_err(sql)?;
+                    let row = Row {
+                        file: id,
+                        session: Some(&session),
+                        at: said.at.or(fallback),
+                        who: &who,
+                        text,
+                        archived: file.archived,
+                    };
+                    insert(&tx, &row).map_err(sql)?;
                     pass.added += 1;
                 }
                 tx.execute(
@@ -367,9 +356,7 @@ impl Index {
     fn drop_file(&mut self, id: i64) -> Result<usize, IndexError> {
         let sql = sql_error(&self.path);
         let tx = self.conn.transaction().map_err(sql)?;
-        let dropped = tx
-            .execute("DELETE FROM said WHERE file = ?1", [id])
-            .map_err(sql)?;
+        let dropped = drop_rows(&tx, id).map_err(sql)?;
         tx.execute("DELETE FROM files WHERE id = ?1", [id])
             .map_err(sql)?;
         tx.commit().map_err(sql)?;
@@ -440,9 +427,7 @@ impl Index {
             };
             let tx = self.conn.transaction().map_err(sql)?;
             if let Some((id, ..)) = was {
-                pass.dropped += tx
-                    .execute("DELETE FROM said WHERE file = ?1", [id])
-                    .map_err(sql)?;
+                pass.dropped += drop_rows(&tx, *id).map_err(sql)?;
                 tx.execute("DELETE FROM files WHERE id = ?1", [id])
                     .map_err(sql)?;
             }
@@ -453,11 +438,15 @@ impl Index {
             .map_err(sql)?;
             let id = tx.last_insert_rowid();
             for chunk in notes::chunks(&text) {
-                tx.execute(
-                    "INSERT INTO said (file, session, at, who, text) VALUES (?1, NULL, NULL, ?2, ?3)",
-                    params![id, note.relative, chunk],
-                )
-                .map_err(sql)?;
+                let row = Row {
+                    file: id,
+                    session: None,
+                    at: None,
+                    who: &note.relative,
+                    text: &chunk,
+                    archived: false,
+                };
+                insert(&tx, &row).map_err(sql)?;
                 pass.added += 1;
             }
             tx.commit().map_err(sql)?;
@@ -535,48 +524,112 @@ impl Reader {
         }
     }
 
+    /// The best `limit` rows are chosen first (rank, from the index alone, with the filters
+    /// FTS5 applies itself), and only theirs get a snippet: a common word matches thousands.
     fn run(&self, query: &MemoryQuery, fts: &str) -> Result<Vec<MemoryHit>, rusqlite::Error> {
-        let (scope, session) = match &query.scope {
-            MemoryScope::Chat(key) => (0, Some(key.as_str())),
-            MemoryScope::Chats => (1, None),
-            MemoryScope::All => (2, None),
+        let mut filters = String::new();
+        let session = match &query.scope {
+            MemoryScope::Chat(key) => {
+                filters.push_str(" AND rowid > 0 AND session = ?3");
+                Some(key.as_str())
+            }
+            MemoryScope::Chats => {
+                filters.push_str(" AND rowid > 0");
+                None
+            }
+            MemoryScope::All => None,
         };
+        if query.since.is_some() {
+            filters.push_str(" AND at >= ?4");
+        }
+        if query.until.is_some() {
+            filters.push_str(" AND at < ?5");
+        }
         let limit = query.limit.clamp(1, MemoryQuery::MAX_LIMIT);
-        let mut select = self.conn.prepare_cached(
-            "SELECT s.session, s.at, s.who, snippet(said_fts, 0, '**', '**', '…', 24), \
-                    substr(s.text, 1, ?7), s.archived \
-             FROM said_fts JOIN said s ON s.id = said_fts.rowid \
-             WHERE said_fts MATCH ?1 \
-               AND (?2 = 2 OR (?2 = 1 AND s.session IS NOT NULL) OR s.session = ?3) \
-               AND (?4 IS NULL OR s.at >= ?4) AND (?5 IS NULL OR s.at < ?5) \
-             ORDER BY rank LIMIT ?6",
-        )?;
-        let rows = select.query_map(
-            params![
-                fts,
-                scope,
-                session,
-                query.since,
-                query.until,
-                limit as i64,
-                MemoryHit::MAX_TEXT as i64
-            ],
-            |row| {
-                let session: Option<String> = row.get(0)?;
-                let who: String = row.get(2)?;
-                Ok(MemoryHit {
-                    file: session.is_none(),
-                    place: session.unwrap_or_else(|| who.clone()),
-                    at: row.get(1)?,
-                    who,
-                    snippet: row.get(3)?,
-                    text: row.get(4)?,
-                    archived: row.get(5)?,
-                })
-            },
-        )?;
-        rows.collect()
+        let sql = format!(
+            "SELECT rowid, session, at, who, snippet(said_fts, 0, '**', '**', '…', 24), \
+                    substr(text, 1, ?6), \
+                    coalesce((SELECT archived FROM said WHERE said.id = said_fts.rowid), 0) \
+             FROM said_fts \
+             WHERE said_fts MATCH ?1 AND rowid IN ( \
+                 SELECT rowid FROM said_fts WHERE said_fts MATCH ?1{filters} \
+                 ORDER BY rank LIMIT ?2) \
+             ORDER BY rank"
+        );
+        let mut select = self.conn.prepare_cached(&sql)?;
+        let mut bound = vec![
+            (1, rusqlite::types::Value::from(fts.to_owned())),
+            (2, rusqlite::types::Value::from(limit as i64)),
+            (6, rusqlite::types::Value::from(MemoryHit::MAX_TEXT as i64)),
+        ];
+        if let Some(session) = session {
+            bound.push((3, rusqlite::types::Value::from(session.to_owned())));
+        }
+        if let Some(since) = query.since {
+            bound.push((4, rusqlite::types::Value::from(since)));
+        }
+        if let Some(until) = query.until {
+            bound.push((5, rusqlite::types::Value::from(until)));
+        }
+        for (index, value) in &bound {
+            select.raw_bind_parameter(*index, value)?;
+        }
+        let mut rows = select.raw_query();
+        let mut hits = Vec::new();
+        while let Some(row) = rows.next()? {
+            let session: Option<String> = row.get(1)?;
+            let who: String = row.get(3)?;
+            hits.push(MemoryHit {
+                file: session.is_none(),
+                place: session.unwrap_or_else(|| who.clone()),
+                at: row.get(2)?,
+                who,
+                snippet: row.get(4)?,
+                text: row.get(5)?,
+                archived: row.get(6)?,
+            });
+        }
+        Ok(hits)
     }
+}
+
+/// One row of what was said, as it is added.
+struct Row<'a> {
+    file: i64,
+    /// `None`: a memory file's chunk.
+    session: Option<&'a str>,
+    at: Option<i64>,
+    who: &'a str,
+    text: &'a str,
+    archived: bool,
+}
+
+/// Adds a row: its id (positive for a chat's, negative for a memory file's) and its text.
+fn insert(tx: &rusqlite::Transaction<'_>, row: &Row<'_>) -> Result<(), rusqlite::Error> {
+    let next = if row.session.is_some() {
+        "(SELECT max(0, coalesce(max(id), 0)) + 1 FROM said)"
+    } else {
+        "(SELECT min(0, coalesce(min(id), 0)) - 1 FROM said)"
+    };
+    tx.prepare_cached(&format!(
+        "INSERT INTO said (id, file, session, archived) VALUES ({next}, ?1, ?2, ?3)"
+    ))?
+    .execute(params![row.file, row.session, row.archived])?;
+    let id = tx.last_insert_rowid();
+    tx.prepare_cached(
+        "INSERT INTO said_fts (rowid, text, session, at, who) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(params![id, row.text, row.session, row.at, row.who])?;
+    Ok(())
+}
+
+/// Deletes the rows of a file; how many.
+fn drop_rows(tx: &rusqlite::Transaction<'_>, file: i64) -> Result<usize, rusqlite::Error> {
+    tx.execute(
+        "DELETE FROM said_fts WHERE rowid IN (SELECT id FROM said WHERE file = ?1)",
+        [file],
+    )?;
+    tx.execute("DELETE FROM said WHERE file = ?1", [file])
 }
 
 fn counts(conn: &Connection, path: &Path) -> Result<Counts, IndexError> {

@@ -298,3 +298,55 @@ fn an_index_of_another_version_is_built_again() {
     std::fs::write(&path, b"not a database at all, not even close to one").expect("write");
     assert!(Index::open(&path, sources).is_ok());
 }
+
+#[tokio::test]
+async fn a_search_keeps_to_its_chat_and_its_time() {
+    let fx = Fixture::new();
+    let (a, b) = (
+        SessionKey::from("telegram_a"),
+        SessionKey::from("telegram_b"),
+    );
+    fx.say(&a, &["lunch at noon"]).await;
+    fx.say(&b, &["lunch at one"]).await;
+    std::fs::write(fx.dir.path().join("workspace/MEMORY.md"), "lunch is sacred").expect("write");
+    let mut index = fx.index("a.sqlite3");
+    index.sync_all(|_| {}).expect("sync");
+    let reader = fx.reader("a.sqlite3");
+    let places = |query: MemoryQuery| -> Vec<String> {
+        let mut places: Vec<String> = reader
+            .search(&query)
+            .expect("search")
+            .into_iter()
+            .map(|hit| hit.place)
+            .collect();
+        places.sort();
+        places
+    };
+    assert_eq!(
+        places(MemoryQuery::new("lunch", MemoryScope::All)),
+        [
+            "MEMORY.md",
+            "telegram_a",
+            "telegram_a",
+            "telegram_b",
+            "telegram_b"
+        ]
+    );
+    assert_eq!(
+        places(MemoryQuery::new("lunch", MemoryScope::Chats)).len(),
+        4,
+        "no memory file"
+    );
+    assert_eq!(
+        places(MemoryQuery::new("lunch", MemoryScope::Chat(a.clone()))),
+        ["telegram_a", "telegram_a"]
+    );
+    let now = switchboard_sessions_now();
+    let mut later = MemoryQuery::new("lunch", MemoryScope::Chats);
+    later.since = Some(now + 60_000);
+    assert!(places(later).is_empty(), "nothing said after now");
+    let mut earlier = MemoryQuery::new("lunch", MemoryScope::Chat(b));
+    earlier.since = Some(now - 60_000);
+    earlier.until = Some(now + 60_000);
+    assert_eq!(places(earlier), ["telegram_b", "telegram_b"]);
+}

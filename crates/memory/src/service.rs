@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use switchboard_core::{AgentName, Memory, MemoryError, MemoryHit, MemoryQuery, SessionKey};
 
-use crate::db::{Counts, Index, IndexError, Reader, Sources};
+use crate::db::{Counts, Index, IndexError, Pass, Reader, Sources};
 
 /// How long a search may wait for the reader.
 const SEARCH_TIME: Duration = Duration::from_secs(10);
@@ -183,7 +183,8 @@ impl Memory for MemoryIndex {
 fn spawn(name: &str, work: impl FnOnce() + Send + 'static) -> Result<(), IndexError> {
     std::thread::Builder::new()
         .name(name.to_owned())
-        .stack_size(256 * 1024)
+        // SQLite asks little of a stack; FTS5 parses a query recursively, so some room.
+        .stack_size(512 * 1024)
         .spawn(work)
         .map(drop)
         .map_err(|source| IndexError::Io {
@@ -197,16 +198,21 @@ fn write_loop(
     jobs: &mpsc::Receiver<Write>,
     standing: &Mutex<BTreeMap<AgentName, Standing>>,
 ) {
-    let note = |agent: &AgentName, index: &Index, result: Result<(), IndexError>| {
+    // How an index stands after a write: its entries counted once after the first pass,
+    // then kept by what each pass added and dropped (a count of a large index is not free).
+    let note = |agent: &AgentName, index: &Index, result: Result<Pass, IndexError>| {
         let mut standing = standing.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = standing.entry(agent.clone()).or_default();
         match result {
-            Ok(()) => {
-                entry.state = "ready";
-                entry.error = None;
-                if let Ok(counts) = index.counts() {
+            Ok(pass) => {
+                if entry.state == "ready" {
+                    entry.entries =
+                        (entry.entries + pass.added as u64).saturating_sub(pass.dropped as u64);
+                } else if let Ok(counts) = index.counts() {
                     entry.entries = counts.entries;
                 }
+                entry.state = "ready";
+                entry.error = None;
             }
             Err(err) => {
                 tracing::error!(agent = %agent, error = %err, "the memory index could not be brought up to date");
@@ -227,7 +233,7 @@ fn write_loop(
                 dropped = pass.dropped, ms = started.elapsed().as_millis() as u64,
                 "the memory index is up to date");
         }
-        note(agent, index, result.map(drop));
+        note(agent, index, result);
     }
     while let Ok(first) = jobs.recv() {
         let batch: Vec<Write> = std::iter::once(first).chain(jobs.try_iter()).collect();
@@ -241,7 +247,7 @@ fn write_loop(
                         continue;
                     };
                     if read.insert((agent.clone(), key.clone())) {
-                        let result = index.sync_session(&key).map(drop);
+                        let result = index.sync_session(&key);
                         note(&agent, index, result);
                         agents.insert(agent);
                     }
@@ -250,7 +256,7 @@ fn write_loop(
                     let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
                         continue;
                     };
-                    let result = index.archive_session(&key);
+                    let result = index.archive_session(&key).map(|()| Pass::default());
                     note(&agent, index, result);
                     read.remove(&(agent, key));
                 }
@@ -259,7 +265,8 @@ fn write_loop(
         }
         // A turn that wrote a chat may have written the memory files too.
         for (agent, index) in indexes.iter_mut().filter(|(a, _)| agents.contains(a)) {
-            let result = index.sync_notes(&mut crate::db::Pass::default());
+            let mut pass = Pass::default();
+            let result = index.sync_notes(&mut pass).map(|()| pass);
             note(agent, index, result);
         }
         for reply in flushed {
@@ -301,7 +308,7 @@ fn search_loop(databases: &BTreeMap<AgentName, PathBuf>, jobs: &mpsc::Receiver<S
 /// Builds `home`'s index again from its transcripts and memory files, in this process
 /// (`switchboard memory reindex`): safe beside a running daemon, whose writer reads on from
 /// what this one committed. `progress` hears of each file done.
-pub fn reindex(home: &Home, progress: impl FnMut(&crate::db::Pass)) -> Result<Counts, IndexError> {
+pub fn reindex(home: &Home, progress: impl FnMut(&Pass)) -> Result<Counts, IndexError> {
     let mut index = Index::open(&home.database(), home.sources())?;
     index.clear()?;
     index.sync_all(progress)?;
