@@ -27,6 +27,9 @@ pub(crate) const VERSION: i64 = 2;
 /// The most of one message's text indexed.
 const MAX_INDEXED: usize = 64 * 1024;
 
+/// The most matches a search ranks by relevance; past it, the most recent come first.
+const RANKED: usize = 5_000;
+
 /// Bytes of a file compared to tell a reused inode from the file it was.
 const HEAD: usize = 64;
 
@@ -159,6 +162,9 @@ impl Index {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(sql)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(sql)?;
+        // The write-ahead log is cut back to this after a checkpoint (a long pass grows it).
+        conn.pragma_update(None, "journal_size_limit", 8 * 1024 * 1024)
             .map_err(sql)?;
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |row| row.get(0))
@@ -459,6 +465,17 @@ impl Index {
     pub fn counts(&self) -> Result<Counts, IndexError> {
         counts(&self.conn, &self.path)
     }
+
+    /// After a build from scratch: the full-text index merged into one segment (smaller,
+    /// faster to search) and the write-ahead log emptied into the database.
+    pub fn settle(&self) -> Result<(), IndexError> {
+        self.conn
+            .execute_batch(
+                "INSERT INTO said_fts(said_fts) VALUES ('optimize'); \
+                 PRAGMA wal_checkpoint(TRUNCATE);",
+            )
+            .map_err(sql_error(&self.path))
+    }
 }
 
 /// A database of one agent's index, open for reading: searches.
@@ -524,8 +541,10 @@ impl Reader {
         }
     }
 
-    /// The best `limit` rows are chosen first (rank, from the index alone, with the filters
-    /// FTS5 applies itself), and only theirs get a snippet: a common word matches thousands.
+    /// Ranked by relevance (bm25) when at most [`RANKED`] rows match; a query more common
+    /// than that (ranking costs about 2 µs a match, and a word of every other message matches
+    /// hundreds of thousands) answers with its most recent matches instead, which FTS5 reads
+    /// off the end of its lists at once.
     fn run(&self, query: &MemoryQuery, fts: &str) -> Result<Vec<MemoryHit>, rusqlite::Error> {
         let mut filters = String::new();
         let session = match &query.scope {
@@ -546,17 +565,6 @@ impl Reader {
             filters.push_str(" AND at < ?5");
         }
         let limit = query.limit.clamp(1, MemoryQuery::MAX_LIMIT);
-        let sql = format!(
-            "SELECT rowid, session, at, who, snippet(said_fts, 0, '**', '**', '…', 24), \
-                    substr(text, 1, ?6), \
-                    coalesce((SELECT archived FROM said WHERE said.id = said_fts.rowid), 0) \
-             FROM said_fts \
-             WHERE said_fts MATCH ?1 AND rowid IN ( \
-                 SELECT rowid FROM said_fts WHERE said_fts MATCH ?1{filters} \
-                 ORDER BY rank LIMIT ?2) \
-             ORDER BY rank"
-        );
-        let mut select = self.conn.prepare_cached(&sql)?;
         let mut bound = vec![
             (1, rusqlite::types::Value::from(fts.to_owned())),
             (2, rusqlite::types::Value::from(limit as i64)),
@@ -571,9 +579,39 @@ impl Reader {
         if let Some(until) = query.until {
             bound.push((5, rusqlite::types::Value::from(until)));
         }
-        for (index, value) in &bound {
-            select.raw_bind_parameter(*index, value)?;
+        let bind = |select: &mut rusqlite::CachedStatement<'_>| -> Result<(), rusqlite::Error> {
+            for (index, value) in &bound {
+                if select.parameter_name(*index).is_some() {
+                    select.raw_bind_parameter(*index, value)?;
+                }
+            }
+            Ok(())
+        };
+        let mut count = self.conn.prepare_cached(&format!(
+            "SELECT count(*) FROM (SELECT rowid FROM said_fts \
+             WHERE said_fts MATCH ?1{filters} LIMIT {})",
+            RANKED + 1
+        ))?;
+        bind(&mut count)?;
+        let matches: i64 = match count.raw_query().next()? {
+            Some(row) => row.get(0)?,
+            None => 0,
+        };
+        if matches == 0 {
+            return Ok(Vec::new());
         }
+        let order = if matches > RANKED as i64 {
+            "rowid DESC"
+        } else {
+            "rank"
+        };
+        let mut select = self.conn.prepare_cached(&format!(
+            "SELECT rowid, session, at, who, snippet(said_fts, 0, '**', '**', '…', 24), \
+                    substr(text, 1, ?6), \
+                    coalesce((SELECT archived FROM said WHERE said.id = said_fts.rowid), 0) \
+             FROM said_fts WHERE said_fts MATCH ?1{filters} ORDER BY {order} LIMIT ?2"
+        ))?;
+        bind(&mut select)?;
         let mut rows = select.raw_query();
         let mut hits = Vec::new();
         while let Some(row) = rows.next()? {

@@ -350,3 +350,33 @@ async fn a_search_keeps_to_its_chat_and_its_time() {
     earlier.until = Some(now + 60_000);
     assert_eq!(places(earlier), ["telegram_b", "telegram_b"]);
 }
+
+#[test]
+fn a_word_too_common_to_rank_answers_with_its_most_recent_matches() {
+    let fx = Fixture::new();
+    let sessions = fx.dir.path().join("sessions");
+    let mut text = String::new();
+    for i in 0..RANKED + 100 {
+        let line = serde_json::json!({"role": "user", "content": format!("common word number {i}"), "at": i});
+        text.push_str(&format!("{line}\n"));
+    }
+    std::fs::write(sessions.join("telegram_c.jsonl"), text).expect("write");
+    let mut index = fx.index("a.sqlite3");
+    index.sync_all(|_| {}).expect("sync");
+    let reader = fx.reader("a.sqlite3");
+    let hits = reader
+        .search(&MemoryQuery::new("common", MemoryScope::Chats))
+        .expect("search");
+    let last = RANKED + 99;
+    assert_eq!(
+        hits[0].text,
+        format!("common word number {last}"),
+        "the newest first"
+    );
+    assert_eq!(hits[1].text, format!("common word number {}", last - 1));
+    // A rarer one is ranked.
+    let hits = reader
+        .search(&MemoryQuery::new("\"number 7\"", MemoryScope::Chats))
+        .expect("search");
+    assert_eq!(hits.len(), 1);
+}

@@ -312,6 +312,7 @@ pub fn reindex(home: &Home, progress: impl FnMut(&Pass)) -> Result<Counts, Index
     let mut index = Index::open(&home.database(), home.sources())?;
     index.clear()?;
     index.sync_all(progress)?;
+    index.settle()?;
     index.counts()
 }
 
