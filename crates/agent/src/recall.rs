@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use switchboard_core::{
-    AgentName, ChatMessage, Memory, MemoryHit, MemoryQuery, MemoryScope, SessionKey,
+    AgentName, ChatMessage, Memory, MemoryHit, MemoryQuery, MemoryScope, SessionKey, cut_at,
 };
 
 /// An agent's memory, and how much of it is recalled by itself.
@@ -80,9 +80,7 @@ pub(crate) fn recalled_block(
                 }
                 ChatMessage::Tool { .. } => return false,
             };
-            let content = content.trim();
-            let cut = &content[..floor_boundary(content, MemoryHit::MAX_TEXT)];
-            cut == hit.text
+            cut_at(content.trim(), MemoryHit::MAX_TEXT) == hit.text
         })
     };
     let mut lines = Vec::new();
@@ -109,17 +107,6 @@ pub(crate) fn recalled_block(
          not part of this conversation]\n{}\n[End of recalled memory]",
         lines.join("\n")
     ))
-}
-
-fn floor_boundary(text: &str, max: usize) -> usize {
-    if text.len() <= max {
-        return text.len();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
 }
 
 impl AgentMemory {

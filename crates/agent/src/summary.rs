@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use switchboard_core::{ChatMessage, SessionKey, Usage};
+use switchboard_core::{ChatMessage, SessionKey, Usage, cut_at};
 use switchboard_llm::ChatRequest;
 use switchboard_sessions::Session;
 
@@ -73,7 +73,7 @@ pub(crate) fn request(previous: Option<&str>, leaving: &[Arc<ChatMessage>]) -> C
         }
         text.push_str(who);
         text.push_str(": ");
-        text.push_str(cut(content, MAX_MESSAGE_BYTES));
+        text.push_str(cut_at(content, MAX_MESSAGE_BYTES));
         text.push('\n');
     }
     ChatRequest {
@@ -89,17 +89,6 @@ pub(crate) fn prompt_section(summary: &str) -> String {
         "\n\n## Earlier in this conversation\nA summary of what is no longer in the messages \
          below:\n{summary}"
     )
-}
-
-fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl Agent {
@@ -144,7 +133,7 @@ impl Agent {
         }
         self.spend_outside_turn(session, chat, &response.model, response.usage)
             .await;
-        session.summarized(cut(&summary, MAX_SUMMARY_BYTES).to_owned());
+        session.summarized(cut_at(&summary, MAX_SUMMARY_BYTES).to_owned());
         self.compact(session).await;
     }
 

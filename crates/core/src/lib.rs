@@ -75,7 +75,7 @@ pub use memory::{
 };
 pub use message::{
     Attachment, Awaiting, InboundMessage, OutboundKind, OutboundMessage, ScheduledRun,
-    TOOL_DETAIL_BYTES, ToolActivity, ToolStatus, TurnEnd, preview,
+    TOOL_DETAIL_BYTES, ToolActivity, ToolStatus, TurnEnd, cut_at, preview,
 };
 pub use origin::{Origin, QUIET_TOKEN, SCHEDULED_RUN_PREFIX, is_quiet};
 pub use retry::{ChannelRetry, RetryingChannel};

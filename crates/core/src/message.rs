@@ -224,11 +224,19 @@ pub fn preview(text: &str) -> String {
     if text.len() <= TOOL_DETAIL_BYTES {
         return text.to_owned();
     }
-    let mut end = TOOL_DETAIL_BYTES;
+    format!("{}…", cut_at(text, TOOL_DETAIL_BYTES))
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn cut_at(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &text[..end])
+    &text[..end]
 }
 
 /// What a paused turn waits for from the person.

@@ -8,8 +8,9 @@
 //! as messages are written, repaired by a pass at start after a kill.
 //!
 //! # Layout
-//! - `db`: one agent's database — the schema, reading transcript files on by inode and
-//!   offset, memory files by chunk, searches.
+//! - `db`: one agent's database — its layout, opening, totals, errors.
+//! - `index`: writing it — transcript files read on by inode and offset, memory files by chunk.
+//! - `search`: searching it — ranked or newest-first hits with snippets.
 //! - `notes`: the memory files, found and cut in chunks.
 //! - `service`: [`MemoryIndex`], the daemon's writer and reader threads; the CLI's
 //!   [`reindex`], [`search_now`], [`counts`].
@@ -17,12 +18,15 @@
 //! - `section`: `[memory]` in the config.
 
 mod db;
+mod index;
 mod notes;
+mod search;
 mod section;
 mod service;
 mod store;
 
-pub use db::{Counts, IndexError, Pass, Reader, Sources};
+pub use db::{Counts, IndexError, Pass, Sources};
+pub use search::Reader;
 pub use section::MemorySection;
 pub use service::{Home, MemoryIndex, Standing, counts, reindex, search_now};
 pub use store::IndexedStore;

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use switchboard_core::{AgentName, Memory, MemoryError, MemoryHit, MemoryQuery, SessionKey};
 
-use crate::db::{Counts, Index, IndexError, Pass, Reader, Sources};
+use crate::db::{Counts, IndexError, Pass, Sources};
+use crate::index::Index;
+use crate::search::Reader;
 
 /// How long a search may wait for the reader.
 const SEARCH_TIME: Duration = Duration::from_secs(10);

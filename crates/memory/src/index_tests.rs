@@ -7,6 +7,10 @@ use switchboard_core::{ChatMessage, MemoryQuery, MemoryScope, SessionKey, Usage}
 use switchboard_sessions::{Batch, JsonlStore, Revision, SessionStore, Snapshot};
 
 use super::*;
+use crate::db::{Pass, Sources, VERSION};
+use crate::search::{RANKED, Reader};
+use rusqlite::Connection;
+use switchboard_core::MemoryError;
 
 struct Fixture {
     dir: tempfile::TempDir,
