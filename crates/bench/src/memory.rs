@@ -78,6 +78,7 @@ pub fn run(dir: &std::path::Path, messages: usize, queries: usize) -> anyhow::Re
         agent: AgentName::default(),
         state_dir: dir.to_owned(),
         workspace: dir.join("workspace"),
+        shared: false,
     };
     let started = Instant::now();
     let counts = switchboard_memory::reindex(&home, |_| {}).context("reindex")?;

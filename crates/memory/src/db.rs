@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 /// The layout of the database; another one is rebuilt.
-pub(crate) const VERSION: i64 = 2;
+pub(crate) const VERSION: i64 = 3;
 
 /// How long a write waits for another writer (a `switchboard memory reindex` beside the
 /// daemon) before it fails.
@@ -20,6 +20,10 @@ pub(crate) const BUSY: std::time::Duration = std::time::Duration::from_secs(10);
 /// table (the chat, the time, who); `said` maps each row to its file and keeps what changes
 /// (archived), indexed for deletes and `/new`. Rows of chats have positive ids, rows of memory
 /// files negative ones, so a search of chats alone is a rowid range, free in FTS5.
+///
+/// On a cluster, `files` holds generations of the shared sessions (`said:GENERATION:CHAT`,
+/// with the copies still to skip when a window spans pieces), `generations` each chat's
+/// current one, and `feed` the stream followed and the position last taken.
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY,
@@ -28,7 +32,17 @@ CREATE TABLE IF NOT EXISTS files (
     head BLOB NOT NULL,
     offset INTEGER NOT NULL,
     stamp INTEGER NOT NULL DEFAULT 0,
-    archived INTEGER NOT NULL DEFAULT 0
+    archived INTEGER NOT NULL DEFAULT 0,
+    copies INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS generations (
+    session TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS feed (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    stream TEXT NOT NULL,
+    position INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS said (
     id INTEGER PRIMARY KEY,
@@ -55,6 +69,10 @@ pub enum IndexError {
         /// What SQLite said.
         source: rusqlite::Error,
     },
+    /// A piece of a cluster's stream came to an index that follows none (it was cleared
+    /// since): follow the stream again, from where the index says.
+    #[error("the memory index was cleared: following the sessions stream again from its start")]
+    Unfollowed,
     /// A transcript or memory file could not be read.
     #[error("{path}: {source}")]
     Io {
@@ -68,8 +86,9 @@ pub enum IndexError {
 /// What one agent's index covers.
 #[derive(Clone, Debug)]
 pub struct Sources {
-    /// Its sessions directory (`<state_dir>/sessions`).
-    pub sessions: PathBuf,
+    /// Its sessions directory (`<state_dir>/sessions`); `None` on a cluster, whose sessions
+    /// come as pieces of its stream ([`Index::take`](crate::index::Index::take)).
+    pub sessions: Option<PathBuf>,
     /// Its workspace (for `MEMORY.md` and `memory/*.md`).
     pub workspace: PathBuf,
 }

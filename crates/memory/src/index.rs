@@ -7,6 +7,12 @@
 //! in one transaction: its new rows and its new offset land together or not at all, so an
 //! index killed at any moment holds every message it holds once, and the next pass reads on
 //! from where the last commit left off.
+//!
+//! On a cluster there are no files here: the shared sessions come as [`Piece`]s of the
+//! cluster's stream, each taken in one transaction with its position ([`Index::take`]). A
+//! generation of a chat's records is what a file is above — keyed `said:GENERATION:CHAT`,
+//! read on by offset — and a copy of it (history, archive) is read from the offset the
+//! index has of it, so what was read live is not read again.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -15,7 +21,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{Connection, OptionalExtension, params};
 use switchboard_core::{ChatMessage, Origin, cut_at};
 use switchboard_sessions::transcript::{
-    Part, Said, TranscriptFile, file_of, read_said, transcript_files,
+    Part, Piece, PiecePart, Said, TranscriptFile, file_of, read_said, read_said_after,
+    transcript_files,
 };
 
 use crate::db::{
@@ -108,7 +115,7 @@ impl Index {
         self.conn
             .execute_batch(
                 "BEGIN IMMEDIATE; DELETE FROM said; DELETE FROM files; DELETE FROM said_fts; \
-                 COMMIT;",
+                 DELETE FROM generations; DELETE FROM feed; COMMIT;",
             )
             .map_err(sql_error(&self.path))
     }
@@ -116,9 +123,13 @@ impl Index {
     /// Brings the whole index up to date: every transcript file and memory file read on from
     /// where it was left, what is gone dropped. `progress` hears of each file done.
     pub fn sync_all(&mut self, mut progress: impl FnMut(&Pass)) -> Result<Pass, IndexError> {
-        let sessions = self.sources.sessions.clone();
-        let files = transcript_files(&sessions).map_err(io_error(&sessions))?;
         let mut pass = Pass::default();
+        let Some(sessions) = self.sources.sessions.clone() else {
+            // A cluster's sessions come as pieces.
+            self.sync_notes(&mut pass)?;
+            return Ok(pass);
+        };
+        let files = transcript_files(&sessions).map_err(io_error(&sessions))?;
         let mut present = std::collections::HashSet::with_capacity(files.len());
         for file in &files {
             present.insert(transcript_key(file.inode));
@@ -132,8 +143,11 @@ impl Index {
 
     /// Brings one chat's current file up to date (after its worker wrote it).
     pub fn sync_session(&mut self, key: &switchboard_core::SessionKey) -> Result<Pass, IndexError> {
-        let path = file_of(&self.sources.sessions, key);
         let mut pass = Pass::default();
+        let Some(sessions) = &self.sources.sessions else {
+            return Ok(pass);
+        };
+        let path = file_of(sessions, key);
         let meta = match std::fs::metadata(&path) {
             Ok(meta) => meta,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(pass),
@@ -171,6 +185,171 @@ impl Index {
         )
         .map_err(sql)?;
         tx.commit().map_err(sql)
+    }
+
+    /// Where to follow a cluster's stream `stream` from: after the position last taken, or
+    /// from its start (forgetting what was taken of another stream, or of none).
+    pub fn follow(&mut self, stream: &str) -> Result<u64, IndexError> {
+        let path = self.path.clone();
+        let sql = sql_error(&path);
+        let known: Option<(String, i64)> = self
+            .conn
+            .query_row(
+                "SELECT stream, position FROM feed WHERE id = 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .optional()
+            .map_err(sql)?;
+        match known {
+            Some((known, position)) if known == stream => Ok(position.unsigned_abs()),
+            _ => {
+                self.clear()?;
+                self.conn
+                    .execute(
+                        "INSERT INTO feed (id, stream, position) VALUES (1, ?1, 0)",
+                        [stream],
+                    )
+                    .map_err(sql)?;
+                Ok(0)
+            }
+        }
+    }
+
+    /// Takes a piece of a cluster's stream: what it says that the index does not hold yet,
+    /// and its position, in one transaction. A piece at or before the position last taken
+    /// was taken already and changes nothing.
+    pub fn take(&mut self, piece: &Piece) -> Result<Pass, IndexError> {
+        let path = self.path.clone();
+        let sql = sql_error(&path);
+        let mut pass = Pass::default();
+        let tx = self.conn.transaction().map_err(sql)?;
+        let Some(taken): Option<i64> = tx
+            .query_row("SELECT position FROM feed WHERE id = 1", [], |row| {
+                row.get(0)
+            })
+            .optional()
+            .map_err(sql)?
+        else {
+            // Cleared (`switchboard memory reindex`) since the stream was followed.
+            return Err(IndexError::Unfollowed);
+        };
+        if piece.position <= taken.unsigned_abs() {
+            return Ok(pass);
+        }
+        let (generation, at, archived) = match piece.part {
+            PiecePart::Session { starts } => {
+                let current: Option<i64> = tx
+                    .query_row(
+                        "SELECT generation FROM generations WHERE session = ?1",
+                        [&piece.session],
+                        |row| row.get(0),
+                    )
+                    .optional()
+                    .map_err(sql)?;
+                let generation = match current {
+                    Some(generation) if !starts => generation.unsigned_abs(),
+                    _ => piece.position,
+                };
+                tx.execute(
+                    "INSERT INTO generations (session, generation) VALUES (?1, ?2) \
+                     ON CONFLICT(session) DO UPDATE SET generation = ?2",
+                    params![piece.session, signed(generation)],
+                )
+                .map_err(sql)?;
+                (generation, None, false)
+            }
+            PiecePart::Kept {
+                generation,
+                offset,
+                archived,
+            } => (generation, Some(offset), archived),
+        };
+        if archived {
+            // `/new` closed the conversation: all of it said until now is archived.
+            tx.execute(
+                "UPDATE said SET archived = 1 WHERE session = ?1 AND archived = 0",
+                [&piece.session],
+            )
+            .map_err(sql)?;
+        }
+        let key = format!("said:{generation}:{}", piece.session);
+        let known: Option<(i64, i64, i64)> = tx
+            .query_row(
+                "SELECT id, offset, copies FROM files WHERE key = ?1",
+                [&key],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .optional()
+            .map_err(sql)?;
+        let (id, held, copies) = match known {
+            Some((id, offset, copies)) => (
+                id,
+                offset.unsigned_abs(),
+                usize::try_from(copies).unwrap_or(0),
+            ),
+            None => {
+                tx.execute(
+                    "INSERT INTO files (key, path, head, offset) VALUES (?1, ?2, x'', 0)",
+                    params![key, piece.session],
+                )
+                .map_err(sql)?;
+                (tx.last_insert_rowid(), 0, 0)
+            }
+        };
+        if archived {
+            tx.execute("UPDATE files SET archived = 1 WHERE id = ?1", [id])
+                .map_err(sql)?;
+        }
+        let len = piece.text.len() as u64;
+        // Where in the generation the piece's bytes start: a session's at the end of what is
+        // held (its pieces come in order), a copy's where it says.
+        let start = at.unwrap_or(held);
+        let (text, from, copies) = if start + len <= held {
+            (&piece.text[..0], held, copies)
+        } else if start <= held {
+            let skip = usize::try_from(held - start).unwrap_or(usize::MAX);
+            (&piece.text[skip.min(piece.text.len())..], held, copies)
+        } else {
+            tracing::warn!(session = %piece.session, generation, held, start,
+                "the memory index missed part of a chat's records: read on from what came");
+            (&piece.text[..], start, 0)
+        };
+        let reading = read_said_after(text, from, copies);
+        for said in &reading.said {
+            let Some((who, text)) = spoken(said) else {
+                continue;
+            };
+            let row = Row {
+                file: id,
+                session: Some(&piece.session),
+                at: said.at.or(Some(piece.millis)),
+                who: &who,
+                text,
+                archived,
+            };
+            insert(&tx, &row).map_err(sql)?;
+            pass.added += 1;
+        }
+        if !text.is_empty() {
+            pass.files += 1;
+            tx.execute(
+                "UPDATE files SET offset = ?2, copies = ?3 WHERE id = ?1",
+                params![
+                    id,
+                    signed(from + text.len() as u64),
+                    i64::try_from(reading.copies).unwrap_or(0)
+                ],
+            )
+            .map_err(sql)?;
+        }
+        tx.execute(
+            "UPDATE feed SET position = ?1 WHERE id = 1",
+            [signed(piece.position)],
+        )
+        .map_err(sql)?;
+        tx.commit().map_err(sql)?;
+        Ok(pass)
     }
 
     /// Reads one transcript file on from where the index left it.
@@ -505,3 +684,7 @@ fn read_from(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 #[path = "index_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "pieces_tests.rs"]
+mod pieces_tests;

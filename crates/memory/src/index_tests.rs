@@ -27,7 +27,7 @@ impl Fixture {
 
     fn sources(&self) -> Sources {
         Sources {
-            sessions: self.dir.path().join("sessions"),
+            sessions: Some(self.dir.path().join("sessions")),
             workspace: self.dir.path().join("workspace"),
         }
     }
@@ -288,7 +288,7 @@ fn an_index_of_another_version_is_built_again() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("i.sqlite3");
     let sources = Sources {
-        sessions: dir.path().join("sessions"),
+        sessions: Some(dir.path().join("sessions")),
         workspace: dir.path().to_owned(),
     };
     drop(Index::open(&path, sources.clone()).expect("open"));

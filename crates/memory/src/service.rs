@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use switchboard_core::{AgentName, Memory, MemoryError, MemoryHit, MemoryQuery, SessionKey};
+use switchboard_sessions::transcript::Piece;
 
 use crate::db::{Counts, IndexError, Pass, Sources};
 use crate::index::Index;
@@ -31,6 +32,8 @@ pub struct Home {
     pub state_dir: PathBuf,
     /// Its workspace (memory files).
     pub workspace: PathBuf,
+    /// Whether its sessions are a cluster's (followed in its stream), not files here.
+    pub shared: bool,
 }
 
 impl Home {
@@ -42,7 +45,7 @@ impl Home {
     /// What its index covers.
     pub fn sources(&self) -> Sources {
         Sources {
-            sessions: self.state_dir.join("sessions"),
+            sessions: (!self.shared).then(|| self.state_dir.join("sessions")),
             workspace: self.workspace.clone(),
         }
     }
@@ -64,6 +67,17 @@ enum Write {
     Touched(AgentName, SessionKey),
     Archived(AgentName, SessionKey),
     Flushed(tokio::sync::oneshot::Sender<()>),
+    Follow(
+        AgentName,
+        String,
+        tokio::sync::oneshot::Sender<Result<u64, String>>,
+    ),
+    Take(
+        AgentName,
+        Vec<Piece>,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    ),
+    Failed(AgentName, String),
 }
 
 struct Search {
@@ -144,6 +158,34 @@ impl MemoryIndex {
         if self.writes.send(Write::Flushed(tx)).is_ok() {
             let _ = rx.await;
         }
+    }
+
+    /// Where to follow the cluster's stream `stream` for `agent`'s chats from: after the
+    /// position its index last took (0: from the start; a stream it never followed is
+    /// taken from the start, what was taken of another forgotten).
+    pub async fn follow(&self, agent: &AgentName, stream: String) -> Result<u64, String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.writes
+            .send(Write::Follow(agent.clone(), stream, tx))
+            .map_err(|_| "the memory index stopped".to_owned())?;
+        rx.await
+            .map_err(|_| "the memory index stopped".to_owned())?
+    }
+
+    /// Takes pieces of the cluster's stream into `agent`'s index, in order, and waits until
+    /// they are in; an error says to follow again (from [`follow`](Self::follow)).
+    pub async fn take(&self, agent: &AgentName, pieces: Vec<Piece>) -> Result<(), String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.writes
+            .send(Write::Take(agent.clone(), pieces, tx))
+            .map_err(|_| "the memory index stopped".to_owned())?;
+        rx.await
+            .map_err(|_| "the memory index stopped".to_owned())?
+    }
+
+    /// Word that following `agent`'s chats failed (shown in `/healthz` until a write lands).
+    pub fn failed(&self, agent: &AgentName, error: String) {
+        let _ = self.writes.send(Write::Failed(agent.clone(), error));
     }
 
     /// How each agent's index stands.
@@ -263,6 +305,42 @@ fn write_loop(
                     read.remove(&(agent, key));
                 }
                 Write::Flushed(reply) => flushed.push(reply),
+                Write::Follow(agent, stream, reply) => {
+                    let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
+                        let _ = reply.send(Err(format!("no memory index for {agent}")));
+                        continue;
+                    };
+                    let _ = reply.send(index.follow(&stream).map_err(|err| err.to_string()));
+                }
+                Write::Take(agent, pieces, reply) => {
+                    let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
+                        let _ = reply.send(Err(format!("no memory index for {agent}")));
+                        continue;
+                    };
+                    let mut taken = Pass::default();
+                    let mut result = Ok(());
+                    for piece in &pieces {
+                        match index.take(piece) {
+                            Ok(pass) => {
+                                taken.added += pass.added;
+                                taken.files += pass.files;
+                            }
+                            Err(err) => {
+                                result = Err(err);
+                                break;
+                            }
+                        }
+                    }
+                    let answer = result.as_ref().map(drop).map_err(ToString::to_string);
+                    if !matches!(result, Err(IndexError::Unfollowed)) {
+                        note(&agent, index, result.map(|()| taken));
+                    }
+                    let _ = reply.send(answer);
+                }
+                Write::Failed(agent, error) => {
+                    let mut standing = standing.lock().unwrap_or_else(PoisonError::into_inner);
+                    standing.entry(agent).or_default().error = Some(error);
+                }
             }
         }
         // A turn that wrote a chat may have written the memory files too.

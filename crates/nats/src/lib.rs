@@ -13,7 +13,9 @@
 //! - `partitions`: a worker's leases on partitions, and reading them.
 //! - `lease`: a lease held whenever it can be (a connection, a duty).
 //! - `deliver`: a gateway's delivery of its channels' outbound messages, and its receipts.
-//! - `store`: [`NatsStore`], the sessions.
+//! - `store`: [`NatsStore`], the sessions, and the copies kept of what compaction and `/new`
+//!   replace.
+//! - `said`: [`SaidFeed`], everything an agent's chats said, in order, for a memory index.
 //! - `state`: [`NatsState`], the small documents every member shares.
 //! - `media`: [`NatsMedia`], files waiting for their channel, in the cluster's object store.
 //! - `error`: [`ClusterError`].
@@ -27,6 +29,7 @@ mod lease;
 mod media;
 mod names;
 mod partitions;
+mod said;
 mod shared;
 mod state;
 mod store;
@@ -37,5 +40,6 @@ pub use config::{ClusterConfig, ClusterSection, MAX_PARTITIONS, Role};
 pub use error::ClusterError;
 pub use media::NatsMedia;
 pub use names::partition_of;
+pub use said::SaidFeed;
 pub use state::NatsState;
 pub use store::NatsStore;

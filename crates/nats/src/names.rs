@@ -129,6 +129,34 @@ impl Names {
         )
     }
 
+    /// Where compaction keeps the generation of `key` that started at `generation` before it
+    /// replaces it: among the archives (`…archive.AGENT.KEY.history.GENERATION`), whose
+    /// subjects every cluster's stream and every worker's permissions already have.
+    pub(crate) fn history_subject(&self, agent: &str, key: &SessionKey, generation: u64) -> String {
+        format!(
+            "{}.archive.{}.{}.history.{generation}",
+            self.prefix,
+            token(agent),
+            token(key.as_str())
+        )
+    }
+
+    /// The chat a subject of `agent`'s transcripts (a session, an archive, history) is of, and whether it is the chat's
+    /// session itself (else a copy: an archive or history); `None` for another subject.
+    pub(crate) fn said_subject(&self, agent: &str, subject: &str) -> Option<(String, bool)> {
+        let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
+        let (kind, rest) = rest.split_once('.')?;
+        let rest = rest.strip_prefix(&token(agent))?.strip_prefix('.')?;
+        match kind {
+            "sessions" if !rest.contains('.') => Some((untoken(rest)?, true)),
+            "archive" => {
+                let (key, _) = rest.split_once('.')?;
+                Some((untoken(key)?, false))
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn leases_bucket(&self) -> String {
         format!("{}_leases", self.prefix)
     }
@@ -243,6 +271,29 @@ mod tests {
         for text in ["telegram_42", "slack_C1:17.5", "websocket_é ✓"] {
             assert_eq!(untoken(&token(text)).as_deref(), Some(text));
         }
+    }
+
+    #[test]
+    fn what_was_said_is_told_by_its_subject() {
+        let names = Names::new("sb");
+        let key = SessionKey::from("web_a.b");
+        let session = names.session_subject("main", &key);
+        assert_eq!(
+            names.said_subject("main", &session),
+            Some(("web_a.b".to_owned(), true))
+        );
+        for copy in [
+            names.archive_subject("main", &key, 17),
+            names.history_subject("main", &key, 5),
+        ] {
+            assert!(copy.starts_with("sb.archive."), "{copy}");
+            assert_eq!(
+                names.said_subject("main", &copy),
+                Some(("web_a.b".to_owned(), false))
+            );
+        }
+        assert_eq!(names.said_subject("other", &session), None);
+        assert_eq!(names.said_subject("main", "sb.out.web"), None);
     }
 
     #[test]

@@ -3,8 +3,18 @@
 //! A session is one subject of the sessions stream (`NAME.sessions.AGENT.KEY`); its records
 //! are the JSONL store's lines, one message per append. Compaction publishes the snapshot
 //! with a subject rollup, which makes the server drop everything before it on that subject
-//! in the same step; `/new` copies the session to an archive subject and rolls it up empty.
-//! A load reads the subject's messages in order with an ordered consumer.
+//! in the same step; `/new` rolls it up empty. A load reads the subject's messages in order
+//! with an ordered consumer.
+//!
+//! # Nothing said is dropped
+//! What a rollup replaces — the subject's generation, from its first message on — is copied
+//! first: by compaction to `NAME.archive.AGENT.KEY.history.GENERATION`, by `/new` to
+//! `NAME.archive.AGENT.KEY.MILLIS`, as the file store links the file it replaces into
+//! `history/` and moves it to `archive/`. Each piece of a copy carries its generation (the
+//! sequence of the generation's first message) and its byte offset in it
+//! ([`GENERATION`], [`OFFSET`]); a history copy cut short (a kill, a stale writer refused at
+//! its rollup) is carried on from its last piece by the next compaction, never begun again.
+//! The memory index follows all of it ([`SaidFeed`](crate::SaidFeed)).
 //!
 //! # Fencing
 //! A session's [`Revision`] is the stream sequence of the last message on its subject (0: none
@@ -50,6 +60,12 @@ const TRY_TIME: Duration = Duration::from_secs(10);
 /// The most sessions [`SessionStore::list`] reads the times of.
 const LISTED: usize = 500;
 
+/// The header of a copy's piece naming the generation it copies.
+pub(crate) const GENERATION: &str = "Switchboard-Generation";
+
+/// The header of a copy's piece giving the byte of the generation it starts at.
+pub(crate) const OFFSET: &str = "Switchboard-Offset";
+
 /// One agent's sessions on the cluster.
 pub struct NatsStore {
     cluster: Cluster,
@@ -89,18 +105,11 @@ impl NatsStore {
             .map_err(failed)
     }
 
-    /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
-    /// the subject's revision when they were read.
-    async fn read(&self, subject: &str) -> Result<(Vec<u8>, Revision), StoreError> {
-        let stream = self.stream().await?;
-        let last = match stream.get_last_raw_message_by_subject(subject).await {
-            Ok(message) => message.sequence,
-            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                return Ok((Vec::new(), Revision(0)));
-            }
-            Err(err) => return Err(failed(err)),
-        };
-        let mut messages = stream
+    /// The messages on `subject`, oldest first, as the server sends them (waiting for more
+    /// after the last: read up to a known sequence).
+    async fn messages_of(&self, subject: &str) -> Result<consumer::pull::Ordered, StoreError> {
+        self.stream()
+            .await?
             .create_consumer(consumer::pull::OrderedConfig {
                 filter_subject: subject.to_owned(),
                 deliver_policy: consumer::DeliverPolicy::All,
@@ -110,7 +119,16 @@ impl NatsStore {
             .map_err(failed)?
             .messages()
             .await
-            .map_err(failed)?;
+            .map_err(failed)
+    }
+
+    /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
+    /// the subject's revision when they were read.
+    async fn read(&self, subject: &str) -> Result<(Vec<u8>, Revision), StoreError> {
+        let Some(last) = self.last_on(subject).await?.map(|last| last.sequence) else {
+            return Ok((Vec::new(), Revision(0)));
+        };
+        let mut messages = self.messages_of(subject).await?;
         let mut chunks: std::collections::VecDeque<bytes::Bytes> =
             std::collections::VecDeque::new();
         let mut total = 0usize;
@@ -173,7 +191,20 @@ impl NatsStore {
         rollup: bool,
         piece: &[u8],
     ) -> Result<Revision, StoreError> {
-        let mut headers = HeaderMap::new();
+        self.publish_with(subject, revision, id, rollup, piece, HeaderMap::new())
+            .await
+    }
+
+    /// [`publish`](Self::publish) with `headers` of its own.
+    async fn publish_with(
+        &self,
+        subject: &str,
+        revision: Revision,
+        id: &str,
+        rollup: bool,
+        piece: &[u8],
+        mut headers: HeaderMap,
+    ) -> Result<Revision, StoreError> {
         headers.insert(
             "Nats-Expected-Last-Subject-Sequence",
             revision.0.to_string().as_str(),
@@ -203,6 +234,140 @@ impl NatsStore {
             }
             Err(err) => Err(failed(err)),
         }
+    }
+
+    /// The sequence of the last message on `subject` (0: none), and the message.
+    async fn last_on(
+        &self,
+        subject: &str,
+    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, StoreError> {
+        match self
+            .stream()
+            .await?
+            .get_last_raw_message_by_subject(subject)
+            .await
+        {
+            Ok(message) => Ok(Some(message)),
+            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(err) => Err(failed(err)),
+        }
+    }
+
+    /// Copies the generation on `subject` (its messages from the first through `last`) to
+    /// the subject `copy` names for the generation, in pieces of whole messages of at most
+    /// [`CHUNK_BYTES`], each with its generation and offset; carries on after what that
+    /// subject already holds of it. Returns how many bytes the generation has.
+    async fn copy_out(
+        &self,
+        subject: &str,
+        last: u64,
+        copy: &(dyn Fn(u64) -> String + Sync),
+    ) -> Result<u64, StoreError> {
+        let mut messages = self.messages_of(subject).await?;
+        let mut target: Option<(String, Revision, u64)> = None;
+        let mut generation = 0u64;
+        let mut offset = 0u64;
+        let mut piece: Vec<u8> = Vec::new();
+        let mut piece_at = 0u64;
+        loop {
+            let Some(message) = messages.next().await else {
+                break;
+            };
+            let message = message.map_err(failed)?;
+            let sequence = message.info().map_err(failed)?.stream_sequence;
+            if target.is_none() {
+                // The first message starts the generation: what of it is copied already?
+                generation = sequence;
+                let name = copy(sequence);
+                let (revision, held) = match self.last_on(&name).await? {
+                    None => (Revision(0), 0),
+                    Some(kept) => {
+                        let at = kept
+                            .headers
+                            .get(OFFSET)
+                            .and_then(|v| v.as_str().parse::<u64>().ok())
+                            .unwrap_or(0);
+                        (Revision(kept.sequence), at + kept.payload.len() as u64)
+                    }
+                };
+                target = Some((name, revision, held));
+            }
+            if let Some((name, revision, held)) = &mut target {
+                let payload = &message.payload;
+                let end = offset + payload.len() as u64;
+                if end > *held {
+                    if piece.is_empty() {
+                        piece_at = offset;
+                    }
+                    if !piece.is_empty() && piece.len() + payload.len() > CHUNK_BYTES {
+                        *revision = self
+                            .publish_copy(name, *revision, generation, piece_at, &piece)
+                            .await?;
+                        piece.clear();
+                        piece_at = offset;
+                    }
+                    if offset < *held {
+                        // A copy cut short mid-message: never, as pieces are whole messages;
+                        // should it be, the copy carries on from where it ends.
+                        let skip = usize::try_from(*held - offset).unwrap_or(usize::MAX);
+                        piece.extend_from_slice(payload.get(skip..).unwrap_or_default());
+                        piece_at = *held;
+                    } else {
+                        piece.extend_from_slice(payload);
+                    }
+                }
+                offset = end;
+            }
+            if sequence >= last {
+                break;
+            }
+        }
+        if let Some((name, revision, _)) = &target
+            && !piece.is_empty()
+        {
+            self.publish_copy(name, *revision, generation, piece_at, &piece)
+                .await?;
+        }
+        Ok(offset)
+    }
+
+    /// Copies the generation on `subject` that a writer at `revision` is about to replace to
+    /// `copy`'s subject for it (see [`copy_out`](Self::copy_out)); how many bytes it has.
+    /// Stale when the subject moved past `revision`: what would be copied is not what the
+    /// writer knows.
+    async fn keep(
+        &self,
+        subject: &str,
+        revision: Revision,
+        copy: &(dyn Fn(u64) -> String + Sync),
+    ) -> Result<u64, StoreError> {
+        let last = self.last_on(subject).await?.map_or(0, |last| last.sequence);
+        if last != revision.0 {
+            return Err(StoreError::Stale);
+        }
+        if last == 0 {
+            return Ok(0);
+        }
+        self.copy_out(subject, last, copy).await
+    }
+
+    /// Publishes one piece of a copy at byte `offset` of `generation`, after `revision` of
+    /// the copy's subject (a second copier of one generation is refused as stale).
+    async fn publish_copy(
+        &self,
+        subject: &str,
+        revision: Revision,
+        generation: u64,
+        offset: u64,
+        piece: &[u8],
+    ) -> Result<Revision, StoreError> {
+        let mut headers = HeaderMap::new();
+        headers.insert(GENERATION, generation.to_string().as_str());
+        headers.insert(OFFSET, offset.to_string().as_str());
+        // Every try of one piece is one message to the server: its id is what it is.
+        let id = format!("{subject}@{offset}");
+        self.publish_with(subject, revision, &id, false, piece, headers)
+            .await
     }
 
     /// Runs `call` until it succeeds or [`CALL_TIME`] is spent (NATS restarting), noting the
@@ -276,7 +441,15 @@ impl SessionStore for NatsStore {
         snapshot: &Snapshot<'_>,
     ) -> Result<Revision, StoreError> {
         let lines = snapshot_lines(snapshot)?;
-        self.write(&self.subject(key), revision, &lines, true).await
+        let subject = self.subject(key);
+        let history = |generation| {
+            self.cluster
+                .names
+                .history_subject(&self.agent, key, generation)
+        };
+        self.tried(|| self.keep(&subject, revision, &history))
+            .await?;
+        self.write(&subject, revision, &lines, true).await
     }
 
     async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
@@ -287,20 +460,17 @@ impl SessionStore for NatsStore {
 
     async fn archive(&self, key: &SessionKey, revision: Revision) -> Result<Revision, StoreError> {
         let subject = self.subject(key);
-        let (text, read) = self.tried(|| self.read(&subject)).await?;
-        if read != revision {
-            // What would be archived is not what its writer knows.
-            return Err(StoreError::Stale);
-        }
-        if text.is_empty() {
-            return Ok(revision);
-        }
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
-        let archive = self.cluster.names.archive_subject(&self.agent, key, millis);
-        self.write(&archive, Revision(0), &text, false).await?;
+        let archive = |_| self.cluster.names.archive_subject(&self.agent, key, millis);
+        let kept = self
+            .tried(|| self.keep(&subject, revision, &archive))
+            .await?;
+        if kept == 0 {
+            return Ok(revision);
+        }
         // An empty rollup: the session starts afresh.
         self.write(&subject, revision, &[], true).await
     }

@@ -168,6 +168,8 @@ pub struct Reading {
     /// Where the last whole line read ends (the offset to read on from); a last line without
     /// its newline (being written, or torn) is not read.
     pub end: u64,
+    /// Copies still to skip after `end` (a window repeated across more than one piece).
+    pub copies: usize,
 }
 
 /// What one line holds besides a message.
@@ -186,11 +188,18 @@ struct Marks {
 /// `{"copies":N}` record when `offset` is 0, the only place it is written). Other records
 /// and unreadable lines are passed over.
 pub fn read_said(text: &[u8], offset: u64) -> Reading {
+    read_said_after(text, offset, 0)
+}
+
+/// [`read_said`] of bytes that follow a reading which left `copies` still to skip (its
+/// [`Reading::copies`]): how a transcript kept in pieces is read piece by piece.
+pub fn read_said_after(text: &[u8], offset: u64, copies: usize) -> Reading {
     let mut reading = Reading {
         said: Vec::new(),
         end: offset,
+        copies: 0,
     };
-    let mut copies = 0usize;
+    let mut copies = copies;
     let mut pos = 0usize;
     while let Some(len) = text[pos..].iter().position(|&b| b == b'\n') {
         let line = &text[pos..pos + len];
@@ -219,7 +228,54 @@ pub fn read_said(text: &[u8], offset: u64) -> Reading {
             });
         }
     }
+    reading.copies = copies;
     reading
+}
+
+/// A piece of a transcript kept as a sequence of stored messages rather than as files (a
+/// cluster's sessions stream), as a follower of that sequence reads it.
+///
+/// A chat's messages come in generations: a generation starts where the chat's records were
+/// replaced (compaction's snapshot, `/new`'s empty start) or first written, and runs on with
+/// each append. What a generation said outlives its replacement as copies kept elsewhere —
+/// compaction keeps the generation it replaces, `/new` the conversation it closes — each piece
+/// of a copy saying which generation it is and at which byte of it it starts. So a follower
+/// that missed a generation's appends (they were replaced before it read them) finds them in
+/// the copy, and one that read them skips the copy's bytes it already has: each message once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Where it is in the sequence (a stream sequence): pieces come in this order, and a
+    /// follower resumes after the last it took.
+    pub position: u64,
+    /// The chat (its key's text).
+    pub session: String,
+    /// What it is.
+    pub part: PiecePart,
+    /// Its records: whole JSONL lines.
+    pub text: Vec<u8>,
+    /// When it was stored, in Unix milliseconds (the time of messages that carry none).
+    pub millis: i64,
+}
+
+/// What a [`Piece`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PiecePart {
+    /// Records the chat's store wrote: the start of a generation (`starts`: a replacement),
+    /// else the generation going on, at its end.
+    Session {
+        /// Whether it replaced the chat's records and so starts a generation.
+        starts: bool,
+    },
+    /// Part of a copy of a generation, from byte `offset` of it.
+    Kept {
+        /// The generation: the position of the piece that started it.
+        generation: u64,
+        /// Where in the generation's bytes this piece starts.
+        offset: u64,
+        /// Whether it is a conversation `/new` closed (everything of the chat said until
+        /// then is archived with it).
+        archived: bool,
+    },
 }
 
 #[cfg(test)]
@@ -240,6 +296,20 @@ mod tests {
         assert_eq!(parse_name("telegram_1.jsonl", Part::History), None);
         assert_eq!(parse_name(".write-check", Part::Current), None);
         assert_eq!(parse_name("a.b.jsonl", Part::Current), None);
+    }
+
+    #[test]
+    fn copies_that_run_past_a_piece_are_skipped_in_the_next() {
+        let first = "{\"copies\":2}\n{\"role\":\"user\",\"content\":\"a\"}\n";
+        let reading = read_said(first.as_bytes(), 0);
+        assert!(reading.said.is_empty());
+        assert_eq!(reading.copies, 1);
+        let second =
+            "{\"role\":\"user\",\"content\":\"b\"}\n{\"role\":\"user\",\"content\":\"c\"}\n";
+        let more = read_said_after(second.as_bytes(), reading.end, reading.copies);
+        assert_eq!(more.said.len(), 1);
+        assert_eq!(more.said[0].message, ChatMessage::user("c"));
+        assert_eq!(more.copies, 0);
     }
 
     #[test]
