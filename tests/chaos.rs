@@ -36,7 +36,8 @@ use crate::cluster::{LEASE_SECS, holders, member_config_with, partitions};
 use crate::cluster_faults::{listed_runs, settled_runs};
 use crate::util;
 use checks::{
-    check, check_histories, check_runs, check_telegram, check_transcripts, report_ledger,
+    check, check_histories, check_memory, check_runs, check_telegram, check_transcripts,
+    report_ledger,
 };
 use clients::{Ledger, Shared, jobs_watcher, lock, telegram_person, web_client};
 
@@ -124,6 +125,7 @@ struct Report {
     telegram_wrong: usize,
     transcripts_bad: usize,
     histories_bad: usize,
+    memory_bad: usize,
     runs: usize,
     runs_answered: usize,
     runs_skipped: usize,
@@ -144,7 +146,7 @@ impl Report {
             _ => "-".into(),
         };
         format!(
-            "seed {} · {} s of nemesis ({} actions: {}) · web {} messages: {} lost, {} answered twice, {} reconnects · telegram {} messages: {} wrong · transcripts with a hole or twice: {} · histories the model was sent with a hole or twice: {} · due times {}: {} answered, {} skipped, {} missing or twice, {} answers seen live at the chat · failover {}",
+            "seed {} · {} s of nemesis ({} actions: {}) · web {} messages: {} lost, {} answered twice, {} reconnects · telegram {} messages: {} wrong · transcripts with a hole or twice: {} · histories the model was sent with a hole or twice: {} · chats a member's memory index finds a message of missing or twice: {} · due times {}: {} answered, {} skipped, {} missing or twice, {} answers seen live at the chat · failover {}",
             settings.seed,
             settings.seconds,
             self.actions.len(),
@@ -157,6 +159,7 @@ impl Report {
             self.telegram_wrong,
             self.transcripts_bad,
             self.histories_bad,
+            self.memory_bad,
             self.runs,
             self.runs_answered,
             self.runs_skipped,
@@ -194,6 +197,7 @@ impl Report {
             && self.telegram_wrong == 0
             && self.transcripts_bad == 0
             && self.histories_bad == 0
+            && self.memory_bad == 0
             && self.due_holes == 0
             && self.ticks <= self.runs_answered
     }
@@ -248,7 +252,7 @@ async fn run(settings: Settings) -> Report {
     let people: Vec<u64> = (0..settings.people as u64).map(|n| 5001 + n).collect();
     let allowed: Vec<String> = people.iter().map(|p| format!("\"{p}\"")).collect();
     let telegram_table = format!(
-        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\npoll_timeout_secs = 1\nedit_interval_secs = 0.2\n\n[scheduler]\nmin_interval_secs = 1\n",
+        "[channels.telegram]\nenabled = true\ntoken = \"{TEST_TOKEN}\"\napi_url = \"{}\"\nallow_from = [{}]\npoll_timeout_secs = 1\nedit_interval_secs = 0.2\n\n[scheduler]\nmin_interval_secs = 1\n\n[memory]\nenabled = true\n",
         telegram.api_url(),
         allowed.join(", ")
     );
@@ -453,6 +457,12 @@ async fn run(settings: Settings) -> Report {
     check_telegram(&telegram, &people, &settings, &mut report);
     check_transcripts(&nats, &chats, &people, &settings, &mut report).await;
     check_histories(&llm, &mut report);
+    let members: Vec<&std::path::Path> = gateways
+        .iter()
+        .chain(workers.iter())
+        .map(|member| member.config.as_path())
+        .collect();
+    check_memory(&members, &chats, &people, &settings, &mut report).await;
     check_runs(&runs, every, &mut report);
     report.ticks = lock(&ledger).ticks;
     report

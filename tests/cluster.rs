@@ -164,7 +164,7 @@ pub(crate) async fn partitions_held(nats: &NatsServer, members: &[(&str, usize)]
 
 /// A gateway and two workers, each a process of its own with `config`'s lease, once the
 /// partitions are split between the workers: the gateway's address and the processes.
-async fn gateway_and_two_workers(
+pub(crate) async fn gateway_and_two_workers(
     root: &Path,
     llm: &ScriptedLlm,
     nats: &NatsServer,

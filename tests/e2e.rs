@@ -37,6 +37,10 @@ mod cluster_faults;
 /// One bot on two gateways of a cluster: the standby takes a killed gateway's connection over.
 #[cfg(feature = "cluster")]
 mod cluster_gateways;
+/// Memory search on a cluster: every member's index of the shared chats, each message found
+/// once across compaction, `/new`, kill -9, a NATS restart and a rebuild.
+#[cfg(feature = "cluster")]
+mod cluster_memory;
 /// The bus authenticated and encrypted: the example server config with a user per role and
 /// TLS, strangers and forgeries refused, no password shown.
 #[cfg(feature = "cluster")]

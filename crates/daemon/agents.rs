@@ -150,7 +150,7 @@ pub(crate) fn build_agents(
             place,
         )?);
     }
-    let memory = memory_of(config, &specs, &mut homes)?;
+    let memory = memory_of(config, &specs, &mut homes, place)?;
     let stores: BTreeMap<AgentName, Arc<dyn SessionStore>> = homes
         .iter()
         .map(|home| (home.name.clone(), home.store.clone()))
@@ -209,15 +209,18 @@ pub(crate) fn build_agents(
 }
 
 /// The agents' memory index when `[memory]` is on — started, its first pass under way — with
-/// every agent's store telling it what is written; `None` (nothing started) when off.
+/// every agent's store telling it what is written (alone), or every agent's chats followed
+/// in the cluster's stream (on a cluster); `None` (nothing started) when off.
 fn memory_of(
     config: &Config,
     specs: &[AgentSpec<'_>],
     homes: &mut [Home],
+    place: Option<&crate::cluster::Place>,
 ) -> anyhow::Result<Option<MemoryIndex>> {
     if !config.memory.enabled {
         return Ok(None);
     }
+    let shared = place.is_some_and(crate::cluster::Place::is_cluster);
     let places: Vec<switchboard_memory::Home> = specs
         .iter()
         .zip(homes.iter())
@@ -225,10 +228,17 @@ fn memory_of(
             agent: spec.name.clone(),
             state_dir: spec.state_dir.clone(),
             workspace: home.workspace.root().to_path_buf(),
+            shared,
         })
         .collect();
     let index = MemoryIndex::start(&places)
         .context("cannot open the memory index (memory.enabled; `switchboard memory reindex` builds it afresh)")?;
+    if let Some(place) = place {
+        let agents: Vec<AgentName> = specs.iter().map(|spec| spec.name.clone()).collect();
+        if place.follow_said(&index, &agents) {
+            return Ok(Some(index));
+        }
+    }
     for home in homes {
         home.store = Arc::new(IndexedStore::new(
             home.store.clone(),

@@ -197,6 +197,29 @@ impl Place {
         None
     }
 
+    /// Follows each of `agents`' chats on the cluster into `index` (a worker's memory
+    /// search), on tasks of their own; `false` alone, where the index reads the files.
+    pub(crate) fn follow_said(
+        &self,
+        index: &switchboard_memory::MemoryIndex,
+        agents: &[AgentName],
+    ) -> bool {
+        #[cfg(feature = "cluster")]
+        if let Some((cluster, _)) = &self.nats {
+            for agent in agents {
+                let feed = switchboard_nats::SaidFeed::new(cluster, agent);
+                tokio::spawn(crate::memory_feed::follow(
+                    feed,
+                    agent.clone(),
+                    index.clone(),
+                ));
+            }
+            return true;
+        }
+        let _ = (index, agents);
+        false
+    }
+
     /// Starts taking partitions (a worker on a cluster; nothing alone). A gateway that
     /// runs no agents only keeps itself listed among the members.
     pub(crate) fn start_worker(&self) {

@@ -254,17 +254,6 @@ impl Config {
             .map_err(|problem| self.source.problem("speech", problem))?;
         self.telemetry.validate(&self.source)?;
         self.memory.validate(&self.source)?;
-        #[cfg(feature = "cluster")]
-        if self.memory.enabled && self.cluster.is_some() {
-            return Err(self.source.error_at(
-                None,
-                "memory.enabled".into(),
-                "memory search does not run on a cluster yet: the index reads the session \
-                 files of one host, and a cluster keeps sessions in JetStream — leave [memory] \
-                 off there"
-                    .into(),
-            ));
-        }
         self.scheduler
             .validate(&self.heartbeat, &self.channels.enabled(), &self.source)?;
         // Either MCP's own section or, in a build without it, its refusal.

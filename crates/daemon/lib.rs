@@ -76,6 +76,8 @@ pub mod mcp_cli;
 #[cfg(feature = "mcp")]
 mod mcp_servers;
 pub mod memory_cli;
+#[cfg(feature = "cluster")]
+mod memory_feed;
 pub mod metrics;
 mod migrate;
 pub mod model_health;

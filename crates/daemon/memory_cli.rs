@@ -60,6 +60,19 @@ pub fn run(config: Option<&std::path::Path>, action: MemoryAction) -> anyhow::Re
                 let started = std::time::Instant::now();
                 let counts = switchboard_memory::reindex(home, |_| {})
                     .with_context(|| format!("reindexing agent {}", home.agent))?;
+                if home.shared {
+                    // The chats are the cluster's: a running member follows them in again.
+                    writeln(
+                        out,
+                        &format!(
+                            "agent {}: index cleared; this member's daemon builds it again \
+                             from the cluster's sessions stream (at its start, or when it \
+                             runs, as the next message is stored)",
+                            home.agent
+                        ),
+                    )?;
+                    continue;
+                }
                 writeln(
                     out,
                     &format!(
@@ -110,8 +123,20 @@ fn homes(config: &Config) -> Vec<Home> {
             agent: spec.name.clone(),
             state_dir: spec.state_dir.clone(),
             workspace: spec.workspace.clone(),
+            shared: on_a_cluster(config),
         })
         .collect()
+}
+
+/// Whether the config's sessions are a cluster's (a build without the cluster has none).
+fn on_a_cluster(config: &Config) -> bool {
+    #[cfg(feature = "cluster")]
+    return config.cluster.is_some();
+    #[cfg(not(feature = "cluster"))]
+    {
+        let _ = config;
+        false
+    }
 }
 
 fn pick<'a>(homes: &'a [Home], agent: Option<&str>) -> anyhow::Result<&'a Home> {

@@ -1,7 +1,7 @@
 //! The invariants of the chaos run, checked once every part is up again: over what the
 //! clients saw (nothing lost, nothing answered twice), what the cluster stored (no hole or
 //! duplicate in a transcript), what the model was sent (no hole or duplicate in a history),
-//! and the job's runs (each due time once).
+//! the job's runs (each due time once), and every member's memory index (each message once).
 
 use std::collections::BTreeMap;
 
@@ -174,6 +174,62 @@ pub(super) fn check_runs(runs: &[(String, String)], every: u64, report: &mut Rep
         if outcome != "answered" && outcome != "skipped" {
             report.due_holes += 1;
             eprintln!("chaos: the run due {due} ended {outcome}");
+        }
+    }
+}
+
+/// Every member's memory index (each keeps its own, following the stream through the same
+/// nemesis) finds each message of every chat once: each text and its answer, none missing,
+/// none twice. A member still catching up is waited for; a count past the expected is a
+/// message taken twice, at once.
+pub(super) async fn check_memory(
+    configs: &[&std::path::Path],
+    chats: &[String],
+    people: &[u64],
+    settings: &Settings,
+    report: &mut Report,
+) {
+    let mut chats_of: Vec<(String, usize)> = chats
+        .iter()
+        .map(|chat| (format!("websocket_{chat}"), settings.messages))
+        .collect();
+    chats_of.extend(
+        people
+            .iter()
+            .map(|person| (format!("telegram_{person}"), settings.person_messages)),
+    );
+    for config in configs {
+        for (key, messages) in &chats_of {
+            // Each text, then its answer; at most a search's 50 hits (the bounded run's).
+            let wanted = 2 * (*messages).min(25);
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+            let found = loop {
+                let out = crate::util::cli(
+                    &["memory", "search", "--chat", key, "--limit", "50", "m0*"],
+                    config,
+                )
+                .await;
+                let lines: Vec<String> = out
+                    .lines()
+                    .filter(|line| line.starts_with('['))
+                    .map(str::to_owned)
+                    .collect();
+                if lines.len() >= wanted || tokio::time::Instant::now() > deadline {
+                    break lines;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            };
+            let mut distinct = found.clone();
+            distinct.sort();
+            distinct.dedup();
+            if found.len() != wanted || distinct.len() != found.len() {
+                report.memory_bad += 1;
+                eprintln!(
+                    "chaos: {} finds {} of {key}'s {wanted} messages: {found:?}",
+                    config.display(),
+                    found.len()
+                );
+            }
         }
     }
 }
