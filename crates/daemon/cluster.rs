@@ -107,6 +107,9 @@ pub(crate) struct Place {
     stores: Stores,
     runs_channels: bool,
     runs_agents: bool,
+    /// Whether compaction on the cluster keeps what it replaces (`[memory]` on).
+    #[cfg(feature = "cluster")]
+    keep_history: bool,
     #[cfg(feature = "cluster")]
     nats: Option<(switchboard_nats::Cluster, switchboard_nats::NatsBus)>,
 }
@@ -143,6 +146,7 @@ impl Place {
                 stores: Stores::of_cluster(&cluster, &config.path(&config.agent.state_dir)),
                 runs_channels: role.runs_channels(),
                 runs_agents: role.runs_agents(),
+                keep_history: config.memory.enabled,
                 nats: Some((cluster, bus)),
             });
         }
@@ -154,6 +158,8 @@ impl Place {
             stores,
             runs_channels: true,
             runs_agents: true,
+            #[cfg(feature = "cluster")]
+            keep_history: false,
             #[cfg(feature = "cluster")]
             nats: None,
         })
@@ -191,7 +197,9 @@ impl Place {
     pub(crate) fn session_store(&self, agent: &AgentName) -> Option<Arc<dyn SessionStore>> {
         #[cfg(feature = "cluster")]
         if let Some((cluster, _)) = &self.nats {
-            return Some(Arc::new(switchboard_nats::NatsStore::new(cluster, agent)));
+            return Some(Arc::new(
+                switchboard_nats::NatsStore::new(cluster, agent).keeping_history(self.keep_history),
+            ));
         }
         let _ = agent;
         None

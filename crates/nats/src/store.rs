@@ -70,6 +70,9 @@ pub(crate) const OFFSET: &str = "Switchboard-Offset";
 pub struct NatsStore {
     cluster: Cluster,
     agent: String,
+    /// Whether compaction keeps the generation it replaces (for the members' memory
+    /// indexes; see [`NatsStore::keeping_history`]).
+    history: bool,
     failed_writes: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
@@ -88,9 +91,21 @@ impl NatsStore {
         Self {
             cluster: cluster.clone(),
             agent: agent.to_string(),
+            history: false,
             failed_writes: AtomicU64::new(0),
             last_error: Mutex::new(None),
         }
+    }
+
+    /// The store with compaction keeping the generation it replaces (`[memory]` on: the
+    /// members' indexes read it). Off, compaction drops it, as the file store did before
+    /// history: the copies keep the sessions stream growing with everything said, and every
+    /// conditional write on it (on NATS 2.9) costs more as it grows — measured at twice the
+    /// time of a turn after 500 turns of one chat (docs/benchmarks.md).
+    #[must_use]
+    pub fn keeping_history(mut self, keep: bool) -> Self {
+        self.history = keep;
+        self
     }
 
     fn subject(&self, key: &SessionKey) -> String {
@@ -447,8 +462,10 @@ impl SessionStore for NatsStore {
                 .names
                 .history_subject(&self.agent, key, generation)
         };
-        self.tried(|| self.keep(&subject, revision, &history))
-            .await?;
+        if self.history {
+            self.tried(|| self.keep(&subject, revision, &history))
+                .await?;
+        }
         self.write(&subject, revision, &lines, true).await
     }
 
