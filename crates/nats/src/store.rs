@@ -120,39 +120,18 @@ impl NatsStore {
             .map_err(failed)
     }
 
-    /// The messages on `subject`, oldest first, as the server sends them (waiting for more
-    /// after the last: read up to a known sequence).
-    async fn messages_of(&self, subject: &str) -> Result<consumer::pull::Ordered, StoreError> {
-        self.stream()
-            .await?
-            .create_consumer(consumer::pull::OrderedConfig {
-                filter_subject: subject.to_owned(),
-                deliver_policy: consumer::DeliverPolicy::All,
-                ..Default::default()
-            })
-            .await
-            .map_err(failed)?
-            .messages()
-            .await
-            .map_err(failed)
-    }
-
     /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
     /// the subject's revision when they were read.
     async fn read(&self, subject: &str) -> Result<(Vec<u8>, Revision), StoreError> {
-        let Some(last) = self.last_on(subject).await?.map(|last| last.sequence) else {
+        let stream = self.stream().await?;
+        let Some(last) = last_on(&stream, subject).await?.map(|last| last.sequence) else {
             return Ok((Vec::new(), Revision(0)));
         };
-        let mut messages = self.messages_of(subject).await?;
+        let mut messages = messages_of(&stream, subject).await?;
         let mut chunks: std::collections::VecDeque<bytes::Bytes> =
             std::collections::VecDeque::new();
         let mut total = 0usize;
-        loop {
-            let Some(message) = messages.next().await else {
-                break;
-            };
-            let message = message.map_err(failed)?;
-            let sequence = message.info().map_err(failed)?.stream_sequence;
+        while let Some((sequence, message)) = next_of(&mut messages).await? {
             total += message.payload.len();
             chunks.push_back(message.payload.clone());
             while total > MAX_READ_BYTES && chunks.len() > 1 {
@@ -251,50 +230,29 @@ impl NatsStore {
         }
     }
 
-    /// The sequence of the last message on `subject` (0: none), and the message.
-    async fn last_on(
-        &self,
-        subject: &str,
-    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>, StoreError> {
-        match self
-            .stream()
-            .await?
-            .get_last_raw_message_by_subject(subject)
-            .await
-        {
-            Ok(message) => Ok(Some(message)),
-            Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-            Err(err) => Err(failed(err)),
-        }
-    }
-
     /// Copies the generation on `subject` (its messages from the first through `last`) to
     /// the subject `copy` names for the generation, in pieces of whole messages of at most
     /// [`CHUNK_BYTES`], each with its generation and offset; carries on after what that
     /// subject already holds of it. Returns how many bytes the generation has.
     async fn copy_out(
         &self,
+        stream: &stream::Stream,
         subject: &str,
         last: u64,
         copy: &(dyn Fn(u64) -> String + Sync),
     ) -> Result<u64, StoreError> {
-        let mut messages = self.messages_of(subject).await?;
+        let mut messages = messages_of(stream, subject).await?;
         let mut target: Option<(String, Revision, u64)> = None;
         let mut generation = 0u64;
         let mut offset = 0u64;
         let mut piece: Vec<u8> = Vec::new();
         let mut piece_at = 0u64;
-        loop {
-            let Some(message) = messages.next().await else {
-                break;
-            };
-            let message = message.map_err(failed)?;
-            let sequence = message.info().map_err(failed)?.stream_sequence;
+        while let Some((sequence, message)) = next_of(&mut messages).await? {
             if target.is_none() {
                 // The first message starts the generation: what of it is copied already?
                 generation = sequence;
                 let name = copy(sequence);
-                let (revision, held) = match self.last_on(&name).await? {
+                let (revision, held) = match last_on(stream, &name).await? {
                     None => (Revision(0), 0),
                     Some(kept) => {
                         let at = kept
@@ -356,14 +314,17 @@ impl NatsStore {
         revision: Revision,
         copy: &(dyn Fn(u64) -> String + Sync),
     ) -> Result<u64, StoreError> {
-        let last = self.last_on(subject).await?.map_or(0, |last| last.sequence);
+        let stream = self.stream().await?;
+        let last = last_on(&stream, subject)
+            .await?
+            .map_or(0, |last| last.sequence);
         if last != revision.0 {
             return Err(StoreError::Stale);
         }
         if last == 0 {
             return Ok(0);
         }
-        self.copy_out(subject, last, copy).await
+        self.copy_out(&stream, subject, last, copy).await
     }
 
     /// Publishes one piece of a copy at byte `offset` of `generation`, after `revision` of
@@ -551,6 +512,49 @@ impl SessionStore for NatsStore {
             },
         }
     }
+}
+
+/// The last message on `subject` of `stream` (`None`: none).
+async fn last_on(
+    stream: &stream::Stream,
+    subject: &str,
+) -> Result<Option<async_nats::jetstream::message::StreamMessage>, StoreError> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => Ok(Some(message)),
+        Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+        Err(err) => Err(failed(err)),
+    }
+}
+
+/// The messages on `subject` of `stream`, oldest first, as the server sends them (waiting
+/// for more after the last: read up to a known sequence).
+async fn messages_of(
+    stream: &stream::Stream,
+    subject: &str,
+) -> Result<consumer::pull::Ordered, StoreError> {
+    stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject.to_owned(),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(failed)?
+        .messages()
+        .await
+        .map_err(failed)
+}
+
+/// The next of `messages` and its stream sequence; `None` when they end.
+async fn next_of(
+    messages: &mut consumer::pull::Ordered,
+) -> Result<Option<(u64, async_nats::jetstream::Message)>, StoreError> {
+    let Some(message) = messages.next().await else {
+        return Ok(None);
+    };
+    let message = message.map_err(failed)?;
+    let sequence = message.info().map_err(failed)?.stream_sequence;
+    Ok(Some((sequence, message)))
 }
 
 /// `lines` cut into pieces of whole lines of at most [`CHUNK_BYTES`] (a longer line is a
