@@ -195,6 +195,17 @@ async fn stored(client: &async_nats::Client, subject: &str) -> bool {
     }
 }
 
+/// Whether `client` may read the last message on `subject` of `stream`.
+async fn reads(client: &async_nats::Client, stream: &str, subject: &str) -> bool {
+    match jetstream::new(client.clone()).get_stream(stream).await {
+        Ok(stream) => stream
+            .get_last_raw_message_by_subject(subject)
+            .await
+            .is_ok(),
+        Err(_) => false,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_server_config_runs_a_cluster_and_refuses_what_each_role_must_not_do() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -296,17 +307,30 @@ async fn the_example_server_config_runs_a_cluster_and_refuses_what_each_role_mus
         !stored(&gateway, "$O.switchboard_media.C.forged").await,
         "a gateway puts no file for a chat"
     );
-    let sessions = jetstream::new(operator.clone())
-        .get_stream("switchboard_sessions")
-        .await;
-    let read = match sessions {
-        Ok(stream) => stream
-            .get_last_raw_message_by_subject("switchboard.sessions.default.websocket_c")
-            .await
-            .is_ok(),
-        Err(_) => false,
-    };
-    assert!(!read, "the operator reads no transcript");
+    // What compaction keeps (with `[memory]` on) is a worker's to write, and nobody's but
+    // the members' to read.
+    let history = "switchboard.history.default.websocket_c.1";
+    assert!(
+        !stored(&gateway, history).await,
+        "a gateway writes no history"
+    );
+    assert!(stored(&worker, history).await, "a worker keeps history");
+    for (stream, subject) in [
+        (
+            "switchboard_sessions",
+            "switchboard.sessions.default.websocket_c",
+        ),
+        ("switchboard_history", history),
+    ] {
+        assert!(
+            !reads(&operator, stream, subject).await,
+            "the operator reads no transcript ({stream})"
+        );
+        assert!(
+            reads(&worker, stream, subject).await,
+            "a worker reads {stream}"
+        );
+    }
     let deleted = jetstream::new(gateway.clone())
         .delete_stream("switchboard_sessions")
         .await;

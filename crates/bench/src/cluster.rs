@@ -1,7 +1,8 @@
 //! The cluster (`--only cluster`): the NATS hop's cost per turn against the bus of one
 //! process under the same load, turns/s with one and two workers, failover (kill -9 of a
-//! worker → the first answer by the survivor), and memory per worker. Needs a release
-//! binary built with `--features cluster` and Debian's `nats-server`.
+//! worker → the first answer by the survivor), and memory per worker; with `[memory]` on
+//! (`--cluster-memory`), how long a member that starts after the load takes to index it.
+//! Needs a release binary built with `--features cluster` and Debian's `nats-server`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -20,25 +21,38 @@ use crate::{Results, mib};
 /// Lease of the failover run, the default's.
 const LEASE_SECS: f64 = 10.0;
 
-fn member(nats: &NatsServer, role: &str, name: &str) -> String {
-    format!(
-        "[cluster]\nnats_url = \"{}\"\nname = \"bench\"\nrole = \"{role}\"\nmember = \"{name}\"\nlease_secs = {LEASE_SECS:.1}\n",
-        nats.url()
-    )
+/// The members' config: `[cluster]`, and `[memory]` on every member when `memory`.
+#[derive(Clone, Copy)]
+struct Members<'a> {
+    nats: &'a NatsServer,
+    memory: bool,
+}
+
+impl Members<'_> {
+    fn tables(&self, role: &str, name: &str) -> String {
+        let mut tables = format!(
+            "[cluster]\nnats_url = \"{}\"\nname = \"bench\"\nrole = \"{role}\"\nmember = \"{name}\"\nlease_secs = {LEASE_SECS:.1}\n",
+            self.nats.url()
+        );
+        if self.memory {
+            tables.push_str("[memory]\nenabled = true\n");
+        }
+        tables
+    }
 }
 
 async fn start(
     launcher: &Launcher,
     root: &Path,
     llm_url: &str,
-    nats: &NatsServer,
+    members: Members<'_>,
     role: &str,
     name: &str,
 ) -> anyhow::Result<Daemon> {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("workspace"))?;
     let (daemon, _) =
-        daemon::start_with(launcher, &dir, llm_url, &member(nats, role, name)).await?;
+        daemon::start_with(launcher, &dir, llm_url, &members.tables(role, name)).await?;
     Ok(daemon)
 }
 
@@ -87,6 +101,7 @@ pub async fn run(
     llm_url: &str,
     results: &mut Results,
     messages: usize,
+    memory: bool,
 ) -> anyhow::Result<()> {
     let turns = messages.min(500);
     // The bus of one process: the same daemon, alone.
@@ -103,9 +118,13 @@ pub async fn run(
         alone.stop().await?;
     }
     let nats = NatsServer::start();
+    let members = Members {
+        nats: &nats,
+        memory,
+    };
     let root = tempfile::tempdir()?;
-    let gateway = start(launcher, root.path(), llm_url, &nats, "gateway", "gw").await?;
-    let w1 = start(launcher, root.path(), llm_url, &nats, "worker", "w1").await?;
+    let gateway = start(launcher, root.path(), llm_url, members, "gateway", "gw").await?;
+    let w1 = start(launcher, root.path(), llm_url, members, "worker", "w1").await?;
     settled(&nats, &["w1"]).await?;
     results.insert("cluster_worker_rss_idle_mib".into(), mib(w1.rss_kib()));
     results.insert(
@@ -123,7 +142,7 @@ pub async fn run(
     );
     results.insert("cluster_worker_rss_loaded_mib".into(), mib(w1.rss_kib()));
 
-    let w2 = start(launcher, root.path(), llm_url, &nats, "worker", "w2").await?;
+    let w2 = start(launcher, root.path(), llm_url, members, "worker", "w2").await?;
     settled(&nats, &["w1", "w2"]).await?;
     let two = load::through_daemon(gateway.addr, gateway.pid, 32, turns / 10, "two-many").await?;
     results.insert(
@@ -131,12 +150,63 @@ pub async fn run(
         two.turns_per_sec(),
     );
 
+    if memory {
+        catch_up(launcher, root.path(), llm_url, members, &gateway, results).await?;
+    }
+
     // Failover: kill -9 the first worker, then ask in a chat of one of its partitions.
     let killed = failover(&nats, &gateway, w1).await?;
     results.insert("cluster_failover_s".into(), killed.elapsed().as_secs_f64());
     results.insert("cluster_lease_s".into(), LEASE_SECS);
     w2.stop().await?;
     gateway.stop().await?;
+    Ok(())
+}
+
+/// A member that starts after the load (a gateway, `[memory]` on): from its start until its
+/// index holds what the first gateway's holds, every chat of the load read from the streams.
+async fn catch_up(
+    launcher: &Launcher,
+    root: &Path,
+    llm_url: &str,
+    members: Members<'_>,
+    first: &Daemon,
+    results: &mut Results,
+) -> anyhow::Result<()> {
+    let mut held = daemon::memory_entries(first.addr).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = daemon::memory_entries(first.addr).await?;
+        if now == held && now > 0 {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the gateway's index never settled"
+        );
+        held = now;
+    }
+    let started = Instant::now();
+    let late = start(launcher, root, llm_url, members, "gateway", "late").await?;
+    loop {
+        let now = daemon::memory_entries(late.addr).await?;
+        if now >= held {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(300),
+            "the late member's index never caught up: {now} of {held} entries"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    results.insert(
+        "cluster_memory_catch_up_s".into(),
+        started.elapsed().as_secs_f64(),
+    );
+    #[allow(clippy::cast_precision_loss)]
+    results.insert("cluster_memory_entries".into(), held as f64);
+    late.stop().await?;
     Ok(())
 }
 

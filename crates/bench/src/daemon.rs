@@ -331,6 +331,23 @@ pub fn cpu_ns_between(
         .sum()
 }
 
+/// The entries of every agent's memory index, as the daemon's `/healthz` counts them.
+pub async fn memory_entries(addr: SocketAddr) -> anyhow::Result<u64> {
+    let health: serde_json::Value = reqwest::get(format!("http://{addr}/healthz"))
+        .await?
+        .json()
+        .await?;
+    Ok(health["memory"]
+        .as_object()
+        .map(|agents| {
+            agents
+                .values()
+                .filter_map(|agent| agent["entries"].as_u64())
+                .sum()
+        })
+        .unwrap_or(0))
+}
+
 /// Waits until the daemon's `/healthz` counts MCP tools (its servers are up).
 pub async fn wait_for_mcp_tools(addr: SocketAddr, within: Duration) -> anyhow::Result<()> {
     let client = reqwest::Client::new();

@@ -71,6 +71,10 @@ struct Args {
     /// Queries timed on each corpus of the memory index run.
     #[arg(long, default_value_t = 2_000)]
     memory_queries: usize,
+    /// Run the cluster's members with `[memory]` on (compaction keeping what it replaces,
+    /// each member's index following the streams).
+    #[arg(long)]
+    cluster_memory: bool,
     /// Run only these scenarios (default: all).
     #[arg(long, value_enum)]
     only: Vec<Scenario>,
@@ -163,7 +167,14 @@ async fn main() -> anyhow::Result<()> {
     }
 
     if args.only.contains(&Scenario::Cluster) {
-        cluster::run(&launcher, &llm_url, &mut results, args.messages).await?;
+        cluster::run(
+            &launcher,
+            &llm_url,
+            &mut results,
+            args.messages,
+            args.cluster_memory,
+        )
+        .await?;
     }
 
     report(&args, &results)

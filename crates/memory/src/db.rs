@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 /// The layout of the database; another one is rebuilt.
-pub(crate) const VERSION: i64 = 3;
+pub(crate) const VERSION: i64 = 4;
 
 /// How long a write waits for another writer (a `switchboard memory reindex` beside the
 /// daemon) before it fails.
@@ -22,8 +22,10 @@ pub(crate) const BUSY: std::time::Duration = std::time::Duration::from_secs(10);
 /// files negative ones, so a search of chats alone is a rowid range, free in FTS5.
 ///
 /// On a cluster, `files` holds generations of the shared sessions (`said:GENERATION:CHAT`,
-/// with the copies still to skip when a window spans pieces), `generations` each chat's
-/// current one, and `feed` the stream followed and the position last taken.
+/// with the copies still to skip when a window spans pieces and how much of it came in the
+/// chat's own records, `live`, -1 once one of those was missed), `generations` each chat's
+/// current one, the last a `/new` closed and the position of its records last taken, and `feed` the two streams followed (1: sessions, 2: history) and the position
+/// last taken of each (see `pieces`).
 pub(crate) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS files (
     id INTEGER PRIMARY KEY,
@@ -33,14 +35,18 @@ CREATE TABLE IF NOT EXISTS files (
     offset INTEGER NOT NULL,
     stamp INTEGER NOT NULL DEFAULT 0,
     archived INTEGER NOT NULL DEFAULT 0,
-    copies INTEGER NOT NULL DEFAULT 0
+    copies INTEGER NOT NULL DEFAULT 0,
+    generation INTEGER NOT NULL DEFAULT 0,
+    live INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS generations (
     session TEXT PRIMARY KEY,
-    generation INTEGER NOT NULL
+    generation INTEGER NOT NULL,
+    archived INTEGER NOT NULL DEFAULT 0,
+    last INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS feed (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
+    id INTEGER PRIMARY KEY CHECK (id IN (1, 2)),
     stream TEXT NOT NULL,
     position INTEGER NOT NULL
 );
@@ -73,6 +79,15 @@ pub enum IndexError {
     /// since): follow the stream again, from where the index says.
     #[error("the memory index was cleared: following the sessions stream again from its start")]
     Unfollowed,
+    /// A chat's records came with a gap before them: what was stored for `session` after
+    /// position `after` and before this piece was not taken (read it and take it first).
+    #[error("the memory index missed records of {session} after position {after}")]
+    Missed {
+        /// The chat.
+        session: String,
+        /// The position of its records last taken.
+        after: u64,
+    },
     /// A transcript or memory file could not be read.
     #[error("{path}: {source}")]
     Io {

@@ -9,20 +9,15 @@
 //! from where the last commit left off.
 //!
 //! On a cluster there are no files here: the shared sessions come as [`Piece`]s of the
-//! cluster's stream, each taken in one transaction with its position ([`Index::take`]). A
-//! generation of a chat's records is what a file is above — keyed `said:GENERATION:CHAT`,
-//! read on by offset — and a copy of it (history, archive) is read from the offset the
-//! index has of it, so what was read live is not read again.
+//! cluster's streams, taken by `pieces` ([`Index::take`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use switchboard_core::{ChatMessage, Origin, cut_at};
 use switchboard_sessions::transcript::{
-    Part, Piece, PiecePart, Said, TranscriptFile, file_of, read_said, read_said_after,
-    transcript_files,
+    Part, Piece, TranscriptFile, file_of, read_said, transcript_files,
 };
 
 use crate::db::{
@@ -30,9 +25,8 @@ use crate::db::{
     remove_database, sql_error,
 };
 use crate::notes;
-
-/// The most of one message's text indexed.
-const MAX_INDEXED: usize = 64 * 1024;
+use crate::pieces;
+use crate::rows::{Row, drop_rows, insert, signed, spoken};
 
 /// Bytes of a file compared to tell a reused inode from the file it was.
 const HEAD: usize = 64;
@@ -187,169 +181,25 @@ impl Index {
         tx.commit().map_err(sql)
     }
 
-    /// Where to follow a cluster's stream `stream` from: after the position last taken, or
-    /// from its start (forgetting what was taken of another stream, or of none).
-    pub fn follow(&mut self, stream: &str) -> Result<u64, IndexError> {
-        let path = self.path.clone();
-        let sql = sql_error(&path);
-        let known: Option<(String, i64)> = self
-            .conn
-            .query_row(
-                "SELECT stream, position FROM feed WHERE id = 1",
-                [],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
-            .optional()
-            .map_err(sql)?;
-        match known {
-            Some((known, position)) if known == stream => Ok(position.unsigned_abs()),
-            _ => {
+    /// Where to follow a cluster's two streams (`streams`: their identities, the sessions
+    /// stream's and the history stream's) from: after the positions last taken, or from their
+    /// starts (forgetting what was taken of other streams, or of none).
+    pub fn follow(&mut self, streams: [&str; 2]) -> Result<[u64; 2], IndexError> {
+        let followed = pieces::follow(&self.conn, &self.path, streams)?;
+        match followed {
+            Some(positions) => Ok(positions),
+            None => {
                 self.clear()?;
-                self.conn
-                    .execute(
-                        "INSERT INTO feed (id, stream, position) VALUES (1, ?1, 0)",
-                        [stream],
-                    )
-                    .map_err(sql)?;
-                Ok(0)
+                pieces::begin(&self.conn, &self.path, streams)?;
+                Ok([0, 0])
             }
         }
     }
 
-    /// Takes a piece of a cluster's stream: what it says that the index does not hold yet,
-    /// and its position, in one transaction. A piece at or before the position last taken
-    /// was taken already and changes nothing.
-    pub fn take(&mut self, piece: &Piece) -> Result<Pass, IndexError> {
-        let path = self.path.clone();
-        let sql = sql_error(&path);
-        let mut pass = Pass::default();
-        let tx = self.conn.transaction().map_err(sql)?;
-        let Some(taken): Option<i64> = tx
-            .query_row("SELECT position FROM feed WHERE id = 1", [], |row| {
-                row.get(0)
-            })
-            .optional()
-            .map_err(sql)?
-        else {
-            // Cleared (`switchboard memory reindex`) since the stream was followed.
-            return Err(IndexError::Unfollowed);
-        };
-        if piece.position <= taken.unsigned_abs() {
-            return Ok(pass);
-        }
-        let (generation, at, archived) = match piece.part {
-            PiecePart::Session { starts } => {
-                let current: Option<i64> = tx
-                    .query_row(
-                        "SELECT generation FROM generations WHERE session = ?1",
-                        [&piece.session],
-                        |row| row.get(0),
-                    )
-                    .optional()
-                    .map_err(sql)?;
-                let generation = match current {
-                    Some(generation) if !starts => generation.unsigned_abs(),
-                    _ => piece.position,
-                };
-                tx.execute(
-                    "INSERT INTO generations (session, generation) VALUES (?1, ?2) \
-                     ON CONFLICT(session) DO UPDATE SET generation = ?2",
-                    params![piece.session, signed(generation)],
-                )
-                .map_err(sql)?;
-                (generation, None, false)
-            }
-            PiecePart::Kept {
-                generation,
-                offset,
-                archived,
-            } => (generation, Some(offset), archived),
-        };
-        if archived {
-            // `/new` closed the conversation: all of it said until now is archived.
-            tx.execute(
-                "UPDATE said SET archived = 1 WHERE session = ?1 AND archived = 0",
-                [&piece.session],
-            )
-            .map_err(sql)?;
-        }
-        let key = format!("said:{generation}:{}", piece.session);
-        let known: Option<(i64, i64, i64)> = tx
-            .query_row(
-                "SELECT id, offset, copies FROM files WHERE key = ?1",
-                [&key],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-            )
-            .optional()
-            .map_err(sql)?;
-        let (id, held, copies) = match known {
-            Some((id, offset, copies)) => (
-                id,
-                offset.unsigned_abs(),
-                usize::try_from(copies).unwrap_or(0),
-            ),
-            None => {
-                tx.execute(
-                    "INSERT INTO files (key, path, head, offset) VALUES (?1, ?2, x'', 0)",
-                    params![key, piece.session],
-                )
-                .map_err(sql)?;
-                (tx.last_insert_rowid(), 0, 0)
-            }
-        };
-        if archived {
-            tx.execute("UPDATE files SET archived = 1 WHERE id = ?1", [id])
-                .map_err(sql)?;
-        }
-        let len = piece.text.len() as u64;
-        // Where in the generation the piece's bytes start: a session's at the end of what is
-        // held (its pieces come in order), a copy's where it says.
-        let start = at.unwrap_or(held);
-        let (text, from, copies) = if start + len <= held {
-            (&piece.text[..0], held, copies)
-        } else if start <= held {
-            let skip = usize::try_from(held - start).unwrap_or(usize::MAX);
-            (&piece.text[skip.min(piece.text.len())..], held, copies)
-        } else {
-            tracing::warn!(session = %piece.session, generation, held, start,
-                "the memory index missed part of a chat's records: read on from what came");
-            (&piece.text[..], start, 0)
-        };
-        let reading = read_said_after(text, from, copies);
-        for said in &reading.said {
-            let Some((who, text)) = spoken(said) else {
-                continue;
-            };
-            let row = Row {
-                file: id,
-                session: Some(&piece.session),
-                at: said.at.or(Some(piece.millis)),
-                who: &who,
-                text,
-                archived,
-            };
-            insert(&tx, &row).map_err(sql)?;
-            pass.added += 1;
-        }
-        if !text.is_empty() {
-            pass.files += 1;
-            tx.execute(
-                "UPDATE files SET offset = ?2, copies = ?3 WHERE id = ?1",
-                params![
-                    id,
-                    signed(from + text.len() as u64),
-                    i64::try_from(reading.copies).unwrap_or(0)
-                ],
-            )
-            .map_err(sql)?;
-        }
-        tx.execute(
-            "UPDATE feed SET position = ?1 WHERE id = 1",
-            [signed(piece.position)],
-        )
-        .map_err(sql)?;
-        tx.commit().map_err(sql)?;
-        Ok(pass)
+    /// Takes a piece of a cluster's streams: what it says that the index does not hold yet,
+    /// and its position, in one transaction (see `pieces`).
+    pub fn take(&mut self, piece: &Piece, taking: pieces::Taking) -> Result<Pass, IndexError> {
+        pieces::take(&mut self.conn, &self.path, piece, taking)
     }
 
     /// Reads one transcript file on from where the index left it.
@@ -566,71 +416,6 @@ impl Index {
     }
 }
 
-/// One row of what was said, as it is added.
-struct Row<'a> {
-    file: i64,
-    /// `None`: a memory file's chunk.
-    session: Option<&'a str>,
-    at: Option<i64>,
-    who: &'a str,
-    text: &'a str,
-    archived: bool,
-}
-
-/// Adds a row: its id (positive for a chat's, negative for a memory file's) and its text.
-fn insert(tx: &rusqlite::Transaction<'_>, row: &Row<'_>) -> Result<(), rusqlite::Error> {
-    let next = if row.session.is_some() {
-        "(SELECT max(0, coalesce(max(id), 0)) + 1 FROM said)"
-    } else {
-        "(SELECT min(0, coalesce(min(id), 0)) - 1 FROM said)"
-    };
-    tx.prepare_cached(&format!(
-        "INSERT INTO said (id, file, session, archived) VALUES ({next}, ?1, ?2, ?3)"
-    ))?
-    .execute(params![row.file, row.session, row.archived])?;
-    let id = tx.last_insert_rowid();
-    tx.prepare_cached(
-        "INSERT INTO said_fts (rowid, text, session, at, who) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![id, row.text, row.session, row.at, row.who])?;
-    Ok(())
-}
-
-/// Deletes the rows of a file; how many.
-fn drop_rows(tx: &rusqlite::Transaction<'_>, file: i64) -> Result<usize, rusqlite::Error> {
-    tx.execute(
-        "DELETE FROM said_fts WHERE rowid IN (SELECT id FROM said WHERE file = ?1)",
-        [file],
-    )?;
-    tx.execute("DELETE FROM said WHERE file = ?1", [file])
-}
-
-/// Who said a message and what, when it is something said (a person's or a job's message,
-/// an answer with text); tool calls and results are not.
-fn spoken(said: &Said) -> Option<(String, &str)> {
-    let (who, text) = match &said.message {
-        ChatMessage::User {
-            content, origin, ..
-        } => (
-            match origin {
-                Origin::Person => "user".to_owned(),
-                Origin::Schedule { name, .. } => format!("job {name}"),
-                Origin::Heartbeat => "heartbeat".to_owned(),
-                Origin::Delegated { .. } => "task".to_owned(),
-                Origin::SubAgents { .. } => "sub-agents".to_owned(),
-            },
-            content.as_str(),
-        ),
-        ChatMessage::Assistant { content, .. } => ("assistant".to_owned(), content.as_str()),
-        ChatMessage::Tool { .. } => return None,
-    };
-    let text = text.trim();
-    if text.is_empty() {
-        return None;
-    }
-    Some((who, cut_at(text, MAX_INDEXED)))
-}
-
 /// When the messages of a file that carry no time of their own were said, at the latest:
 /// when it was cut or closed, else when it was last written.
 fn file_time(file: &TranscriptFile) -> Option<i64> {
@@ -643,11 +428,6 @@ fn file_time(file: &TranscriptFile) -> Option<i64> {
         .ok()?
         .as_millis();
     i64::try_from(millis).ok()
-}
-
-/// An offset as SQLite keeps it.
-fn signed(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn transcript_key((dev, ino): (u64, u64)) -> String {
@@ -684,7 +464,3 @@ fn read_from(path: &Path, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 #[path = "index_tests.rs"]
 mod tests;
-
-#[cfg(test)]
-#[path = "pieces_tests.rs"]
-mod pieces_tests;

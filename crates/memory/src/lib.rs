@@ -10,6 +10,8 @@
 //! # Layout
 //! - `db`: one agent's database — its layout, opening, totals, errors.
 //! - `index`: writing it — transcript files read on by inode and offset, memory files by chunk.
+//! - `pieces`: writing a cluster's chats — the pieces of its streams, by generation and offset.
+//! - `rows`: the rows of what was said, as every writer adds them.
 //! - `search`: searching it — ranked or newest-first hits with snippets.
 //! - `notes`: the memory files, found and cut in chunks.
 //! - `service`: [`MemoryIndex`], the daemon's writer and reader threads; the CLI's
@@ -20,13 +22,16 @@
 mod db;
 mod index;
 mod notes;
+mod pieces;
+mod rows;
 mod search;
 mod section;
 mod service;
 mod store;
 
 pub use db::{Counts, IndexError, Pass, Sources};
+pub use pieces::Taking;
 pub use search::Reader;
 pub use section::MemorySection;
-pub use service::{Home, MemoryIndex, Standing, counts, reindex, search_now};
+pub use service::{Home, MemoryIndex, Standing, Untaken, counts, reindex, search_now};
 pub use store::IndexedStore;

@@ -18,6 +18,7 @@ use switchboard_sessions::transcript::Piece;
 
 use crate::db::{Counts, IndexError, Pass, Sources};
 use crate::index::Index;
+use crate::pieces::Taking;
 use crate::search::Reader;
 
 /// How long a search may wait for the reader.
@@ -32,7 +33,7 @@ pub struct Home {
     pub state_dir: PathBuf,
     /// Its workspace (memory files).
     pub workspace: PathBuf,
-    /// Whether its sessions are a cluster's (followed in its stream), not files here.
+    /// Whether its sessions are a cluster's (followed in its streams), not files here.
     pub shared: bool,
 }
 
@@ -63,19 +64,37 @@ pub struct Standing {
     pub error: Option<String>,
 }
 
+/// Why [`MemoryIndex::take`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Untaken {
+    /// The piece after the first `taken` came after a gap in `session`'s records: what was
+    /// stored for it after position `after` was not taken.
+    Missed {
+        /// How many of the pieces were taken before it.
+        taken: usize,
+        /// The chat.
+        session: String,
+        /// The position of its records last taken.
+        after: u64,
+    },
+    /// Taking failed: follow again.
+    Failed(String),
+}
+
 enum Write {
     Touched(AgentName, SessionKey),
     Archived(AgentName, SessionKey),
     Flushed(tokio::sync::oneshot::Sender<()>),
     Follow(
         AgentName,
-        String,
-        tokio::sync::oneshot::Sender<Result<u64, String>>,
+        [String; 2],
+        tokio::sync::oneshot::Sender<Result<[u64; 2], String>>,
     ),
     Take(
         AgentName,
         Vec<Piece>,
-        tokio::sync::oneshot::Sender<Result<(), String>>,
+        Taking,
+        tokio::sync::oneshot::Sender<Result<(), Untaken>>,
     ),
     Failed(AgentName, String),
 }
@@ -160,27 +179,39 @@ impl MemoryIndex {
         }
     }
 
-    /// Where to follow the cluster's stream `stream` for `agent`'s chats from: after the
-    /// position its index last took (0: from the start; a stream it never followed is
-    /// taken from the start, what was taken of another forgotten).
-    pub async fn follow(&self, agent: &AgentName, stream: String) -> Result<u64, String> {
+    /// Where to follow the cluster's two streams (`streams`: the sessions stream's and the
+    /// history stream's identities) for `agent`'s chats from: after the positions its index
+    /// last took (0: from the start; streams it never followed are taken from the start, what
+    /// was taken of others forgotten).
+    pub async fn follow(
+        &self,
+        agent: &AgentName,
+        streams: [String; 2],
+    ) -> Result<[u64; 2], String> {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.writes
-            .send(Write::Follow(agent.clone(), stream, tx))
+            .send(Write::Follow(agent.clone(), streams, tx))
             .map_err(|_| "the memory index stopped".to_owned())?;
         rx.await
             .map_err(|_| "the memory index stopped".to_owned())?
     }
 
-    /// Takes pieces of the cluster's stream into `agent`'s index, in order, and waits until
-    /// they are in; an error says to follow again (from [`follow`](Self::follow)).
-    pub async fn take(&self, agent: &AgentName, pieces: Vec<Piece>) -> Result<(), String> {
+    /// Takes pieces of the cluster's streams into `agent`'s index, in order, and waits until
+    /// they are in; stops at a piece after a gap in its chat's records
+    /// ([`Untaken::Missed`]: fill it, then take the rest), or fails (follow again, from
+    /// [`follow`](Self::follow)).
+    pub async fn take(
+        &self,
+        agent: &AgentName,
+        pieces: Vec<Piece>,
+        taking: Taking,
+    ) -> Result<(), Untaken> {
+        let stopped = || Untaken::Failed("the memory index stopped".to_owned());
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.writes
-            .send(Write::Take(agent.clone(), pieces, tx))
-            .map_err(|_| "the memory index stopped".to_owned())?;
-        rx.await
-            .map_err(|_| "the memory index stopped".to_owned())?
+            .send(Write::Take(agent.clone(), pieces, taking, tx))
+            .map_err(|_| stopped())?;
+        rx.await.map_err(|_| stopped())?
     }
 
     /// Word that following `agent`'s chats failed (shown in `/healthz` until a write lands).
@@ -305,35 +336,48 @@ fn write_loop(
                     read.remove(&(agent, key));
                 }
                 Write::Flushed(reply) => flushed.push(reply),
-                Write::Follow(agent, stream, reply) => {
+                Write::Follow(agent, streams, reply) => {
                     let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
                         let _ = reply.send(Err(format!("no memory index for {agent}")));
                         continue;
                     };
-                    let _ = reply.send(index.follow(&stream).map_err(|err| err.to_string()));
+                    let streams = [streams[0].as_str(), streams[1].as_str()];
+                    let _ = reply.send(index.follow(streams).map_err(|err| err.to_string()));
                 }
-                Write::Take(agent, pieces, reply) => {
+                Write::Take(agent, pieces, taking, reply) => {
                     let Some((_, index)) = indexes.iter_mut().find(|(a, _)| *a == agent) else {
-                        let _ = reply.send(Err(format!("no memory index for {agent}")));
+                        let _ = reply
+                            .send(Err(Untaken::Failed(format!("no memory index for {agent}"))));
                         continue;
                     };
                     let mut taken = Pass::default();
-                    let mut result = Ok(());
-                    for piece in &pieces {
-                        match index.take(piece) {
+                    let mut answer = Ok(());
+                    for (at, piece) in pieces.iter().enumerate() {
+                        match index.take(piece, taking) {
                             Ok(pass) => {
                                 taken.added += pass.added;
                                 taken.files += pass.files;
                             }
+                            Err(IndexError::Missed { session, after }) => {
+                                answer = Err(Untaken::Missed {
+                                    taken: at,
+                                    session,
+                                    after,
+                                });
+                                break;
+                            }
                             Err(err) => {
-                                result = Err(err);
+                                let unfollowed = matches!(err, IndexError::Unfollowed);
+                                answer = Err(Untaken::Failed(err.to_string()));
+                                if !unfollowed {
+                                    note(&agent, index, Err(err));
+                                }
                                 break;
                             }
                         }
                     }
-                    let answer = result.as_ref().map(drop).map_err(ToString::to_string);
-                    if !matches!(result, Err(IndexError::Unfollowed)) {
-                        note(&agent, index, result.map(|()| taken));
+                    if !matches!(answer, Err(Untaken::Failed(_))) {
+                        note(&agent, index, Ok(taken));
                     }
                     let _ = reply.send(answer);
                 }

@@ -127,6 +127,7 @@ impl Cluster {
             names.inbound_stream(config.partitions),
             names.outbound_stream(),
             names.sessions_stream(),
+            names.history_stream(),
         ] {
             ensure_stream(&js, stream).await?;
         }

@@ -111,6 +111,11 @@ impl Names {
         format!("{}_sessions", self.prefix)
     }
 
+    /// Every subject of the cluster (`NAME.>`).
+    pub(crate) fn any_subject(&self) -> String {
+        format!("{}.>", self.prefix)
+    }
+
     /// Where `agent`'s sessions are (`…sessions.AGENT.>`).
     pub(crate) fn sessions_of(&self, agent: &str) -> String {
         format!("{}.sessions.{}", self.prefix, token(agent))
@@ -129,32 +134,60 @@ impl Names {
         )
     }
 
+    /// The copies compaction keeps of the generations it replaces (`[memory]` on), one
+    /// subject per generation. A stream of their own: in the sessions stream they would grow
+    /// the stream every turn's conditional write goes to, and on NATS 2.9 that write costs
+    /// more as the stream grows (twice the time of a turn after 500 turns of one chat,
+    /// docs/benchmarks.md).
+    pub(crate) fn history_stream(&self) -> stream::Config {
+        stream::Config {
+            name: self.history_stream_name(),
+            subjects: vec![format!("{}.history.>", self.prefix)],
+            retention: stream::RetentionPolicy::Limits,
+            storage: stream::StorageType::File,
+            allow_direct: true,
+            max_message_size: wire_limit(),
+            ..Default::default()
+        }
+    }
+
+    pub(crate) fn history_stream_name(&self) -> String {
+        format!("{}_history", self.prefix)
+    }
+
+    /// Where `agent`'s history is (`…history.AGENT.>`).
+    pub(crate) fn history_of(&self, agent: &str) -> String {
+        format!("{}.history.{}.>", self.prefix, token(agent))
+    }
+
     /// Where compaction keeps the generation of `key` that started at `generation` before it
-    /// replaces it: among the archives (`…archive.AGENT.KEY.history.GENERATION`), whose
-    /// subjects every cluster's stream and every worker's permissions already have.
+    /// replaces it.
     pub(crate) fn history_subject(&self, agent: &str, key: &SessionKey, generation: u64) -> String {
         format!(
-            "{}.archive.{}.{}.history.{generation}",
+            "{}.history.{}.{}.{generation}",
             self.prefix,
             token(agent),
             token(key.as_str())
         )
     }
 
-    /// The chat a subject of `agent`'s transcripts (a session, an archive, history) is of, and whether it is the chat's
-    /// session itself (else a copy: an archive or history); `None` for another subject.
-    pub(crate) fn said_subject(&self, agent: &str, subject: &str) -> Option<(String, bool)> {
+    /// The chat a subject of `agent`'s transcripts is of, and which of them it is; `None`
+    /// for another subject.
+    pub(crate) fn said_subject(&self, agent: &str, subject: &str) -> Option<(String, Said)> {
         let rest = subject.strip_prefix(&self.prefix)?.strip_prefix('.')?;
         let (kind, rest) = rest.split_once('.')?;
         let rest = rest.strip_prefix(&token(agent))?.strip_prefix('.')?;
-        match kind {
-            "sessions" if !rest.contains('.') => Some((untoken(rest)?, true)),
-            "archive" => {
-                let (key, _) = rest.split_once('.')?;
-                Some((untoken(key)?, false))
-            }
-            _ => None,
-        }
+        let (key, tail) = rest.split_once('.').unwrap_or((rest, ""));
+        let said = match kind {
+            "sessions" if tail.is_empty() => Said::Session,
+            // History kept among the archives by the build before its stream (it never
+            // shipped in a release, but a cluster may have run it).
+            "archive" if tail.starts_with("history.") => Said::History,
+            "archive" if !tail.is_empty() => Said::Archive,
+            "history" if !tail.is_empty() => Said::History,
+            _ => return None,
+        };
+        Some((untoken(key)?, said))
     }
 
     pub(crate) fn leases_bucket(&self) -> String {
@@ -179,6 +212,17 @@ impl Names {
     pub(crate) fn notify_subject(&self, channel: &str) -> String {
         format!("{}.notify.{}", self.prefix, token(channel))
     }
+}
+
+/// Which of a chat's transcripts a subject holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Said {
+    /// The chat's session: its current generation.
+    Session,
+    /// A conversation `/new` closed.
+    Archive,
+    /// A generation compaction replaced.
+    History,
 }
 
 /// The lease key of a partition.
@@ -278,20 +322,26 @@ mod tests {
         let names = Names::new("sb");
         let key = SessionKey::from("web_a.b");
         let session = names.session_subject("main", &key);
-        assert_eq!(
-            names.said_subject("main", &session),
-            Some(("web_a.b".to_owned(), true))
-        );
-        for copy in [
-            names.archive_subject("main", &key, 17),
-            names.history_subject("main", &key, 5),
+        let archive = names.archive_subject("main", &key, 17);
+        assert!(archive.starts_with("sb.archive."), "{archive}");
+        let history = names.history_subject("main", &key, 5);
+        assert!(history.starts_with("sb.history."), "{history}");
+        for (subject, said) in [
+            (session.clone(), Said::Session),
+            (archive, Said::Archive),
+            (history, Said::History),
+            (
+                "sb.archive.main.web_a%2Eb.history.5".to_owned(),
+                Said::History,
+            ),
         ] {
-            assert!(copy.starts_with("sb.archive."), "{copy}");
             assert_eq!(
-                names.said_subject("main", &copy),
-                Some(("web_a.b".to_owned(), false))
+                names.said_subject("main", &subject),
+                Some(("web_a.b".to_owned(), said)),
+                "{subject}"
             );
         }
+        assert_eq!(names.said_subject("main", "sb.history.main.web"), None);
         assert_eq!(names.said_subject("other", &session), None);
         assert_eq!(names.said_subject("main", "sb.out.web"), None);
     }

@@ -8,9 +8,9 @@
 //!
 //! # Nothing said is dropped
 //! What a rollup replaces — the subject's generation, from its first message on — is copied
-//! first: by compaction to `NAME.archive.AGENT.KEY.history.GENERATION`, by `/new` to
-//! `NAME.archive.AGENT.KEY.MILLIS`, as the file store links the file it replaces into
-//! `history/` and moves it to `archive/`. Each piece of a copy carries its generation (the
+//! first: by compaction (with `[memory]` on) to `NAME.history.AGENT.KEY.GENERATION` in the
+//! history stream, by `/new` to `NAME.archive.AGENT.KEY.MILLIS` in the sessions stream, as
+//! the file store links the file it replaces into `history/` and moves it to `archive/`. Each piece of a copy carries its generation (the
 //! sequence of the generation's first message) and its byte offset in it
 //! ([`GENERATION`], [`OFFSET`]); a history copy cut short (a kill, a stale writer refused at
 //! its rollup) is carried on from its last piece by the next compaction, never begun again.
@@ -99,9 +99,8 @@ impl NatsStore {
 
     /// The store with compaction keeping the generation it replaces (`[memory]` on: the
     /// members' indexes read it). Off, compaction drops it, as the file store did before
-    /// history: the copies keep the sessions stream growing with everything said, and every
-    /// conditional write on it (on NATS 2.9) costs more as it grows — measured at twice the
-    /// time of a turn after 500 turns of one chat (docs/benchmarks.md).
+    /// history: nothing reads the copies then, and they would grow the history stream with
+    /// everything said.
     #[must_use]
     pub fn keeping_history(mut self, keep: bool) -> Self {
         self.history = keep;
@@ -118,6 +117,19 @@ impl NatsStore {
             .get_stream(self.cluster.names.sessions_stream_name())
             .await
             .map_err(failed)
+    }
+
+    /// The subject a copy of `key`'s generation starting at `generation` goes to.
+    fn copy_subject(&self, key: &SessionKey, kept: Kept, generation: u64) -> String {
+        match kept {
+            Kept::History => self
+                .cluster
+                .names
+                .history_subject(&self.agent, key, generation),
+            Kept::Archive { millis } => {
+                self.cluster.names.archive_subject(&self.agent, key, millis)
+            }
+        }
     }
 
     /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
@@ -230,13 +242,14 @@ impl NatsStore {
         }
     }
 
-    /// Copies the generation on `subject` (its messages from the first through `last`) to
-    /// the subject `copy` names for the generation, in pieces of whole messages of at most
-    /// [`CHUNK_BYTES`], each with its generation and offset; carries on after what that
-    /// subject already holds of it. Returns how many bytes the generation has.
+    /// Copies the generation on `subject` of `stream` (its messages from the first through
+    /// `last`) to the subject of `copies` that `copy` names for the generation, in pieces of
+    /// whole messages of at most [`CHUNK_BYTES`], each with its generation and offset;
+    /// carries on after what that subject already holds of it. Returns how many bytes the
+    /// generation has.
     async fn copy_out(
         &self,
-        stream: &stream::Stream,
+        (stream, copies): (&stream::Stream, &stream::Stream),
         subject: &str,
         last: u64,
         copy: &(dyn Fn(u64) -> String + Sync),
@@ -252,7 +265,7 @@ impl NatsStore {
                 // The first message starts the generation: what of it is copied already?
                 generation = sequence;
                 let name = copy(sequence);
-                let (revision, held) = match last_on(stream, &name).await? {
+                let (revision, held) = match last_on(copies, &name).await? {
                     None => (Revision(0), 0),
                     Some(kept) => {
                         let at = kept
@@ -304,16 +317,18 @@ impl NatsStore {
         Ok(offset)
     }
 
-    /// Copies the generation on `subject` that a writer at `revision` is about to replace to
-    /// `copy`'s subject for it (see [`copy_out`](Self::copy_out)); how many bytes it has.
-    /// Stale when the subject moved past `revision`: what would be copied is not what the
-    /// writer knows.
+    /// Copies the generation of `key` that a writer at `revision` is about to replace to
+    /// where `kept` goes (see [`copy_out`](Self::copy_out)); how many bytes it has. Stale
+    /// when the subject moved past `revision`: what would be copied is not what the writer
+    /// knows.
     async fn keep(
         &self,
-        subject: &str,
+        key: &SessionKey,
         revision: Revision,
-        copy: &(dyn Fn(u64) -> String + Sync),
+        kept: Kept,
     ) -> Result<u64, StoreError> {
+        let subject = self.subject(key);
+        let subject = subject.as_str();
         let stream = self.stream().await?;
         let last = last_on(&stream, subject)
             .await?
@@ -324,7 +339,18 @@ impl NatsStore {
         if last == 0 {
             return Ok(0);
         }
-        self.copy_out(&stream, subject, last, copy).await
+        let copies = match kept {
+            Kept::History => self
+                .cluster
+                .js
+                .get_stream(self.cluster.names.history_stream_name())
+                .await
+                .map_err(failed)?,
+            Kept::Archive { .. } => stream.clone(),
+        };
+        let copy = |generation| self.copy_subject(key, kept, generation);
+        self.copy_out((&stream, &copies), subject, last, &copy)
+            .await
     }
 
     /// Publishes one piece of a copy at byte `offset` of `generation`, after `revision` of
@@ -417,17 +443,11 @@ impl SessionStore for NatsStore {
         snapshot: &Snapshot<'_>,
     ) -> Result<Revision, StoreError> {
         let lines = snapshot_lines(snapshot)?;
-        let subject = self.subject(key);
-        let history = |generation| {
-            self.cluster
-                .names
-                .history_subject(&self.agent, key, generation)
-        };
         if self.history {
-            self.tried(|| self.keep(&subject, revision, &history))
+            self.tried(|| self.keep(key, revision, Kept::History))
                 .await?;
         }
-        self.write(&subject, revision, &lines, true).await
+        self.write(&self.subject(key), revision, &lines, true).await
     }
 
     async fn transcript(&self, key: &SessionKey) -> Result<Vec<ChatMessage>, StoreError> {
@@ -437,20 +457,18 @@ impl SessionStore for NatsStore {
     }
 
     async fn archive(&self, key: &SessionKey, revision: Revision) -> Result<Revision, StoreError> {
-        let subject = self.subject(key);
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or_default();
-        let archive = |_| self.cluster.names.archive_subject(&self.agent, key, millis);
         let kept = self
-            .tried(|| self.keep(&subject, revision, &archive))
+            .tried(|| self.keep(key, revision, Kept::Archive { millis }))
             .await?;
         if kept == 0 {
             return Ok(revision);
         }
         // An empty rollup: the session starts afresh.
-        self.write(&subject, revision, &[], true).await
+        self.write(&self.subject(key), revision, &[], true).await
     }
 
     async fn list(&self) -> Result<Vec<SessionInfo>, StoreError> {
@@ -512,6 +530,15 @@ impl SessionStore for NatsStore {
             },
         }
     }
+}
+
+/// Where the copy of a generation a rollup replaces goes.
+#[derive(Clone, Copy, Debug)]
+enum Kept {
+    /// Compaction's: to the history stream.
+    History,
+    /// `/new`'s: among the archives, named by when.
+    Archive { millis: u128 },
 }
 
 /// The last message on `subject` of `stream` (`None`: none).

@@ -244,17 +244,36 @@ pub fn read_said_after(text: &[u8], offset: u64, copies: usize) -> Reading {
 /// the copy, and one that read them skips the copy's bytes it already has: each message once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Piece {
-    /// Where it is in the sequence (a stream sequence): pieces come in this order, and a
-    /// follower resumes after the last it took.
+    /// Which of the two sequences it is of.
+    pub source: Source,
+    /// Where it is in its sequence (a stream sequence): a sequence's pieces come in this
+    /// order, and a follower resumes after the last it took of each.
     pub position: u64,
     /// The chat (its key's text).
     pub session: String,
+    /// The position of what was stored before it for the chat, as its writer knew it (the
+    /// fence it was written under), when it says: a follower that took something else last
+    /// missed what came between.
+    pub previous: Option<u64>,
     /// What it is.
     pub part: PiecePart,
     /// Its records: whole JSONL lines.
     pub text: Vec<u8>,
     /// When it was stored, in Unix milliseconds (the time of messages that carry none).
     pub millis: i64,
+}
+
+/// The sequence a [`Piece`] is of. The chats' records and the copies compaction keeps are
+/// two sequences, followed side by side in no order between them: a copy may be read before
+/// or after the records it copies, and each message is still taken once, as a piece of a
+/// generation says where in it its bytes are (a copy's by its offset, a session's by the
+/// generation's pieces read before it, which come in order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The chats' records and the conversations `/new` closed, in the order written.
+    Sessions,
+    /// The generations compaction replaced.
+    History,
 }
 
 /// What a [`Piece`] is.
