@@ -175,18 +175,11 @@ impl SaidFeed {
                     break;
                 }
                 from = message.sequence + 1;
-                let header = |name: &str| {
-                    message
-                        .headers
-                        .get(name)
-                        .map(|value| value.as_str().to_owned())
-                };
-                let millis = message.time.unix_timestamp_nanos() / 1_000_000;
                 let stored = Stored {
                     subject: message.subject.as_str(),
                     position: message.sequence,
-                    millis: i64::try_from(millis).unwrap_or(0),
-                    header: &header,
+                    nanos: message.time.unix_timestamp_nanos(),
+                    headers: Some(&message.headers),
                     payload: &message.payload,
                 };
                 pieces.extend(self.piece_of(Source::Sessions, &stored));
@@ -236,19 +229,11 @@ impl SaidFeed {
     /// What a message a consumer delivered is, when it is one of the agent's transcripts.
     fn piece(&self, source: Source, message: &async_nats::jetstream::Message) -> Option<Piece> {
         let info = message.info().ok()?;
-        let header = |name: &str| {
-            message
-                .headers
-                .as_ref()
-                .and_then(|headers| headers.get(name))
-                .map(|value| value.as_str().to_owned())
-        };
-        let millis = info.published.unix_timestamp_nanos() / 1_000_000;
         let stored = Stored {
             subject: message.subject.as_str(),
             position: info.stream_sequence,
-            millis: i64::try_from(millis).unwrap_or(0),
-            header: &header,
+            nanos: info.published.unix_timestamp_nanos(),
+            headers: message.headers.as_ref(),
             payload: &message.payload,
         };
         self.piece_of(source, &stored)
@@ -260,7 +245,12 @@ impl SaidFeed {
             .cluster
             .names
             .said_subject(&self.agent, stored.subject)?;
-        let header = stored.header;
+        let header = |name: &str| {
+            stored
+                .headers
+                .and_then(|headers| headers.get(name))
+                .map(|value| value.as_str().to_owned())
+        };
         let part = if said == Said::Session {
             PiecePart::Session {
                 starts: header("Nats-Rollup").is_some(),
@@ -284,7 +274,7 @@ impl SaidFeed {
             session,
             part,
             text: stored.payload.to_vec(),
-            millis: stored.millis,
+            millis: i64::try_from(stored.nanos / 1_000_000).unwrap_or(0),
         })
     }
 }
@@ -293,8 +283,9 @@ impl SaidFeed {
 struct Stored<'a> {
     subject: &'a str,
     position: u64,
-    millis: i64,
-    header: &'a dyn Fn(&str) -> Option<String>,
+    /// When it was stored, in Unix nanoseconds.
+    nanos: i128,
+    headers: Option<&'a async_nats::HeaderMap>,
     payload: &'a [u8],
 }
 
