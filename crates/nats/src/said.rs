@@ -95,12 +95,7 @@ impl SaidFeed {
         after: [u64; 2],
     ) -> Result<impl Stream<Item = Result<Piece, ClusterError>> + Send + use<>, ClusterError> {
         let names = &self.cluster.names;
-        let stream = self
-            .cluster
-            .js
-            .get_stream(names.sessions_stream_name())
-            .await
-            .map_err(|err| server("read the sessions stream", err))?;
+        let stream = self.sessions_stream("read the sessions stream").await?;
         let messages = self
             .messages(names.sessions_stream_name(), String::new(), after[0])
             .await?;
@@ -142,14 +137,18 @@ impl SaidFeed {
         before: u64,
     ) -> Result<Vec<Piece>, ClusterError> {
         let names = &self.cluster.names;
-        let stream = self
-            .cluster
-            .js
-            .get_stream(names.sessions_stream_name())
-            .await
-            .map_err(|err| server("read a chat's records again", err))?;
+        let stream = self.sessions_stream("read a chat's records again").await?;
         let subject = names.session_subject(&self.agent, &SessionKey::from(session));
         self.between(&stream, &subject, after, before).await
+    }
+
+    /// The sessions stream's handle, for `doing` (what a failure is told as).
+    async fn sessions_stream(&self, doing: &str) -> Result<stream::Stream, ClusterError> {
+        self.cluster
+            .js
+            .get_stream(self.cluster.names.sessions_stream_name())
+            .await
+            .map_err(|err| server(doing, err))
     }
 
     /// The agent's pieces on `filter` of the sessions `stream` after position `after` and

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::{consumer, stream};
+use async_nats::jetstream::stream;
 use async_trait::async_trait;
 use futures::StreamExt;
 use switchboard_core::{AgentName, ChatMessage, SessionKey};
@@ -43,12 +43,16 @@ use switchboard_sessions::{
 
 use crate::cluster::Cluster;
 use crate::names::untoken;
+use copies::{Kept, copy_out};
+use wire::{CHUNK_BYTES, failed, last_on, messages_of, next_of};
+
+mod copies;
+mod wire;
+
+pub(crate) use copies::{GENERATION, OFFSET};
 
 /// The most of a session read back (its newest records), like the file store's tail.
 const MAX_READ_BYTES: usize = 8 * 1024 * 1024;
-
-/// The most bytes one message of records carries; a larger append is several.
-const CHUNK_BYTES: usize = 512 * 1024;
 
 /// How long one store call may take, tries included, before it fails.
 const CALL_TIME: Duration = Duration::from_secs(30);
@@ -59,12 +63,6 @@ const TRY_TIME: Duration = Duration::from_secs(10);
 
 /// The most sessions [`SessionStore::list`] reads the times of.
 const LISTED: usize = 500;
-
-/// The header of a copy's piece naming the generation it copies.
-pub(crate) const GENERATION: &str = "Switchboard-Generation";
-
-/// The header of a copy's piece giving the byte of the generation it starts at.
-pub(crate) const OFFSET: &str = "Switchboard-Offset";
 
 /// One agent's sessions on the cluster.
 pub struct NatsStore {
@@ -119,19 +117,6 @@ impl NatsStore {
             .map_err(failed)
     }
 
-    /// The subject a copy of `key`'s generation starting at `generation` goes to.
-    fn copy_subject(&self, key: &SessionKey, kept: Kept, generation: u64) -> String {
-        match kept {
-            Kept::History => self
-                .cluster
-                .names
-                .history_subject(&self.agent, key, generation),
-            Kept::Archive { millis } => {
-                self.cluster.names.archive_subject(&self.agent, key, millis)
-            }
-        }
-    }
-
     /// The records on `subject`, oldest first (at most the newest [`MAX_READ_BYTES`]), and
     /// the subject's revision when they were read.
     async fn read(&self, subject: &str) -> Result<(Vec<u8>, Revision), StoreError> {
@@ -178,147 +163,23 @@ impl NatsStore {
         self.tried(|| async {
             let mut after = revision;
             for (number, (piece, id)) in pieces.iter().zip(&ids).enumerate() {
-                after = self
-                    .publish(subject, after, id, rollup && number == 0, piece)
-                    .await?;
+                after = wire::publish(
+                    &self.cluster.js,
+                    subject,
+                    (after, id),
+                    rollup && number == 0,
+                    piece,
+                    HeaderMap::new(),
+                )
+                .await?;
             }
             Ok(after)
         })
         .await
     }
 
-    /// Publishes one message of records on `subject` after `revision`; its sequence is the
-    /// subject's new revision.
-    async fn publish(
-        &self,
-        subject: &str,
-        revision: Revision,
-        id: &str,
-        rollup: bool,
-        piece: &[u8],
-    ) -> Result<Revision, StoreError> {
-        self.publish_with(subject, revision, id, rollup, piece, HeaderMap::new())
-            .await
-    }
-
-    /// [`publish`](Self::publish) with `headers` of its own.
-    async fn publish_with(
-        &self,
-        subject: &str,
-        revision: Revision,
-        id: &str,
-        rollup: bool,
-        piece: &[u8],
-        mut headers: HeaderMap,
-    ) -> Result<Revision, StoreError> {
-        headers.insert(
-            "Nats-Expected-Last-Subject-Sequence",
-            revision.0.to_string().as_str(),
-        );
-        headers.insert("Nats-Msg-Id", id);
-        if rollup {
-            headers.insert("Nats-Rollup", "sub");
-        }
-        let stored = self
-            .cluster
-            .js
-            .publish_with_headers(
-                subject.to_owned(),
-                headers,
-                bytes::Bytes::copy_from_slice(piece),
-            )
-            .await
-            .map_err(failed)?
-            .await;
-        match stored {
-            Ok(ack) => Ok(Revision(ack.sequence)),
-            Err(err)
-                if err.kind()
-                    == async_nats::jetstream::context::PublishErrorKind::WrongLastSequence =>
-            {
-                Err(StoreError::Stale)
-            }
-            Err(err) => Err(failed(err)),
-        }
-    }
-
-    /// Copies the generation on `subject` of `stream` (its messages from the first through
-    /// `last`) to the subject of `copies` that `copy` names for the generation, in pieces of
-    /// whole messages of at most [`CHUNK_BYTES`], each with its generation and offset;
-    /// carries on after what that subject already holds of it. Returns how many bytes the
-    /// generation has.
-    async fn copy_out(
-        &self,
-        (stream, copies): (&stream::Stream, &stream::Stream),
-        subject: &str,
-        last: u64,
-        copy: &(dyn Fn(u64) -> String + Sync),
-    ) -> Result<u64, StoreError> {
-        let mut messages = messages_of(stream, subject).await?;
-        let mut target: Option<(String, Revision, u64)> = None;
-        let mut generation = 0u64;
-        let mut offset = 0u64;
-        let mut piece: Vec<u8> = Vec::new();
-        let mut piece_at = 0u64;
-        while let Some((sequence, message)) = next_of(&mut messages).await? {
-            if target.is_none() {
-                // The first message starts the generation: what of it is copied already?
-                generation = sequence;
-                let name = copy(sequence);
-                let (revision, held) = match last_on(copies, &name).await? {
-                    None => (Revision(0), 0),
-                    Some(kept) => {
-                        let at = kept
-                            .headers
-                            .get(OFFSET)
-                            .and_then(|v| v.as_str().parse::<u64>().ok())
-                            .unwrap_or(0);
-                        (Revision(kept.sequence), at + kept.payload.len() as u64)
-                    }
-                };
-                target = Some((name, revision, held));
-            }
-            if let Some((name, revision, held)) = &mut target {
-                let payload = &message.payload;
-                let end = offset + payload.len() as u64;
-                if end > *held {
-                    if piece.is_empty() {
-                        piece_at = offset;
-                    }
-                    if !piece.is_empty() && piece.len() + payload.len() > CHUNK_BYTES {
-                        *revision = self
-                            .publish_copy(name, *revision, generation, piece_at, &piece)
-                            .await?;
-                        piece.clear();
-                        piece_at = offset;
-                    }
-                    if offset < *held {
-                        // A copy cut short mid-message: never, as pieces are whole messages;
-                        // should it be, the copy carries on from where it ends.
-                        let skip = usize::try_from(*held - offset).unwrap_or(usize::MAX);
-                        piece.extend_from_slice(payload.get(skip..).unwrap_or_default());
-                        piece_at = *held;
-                    } else {
-                        piece.extend_from_slice(payload);
-                    }
-                }
-                offset = end;
-            }
-            if sequence >= last {
-                break;
-            }
-        }
-        if let Some((name, revision, _)) = &target
-            && !piece.is_empty()
-        {
-            self.publish_copy(name, *revision, generation, piece_at, &piece)
-                .await?;
-        }
-        Ok(offset)
-    }
-
     /// Copies the generation of `key` that a writer at `revision` is about to replace to
-    /// where `kept` goes (see [`copy_out`](Self::copy_out)); how many bytes it has. Stale
+    /// where `kept` goes (see [`copy_out`]); how many bytes it has. Stale
     /// when the subject moved past `revision`: what would be copied is not what the writer
     /// knows.
     async fn keep(
@@ -348,28 +209,8 @@ impl NatsStore {
                 .map_err(failed)?,
             Kept::Archive { .. } => stream.clone(),
         };
-        let copy = |generation| self.copy_subject(key, kept, generation);
-        self.copy_out((&stream, &copies), subject, last, &copy)
-            .await
-    }
-
-    /// Publishes one piece of a copy at byte `offset` of `generation`, after `revision` of
-    /// the copy's subject (a second copier of one generation is refused as stale).
-    async fn publish_copy(
-        &self,
-        subject: &str,
-        revision: Revision,
-        generation: u64,
-        offset: u64,
-        piece: &[u8],
-    ) -> Result<Revision, StoreError> {
-        let mut headers = HeaderMap::new();
-        headers.insert(GENERATION, generation.to_string().as_str());
-        headers.insert(OFFSET, offset.to_string().as_str());
-        // Every try of one piece is one message to the server: its id is what it is.
-        let id = format!("{subject}@{offset}");
-        self.publish_with(subject, revision, &id, false, piece, headers)
-            .await
+        let copy = |generation| kept.subject(&self.cluster.names, &self.agent, key, generation);
+        copy_out(&self.cluster.js, (&stream, &copies), (subject, last), &copy).await
     }
 
     /// Runs `call` until it succeeds or [`CALL_TIME`] is spent (NATS restarting), noting the
@@ -532,58 +373,6 @@ impl SessionStore for NatsStore {
     }
 }
 
-/// Where the copy of a generation a rollup replaces goes.
-#[derive(Clone, Copy, Debug)]
-enum Kept {
-    /// Compaction's: to the history stream.
-    History,
-    /// `/new`'s: among the archives, named by when.
-    Archive { millis: u128 },
-}
-
-/// The last message on `subject` of `stream` (`None`: none).
-async fn last_on(
-    stream: &stream::Stream,
-    subject: &str,
-) -> Result<Option<async_nats::jetstream::message::StreamMessage>, StoreError> {
-    match stream.get_last_raw_message_by_subject(subject).await {
-        Ok(message) => Ok(Some(message)),
-        Err(err) if err.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
-        Err(err) => Err(failed(err)),
-    }
-}
-
-/// The messages on `subject` of `stream`, oldest first, as the server sends them (waiting
-/// for more after the last: read up to a known sequence).
-async fn messages_of(
-    stream: &stream::Stream,
-    subject: &str,
-) -> Result<consumer::pull::Ordered, StoreError> {
-    stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject.to_owned(),
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(failed)?
-        .messages()
-        .await
-        .map_err(failed)
-}
-
-/// The next of `messages` and its stream sequence; `None` when they end.
-async fn next_of(
-    messages: &mut consumer::pull::Ordered,
-) -> Result<Option<(u64, async_nats::jetstream::Message)>, StoreError> {
-    let Some(message) = messages.next().await else {
-        return Ok(None);
-    };
-    let message = message.map_err(failed)?;
-    let sequence = message.info().map_err(failed)?.stream_sequence;
-    Ok(Some((sequence, message)))
-}
-
 /// `lines` cut into pieces of whole lines of at most [`CHUNK_BYTES`] (a longer line is a
 /// piece of its own).
 fn chunks(lines: &[u8]) -> Vec<&[u8]> {
@@ -609,13 +398,6 @@ fn chunks(lines: &[u8]) -> Vec<&[u8]> {
         out.push(lines);
     }
     out
-}
-
-fn failed(err: impl std::fmt::Display) -> StoreError {
-    StoreError::Io {
-        path: std::path::PathBuf::from("nats"),
-        source: std::io::Error::other(format!("NATS: {err}")),
-    }
 }
 
 #[cfg(test)]
