@@ -10,7 +10,10 @@
 //! - `markdown`: [`telegram_html`], Markdown in Telegram's HTML subset.
 //! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
-//! - `intake`: [`Gate`] (the allow list, then pairing) and [`say`], answering outside a turn.
+//! - `gate`: [`Gate`], who may talk: the allow list, then pairing.
+//! - `intake`: [`Intake`] and [`Admit`], a push platform's message from its [`Arrival`] to
+//!   the hub (the inbox, the gate, its files, in order per chat), and [`say`], answering
+//!   outside a turn.
 //! - `remembered`: [`Remembered`], a bounded table of what was seen of people and chats.
 //! - `per_chat`: [`PerChat`], intake work in order per chat, side by side across chats.
 //! - `media`: [`save`](media::save) attachments under the workspace's `media/<channel>/`.
@@ -24,6 +27,7 @@
 
 mod draft;
 mod factory;
+mod gate;
 mod holds;
 mod inbox;
 mod intake;
@@ -42,8 +46,12 @@ pub use draft::{Draft, Step};
 pub use factory::{
     BuildError, BuiltChannel, ChannelParts, ChannelSection, Gauge, HttpFacts, NotBuilt,
 };
+pub use gate::{Gate, Sender};
 pub use inbox::{Inbox, InboxEntry, InboxError, Taken};
-pub use intake::{Gate, Sender, say};
+pub use intake::{
+    Admit, Arrival, Chunks, Fetch, FileRef, Incoming, Intake, IntakeParts, MAX_KNOWN_CHATS, keep,
+    say,
+};
 pub use kept::{Kept, KeptChats};
 pub use markdown::{plain_text, slack_mrkdwn, telegram_html, visible_text};
 pub use outbound::{Form, Replies, Said, Surface, Upload};

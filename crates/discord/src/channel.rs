@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use switchboard_adapter::{
-    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, PerChat,
-    Replies,
+    Admit, AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts,
+    Intake as Admission, IntakeParts, Replies,
 };
 use switchboard_core::{
     Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage, Sent,
@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use crate::config::{DiscordSection, DiscordSettings};
 use crate::convert::Scope;
 use crate::gateway::{Ended, Gateway};
-use crate::intake::{Admit, Chats, Intake, MAX_KNOWN_CHATS};
+use crate::intake::{Commands, Files, Intake};
 use crate::model;
 use crate::rest::{Authors, CHANNEL_NAME, Discord, MAX_KNOWN_AUTHORS, Rest};
 
@@ -36,8 +36,7 @@ pub struct DiscordChannel {
 struct Inner {
     gateway: Gateway,
     replies: Replies<Discord>,
-    gate: Arc<Gate>,
-    chats: Arc<Chats>,
+    admit: Arc<Admit>,
     /// Taken by `run` (one at a time, under the supervisor).
     intake: tokio::sync::Mutex<Intake>,
 }
@@ -74,28 +73,36 @@ impl DiscordChannel {
     /// workspace, its inbox under its state directory, where its session may be resumed in
     /// its state, pairing is its pairing.
     pub fn new(settings: DiscordSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
-        let hub = parts.hub.clone();
-        let state_dir = parts.state_dir.as_path();
-        let state = parts.state.clone();
-        let workspace = parts.workspace.as_path();
-        let pairing = parts.pairing.clone();
         let rest = Rest::new(&settings.api_url, &settings.token)?;
         let authors = Arc::new(Authors::new(MAX_KNOWN_AUTHORS));
         let gate = Arc::new(Gate::new(
             CHANNEL_NAME,
             AllowList::new(&settings.allow_from),
-            pairing,
+            parts.pairing.clone(),
         ));
-        let chats = Arc::new(Chats::new(MAX_KNOWN_CHATS));
-        let intake = Intake {
-            admit: Arc::new(Admit {
-                rest: rest.clone(),
-                hub,
+        let files = Files {
+            rest: rest.clone(),
+            authors: authors.clone(),
+        };
+        let admit = Arc::new(Admit::new(
+            IntakeParts {
+                channel: CHANNEL_NAME,
+                platform: "Discord",
+                hub: parts.hub.clone(),
                 gate: gate.clone(),
-                chats: chats.clone(),
-                authors: authors.clone(),
-                workspace: workspace.to_path_buf(),
+                workspace: parts.workspace.clone(),
                 max_attachment_bytes: settings.max_attachment_bytes,
+                cap_key: "channels.discord.max_attachment_bytes",
+            },
+            Arc::new(files),
+        ));
+        let inbox_path = parts.state_dir.join(CHANNEL_NAME).join("inbox.jsonl");
+        let intake = Intake {
+            admission: Admission::new(admit.clone(), inbox_path),
+            commands: Arc::new(Commands {
+                rest: rest.clone(),
+                hub: parts.hub.clone(),
+                gate,
             }),
             scope: Scope {
                 me: 0,
@@ -104,9 +111,6 @@ impl DiscordChannel {
                 channels: settings.channels.clone(),
             },
             slash_commands: settings.slash_commands,
-            per_chat: PerChat::default(),
-            inbox: None,
-            inbox_path: state_dir.join(CHANNEL_NAME).join("inbox.jsonl"),
         };
         let surface = Discord {
             rest: rest.clone(),
@@ -114,12 +118,11 @@ impl DiscordChannel {
         };
         Ok(Self {
             inner: Arc::new(Inner {
-                gateway: Gateway::new(rest, settings.token.clone(), intents(), state),
+                gateway: Gateway::new(rest, settings.token.clone(), intents(), parts.state.clone()),
                 replies: Replies::new(Arc::new(surface), settings.stream, settings.edit_interval)
                     .keeping(parts.kept(CHANNEL_NAME))
                     .with_media(parts.media.clone()),
-                gate,
-                chats,
+                admit,
                 intake: tokio::sync::Mutex::new(intake),
             }),
         })
@@ -141,7 +144,11 @@ impl Channel for DiscordChannel {
         let (events, mut queue) = mpsc::channel(EVENT_QUEUE);
         let mut intake = self.inner.intake.lock().await;
         // What a previous run took in but did not see handled goes first.
-        intake.open_inbox().await?;
+        intake
+            .admission
+            .open_inbox()
+            .await
+            .map_err(|err| crate::rest::channel_error(err.to_string()))?;
         let take = async {
             while let Some(event) = queue.recv().await {
                 intake.take(event).await;
@@ -186,11 +193,6 @@ impl Channel for DiscordChannel {
     /// server channel was let in by an allowed member (revoking them does not close it).
     /// A chat not seen since the daemon started is refused: it cannot be told apart.
     async fn may_notify(&self, chat: &ChatId) -> bool {
-        let seen = self.inner.chats.get(chat.as_str());
-        match seen {
-            None => false,
-            Some(None) => true,
-            Some(Some(person)) => self.inner.gate.allows(&person, None).await,
-        }
+        self.inner.admit.may_notify(chat).await
     }
 }

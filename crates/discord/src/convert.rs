@@ -3,7 +3,7 @@
 //! allow lists of servers and channels decide), with the bot's mentions taken out of the
 //! text.
 
-use serde::{Deserialize, Serialize};
+use switchboard_adapter::{Arrival, FileRef, Incoming};
 
 use crate::model::Message;
 
@@ -25,53 +25,8 @@ pub(crate) struct Scope {
     pub(crate) channels: Vec<u64>,
 }
 
-/// A file that came with a message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct FileRef {
-    pub(crate) name: String,
-    pub(crate) url: String,
-    pub(crate) size: u64,
-    pub(crate) mime: Option<String>,
-    /// A recording's length in milliseconds, when Discord says (a voice message's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) duration_ms: Option<u64>,
-    /// Whether it is a voice message recorded in Discord.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub(crate) voice: bool,
-}
-
 /// The message flag of a voice message.
 const IS_VOICE_MESSAGE: u64 = 1 << 13;
-
-/// A message for the agent (kept in the inbox as it is until handled).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Received {
-    /// The channel (a DM, a server channel or a thread): the chat.
-    pub(crate) chat: String,
-    /// Whether it is a direct message (pairing codes are sent only there).
-    pub(crate) private: bool,
-    /// The author's id.
-    pub(crate) sender: u64,
-    /// The author's name, for the operator approving a code.
-    pub(crate) name: String,
-    /// The message's id.
-    pub(crate) message: String,
-    /// The text, the bot's mentions taken out.
-    pub(crate) text: String,
-    /// The message it replies to.
-    pub(crate) reply_to: Option<String>,
-    /// Its files.
-    pub(crate) files: Vec<FileRef>,
-}
-
-/// What a message is.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Incoming {
-    /// Not for the agent, and why.
-    Ignore(&'static str),
-    /// For the agent.
-    Message(Box<Received>),
-}
 
 /// Reads `message` for the bot `scope.me`.
 pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
@@ -131,10 +86,11 @@ pub(crate) fn incoming(message: &Message, scope: &Scope) -> Incoming {
     if text.is_empty() && files.is_empty() {
         return Incoming::Ignore("nothing to read");
     }
-    Incoming::Message(Box::new(Received {
+    Incoming::Message(Box::new(Arrival {
         chat: message.channel_id.to_string(),
         private,
-        sender: message.author.id,
+        sender: message.author.id.to_string(),
+        username: Some(message.author.username.clone()),
         name: message
             .author
             .global_name
@@ -213,7 +169,10 @@ mod tests {
             panic!("ignored")
         };
         assert!(received.private);
-        assert_eq!((received.chat.as_str(), received.sender), ("77", 42));
+        assert_eq!(
+            (received.chat.as_str(), received.sender.as_str()),
+            ("77", "42")
+        );
         assert_eq!(received.name, "Ada");
     }
 

@@ -1,21 +1,23 @@
 //! From the gateway's events to the hub, one at a time in the order Discord sent them: is a
-//! message for the agent ([`incoming`]), then it is taken into the channel's [`Inbox`] (on
-//! disk until its fate is known: Discord does not deliver a message again, so one the daemon
-//! was killed before handling is taken up from there at the next start), may its author talk
-//! (the shared [`Gate`]: a pairing code in a DM for anyone else, silence in servers), then
-//! its files are saved and it is published. Slash commands are answered at once (Discord
-//! wants an answer within three seconds) and go on as the same command typed.
+//! message for the agent ([`incoming`]), then the shared intake ([`Admission`]) takes it
+//! into the channel's inbox (on disk until its fate is known: Discord does not deliver a
+//! message again, so one the daemon was killed before handling is taken up from there at
+//! the next start), asks the [`Gate`] whether its author may talk (a pairing code in a DM
+//! for anyone else, silence in servers), fetches its files ([`Files`]) and publishes it.
+//! Slash commands are answered at once (Discord wants an answer within three seconds) and
+//! go on as the same command typed.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use async_trait::async_trait;
+use futures::TryStreamExt;
 use serde_json::{Value, json};
-use switchboard_adapter::media::{self, Incoming as IncomingFile};
-use switchboard_adapter::{Gate, Inbox, InboxEntry, PerChat, Remembered, Sender, Verdict, say};
-use switchboard_core::{Bus, COMMANDS, ChatId, CommandSpec, CoreError, InboundMessage, MessageId};
+use switchboard_adapter::{
+    Arrival, Chunks, Fetch, FileRef, Gate, Incoming, Intake as Admission, Sender, Verdict, media,
+};
+use switchboard_core::{Bus, COMMANDS, CommandSpec, InboundMessage};
 
-use crate::convert::{FileRef, Incoming, Received, Scope, incoming};
+use crate::convert::{Scope, incoming};
 use crate::gateway::{Event, snowflake};
 use crate::rest::{Authors, CHANNEL_NAME, Rest};
 
@@ -25,95 +27,31 @@ const MAX_OPTION_CHARS: usize = 100;
 /// Hosts attachments are fetched from (besides the API's own, for tests and proxies).
 const ATTACHMENT_HOSTS: [&str; 2] = ["cdn.discordapp.com", "media.discordapp.net"];
 
-/// Chats seen since the start, with the person of each direct message (`None` for a
-/// server channel): who the agent may write to unasked.
-pub(crate) type Chats = Remembered<String, Option<String>>;
-
-/// Chats remembered at most; beyond, the table starts over.
-pub(crate) const MAX_KNOWN_CHATS: usize = 10_000;
-
 /// What taking an event needs.
 pub(crate) struct Intake {
-    pub(crate) admit: Arc<Admit>,
+    /// Messages: the inbox, the gate, their files, the hub.
+    pub(crate) admission: Admission,
+    /// Slash commands.
+    pub(crate) commands: Arc<Commands>,
     pub(crate) scope: Scope,
     pub(crate) slash_commands: bool,
-    /// Messages with files are admitted beside other chats', in order within their own.
-    pub(crate) per_chat: PerChat,
-    /// Messages taken in and not yet handled; opened by the channel's first run.
-    pub(crate) inbox: Option<Inbox>,
-    pub(crate) inbox_path: PathBuf,
 }
 
-/// A message as the inbox keeps it.
-#[derive(Serialize, Deserialize)]
-struct Kept {
-    received: Received,
-    username: String,
+/// Attachments, fetched only from Discord's CDN (or the configured API host).
+pub(crate) struct Files {
+    pub(crate) rest: Rest,
+    /// The author of each message let in: a reply to it mentions them.
+    pub(crate) authors: Arc<Authors>,
 }
 
-/// Admitting a message: who may talk, its files, the hub.
-pub(crate) struct Admit {
+/// Answering slash commands: who may, the REST call, the hub.
+pub(crate) struct Commands {
     pub(crate) rest: Rest,
     pub(crate) hub: Arc<dyn Bus>,
     pub(crate) gate: Arc<Gate>,
-    pub(crate) chats: Arc<Chats>,
-    pub(crate) authors: Arc<Authors>,
-    pub(crate) workspace: PathBuf,
-    pub(crate) max_attachment_bytes: u64,
 }
 
 impl Intake {
-    /// Opens the inbox (once: a restarted run keeps it) and admits again what it holds from
-    /// an earlier daemon, in order.
-    pub(crate) async fn open_inbox(&mut self) -> Result<(), CoreError> {
-        if self.inbox.is_some() {
-            return Ok(());
-        }
-        let (inbox, taken) = Inbox::opened(&self.inbox_path)
-            .await
-            .map_err(|err| crate::rest::channel_error(err.to_string()))?;
-        if !taken.is_empty() {
-            tracing::info!(
-                messages = taken.len(),
-                "Discord: taking up messages a previous run did not handle"
-            );
-        }
-        for waiting in taken {
-            match serde_json::from_value::<Kept>(waiting.body) {
-                Ok(kept) => self.admit_kept(kept, Some(waiting.entry)).await,
-                Err(err) => {
-                    tracing::warn!(error = %err, "Discord: an inbox message that cannot be read was skipped");
-                    waiting.entry.settle();
-                }
-            }
-        }
-        self.inbox = Some(inbox);
-        Ok(())
-    }
-
-    /// Admits a message, in order within its chat (beside other chats' when it has files).
-    async fn admit_kept(&mut self, kept: Kept, place: Option<InboxEntry>) {
-        let chat = kept.received.chat.clone();
-        let quick = kept.received.files.is_empty();
-        let admit = self.admit.clone();
-        let work = async move { admit.admit(kept.received, &kept.username, place).await };
-        self.per_chat.run(&chat, quick, work).await;
-    }
-
-    /// Takes a message into the inbox (off the runtime's threads: it is fsynced). A message
-    /// the inbox refuses (full, too large, a disk error) is still admitted, without it.
-    async fn keep(&self, kept: &Kept) -> Option<InboxEntry> {
-        let inbox = self.inbox.as_ref()?;
-        let body = serde_json::to_value(kept).ok()?;
-        match inbox.keep(body).await {
-            Ok(entry) => Some(entry),
-            Err(err) => {
-                tracing::warn!(error = %err, "Discord: a message not kept in the inbox (it is handled, but not taken up again after a crash)");
-                None
-            }
-        }
-    }
-
     /// Takes one event. A message with files to fetch is admitted beside other chats'
     /// messages (in order within its own chat), so a slow download holds up only its chat.
     pub(crate) async fn take(&mut self, event: Event) {
@@ -122,7 +60,7 @@ impl Intake {
                 self.scope.me = user;
                 if self.slash_commands {
                     // In the background: messages are not held up by it.
-                    tokio::spawn(register(self.admit.rest.clone(), application));
+                    tokio::spawn(register(self.commands.rest.clone(), application));
                 }
             }
             Event::Message(message) => match incoming(&message, &self.scope) {
@@ -133,105 +71,20 @@ impl Intake {
                         "Discord message not for the agent"
                     );
                 }
-                Incoming::Message(received) => {
-                    let kept = Kept {
-                        received: *received,
-                        username: message.author.username.clone(),
-                    };
-                    let place = self.keep(&kept).await;
-                    self.admit_kept(kept, place).await;
-                }
+                Incoming::Message(arrival) => self.admission.take(*arrival).await,
             },
             Event::Interaction(interaction) => {
                 // Its answer is a REST call: not in the way of other events.
-                let admit = self.admit.clone();
-                tokio::spawn(async move { admit.interaction(interaction).await });
+                let commands = self.commands.clone();
+                tokio::spawn(async move { commands.interaction(interaction).await });
             }
         }
     }
 }
 
-impl Admit {
-    async fn admit(&self, received: Received, username: &str, place: Option<InboxEntry>) {
-        let sender = received.sender.to_string();
-        let verdict = self
-            .gate
-            .verdict(Sender {
-                id: &sender,
-                username: Some(username),
-                name: &received.name,
-                private: received.private,
-            })
-            .await;
-        let chat = ChatId::from(received.chat.as_str());
-        let reply_to = Some(MessageId::from(received.message.as_str()));
-        match verdict {
-            Verdict::Allowed => return self.publish(received, place).await,
-            Verdict::Pair(text) => {
-                tracing::info!(%sender, "Discord: an unknown sender got a pairing code");
-                say(&self.hub, CHANNEL_NAME, &chat, reply_to, text).await;
-            }
-            Verdict::Ignore => {
-                tracing::debug!(%sender, %chat, "Discord: a message from a sender who may not talk");
-            }
-        }
-        // Not for the agent: nothing to take up again.
-        if let Some(place) = place {
-            place.settle();
-        }
-    }
-
-    async fn publish(&self, received: Received, place: Option<InboxEntry>) {
-        let mut content = received.text.clone();
-        let mut attachments = Vec::new();
-        for file in &received.files {
-            match self.save(&received, file).await {
-                Ok(attachment) => attachments.push(switchboard_core::Attachment {
-                    duration_ms: file.duration_ms,
-                    voice: file.voice,
-                    ..attachment
-                }),
-                Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
-            }
-        }
-        self.authors.note(received.message.clone(), received.sender);
-        let person = received.private.then(|| received.sender.to_string());
-        self.chats.note(received.chat.clone(), person);
-        let mut message = InboundMessage::text(
-            CHANNEL_NAME.into(),
-            received.chat.as_str().into(),
-            received.sender.to_string().into(),
-            content,
-        );
-        message.id = Some(MessageId::from(received.message.as_str()));
-        message.reply_to = received.reply_to.map(MessageId::from);
-        message.attachments = attachments;
-        // Settled once its fate is known; one left unprocessed (the daemon stopped first)
-        // stays for the next start.
-        message.ack = place.map(InboxEntry::ack);
-        if let Err(err) = self.hub.publish_inbound(message).await {
-            tracing::info!(error = %err, "a Discord message was not taken");
-        }
-    }
-
-    /// Saves one attachment, fetched only from Discord's CDN (or the configured API host).
-    async fn save(
-        &self,
-        received: &Received,
-        file: &FileRef,
-    ) -> Result<switchboard_core::Attachment, String> {
-        let incoming = IncomingFile {
-            channel: CHANNEL_NAME,
-            chat: &received.chat,
-            message: &received.message,
-            name: &file.name,
-            mime: file.mime.as_deref(),
-            max_bytes: self.max_attachment_bytes,
-            cap_key: "channels.discord.max_attachment_bytes",
-        };
-        if file.size > self.max_attachment_bytes {
-            return Err(incoming.too_large());
-        }
+#[async_trait]
+impl Fetch for Files {
+    async fn fetch(&self, file: &FileRef) -> Result<Chunks, String> {
         let url = media::file_url(
             &file.url,
             &ATTACHMENT_HOSTS,
@@ -239,9 +92,19 @@ impl Admit {
             "Discord's CDN",
         )?;
         let response = self.rest.download(url).await?;
-        media::save(&self.workspace, incoming, response.bytes_stream()).await
+        Ok(Box::pin(
+            response.bytes_stream().map_err(|err| err.to_string()),
+        ))
     }
 
+    fn admitted(&self, arrival: &Arrival) {
+        if let Ok(sender) = arrival.sender.parse() {
+            self.authors.note(arrival.message.clone(), sender);
+        }
+    }
+}
+
+impl Commands {
     /// A slash command: answered at once, then taken as the command typed in its channel.
     async fn interaction(&self, interaction: Value) {
         // Type 2 is an application command.

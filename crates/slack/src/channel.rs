@@ -11,34 +11,31 @@
 //! strangers, silence in channels), files fetched from Slack with the bot token, the hub.
 //! A `disconnect` from Slack (every few hours) makes slack-morphism reconnect.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use futures::TryStreamExt;
 use slack_morphism::prelude::*;
-use switchboard_adapter::media::{self, Incoming as IncomingFile};
+use switchboard_adapter::media;
 use switchboard_adapter::{
-    AllowList, BuildError, BuiltChannel, ChannelParts, ChannelSection, Gate, HttpFacts, Inbox,
-    InboxEntry, InboxError, PerChat, Remembered, Replies, Sender, Verdict, say,
+    Admit, AllowList, Arrival, BuildError, BuiltChannel, ChannelParts, ChannelSection, Chunks,
+    Fetch, FileRef, Gate, HttpFacts, Inbox, InboxEntry, InboxError, Incoming, Intake, IntakeParts,
+    Remembered, Replies, keep,
 };
 use switchboard_core::{
-    Bus, Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, InboundMessage,
-    MessageId, OutboundMessage, Sent,
+    Channel, ChannelContext, ChannelName, ChatId, ConfigProblem, CoreError, OutboundMessage, Sent,
 };
 use tokio::sync::mpsc;
 
 use crate::config::{ChannelPolicy, SlackSection, SlackSettings};
-use crate::convert::{FileRef, Incoming, Received, incoming};
+use crate::convert::incoming;
 use crate::outbound::{CHANNEL_NAME, Client, HttpsConnector, Slack, mapped};
 
 /// Messages waiting for intake; beyond, the socket's callback waits (and so does Slack).
 const INTAKE_QUEUE: usize = 256;
 /// Event ids remembered, to skip envelopes Slack sends again.
 const SEEN_EVENTS: usize = 4096;
-/// Chats remembered for the `message` tool.
-const MAX_KNOWN_CHATS: usize = 10_000;
 /// How long a file download may take.
 const DOWNLOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// Hosts files are fetched from (besides the API's own, for tests and proxies).
@@ -82,34 +79,16 @@ struct Inner {
     intake: tokio::sync::Mutex<Intake>,
 }
 
-/// What the channel's intake task keeps across runs.
-struct Intake {
-    per_chat: PerChat,
-    inbox: Option<Inbox>,
-    inbox_path: PathBuf,
-}
-
-/// A message as the inbox keeps it.
-#[derive(Serialize, Deserialize)]
-struct Kept {
-    received: Received,
-}
-
-/// Admitting a message: who may talk, its files, the hub.
-struct Admit {
-    hub: Arc<dyn Bus>,
-    gate: Gate,
-    chats: Remembered<String, Option<String>>,
+/// Files fetched from Slack with the bot token.
+struct Files {
     downloads: reqwest::Client,
     bot_token: String,
     api_host: Option<String>,
-    workspace: PathBuf,
-    max_attachment_bytes: u64,
 }
 
 /// What the socket's callback needs (slack-morphism's user state).
 struct Dispatch {
-    queue: mpsc::Sender<(Received, Option<InboxEntry>)>,
+    queue: mpsc::Sender<(Arrival, Option<InboxEntry>)>,
     inbox: Inbox,
     me: String,
     policy: ChannelPolicy,
@@ -120,10 +99,6 @@ impl SlackChannel {
     /// A channel with `settings`, publishing on the parts' hub; files go under its
     /// workspace, its inbox under its state directory, pairing is its pairing.
     pub fn new(settings: SlackSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
-        let hub = parts.hub.clone();
-        let state_dir = parts.state_dir.as_path();
-        let workspace = parts.workspace.as_path();
-        let pairing = parts.pairing.clone();
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_webpki_roots()
             .https_or_http()
@@ -141,16 +116,29 @@ impl SlackChannel {
             .timeout(DOWNLOAD_TIMEOUT)
             .build()
             .map_err(|err| channel_error(format!("cannot start the HTTP client: {err}")))?;
-        let admit = Arc::new(Admit {
-            hub,
-            gate: Gate::new(CHANNEL_NAME, AllowList::new(&settings.allow_from), pairing),
-            chats: Remembered::new(MAX_KNOWN_CHATS),
+        let files = Files {
             downloads,
             bot_token: settings.bot_token.clone(),
             api_host: settings.api_url.host_str().map(str::to_owned),
-            workspace: workspace.to_path_buf(),
-            max_attachment_bytes: settings.max_attachment_bytes,
-        });
+        };
+        let gate = Gate::new(
+            CHANNEL_NAME,
+            AllowList::new(&settings.allow_from),
+            parts.pairing.clone(),
+        );
+        let admit = Arc::new(Admit::new(
+            IntakeParts {
+                channel: CHANNEL_NAME,
+                platform: "Slack",
+                hub: parts.hub.clone(),
+                gate: Arc::new(gate),
+                workspace: parts.workspace.clone(),
+                max_attachment_bytes: settings.max_attachment_bytes,
+                cap_key: "channels.slack.max_attachment_bytes",
+            },
+            Arc::new(files),
+        ));
+        let inbox_path = parts.state_dir.join(CHANNEL_NAME).join("inbox.jsonl");
         let surface = Slack {
             client: client.clone(),
             token: bot.clone(),
@@ -164,12 +152,8 @@ impl SlackChannel {
                 client,
                 bot,
                 app,
-                admit,
-                intake: tokio::sync::Mutex::new(Intake {
-                    per_chat: PerChat::default(),
-                    inbox: None,
-                    inbox_path: state_dir.join(CHANNEL_NAME).join("inbox.jsonl"),
-                }),
+                admit: admit.clone(),
+                intake: tokio::sync::Mutex::new(Intake::new(admit, inbox_path)),
             }),
         })
     }
@@ -207,7 +191,10 @@ impl Channel for SlackChannel {
     async fn run(&self, ctx: ChannelContext) -> Result<(), CoreError> {
         let me = self.whoami().await?.user_id.0;
         let mut intake = self.inner.intake.lock().await;
-        let inbox = intake.open_inbox(&self.inner.admit).await?;
+        let inbox = intake
+            .open_inbox()
+            .await
+            .map_err(|err| channel_error(err.to_string()))?;
         let (queue, mut messages) = mpsc::channel(INTAKE_QUEUE);
         let dispatch = Arc::new(Dispatch {
             queue,
@@ -242,8 +229,8 @@ impl Channel for SlackChannel {
             tokio::select! {
                 () = ctx.intake.cancelled() => break,
                 message = messages.recv() => {
-                    let Some((received, entry)) = message else { break };
-                    intake.admit(&self.inner.admit, received, entry).await;
+                    let Some((arrival, entry)) = message else { break };
+                    intake.admit(arrival, entry).await;
                 }
             }
         }
@@ -260,51 +247,7 @@ impl Channel for SlackChannel {
     /// A direct message's person must still be allowed; a channel was let in by an allowed
     /// member. A chat not seen since the daemon started is refused.
     async fn may_notify(&self, chat: &ChatId) -> bool {
-        let seen = self.inner.admit.chats.get(chat.as_str());
-        match seen {
-            None => false,
-            Some(None) => true,
-            Some(Some(person)) => self.inner.admit.gate.allows(&person, None).await,
-        }
-    }
-}
-
-impl Intake {
-    /// Opens the inbox (once: a restarted run keeps it) and admits again what it holds from
-    /// an earlier daemon, in order.
-    async fn open_inbox(&mut self, admit: &Arc<Admit>) -> Result<Inbox, CoreError> {
-        if let Some(inbox) = &self.inbox {
-            return Ok(inbox.clone());
-        }
-        let (inbox, taken) = Inbox::opened(&self.inbox_path)
-            .await
-            .map_err(|err| channel_error(err.to_string()))?;
-        if !taken.is_empty() {
-            tracing::info!(
-                messages = taken.len(),
-                "Slack: taking up messages a previous run did not handle"
-            );
-        }
-        for waiting in taken {
-            match serde_json::from_value::<Kept>(waiting.body) {
-                Ok(kept) => self.admit(admit, kept.received, Some(waiting.entry)).await,
-                Err(err) => {
-                    tracing::warn!(error = %err, "Slack: an inbox message that cannot be read was skipped");
-                    waiting.entry.settle();
-                }
-            }
-        }
-        self.inbox = Some(inbox.clone());
-        Ok(inbox)
-    }
-
-    /// Admits a message in order within its chat (beside other chats' when it has files).
-    async fn admit(&mut self, admit: &Arc<Admit>, received: Received, entry: Option<InboxEntry>) {
-        let chat = received.chat.clone();
-        let quick = received.files.is_empty();
-        let admit = admit.clone();
-        let work = async move { admit.admit(received, entry).await };
-        self.per_chat.run(&chat, quick, work).await;
+        self.inner.admit.may_notify(chat).await
     }
 }
 
@@ -354,26 +297,18 @@ impl Dispatch {
 
     /// Takes in an event not seen before.
     async fn take_new(&self, id: &str, event: &SlackPushEventCallback) -> UserCallbackResult<()> {
-        let received = match incoming(event, &self.me, self.policy) {
+        let arrival = match incoming(event, &self.me, self.policy) {
             Incoming::Ignore(why) => {
                 tracing::debug!(event = %id, why, "Slack event not for the agent");
                 return Ok(());
             }
-            Incoming::Message(received) => *received,
+            Incoming::Message(arrival) => *arrival,
         };
-        let body = serde_json::to_value(Kept {
-            received: received.clone(),
-        })?;
-        let entry = match self.inbox.keep(body).await {
-            Ok(entry) => Some(entry),
-            // Not acknowledged: Slack sends it again, once there is room.
-            Err(err @ InboxError::Full) => return Err(Box::new(err)),
-            Err(err) => {
-                tracing::warn!(error = %err, "Slack: a message not kept in the inbox (it is handled, but not taken up again after a crash)");
-                None
-            }
-        };
-        if self.queue.send((received, entry)).await.is_err() {
+        // A full inbox is not acknowledged: Slack sends it again, once there is room.
+        let entry = keep(&self.inbox, &arrival, "Slack")
+            .await
+            .map_err(|err: InboxError| Box::new(err))?;
+        if self.queue.send((arrival, entry)).await.is_err() {
             // The run ended: the inbox has it for the next.
             return Err("the Slack channel is stopping".into());
         }
@@ -381,86 +316,10 @@ impl Dispatch {
     }
 }
 
-impl Admit {
-    async fn admit(&self, received: Received, entry: Option<InboxEntry>) {
-        let verdict = self
-            .gate
-            .verdict(Sender {
-                id: &received.sender,
-                username: None,
-                name: &received.sender,
-                private: received.private,
-            })
-            .await;
-        let chat = ChatId::from(received.chat.as_str());
-        match verdict {
-            Verdict::Allowed => return self.publish(received, entry).await,
-            Verdict::Pair(text) => {
-                tracing::info!(sender = %received.sender, "Slack: an unknown sender got a pairing code");
-                let reply_to = Some(MessageId::from(received.message.as_str()));
-                say(&self.hub, CHANNEL_NAME, &chat, reply_to, text).await;
-            }
-            Verdict::Ignore => {
-                tracing::debug!(sender = %received.sender, %chat, "Slack: a message from a sender who may not talk");
-            }
-        }
-        // Not for the agent: nothing to take up again.
-        if let Some(entry) = entry {
-            entry.settle();
-        }
-    }
-
-    async fn publish(&self, received: Received, entry: Option<InboxEntry>) {
-        let mut content = received.text.clone();
-        let mut attachments = Vec::new();
-        for file in &received.files {
-            match self.save(&received, file).await {
-                // Recordings in Slack are its audio clips: heard, and answered in voice.
-                Ok(attachment) => {
-                    let voice = attachment.is_audio();
-                    attachments.push(switchboard_core::Attachment {
-                        voice,
-                        ..attachment
-                    });
-                }
-                Err(why) => media::not_saved(&mut content, CHANNEL_NAME, &file.name, &why),
-            }
-        }
-        let person = received.private.then(|| received.sender.clone());
-        self.chats.note(received.chat.clone(), person);
-        let mut message = InboundMessage::text(
-            CHANNEL_NAME.into(),
-            received.chat.as_str().into(),
-            received.sender.as_str().into(),
-            content,
-        );
-        message.id = Some(MessageId::from(received.message.as_str()));
-        message.attachments = attachments;
-        // Settled once its fate is known; one left unprocessed stays for the next start.
-        message.ack = entry.map(InboxEntry::ack);
-        if let Err(err) = self.hub.publish_inbound(message).await {
-            tracing::info!(error = %err, "a Slack message was not taken");
-        }
-    }
-
-    /// Saves one file, fetched with the bot token from Slack (or the configured API host).
-    async fn save(
-        &self,
-        received: &Received,
-        file: &FileRef,
-    ) -> Result<switchboard_core::Attachment, String> {
-        let incoming = IncomingFile {
-            channel: CHANNEL_NAME,
-            chat: &received.chat,
-            message: &received.message,
-            name: &file.name,
-            mime: file.mime.as_deref(),
-            max_bytes: self.max_attachment_bytes,
-            cap_key: "channels.slack.max_attachment_bytes",
-        };
-        if file.size > self.max_attachment_bytes {
-            return Err(incoming.too_large());
-        }
+#[async_trait]
+impl Fetch for Files {
+    /// Fetched with the bot token from Slack (or the configured API host).
+    async fn fetch(&self, file: &FileRef) -> Result<Chunks, String> {
         let url = media::file_url(&file.url, &FILE_HOSTS, self.api_host.as_deref(), "Slack")?;
         let response = self
             .downloads
@@ -470,7 +329,9 @@ impl Admit {
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|err| format!("it could not be fetched: {err}"))?;
-        media::save(&self.workspace, incoming, response.bytes_stream()).await
+        Ok(Box::pin(
+            response.bytes_stream().map_err(|err| err.to_string()),
+        ))
     }
 }
 

@@ -2,45 +2,10 @@
 //! each belongs to (a DM, a channel, or a thread of its own), its text without the bot's
 //! mention, its files.
 
-use serde::{Deserialize, Serialize};
 use slack_morphism::prelude::*;
+use switchboard_adapter::{Arrival, FileRef, Incoming};
 
 use crate::config::ChannelPolicy;
-
-/// A file that came with a message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct FileRef {
-    pub(crate) name: String,
-    pub(crate) url: String,
-    pub(crate) size: u64,
-    pub(crate) mime: Option<String>,
-}
-
-/// A message for the agent (kept in the inbox as it is until handled).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Received {
-    /// The chat: the channel, or `<channel>:<thread ts>` for a thread.
-    pub(crate) chat: String,
-    /// Whether it is a direct message (pairing codes are sent only there).
-    pub(crate) private: bool,
-    /// The author's user id.
-    pub(crate) sender: String,
-    /// The message's `ts`.
-    pub(crate) message: String,
-    /// The text, the bot's mention taken out.
-    pub(crate) text: String,
-    /// Its files.
-    pub(crate) files: Vec<FileRef>,
-}
-
-/// What an event is.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Incoming {
-    /// Not for the agent, and why.
-    Ignore(&'static str),
-    /// For the agent.
-    Message(Box<Received>),
-}
 
 /// Reads `event` for the bot `me` under `policy`.
 pub(crate) fn incoming(
@@ -123,13 +88,20 @@ fn received(
                         .url_private_download
                         .as_ref()
                         .or(file.url_private.as_ref())?;
+                    let mime = file.mimetype.as_ref().map(|mime| mime.0.clone());
                     Some(FileRef {
                         name: file.name.clone().unwrap_or_else(|| file.id.0.clone()),
                         url: url.to_string(),
                         // slack-morphism does not read a file's size: the download is
                         // capped instead.
                         size: 0,
-                        mime: file.mimetype.as_ref().map(|mime| mime.0.clone()),
+                        // Recordings in Slack are its audio clips: heard, and answered in
+                        // voice.
+                        voice: mime
+                            .as_deref()
+                            .is_some_and(|mime| mime.starts_with("audio/")),
+                        mime,
+                        duration_ms: None,
                     })
                 })
                 .collect()
@@ -138,12 +110,15 @@ fn received(
     if text.is_empty() && files.is_empty() {
         return Incoming::Ignore("nothing to say");
     }
-    Incoming::Message(Box::new(Received {
+    Incoming::Message(Box::new(Arrival {
         chat,
         private,
         sender: user.0.clone(),
+        username: None,
+        name: user.0.clone(),
         message: origin.ts.0.clone(),
         text,
+        reply_to: None,
         files,
     }))
 }
