@@ -18,16 +18,29 @@ use tokio::time::Instant;
 
 use crate::util::{self, Extra, PATIENCE};
 
-/// Generates the suite's tests for a platform: `suite!(Telegram);` in its module.
+/// Generates the suite's tests for a platform: `suite!(Telegram);` in its module, or
+/// `suite!(WhatsApp, without edits);` for a platform where a bot cannot edit what it sent
+/// (its answers are never streamed: the streaming runs are left out).
 macro_rules! suite {
     ($platform:ty) => {
         suite!(@tests $platform;
-            a_message_is_answered_in_its_chat,
-            a_long_reply_arrives_in_parts_within_the_limit_and_loses_nothing,
             streaming_edits_one_message_an_interval_apart_and_ends_with_the_whole_reply,
             a_short_streamed_reply_is_closed_without_waiting_out_the_interval,
-            a_stranger_gets_a_pairing_code_and_is_answered_once_approved,
             a_429_holds_every_call_to_its_chat_and_no_other_chat,
+        );
+        suite!(@common $platform);
+    };
+    ($platform:ty, without edits) => {
+        suite!(@tests $platform;
+            a_429_on_a_reply_holds_its_chat_and_no_other_chat,
+        );
+        suite!(@common $platform);
+    };
+    (@common $platform:ty) => {
+        suite!(@tests $platform;
+            a_message_is_answered_in_its_chat,
+            a_long_reply_arrives_in_parts_within_the_limit_and_loses_nothing,
+            a_stranger_gets_a_pairing_code_and_is_answered_once_approved,
             stop_ends_the_running_turn,
             commands_are_answered_without_the_model,
             a_file_is_saved_in_the_workspace_and_handed_to_the_agent,
@@ -62,6 +75,7 @@ mod media;
 mod slack;
 mod telegram;
 mod voice;
+pub(crate) mod whatsapp;
 
 pub(crate) use crash::{
     a_file_being_uploaded_at_a_kill_9_arrives_once,
@@ -170,6 +184,11 @@ pub(crate) trait Platform: Sized {
     /// drafts at most every `interval` seconds, with `extra` lines.
     fn table(&self, interval: f64, extra: &str) -> String;
 
+    /// The daemon listening on `daemon` is the one the platform pushes to from now on (a
+    /// webhook's address, as the platform's settings name it); platforms the daemon calls
+    /// out to need nothing.
+    fn attach(&self, _daemon: std::net::SocketAddr) {}
+
     /// How many sessions the channel opened with the fake so far (polls begun, gateway
     /// sessions identified or resumed): one more means a (re)started daemon is listening.
     fn sessions(&self) -> u64;
@@ -265,6 +284,7 @@ impl<P: Platform> Run<P> {
             ..Extra::default()
         };
         let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+        fake.attach(daemon.addr());
         fake.wait("the channel listening", |f| f.sessions() > before)
             .await;
         Self {
@@ -513,6 +533,36 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
         1,
         "the reply went out once: {posts:?}"
     );
+    t.daemon.shutdown().await;
+}
+
+/// Where a bot cannot edit, the reply itself is what a 429 holds.
+pub(crate) async fn a_429_on_a_reply_holds_its_chat_and_no_other_chat<P: Platform>() {
+    const RETRY_AFTER: Duration = Duration::from_secs(3);
+    let t = Run::<P>::start(false).await;
+    let ada_chat = t.fake.chat_of(ADA);
+    t.fake.rate_limit(&ada_chat, RETRY_AFTER, 1);
+    let ada = t.fake.dm(ADA, "first in line");
+    t.fake
+        .wait("the 429", |f| !f.limited_at(&ada.chat).is_empty())
+        .await;
+    let limited = t.fake.limited_at(&ada.chat)[0];
+    let carol = t.fake.dm(CAROL, "second in line");
+    assert_eq!(t.reply(&carol).await, "echo: second in line");
+    let carol_at = *t.fake.writes(&carol.chat, None).last().expect("writes");
+    assert_eq!(t.reply(&ada).await, "echo: first in line");
+    let writes = t.fake.writes(&ada.chat, None);
+    assert!(
+        writes
+            .iter()
+            .all(|at| *at <= limited || *at >= limited + RETRY_AFTER),
+        "a write reached the chat within retry_after"
+    );
+    assert!(
+        carol_at < limited + RETRY_AFTER,
+        "the other chat was not held"
+    );
+    assert_eq!(replies(&t.fake, &ada).len(), 1, "the reply went out once");
     t.daemon.shutdown().await;
 }
 

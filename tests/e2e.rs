@@ -133,3 +133,7 @@ mod web_page;
 mod web_sending;
 /// The page's voice notes (a fake microphone in Chromium) and the files the agent sends.
 mod web_voice;
+/// What only WhatsApp does, against its fake Graph API and Meta's signed webhook: the
+/// signature and the verify handshake, the read mark, the 24-hour window (the rest is in
+/// `conformance`).
+mod whatsapp;

@@ -39,7 +39,7 @@ pub struct Config {
     pub http: HttpSection,
     /// `[channels.*]`.
     #[serde(default)]
-    pub channels: ChannelsSection,
+    pub channels: Box<ChannelsSection>,
     /// `[tools]`.
     #[serde(default)]
     pub tools: switchboard_tools::ToolsSection,
@@ -131,6 +131,7 @@ channels! {
     slack: switchboard_slack::SlackSection,
     #[cfg(not(feature = "slack"))]
     slack: switchboard_adapter::NotBuilt,
+    whatsapp: switchboard_whatsapp::WhatsAppSection,
 }
 
 impl ChannelsSection {

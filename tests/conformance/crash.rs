@@ -29,7 +29,8 @@ fn write_config<P: Platform>(dir: &tempfile::TempDir, llm: &ScriptedLlm, fake: &
 /// Starts the binary with `config` and waits until its channel listens on `fake`.
 async fn spawn_listening<P: Platform>(config: &Path, fake: &P) -> tokio::process::Child {
     let before = fake.sessions();
-    let (child, _) = util::spawn_daemon(config).await;
+    let (child, addr) = util::spawn_daemon(config).await;
+    fake.attach(addr);
     fake.wait("the channel listening", |f| f.sessions() > before)
         .await;
     child

@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //! - `split`: [`split`] a reply at a platform's limit, code fences kept valid.
-//! - `markdown`: [`telegram_html`], Markdown in Telegram's HTML subset.
+//! - `markdown`: [`telegram_html`], Markdown in Telegram's HTML subset ([`slack_mrkdwn`] and
+//!   [`whatsapp_text`] beside it).
 //! - `draft`: [`Draft`], the throttled draft streamer (one message edited in place).
 //! - `pairing`: [`AllowList`] and [`Pairing`]: who may talk, codes for everyone else.
 //! - `gate`: [`Gate`], who may talk: the allow list, then pairing.
@@ -53,7 +54,7 @@ pub use intake::{
     say,
 };
 pub use kept::{Kept, KeptChats};
-pub use markdown::{plain_text, slack_mrkdwn, telegram_html, visible_text};
+pub use markdown::{plain_text, slack_mrkdwn, telegram_html, visible_text, whatsapp_text};
 pub use outbound::{Form, Replies, Said, Surface, Upload};
 pub use outgoing::{FileMedia, KEEP_DAYS};
 pub use pairing::{

@@ -148,11 +148,22 @@ fn end_block(out: &mut String, lists: &mut Vec<Option<u64>>, tag: TagEnd) {
 
 /// Renders Markdown in Slack's mrkdwn.
 pub fn slack_mrkdwn(markdown: &str) -> String {
+    mrkdwn(markdown, false)
+}
+
+/// Renders Markdown as WhatsApp formats text: Slack's marks (`*bold*`, `_italic_`,
+/// `~strike~`, fences), nothing escaped, a link as its text and its address.
+pub fn whatsapp_text(markdown: &str) -> String {
+    mrkdwn(markdown, true)
+}
+
+fn mrkdwn(markdown: &str, whatsapp: bool) -> String {
     let mut mrkdwn = Mrkdwn {
         out: String::with_capacity(markdown.len() + 32),
         lists: Vec::new(),
         quote: 0,
         link: None,
+        whatsapp,
     };
     for event in Parser::new_ext(markdown, OPTIONS) {
         mrkdwn.event(event);
@@ -169,9 +180,22 @@ struct Mrkdwn {
     quote: usize,
     /// The text of the link being written, and its target.
     link: Option<(String, String)>,
+    /// WhatsApp's dialect: nothing escaped, links written out.
+    whatsapp: bool,
 }
 
 impl Mrkdwn {
+    /// Writes `text` where text goes, escaped as Slack asks (WhatsApp asks nothing).
+    fn text(&mut self, text: &str) {
+        let whatsapp = self.whatsapp;
+        let target = self.target();
+        if whatsapp {
+            target.push_str(text);
+        } else {
+            escape_into(target, text, false);
+        }
+    }
+
     /// Where text goes: the link being written, or the output.
     fn target(&mut self) -> &mut String {
         match &mut self.link {
@@ -184,14 +208,13 @@ impl Mrkdwn {
         match event {
             Event::Start(tag) => self.start(tag),
             Event::End(tag) => self.end(tag),
-            Event::Text(text) => escape_into(self.target(), &text, false),
+            Event::Text(text) => self.text(&text),
             Event::Code(code) => {
-                let target = self.target();
-                target.push('`');
-                escape_into(target, &code, false);
-                target.push('`');
+                self.target().push('`');
+                self.text(&code);
+                self.target().push('`');
             }
-            Event::Html(html) | Event::InlineHtml(html) => escape_into(self.target(), &html, false),
+            Event::Html(html) | Event::InlineHtml(html) => self.text(&html),
             Event::SoftBreak | Event::HardBreak => {
                 let quoted = self.quote > 0;
                 let target = self.target();
@@ -204,7 +227,7 @@ impl Mrkdwn {
             Event::TaskListMarker(done) => {
                 self.target().push_str(if done { "☑ " } else { "☐ " })
             }
-            Event::FootnoteReference(name) => escape_into(self.target(), &name, false),
+            Event::FootnoteReference(name) => self.text(&name),
             _ => {}
         }
     }
@@ -242,6 +265,14 @@ impl Mrkdwn {
             TagEnd::Link | TagEnd::Image => {
                 if let Some((text, url)) = self.link.take() {
                     let out = &mut self.out;
+                    if self.whatsapp {
+                        if text.is_empty() || text == url {
+                            out.push_str(&url);
+                        } else {
+                            out.push_str(&format!("{text} ({url})"));
+                        }
+                        return;
+                    }
                     out.push('<');
                     escape_into(out, &url, false);
                     if !text.is_empty() && text != url {
@@ -373,6 +404,19 @@ mod tests {
              <pre><code class=\"language-rust\">fn main() { 1 &lt; 2 }</code></pre>"
         );
         assert!(well_formed(&html));
+    }
+
+    #[test]
+    fn whatsapp_gets_its_marks_nothing_escaped_and_links_written_out() {
+        let text = whatsapp_text(
+            "# Title\n\nSome **bold**, *it*, ~~gone~~ and `x < y` & more.\n\n\
+             [a link](https://example.com/?a=1&b=2) and <https://example.org>",
+        );
+        assert_eq!(
+            text,
+            "*Title*\n\nSome *bold*, _it_, ~gone~ and `x < y` & more.\n\n\
+             a link (https://example.com/?a=1&b=2) and https://example.org"
+        );
     }
 
     #[test]

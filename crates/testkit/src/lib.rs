@@ -16,6 +16,7 @@
 //! - `telegram`: [`FakeTelegram`], a Bot API server (long polling, 429s, Telegram's 400s,
 //!   recordings of what the bot sends).
 //! - `web`: [`FakeWeb`], web pages, redirects and the Brave and SearXNG search APIs.
+//! - `whatsapp`: [`FakeWhatsApp`], the Cloud API's Graph calls and Meta's signed webhook posts.
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
@@ -32,6 +33,7 @@ pub mod strict;
 pub mod telegram;
 mod tools;
 pub mod web;
+pub mod whatsapp;
 
 pub use audio::FakeAudio;
 pub use discord::FakeDiscord;
@@ -43,6 +45,7 @@ pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;
 pub use tools::{BarrierTool, EchoTool, FailTool, NamedTool, SleepTool};
 pub use web::FakeWeb;
+pub use whatsapp::FakeWhatsApp;
 
 /// Serves `app` on `addr` (port 0: any free one) until the token is cancelled; returns the
 /// address it listens on.
