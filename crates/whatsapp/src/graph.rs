@@ -48,8 +48,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 const FILE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Hosts files are fetched from (besides the API's own, for tests and proxies).
 const FILE_HOSTS: [&str; 1] = ["lookaside.fbsbx.com"];
-/// A Graph error answer's body read at most.
-const MAX_ERROR_BYTES: usize = 64 * 1024;
+/// A Graph answer's body read at most (they are a few hundred bytes).
+const MAX_ANSWER_BYTES: usize = 256 * 1024;
 
 /// Each chat's last message from its person: its id (what "typing…" and the read mark
 /// name) and when it was sent (Unix seconds: the window runs from it).
@@ -118,7 +118,7 @@ impl Graph {
 
     /// Sends `request` with the token; its JSON answer, or the error mapped for delivery.
     async fn answer(&self, request: reqwest::RequestBuilder) -> Result<Value, CoreError> {
-        let response = request
+        let mut response = request
             .bearer_auth(&self.token)
             .send()
             .await
@@ -130,16 +130,24 @@ impl Graph {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
-        let body = response
-            .bytes()
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|err| unavailable(switchboard_core::error_chain(&err)))?;
+            .map_err(|err| unavailable(switchboard_core::error_chain(&err)))?
+        {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(unavailable(format!(
+                    "WhatsApp's answer ({status}) was over {MAX_ANSWER_BYTES} bytes"
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
         if status.is_success() {
             return serde_json::from_slice(&body)
                 .map_err(|err| unavailable(format!("WhatsApp's answer cannot be read: {err}")));
         }
-        let body = &body[..body.len().min(MAX_ERROR_BYTES)];
-        let problem = serde_json::from_slice::<Value>(body)
+        let problem = serde_json::from_slice::<Value>(&body)
             .ok()
             .and_then(|value| serde_json::from_value::<Problem>(value["error"].clone()).ok())
             .unwrap_or_default();
