@@ -71,6 +71,7 @@ macro_rules! suite {
 mod crash;
 mod discord;
 mod media;
+pub(crate) mod signal;
 #[cfg(feature = "slack")]
 mod slack;
 mod telegram;

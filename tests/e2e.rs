@@ -103,6 +103,9 @@ mod sandbox;
 mod scheduler;
 /// The binary as a service: notify protocol, journald logs, credentials, status, SIGHUP.
 mod service;
+/// What only Signal does, against its fake signal-cli: the event stream broken and followed
+/// again from the last event, the read receipt (the rest is in `conformance`).
+mod signal;
 /// What only Slack does, against its fake Web API and Socket Mode: mentions and threads,
 /// a disconnect, an envelope sent again, a wrong token (the rest is in `conformance`).
 #[cfg(feature = "slack")]

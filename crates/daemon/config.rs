@@ -132,6 +132,7 @@ channels! {
     #[cfg(not(feature = "slack"))]
     slack: switchboard_adapter::NotBuilt,
     whatsapp: switchboard_whatsapp::WhatsAppSection,
+    signal: switchboard_signal::SignalSection,
 }
 
 impl ChannelsSection {

@@ -11,6 +11,7 @@
 //! - `nats`: [`NatsServer`], a real `nats-server` with JetStream, for the cluster.
 //! - `otlp`: [`OtlpReceiver`], a collector's OTLP/HTTP traces endpoint (JSON).
 //! - `process`: waiting for a file's line, whether processes run (for `exec` tests).
+//! - `signal`: [`FakeSignalCli`], signal-cli's JSON-RPC daemon (its RPC and its event stream).
 //! - `strict`: what a strict provider refuses (orphaned or duplicated tool-call ids), as a
 //!   pure check shared by the fake's strict mode and property tests.
 //! - `telegram`: [`FakeTelegram`], a Bot API server (long polling, 429s, Telegram's 400s,
@@ -28,6 +29,7 @@ pub mod multipart;
 pub mod nats;
 pub mod otlp;
 pub mod process;
+pub mod signal;
 pub mod slack;
 pub mod strict;
 pub mod telegram;
@@ -40,6 +42,7 @@ pub use discord::FakeDiscord;
 pub use llm::{Reply, Responder, ScriptedLlm, TokenUsage, last_user_text};
 pub use nats::NatsServer;
 pub use otlp::OtlpReceiver;
+pub use signal::FakeSignalCli;
 pub use slack::FakeSlack;
 pub use telegram::FakeTelegram;
 use tokio_util::sync::CancellationToken;
