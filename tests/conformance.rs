@@ -71,11 +71,13 @@ macro_rules! suite {
 mod crash;
 mod discord;
 mod media;
+#[cfg(feature = "signal")]
 pub(crate) mod signal;
 #[cfg(feature = "slack")]
 mod slack;
 mod telegram;
 mod voice;
+#[cfg(feature = "whatsapp")]
 pub(crate) mod whatsapp;
 
 pub(crate) use crash::{
@@ -538,6 +540,10 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
 }
 
 /// Where a bot cannot edit, the reply itself is what a 429 holds.
+#[cfg_attr(
+    not(any(feature = "whatsapp", feature = "signal")),
+    expect(dead_code, reason = "only the platforms without edits run it")
+)]
 pub(crate) async fn a_429_on_a_reply_holds_its_chat_and_no_other_chat<P: Platform>() {
     const RETRY_AFTER: Duration = Duration::from_secs(3);
     let t = Run::<P>::start(false).await;

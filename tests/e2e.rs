@@ -105,6 +105,7 @@ mod scheduler;
 mod service;
 /// What only Signal does, against its fake signal-cli: the event stream broken and followed
 /// again from the last event, the read receipt (the rest is in `conformance`).
+#[cfg(feature = "signal")]
 mod signal;
 /// What only Slack does, against its fake Web API and Socket Mode: mentions and threads,
 /// a disconnect, an envelope sent again, a wrong token (the rest is in `conformance`).
@@ -139,4 +140,5 @@ mod web_voice;
 /// What only WhatsApp does, against its fake Graph API and Meta's signed webhook: the
 /// signature and the verify handshake, the read mark, the 24-hour window (the rest is in
 /// `conformance`).
+#[cfg(feature = "whatsapp")]
 mod whatsapp;

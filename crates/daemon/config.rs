@@ -131,8 +131,14 @@ channels! {
     slack: switchboard_slack::SlackSection,
     #[cfg(not(feature = "slack"))]
     slack: switchboard_adapter::NotBuilt,
+    #[cfg(feature = "whatsapp")]
     whatsapp: switchboard_whatsapp::WhatsAppSection,
+    #[cfg(not(feature = "whatsapp"))]
+    whatsapp: switchboard_adapter::NotBuilt,
+    #[cfg(feature = "signal")]
     signal: switchboard_signal::SignalSection,
+    #[cfg(not(feature = "signal"))]
+    signal: switchboard_adapter::NotBuilt,
 }
 
 impl ChannelsSection {

@@ -10,7 +10,7 @@
 //! the file itself on the fake's own host. Webhook: what a person writes is posted to the
 //! attached daemon's `/whatsapp/webhook`, signed with the app secret, and posted again until it
 //! is answered 200 — as Meta does — so a daemon that answered before taking a message in would
-//! lose it. Everything is recorded.
+//! lose it; one person's messages are posted one after another, in their order. Everything is recorded.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -113,6 +113,8 @@ impl Shared {
 /// A running fake WhatsApp; it stops when dropped.
 pub struct FakeWhatsApp {
     shared: Arc<Shared>,
+    /// What people write, posted one after another in the order they wrote it.
+    written: tokio::sync::mpsc::UnboundedSender<(String, Value)>,
 }
 
 impl FakeWhatsApp {
@@ -140,7 +142,14 @@ impl FakeWhatsApp {
             stopping.cancelled().await;
             stop.cancel();
         });
-        Ok(Self { shared })
+        let (written, mut queue) = tokio::sync::mpsc::unbounded_channel::<(String, Value)>();
+        let delivering = shared.clone();
+        tokio::spawn(async move {
+            while let Some((id, body)) = queue.recv().await {
+                deliver(delivering.clone(), id, body).await;
+            }
+        });
+        Ok(Self { shared, written })
     }
 
     /// The URL to configure as `channels.whatsapp.api_url`.
@@ -220,12 +229,12 @@ impl FakeWhatsApp {
             .lock()
             .written
             .insert(id.clone(), (person.to_owned(), body.clone()));
-        tokio::spawn(deliver(self.shared.clone(), id.clone(), body));
+        let _ = self.written.send((id.clone(), body));
         id
     }
 
-    /// Posts the notification of `message` again, as Meta does when it thinks the webhook
-    /// did not take it.
+    /// Posts the notification of `message` again at once (beside what is being posted), as
+    /// Meta does when it thinks the webhook did not take it.
     pub fn deliver_again(&self, message: &str) {
         let written = self.shared.lock().written.get(message).cloned();
         if let Some((_, body)) = written {
