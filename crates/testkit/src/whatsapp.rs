@@ -24,10 +24,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+pub use self::meta::signature;
+use self::meta::{exchange, post_webhook, status_of};
+
+mod meta;
 
 /// The access token tests configure.
 pub const ACCESS_TOKEN: &str = "EAAtest0000000000whatsapp";
@@ -392,14 +396,6 @@ impl Drop for FakeWhatsApp {
     }
 }
 
-/// `sha256=<hex>` of `body` under `secret`.
-pub fn signature(secret: &str, body: &[u8]) -> String {
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
-    let tag = ring::hmac::sign(&key, body);
-    let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256={hex}")
-}
-
 /// Posts `body` to the attached daemon until it answers 200 (the fake stopping ends it).
 async fn deliver(shared: Arc<Shared>, id: String, body: Value) {
     let body = body.to_string().into_bytes();
@@ -425,35 +421,6 @@ async fn deliver(shared: Arc<Shared>, id: String, body: Value) {
             () = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
-}
-
-async fn post_webhook(addr: SocketAddr, body: &[u8], signature: &str) -> Option<u16> {
-    let mut request = format!(
-        "POST /whatsapp/webhook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         X-Hub-Signature-256: {signature}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    request.extend_from_slice(body);
-    status_of(&exchange(addr, &request).await?)
-}
-
-/// One HTTP/1.1 exchange, the connection closed after it: the whole answer.
-async fn exchange(addr: SocketAddr, request: &[u8]) -> Option<String> {
-    let talk = async {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-        stream.write_all(request).await.ok()?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer).await.ok()?;
-        Some(String::from_utf8_lossy(&answer).into_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(30), talk)
-        .await
-        .ok()?
-}
-
-fn status_of(answer: &str) -> Option<u16> {
-    answer.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn authorized(headers: &HeaderMap) -> bool {
