@@ -15,8 +15,7 @@ use async_trait::async_trait;
 use futures::TryStreamExt;
 use serde_json::{Value, json};
 use switchboard_adapter::{
-    Arrival, Chunks, Fetch, FileRef, Form, Measure, Remembered, Said, Surface, Upload, media,
-    whatsapp_text,
+    Chunks, Fetch, FileRef, Form, Measure, Remembered, Said, Surface, Upload, media, whatsapp_text,
 };
 use switchboard_core::{ChatId, CoreError, MediaKind, MediaLimits};
 use url::Url;
@@ -334,8 +333,6 @@ impl Fetch for Files {
             response.bytes_stream().map_err(|err| err.to_string()),
         ))
     }
-
-    fn admitted(&self, _arrival: &Arrival) {}
 }
 
 /// A Graph error, mapped for delivery.
