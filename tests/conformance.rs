@@ -20,7 +20,9 @@ use crate::util::{self, Extra, PATIENCE};
 
 /// Generates the suite's tests for a platform: `suite!(Telegram);` in its module, or
 /// `suite!(WhatsApp, without edits);` for a platform where a bot cannot edit what it sent
-/// (its answers are never streamed: the streaming runs are left out).
+/// (its answers are never streamed: the streaming runs are left out), or `suite!(Email,
+/// mail);` for mail, which also has no pairing codes (a sender can be forged), no voice
+/// notes, and no downloads (a mail's files come in it).
 macro_rules! suite {
     ($platform:ty) => {
         suite!(@tests $platform;
@@ -36,15 +38,31 @@ macro_rules! suite {
         );
         suite!(@common $platform);
     };
+    ($platform:ty, mail) => {
+        suite!(@tests $platform;
+            a_429_on_a_reply_holds_its_chat_and_no_other_chat,
+        );
+        suite!(@delivery $platform);
+    };
     (@common $platform:ty) => {
+        suite!(@tests $platform;
+            a_stranger_gets_a_pairing_code_and_is_answered_once_approved,
+            a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order,
+            a_voice_note_is_heard_and_the_person_sees_what_was_heard,
+            a_voice_note_over_its_cap_is_answered_without_any_call,
+            a_voice_note_the_servers_cannot_hear_still_reaches_the_model_and_the_person_is_told,
+            an_answer_to_a_voice_note_comes_as_text_and_as_a_voice_message,
+        );
+        suite!(@delivery $platform);
+    };
+    // What every platform does, mail included.
+    (@delivery $platform:ty) => {
         suite!(@tests $platform;
             a_message_is_answered_in_its_chat,
             a_long_reply_arrives_in_parts_within_the_limit_and_loses_nothing,
-            a_stranger_gets_a_pairing_code_and_is_answered_once_approved,
             stop_ends_the_running_turn,
             commands_are_answered_without_the_model,
             a_file_is_saved_in_the_workspace_and_handed_to_the_agent,
-            a_slow_download_holds_up_only_its_own_chat_and_keeps_its_order,
             nothing_is_answered_twice_across_a_kill_9,
             messages_in_flight_at_a_kill_9_are_answered_once_after_the_restart,
             a_message_delivered_again_is_answered_once_before_during_and_after_its_answer,
@@ -52,10 +70,6 @@ macro_rules! suite {
             a_file_outside_the_workspace_or_over_the_platforms_limit_is_not_uploaded,
             a_file_being_uploaded_at_a_kill_9_arrives_once,
             a_file_the_platform_took_before_a_kill_9_is_not_sent_again,
-            a_voice_note_is_heard_and_the_person_sees_what_was_heard,
-            a_voice_note_over_its_cap_is_answered_without_any_call,
-            a_voice_note_the_servers_cannot_hear_still_reaches_the_model_and_the_person_is_told,
-            an_answer_to_a_voice_note_comes_as_text_and_as_a_voice_message,
         );
     };
     (@tests $platform:ty; $($test:ident),* $(,)?) => {
@@ -70,6 +84,8 @@ macro_rules! suite {
 
 mod crash;
 mod discord;
+#[cfg(feature = "email")]
+pub(crate) mod email;
 mod media;
 #[cfg(feature = "signal")]
 pub(crate) mod signal;
@@ -541,7 +557,7 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
 
 /// Where a bot cannot edit, the reply itself is what a 429 holds.
 #[cfg_attr(
-    not(any(feature = "whatsapp", feature = "signal")),
+    not(any(feature = "whatsapp", feature = "signal", feature = "email")),
     expect(dead_code, reason = "only the platforms without edits run it")
 )]
 pub(crate) async fn a_429_on_a_reply_holds_its_chat_and_no_other_chat<P: Platform>() {

@@ -56,6 +56,11 @@ mod crash;
 mod discord;
 /// One chat never holds up another; floods are refused; `/stop` acts at once.
 mod dispatch;
+/// What only email does, on a real Dovecot and an SMTP sink: threads and quotes, HTML,
+/// strangers and robots unanswered, the mail size cap, Dovecot restarting (the rest is in
+/// `conformance`).
+#[cfg(feature = "email")]
+mod email;
 /// The shipped examples (configs, the one-machine cluster, the container recipe) read.
 mod examples;
 /// Google's Gemini API natively: a multi-step tool loop with parallel calls and their

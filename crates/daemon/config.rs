@@ -139,6 +139,10 @@ channels! {
     signal: switchboard_signal::SignalSection,
     #[cfg(not(feature = "signal"))]
     signal: switchboard_adapter::NotBuilt,
+    #[cfg(feature = "email")]
+    email: switchboard_email::EmailSection,
+    #[cfg(not(feature = "email"))]
+    email: switchboard_adapter::NotBuilt,
 }
 
 impl ChannelsSection {

@@ -4,6 +4,8 @@
 //! # Layout
 //! - `audio`: [`FakeAudio`], an OpenAI-compatible transcription and speech server, and
 //!   [`voice_note`](audio::voice_note), an OGG/Opus recording of a given length.
+//! - `email`: [`MailServers`](email::MailServers), a real Dovecot (IMAP, LMTP delivery) and an
+//!   SMTP sink, for the email channel; [`Compose`](email::Compose) writes people's mails.
 //! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
 //!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
 //! - `multipart`: form bodies as the fakes read them, and [`Uploaded`](multipart::Uploaded),
@@ -23,6 +25,7 @@
 
 pub mod audio;
 pub mod discord;
+pub mod email;
 mod llm;
 pub mod mcp;
 pub mod multipart;

@@ -1,0 +1,257 @@
+//! What only email does, on a real Dovecot and an SMTP sink (the rest is in `conformance`):
+//! threads — a reply stays in its thread, quotes the mail it answers, and the person's next
+//! mail in it reaches the same session — HTML read as text, strangers, robots and lists not
+//! answered, a mail over the cap told to the agent, and Dovecot restarting under the channel.
+
+use switchboard_testkit::ScriptedLlm;
+use switchboard_testkit::email::{Compose, USER};
+
+use crate::conformance::email::{Email, address, shown};
+use crate::conformance::{ADA, CAROL, Platform, STRANGER};
+use crate::util::{self, Extra};
+
+/// A daemon with `[channels.email]` as `tables`, once it reads the mailbox.
+async fn start(
+    platform: &Email,
+    tables: &str,
+    dir: &std::path::Path,
+    llm: &ScriptedLlm,
+) -> switchboard::app::Running {
+    let config = Extra {
+        tables,
+        ..Extra::default()
+    };
+    let daemon = util::start_configured(llm, dir, config, Vec::new()).await;
+    platform
+        .wait("the mailbox read", |p| p.sessions() >= 1)
+        .await;
+    daemon
+}
+
+#[tokio::test]
+async fn a_reply_stays_in_its_thread_and_quotes_the_mail_it_answers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let platform = Email::start().await;
+    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let smtp = &platform.servers.smtp;
+
+    // A new thread, written in HTML by a mail client.
+    let mut first = Compose::new(
+        &address(ADA),
+        "Plans for Friday",
+        "<p>Shall we <b>meet</b> at noon?</p>",
+    );
+    first.name = "Ada Lovelace".into();
+    first.html = true;
+    platform
+        .servers
+        .dovecot
+        .deliver(first.write("first@people.test"));
+    platform
+        .wait("the answer", |_| smtp.mails_to(&address(ADA)).len() == 1)
+        .await;
+    let asked = switchboard_testkit::last_user_text(&llm.requests()[0]);
+    assert_eq!(
+        asked, "Plans for Friday\n\nShall we meet at noon?",
+        "the subject and the HTML as text"
+    );
+    let answer = &smtp.mails_to(&address(ADA))[0];
+    assert_eq!(answer.subject(), "Re: Plans for Friday");
+    assert_eq!(answer.in_reply_to().as_deref(), Some("first@people.test"));
+    assert!(
+        answer
+            .header("References")
+            .is_some_and(|refs| refs.contains("<first@people.test>")),
+        "{:?}",
+        answer.header("References")
+    );
+    assert_eq!(
+        answer.header("Auto-Submitted").as_deref(),
+        Some("auto-replied")
+    );
+    assert_eq!(answer.from, USER);
+    let text = answer.text();
+    assert!(
+        text.contains("Ada Lovelace <p42@people.test> wrote:\n> Shall we meet at noon?"),
+        "the person's mail is quoted under the answer: {text}"
+    );
+    assert_eq!(
+        shown(answer),
+        "echo: Plans for Friday\n\nShall we meet at noon?"
+    );
+
+    // Her reply to the agent's mail, from another client: the same thread, the same session.
+    let mut second = Compose::new(
+        &address(ADA),
+        "Re: Plans for Friday",
+        "Noon it is.\n\nOn Thu, agent wrote:\n> echo: Plans\n",
+    );
+    second.references = vec!["first@people.test".into(), answer.message_id()];
+    platform
+        .servers
+        .dovecot
+        .deliver(second.write("second@people.test"));
+    platform
+        .wait("the second answer", |_| {
+            smtp.mails_to(&address(ADA)).len() == 2
+        })
+        .await;
+    let requests = llm.requests();
+    assert_eq!(
+        switchboard_testkit::last_user_text(&requests[1]),
+        "Noon it is.",
+        "her quote of the agent is cut off"
+    );
+    let conversation = util::conversation(&requests[1]);
+    assert!(
+        conversation
+            .iter()
+            .any(|m| m["content"] == "Plans for Friday\n\nShall we meet at noon?"),
+        "the thread's first mail is in the same session: {conversation:?}"
+    );
+    let again = &smtp.mails_to(&address(ADA))[1];
+    assert_eq!(again.subject(), "Re: Plans for Friday");
+    assert_eq!(again.in_reply_to().as_deref(), Some("second@people.test"));
+    assert!(smtp.logins() >= 2, "the agent logged in to send");
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn strangers_robots_and_lists_get_no_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let platform = Email::start().await;
+    let daemon = start(
+        &platform,
+        &platform
+            .servers
+            .section(&[&address(ADA), &address(CAROL), "@team.test"], ""),
+        dir.path(),
+        &llm,
+    )
+    .await;
+    let dovecot = &platform.servers.dovecot;
+    dovecot.deliver(Compose::new(&address(STRANGER), "Hello", "let me in").write("s1@people.test"));
+    let mut away = Compose::new(&address(ADA), "Out of office", "I am away until Monday.");
+    away.headers.push("Auto-Submitted: auto-replied".into());
+    dovecot.deliver(away.write("a1@people.test"));
+    let mut list = Compose::new(&address(CAROL), "[news] weekly", "This week's news");
+    list.headers.push("List-Id: <news.people.test>".into());
+    dovecot.deliver(list.write("l1@people.test"));
+    // A domain on the list lets in anyone of it.
+    let colleague = "dan@team.test";
+    dovecot.deliver(Compose::new(colleague, "Hi", "from the team").write("d1@team.test"));
+    dovecot.deliver(Compose::new(&address(ADA), "Real", "a real question").write("q1@people.test"));
+    let smtp = &platform.servers.smtp;
+    platform
+        .wait("Ada's question answered", |_| {
+            !smtp.mails_to(&address(ADA)).is_empty()
+        })
+        .await;
+    platform
+        .wait("the colleague answered", |_| {
+            !smtp.mails_to(colleague).is_empty()
+        })
+        .await;
+    let asked: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(switchboard_testkit::last_user_text)
+        .collect();
+    assert_eq!(
+        asked,
+        ["Hi\n\nfrom the team", "Real\n\na real question"],
+        "only the people on the list reached the model, in the order they wrote"
+    );
+    assert!(
+        smtp.mails_to(&address(STRANGER)).is_empty(),
+        "no pairing code to a stranger"
+    );
+    assert_eq!(smtp.mails().len(), 2, "{:?}", smtp.mails());
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mail_over_the_cap_is_not_read_and_the_agent_is_told() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let platform = Email::start().await;
+    let daemon = start(
+        &platform,
+        &platform.section("max_mail_bytes = 4000"),
+        dir.path(),
+        &llm,
+    )
+    .await;
+    let mut big = Compose::new(&address(ADA), "The report", "see attached");
+    big.files.push((
+        "report.bin".into(),
+        "application/octet-stream".into(),
+        vec![7; 20_000],
+    ));
+    platform
+        .servers
+        .dovecot
+        .deliver(big.write("big@people.test"));
+    let smtp = &platform.servers.smtp;
+    platform
+        .wait("the answer", |_| !smtp.mails_to(&address(ADA)).is_empty())
+        .await;
+    let asked = switchboard_testkit::last_user_text(&llm.requests()[0]);
+    assert!(
+        asked.contains("over the 4000 bytes") && asked.contains("max_mail_bytes"),
+        "{asked}"
+    );
+    assert_eq!(smtp.mails_to(&address(ADA))[0].subject(), "Re: The report");
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn dovecot_restarting_under_the_channel_loses_nothing_and_repeats_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let mut platform = Email::start().await;
+    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let before = platform.dm(ADA, "before the restart");
+    platform
+        .wait("the first answer", |p| {
+            !crate::conformance::replies(p, &before).is_empty()
+        })
+        .await;
+    let logins = platform.sessions();
+    platform.servers.dovecot.kill();
+    // Carol writes while the mailbox is down: delivered once Dovecot is back.
+    let during = platform.dm(CAROL, "while it was down");
+    platform.servers.dovecot.resume();
+    platform
+        .wait("the channel back", |p| p.sessions() > logins)
+        .await;
+    platform
+        .wait("Carol's answer", |p| {
+            !crate::conformance::replies(p, &during).is_empty()
+        })
+        .await;
+    let after = platform.dm(ADA, "after the restart");
+    platform
+        .wait("the last answer", |p| {
+            !crate::conformance::replies(p, &after).is_empty()
+        })
+        .await;
+    let asked: Vec<String> = llm
+        .requests()
+        .iter()
+        .map(switchboard_testkit::last_user_text)
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "before the restart",
+            "while it was down",
+            "after the restart"
+        ],
+        "each mail reached the model once"
+    );
+    assert_eq!(crate::conformance::replies(&platform, &before).len(), 1);
+    daemon.shutdown().await;
+}
