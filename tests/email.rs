@@ -3,8 +3,9 @@
 //! mail in it reaches the same session — HTML read as text, strangers, robots and lists not
 //! answered, a mail over the cap told to the agent, and Dovecot restarting under the channel.
 
-use switchboard_testkit::ScriptedLlm;
+use serde_json::json;
 use switchboard_testkit::email::{Compose, USER};
+use switchboard_testkit::{Reply, ScriptedLlm};
 
 use crate::conformance::email::{Email, address, shown};
 use crate::conformance::{ADA, CAROL, Platform, STRANGER};
@@ -253,5 +254,110 @@ async fn dovecot_restarting_under_the_channel_loses_nothing_and_repeats_nothing(
         "each mail reached the model once"
     );
     assert_eq!(crate::conformance::replies(&platform, &before).len(), 1);
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_email_tool_searches_reads_and_sends_only_within_the_allow_list() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let platform = Email::start().await;
+    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let smtp = &platform.servers.smtp;
+    let invoice = Compose::new(
+        &address(CAROL),
+        "Invoice 42",
+        "Invoice 42 is due on Friday.",
+    );
+    platform
+        .servers
+        .dovecot
+        .deliver(invoice.write("inv@people.test"));
+    platform
+        .wait("Carol answered", |_| {
+            !smtp.mails_to(&address(CAROL)).is_empty()
+        })
+        .await;
+
+    llm.push(Reply::tool(
+        "email",
+        json!({"action": "search", "from": "p44", "subject": "invoice"}),
+    ));
+    llm.push(Reply::tool("email", json!({"action": "read", "uid": 1})));
+    llm.push(Reply::tool(
+        "email",
+        json!({"action": "send", "to": address(STRANGER), "subject": "Hi", "body": "x"}),
+    ));
+    llm.push(Reply::tool("email", json!({"action": "send", "to": address(CAROL), "subject": "Paid", "body": "Invoice 42 is paid."})));
+    llm.push(Reply::text("Carol's invoice is paid."));
+    let said = platform.dm(ADA, "what did Carol send? pay it and tell her");
+    platform
+        .wait("the answer", |p| {
+            !crate::conformance::replies(p, &said).is_empty()
+        })
+        .await;
+    let results = util::tool_results(llm.requests().last().expect("a request"));
+    assert_eq!(results.len(), 4, "{results:?}");
+    assert!(
+        results[0].contains("uid 1 ·")
+            && results[0].contains("Invoice 42")
+            && results[0].contains("p44@people.test"),
+        "search: {}",
+        results[0]
+    );
+    assert!(
+        results[1].contains("Invoice 42 is due on Friday."),
+        "read: {}",
+        results[1]
+    );
+    assert!(
+        results[2].contains("not among the people and domains allowed"),
+        "send to a stranger: {}",
+        results[2]
+    );
+    assert!(
+        results[3].starts_with("Sent to p44@people.test"),
+        "send: {}",
+        results[3]
+    );
+    assert!(smtp.mails_to(&address(STRANGER)).is_empty());
+    let paid = smtp
+        .mails_to(&address(CAROL))
+        .into_iter()
+        .find(|mail| mail.subject() == "Paid")
+        .expect("the mail to Carol");
+    assert_eq!(paid.text().trim(), "Invoice 42 is paid.");
+    assert_eq!(
+        paid.header("Auto-Submitted").as_deref(),
+        Some("auto-generated")
+    );
+    daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn mails_that_come_while_others_are_taken_in_are_all_answered() {
+    // A mail that comes while the channel fetches or flags another is announced in that
+    // command's answer, not in IDLE's: missed, it would wait for the next mail.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let llm = ScriptedLlm::start().await.expect("llm");
+    let platform = Email::start().await;
+    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let written: Vec<_> = (0..30)
+        .map(|i| platform.dm(if i % 2 == 0 { ADA } else { CAROL }, &format!("mail {i}")))
+        .collect();
+    platform
+        .wait("every mail answered", |p| {
+            written
+                .iter()
+                .all(|said| !crate::conformance::replies(p, said).is_empty())
+        })
+        .await;
+    for said in &written {
+        assert_eq!(
+            crate::conformance::replies(&platform, said).len(),
+            1,
+            "{said:?}"
+        );
+    }
     daemon.shutdown().await;
 }

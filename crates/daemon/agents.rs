@@ -94,6 +94,14 @@ pub(crate) fn build_tools(config: &Config, parts: &ToolParts) -> anyhow::Result<
             results,
         )));
     }
+    // The tools enabled channels give (email's `email`).
+    for (_, section) in config.channels.all() {
+        if section.enabled() {
+            for tool in section.tools() {
+                tools.register(tool);
+            }
+        }
+    }
     add_ask_user(&config.agent, &mut tools);
     Ok(tools)
 }

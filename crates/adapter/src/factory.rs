@@ -117,6 +117,13 @@ pub trait ChannelSection: Send + Sync {
     fn media(&self) -> MediaLimits {
         MediaLimits::NONE
     }
+
+    /// The tools the section gives the agent (email's `email`), built from its settings
+    /// without connecting anywhere: each call connects. Asked only of an enabled section
+    /// whose secrets resolved; none, by default.
+    fn tools(&self) -> Vec<Arc<dyn switchboard_tools::Tool>> {
+        Vec::new()
+    }
 }
 
 /// The section of a channel this build leaves out (a cargo feature not enabled): it reads

@@ -25,8 +25,9 @@ use switchboard_core::{
 use crate::config::{EmailSection, EmailSettings};
 use crate::convert::{Mail, read, read_header};
 use crate::imap::{self, IDLE_FOR, Mailbox};
-use crate::surface::{CHANNEL_NAME, Files, MEDIA, Smtp, channel_error, unavailable};
+use crate::surface::{CHANNEL_NAME, Files, MEDIA, Sender, Smtp, channel_error, unavailable};
 use crate::threads::Threads;
+use crate::tool::EmailTool;
 
 /// The key the last UID taken in is kept under (`<uidvalidity>:<uid>`).
 pub const UID_KEY: &str = "email/uid";
@@ -53,6 +54,23 @@ impl ChannelSection for EmailSection {
         let channel = EmailChannel::new(self.settings()?, parts)?;
         Ok(BuiltChannel::new(Arc::new(channel)))
     }
+
+    fn tools(&self) -> Vec<Arc<dyn switchboard_tools::Tool>> {
+        if !self.tool {
+            return Vec::new();
+        }
+        let built = self
+            .settings()
+            .map_err(|problem| problem.message)
+            .and_then(|settings| EmailTool::new(settings).map_err(|err| err.to_string()));
+        match built {
+            Ok(tool) => vec![Arc::new(tool)],
+            Err(why) => {
+                tracing::warn!(why, "email: the `email` tool is left out");
+                Vec::new()
+            }
+        }
+    }
 }
 
 /// The email channel. Cloning shares it.
@@ -77,7 +95,10 @@ impl EmailChannel {
     /// workspace, its inbox under its state directory.
     pub fn new(settings: EmailSettings, parts: &ChannelParts) -> Result<Self, CoreError> {
         let threads = Arc::new(Threads::new(parts.state.clone()));
-        let smtp = Arc::new(Smtp::new(&settings, threads.clone())?);
+        let smtp = Arc::new(Smtp {
+            sender: Sender::new(&settings)?,
+            threads: threads.clone(),
+        });
         let gate = Gate::new(
             CHANNEL_NAME,
             AllowList::new(&settings.allow_from),
@@ -158,10 +179,17 @@ impl Inner {
             "email: reading the mailbox"
         );
         loop {
+            // What was announced before this search is found by it.
+            mailbox.announced();
             for uid in mailbox.after(last).await? {
                 self.take(&mut mailbox, intake, inbox, uid).await?;
                 self.keep_uid(validity, uid).await;
                 last = Some(uid);
+            }
+            // A mail that came while they were taken in was told of in a command's answer:
+            // IDLE would not tell of it again.
+            if mailbox.announced() {
+                continue;
             }
             let (waited, _) = mailbox.wait(IDLE_FOR).await?;
             mailbox = waited;
@@ -229,7 +257,7 @@ impl Channel for EmailChannel {
         let mailbox = imap::connect(settings, &settings.mailbox, true).await?;
         let holds = mailbox.exists;
         mailbox.logout().await;
-        self.inner.smtp.reachable().await?;
+        self.inner.smtp.sender.reachable().await?;
         Ok(Some(format!(
             "{}: {} holds {holds} mails; SMTP {} answers",
             settings.address, settings.mailbox, settings.smtp.host

@@ -40,6 +40,8 @@ pub struct EmailSection {
     pub max_mail_bytes: u64,
     /// How long a chat waits when the SMTP server says to try again later (4xx).
     pub retry_after_secs: Spanned<f64>,
+    /// Give the agent the `email` tool: search and read the mailbox, send to `allow_from`.
+    pub tool: bool,
 }
 
 impl Default for EmailSection {
@@ -57,6 +59,7 @@ impl Default for EmailSection {
             max_attachment_bytes: 20 * 1024 * 1024,
             max_mail_bytes: 40 * 1024 * 1024,
             retry_after_secs: Spanned::new(0..0, 60.0),
+            tool: true,
         }
     }
 }

@@ -35,6 +35,14 @@ pub(crate) struct Mailbox {
     pub(crate) exists: u32,
 }
 
+/// A mail's head, as a search lists it.
+pub(crate) struct Head {
+    pub(crate) uid: u32,
+    pub(crate) seen: bool,
+    pub(crate) size: u32,
+    pub(crate) header: Vec<u8>,
+}
+
 /// Whether a wait saw something change.
 pub(crate) enum Waited {
     Changed,
@@ -162,6 +170,48 @@ impl Mailbox {
         Ok(uids)
     }
 
+    /// The UIDs of the mails `query` (IMAP SEARCH criteria) finds, oldest first.
+    pub(crate) async fn search(&mut self, query: &str) -> Result<Vec<u32>, CoreError> {
+        let found = timed("search", COMMAND_TIMEOUT, self.session.uid_search(query))
+            .await?
+            .map_err(|err| channel_error(format!("IMAP search {query:?}: {err}")))?;
+        let mut uids: Vec<u32> = found.into_iter().collect();
+        uids.sort_unstable();
+        Ok(uids)
+    }
+
+    /// The heads of the mails `uids` (at most a few dozen): each with whether it was read
+    /// and its size.
+    pub(crate) async fn heads(&mut self, uids: &[u32]) -> Result<Vec<Head>, CoreError> {
+        if uids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let set: Vec<String> = uids.iter().map(u32::to_string).collect();
+        let fetched = async {
+            self.session
+                .uid_fetch(set.join(","), "(UID FLAGS RFC822.SIZE BODY.PEEK[HEADER])")
+                .await?
+                .try_collect::<Vec<_>>()
+                .await
+        };
+        let fetched = timed("fetch", COMMAND_TIMEOUT, fetched)
+            .await?
+            .map_err(|err| unavailable(format!("IMAP fetch: {err}")))?;
+        Ok(fetched
+            .into_iter()
+            .filter_map(|fetch| {
+                Some(Head {
+                    uid: fetch.uid?,
+                    seen: fetch
+                        .flags()
+                        .any(|flag| matches!(flag, async_imap::types::Flag::Seen)),
+                    size: fetch.size.unwrap_or(0),
+                    header: fetch.header().unwrap_or_default().to_vec(),
+                })
+            })
+            .collect())
+    }
+
     /// The mail `uid`'s bytes, unread; `Err(size)` when it is larger than `max` (then it is
     /// not fetched), `Ok(None)` when it is gone.
     pub(crate) async fn fetch(
@@ -226,6 +276,20 @@ impl Mailbox {
             .await?
             .map(drop)
             .map_err(|err| unavailable(format!("IMAP store: {err}")))
+    }
+
+    /// Whether the server announced new mail during the commands since the last look (it
+    /// tells of a mail that came meanwhile in any command's answer, not only in IDLE's).
+    pub(crate) fn announced(&mut self) -> bool {
+        let mut news = false;
+        while let Ok(response) = self.session.unsolicited_responses.try_recv() {
+            news |= matches!(
+                response,
+                async_imap::types::UnsolicitedResponse::Exists(_)
+                    | async_imap::types::UnsolicitedResponse::Recent(_)
+            );
+        }
+        news
     }
 
     /// Waits up to `at_most` for the folder to change (IDLE).

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use lettre::message::MessageBuilder;
 use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Attachment, Mailbox as Address, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
@@ -44,17 +45,16 @@ pub(crate) const MEDIA: MediaLimits = MediaLimits {
 /// How long one mail's delivery to the SMTP server may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The SMTP side of the channel.
-pub(crate) struct Smtp {
+/// The SMTP server and the bot's address: mails out, errors mapped for delivery.
+pub(crate) struct Sender {
     transport: AsyncSmtpTransport<Tokio1Executor>,
-    from: Address,
+    pub(crate) from: Address,
     domain: String,
     retry_after: Duration,
-    pub(crate) threads: Arc<Threads>,
 }
 
-impl Smtp {
-    pub(crate) fn new(settings: &EmailSettings, threads: Arc<Threads>) -> Result<Self, CoreError> {
+impl Sender {
+    pub(crate) fn new(settings: &EmailSettings) -> Result<Self, CoreError> {
         let server = &settings.smtp;
         let smtp_error = |err: lettre::transport::smtp::Error| {
             channel_error(format!("the SMTP server {}: {err}", server.host))
@@ -96,7 +96,6 @@ impl Smtp {
             from: Address::new(name, address),
             domain: domain_of(&settings.address).to_owned(),
             retry_after: settings.retry_after,
-            threads,
         })
     }
 
@@ -109,71 +108,32 @@ impl Smtp {
         }
     }
 
-    /// A new Message-ID of the bot's domain.
-    fn new_id(&self) -> String {
+    /// A new Message-ID of the bot's domain (without angle brackets).
+    pub(crate) fn new_id(&self) -> String {
         let millis = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_millis());
         format!("{millis}.{:016x}@{}", fastrand::u64(..), self.domain)
     }
 
-    /// A mail to `chat`'s thread, answering `answering`; returns it with its Message-ID.
-    async fn mail(
+    /// A mail from the bot with the Message-ID `id`, marked as a robot's: `auto-replied`
+    /// (an answer) or `auto-generated` (a mail of its own).
+    pub(crate) fn builder(
         &self,
-        chat: &str,
-        answering: Option<&MessageId>,
-        body: impl FnOnce(&Thread) -> Result<MailBody, CoreError>,
-    ) -> Result<(Message, String), CoreError> {
-        let thread = self.threads.get(chat).await.ok_or_else(|| {
-            channel_error(format!(
-                "no mail of the thread `{chat}` is known here: the agent can only answer threads people wrote in"
-            ))
-        })?;
-        let to: lettre::Address = thread
-            .to
-            .parse()
-            .map_err(|err| channel_error(format!("`{}`: {err}", thread.to)))?;
-        let name = (!thread.name.is_empty()).then(|| thread.name.clone());
-        let id = self.new_id();
-        let answers = answering
-            .map(|id| id.as_str().to_owned())
-            .unwrap_or_else(|| thread.last.clone());
-        let mut references = thread.references.clone();
-        if !references.contains(&answers) {
-            references.push(answers.clone());
-        }
-        let subject = if thread.subject.is_empty() {
-            "Re: your mail".to_owned()
-        } else {
-            format!("Re: {}", thread.subject)
-        };
-        let builder = Message::builder()
+        to: Address,
+        subject: String,
+        id: &str,
+        auto: &'static str,
+    ) -> MessageBuilder {
+        Message::builder()
             .from(self.from.clone())
-            .to(Address::new(name, to))
+            .to(to)
             .subject(subject)
             .message_id(Some(format!("<{id}>")))
-            .in_reply_to(format!("<{answers}>"))
-            .references(
-                references
-                    .iter()
-                    .map(|id| format!("<{id}>"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            )
-            .header(AutoSubmitted);
-        let message = match body(&thread)? {
-            MailBody::Text(text) => builder.singlepart(SinglePart::plain(text)),
-            MailBody::WithFile(text, file) => builder.multipart(
-                MultiPart::mixed()
-                    .singlepart(SinglePart::plain(text))
-                    .singlepart(file),
-            ),
-        }
-        .map_err(|err| channel_error(format!("the mail cannot be written: {err}")))?;
-        Ok((message, id))
+            .header(AutoSubmitted(auto))
     }
 
-    async fn deliver(&self, message: Message) -> Result<(), CoreError> {
+    pub(crate) async fn deliver(&self, message: Message) -> Result<(), CoreError> {
         self.transport
             .send(message)
             .await
@@ -199,15 +159,76 @@ impl Smtp {
     }
 }
 
+/// The channel's replies: each in its chat's thread.
+pub(crate) struct Smtp {
+    pub(crate) sender: Sender,
+    pub(crate) threads: Arc<Threads>,
+}
+
+impl Smtp {
+    /// A mail to `chat`'s thread, answering `answering`; returns it with its Message-ID.
+    async fn mail(
+        &self,
+        chat: &str,
+        answering: Option<&MessageId>,
+        body: impl FnOnce(&Thread) -> Result<MailBody, CoreError>,
+    ) -> Result<(Message, String), CoreError> {
+        let thread = self.threads.get(chat).await.ok_or_else(|| {
+            channel_error(format!(
+                "no mail of the thread `{chat}` is known here: the agent can only answer threads people wrote in"
+            ))
+        })?;
+        let to: lettre::Address = thread
+            .to
+            .parse()
+            .map_err(|err| channel_error(format!("`{}`: {err}", thread.to)))?;
+        let name = (!thread.name.is_empty()).then(|| thread.name.clone());
+        let id = self.sender.new_id();
+        let answers = answering
+            .map(|id| id.as_str().to_owned())
+            .unwrap_or_else(|| thread.last.clone());
+        let mut references = thread.references.clone();
+        if !references.contains(&answers) {
+            references.push(answers.clone());
+        }
+        let subject = if thread.subject.is_empty() {
+            "Re: your mail".to_owned()
+        } else {
+            format!("Re: {}", thread.subject)
+        };
+        let builder = self
+            .sender
+            .builder(Address::new(name, to), subject, &id, "auto-replied")
+            .in_reply_to(format!("<{answers}>"))
+            .references(
+                references
+                    .iter()
+                    .map(|id| format!("<{id}>"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+        let message = match body(&thread)? {
+            MailBody::Text(text) => builder.singlepart(SinglePart::plain(text)),
+            MailBody::WithFile(text, file) => builder.multipart(
+                MultiPart::mixed()
+                    .singlepart(SinglePart::plain(text))
+                    .singlepart(file),
+            ),
+        }
+        .map_err(|err| channel_error(format!("the mail cannot be written: {err}")))?;
+        Ok((message, id))
+    }
+}
+
 /// A mail's body.
 enum MailBody {
     Text(String),
     WithFile(String, SinglePart),
 }
 
-/// `Auto-Submitted: auto-replied` (RFC 3834): other robots do not answer the agent's mail.
+/// `Auto-Submitted` (RFC 3834): other robots do not answer the agent's mail.
 #[derive(Clone)]
-struct AutoSubmitted;
+struct AutoSubmitted(&'static str);
 
 impl lettre::message::header::Header for AutoSubmitted {
     fn name() -> HeaderName {
@@ -215,11 +236,11 @@ impl lettre::message::header::Header for AutoSubmitted {
     }
 
     fn parse(_text: &str) -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
-        Ok(Self)
+        Ok(Self("auto-generated"))
     }
 
     fn display(&self) -> HeaderValue {
-        HeaderValue::new(Self::name(), "auto-replied".to_owned())
+        HeaderValue::new(Self::name(), self.0.to_owned())
     }
 }
 
@@ -265,7 +286,7 @@ impl Surface for Smtp {
                 }))
             })
             .await?;
-        self.deliver(mail).await?;
+        self.sender.deliver(mail).await?;
         Ok(id)
     }
 
@@ -298,7 +319,7 @@ impl Surface for Smtp {
                 ))
             })
             .await?;
-        self.deliver(mail).await?;
+        self.sender.deliver(mail).await?;
         Ok(id)
     }
 }
