@@ -199,8 +199,8 @@ async fn doctor_checks_dirs_models_and_tokens_against_the_fakes() {
         "✓ agent.workspace ",
         "✓ agent.state_dir ",
         "✓ llm (openai scripted) answered",
-        "✓ channels.telegram: the token is accepted (bot @",
-        "✓ channels.discord: the token is accepted (bot switchboard)",
+        "✓ channels.telegram: its credentials are accepted (bot @",
+        "✓ channels.discord: its credentials are accepted (bot switchboard)",
     ] {
         assert!(
             shown.iter().any(|l| l.starts_with(expected)),

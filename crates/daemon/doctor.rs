@@ -259,9 +259,9 @@ pub async fn report(config: &Config, unchecked: &[String]) -> Vec<Line> {
         let name = channel.name();
         let checked = tokio::time::timeout(CHECK_TIMEOUT, channel.check()).await;
         lines.push(match checked {
-            Ok(Ok(Some(said))) => {
-                Line::ok(format!("channels.{name}: the token is accepted ({said})"))
-            }
+            Ok(Ok(Some(said))) => Line::ok(format!(
+                "channels.{name}: its credentials are accepted ({said})"
+            )),
             Ok(Ok(None)) => continue,
             Ok(Err(err)) => Line::failed(format!("channels.{name}: {err}")),
             Err(_) => Line::failed(format!(

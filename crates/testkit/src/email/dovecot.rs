@@ -82,6 +82,11 @@ impl Dovecot {
         format!("imap://127.0.0.1:{}", self.imap_port)
     }
 
+    /// Where it takes mail for the agent over LMTP (`127.0.0.1:<port>`).
+    pub fn lmtp_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.lmtp_port)
+    }
+
     /// Delivers `mail` into the agent's mailbox (after the ones before it).
     pub fn deliver(&self, mail: Vec<u8>) {
         let _ = self.queue.send(mail);
