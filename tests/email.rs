@@ -11,30 +11,42 @@ use crate::conformance::email::{Email, address, shown};
 use crate::conformance::{ADA, CAROL, Platform, STRANGER};
 use crate::util::{self, Extra};
 
-/// A daemon with `[channels.email]` as `tables`, once it reads the mailbox.
-async fn start(
-    platform: &Email,
-    tables: &str,
-    dir: &std::path::Path,
-    llm: &ScriptedLlm,
-) -> switchboard::app::Running {
-    let config = Extra {
-        tables,
-        ..Extra::default()
-    };
-    let daemon = util::start_configured(llm, dir, config, Vec::new()).await;
-    platform
-        .wait("the mailbox read", |p| p.sessions() >= 1)
-        .await;
-    daemon
+/// A daemon with the `[channels.email]` that `section` writes for the servers, once it
+/// reads the mailbox.
+struct Run {
+    _dir: tempfile::TempDir,
+    llm: ScriptedLlm,
+    platform: Email,
+    daemon: switchboard::app::Running,
+}
+
+impl Run {
+    async fn start(section: impl FnOnce(&Email) -> String) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let llm = ScriptedLlm::start().await.expect("llm");
+        let platform = Email::start().await;
+        let tables = section(&platform);
+        let config = Extra {
+            tables: &tables,
+            ..Extra::default()
+        };
+        let daemon = util::start_configured(&llm, dir.path(), config, Vec::new()).await;
+        platform
+            .wait("the mailbox read", |p| p.sessions() >= 1)
+            .await;
+        Self {
+            _dir: dir,
+            llm,
+            platform,
+            daemon,
+        }
+    }
 }
 
 #[tokio::test]
 async fn a_reply_stays_in_its_thread_and_quotes_the_mail_it_answers() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let platform = Email::start().await;
-    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let t = Run::start(|platform| platform.section("")).await;
+    let (llm, platform) = (&t.llm, &t.platform);
     let smtp = &platform.servers.smtp;
 
     // A new thread, written in HTML by a mail client.
@@ -115,23 +127,18 @@ async fn a_reply_stays_in_its_thread_and_quotes_the_mail_it_answers() {
     assert_eq!(again.subject(), "Re: Plans for Friday");
     assert_eq!(again.in_reply_to().as_deref(), Some("second@people.test"));
     assert!(smtp.logins() >= 2, "the agent logged in to send");
-    daemon.shutdown().await;
+    t.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn strangers_robots_and_lists_get_no_answer() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let platform = Email::start().await;
-    let daemon = start(
-        &platform,
-        &platform
+    let t = Run::start(|platform| {
+        platform
             .servers
-            .section(&[&address(ADA), &address(CAROL), "@team.test"], ""),
-        dir.path(),
-        &llm,
-    )
+            .section(&[&address(ADA), &address(CAROL), "@team.test"], "")
+    })
     .await;
+    let (llm, platform) = (&t.llm, &t.platform);
     let dovecot = &platform.servers.dovecot;
     dovecot.deliver(Compose::new(&address(STRANGER), "Hello", "let me in").write("s1@people.test"));
     let mut away = Compose::new(&address(ADA), "Out of office", "I am away until Monday.");
@@ -170,21 +177,13 @@ async fn strangers_robots_and_lists_get_no_answer() {
         "no pairing code to a stranger"
     );
     assert_eq!(smtp.mails().len(), 2, "{:?}", smtp.mails());
-    daemon.shutdown().await;
+    t.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_mail_over_the_cap_is_not_read_and_the_agent_is_told() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let platform = Email::start().await;
-    let daemon = start(
-        &platform,
-        &platform.section("max_mail_bytes = 4000"),
-        dir.path(),
-        &llm,
-    )
-    .await;
+    let t = Run::start(|platform| platform.section("max_mail_bytes = 4000")).await;
+    let (llm, platform) = (&t.llm, &t.platform);
     let mut big = Compose::new(&address(ADA), "The report", "see attached");
     big.files.push((
         "report.bin".into(),
@@ -205,41 +204,39 @@ async fn a_mail_over_the_cap_is_not_read_and_the_agent_is_told() {
         "{asked}"
     );
     assert_eq!(smtp.mails_to(&address(ADA))[0].subject(), "Re: The report");
-    daemon.shutdown().await;
+    t.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn dovecot_restarting_under_the_channel_loses_nothing_and_repeats_nothing() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let mut platform = Email::start().await;
-    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
-    let before = platform.dm(ADA, "before the restart");
-    platform
+    let mut t = Run::start(|platform| platform.section("")).await;
+    let before = t.platform.dm(ADA, "before the restart");
+    t.platform
         .wait("the first answer", |p| {
             !crate::conformance::replies(p, &before).is_empty()
         })
         .await;
-    let logins = platform.sessions();
-    platform.servers.dovecot.kill();
+    let logins = t.platform.sessions();
+    t.platform.servers.dovecot.kill();
     // Carol writes while the mailbox is down: delivered once Dovecot is back.
-    let during = platform.dm(CAROL, "while it was down");
-    platform.servers.dovecot.resume();
-    platform
+    let during = t.platform.dm(CAROL, "while it was down");
+    t.platform.servers.dovecot.resume();
+    t.platform
         .wait("the channel back", |p| p.sessions() > logins)
         .await;
-    platform
+    t.platform
         .wait("Carol's answer", |p| {
             !crate::conformance::replies(p, &during).is_empty()
         })
         .await;
-    let after = platform.dm(ADA, "after the restart");
-    platform
+    let after = t.platform.dm(ADA, "after the restart");
+    t.platform
         .wait("the last answer", |p| {
             !crate::conformance::replies(p, &after).is_empty()
         })
         .await;
-    let asked: Vec<String> = llm
+    let asked: Vec<String> = t
+        .llm
         .requests()
         .iter()
         .map(switchboard_testkit::last_user_text)
@@ -253,16 +250,14 @@ async fn dovecot_restarting_under_the_channel_loses_nothing_and_repeats_nothing(
         ],
         "each mail reached the model once"
     );
-    assert_eq!(crate::conformance::replies(&platform, &before).len(), 1);
-    daemon.shutdown().await;
+    assert_eq!(crate::conformance::replies(&t.platform, &before).len(), 1);
+    t.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_email_tool_searches_reads_and_sends_only_within_the_allow_list() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let platform = Email::start().await;
-    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let t = Run::start(|platform| platform.section("")).await;
+    let (llm, platform) = (&t.llm, &t.platform);
     let smtp = &platform.servers.smtp;
     let invoice = Compose::new(
         &address(CAROL),
@@ -331,17 +326,15 @@ async fn the_email_tool_searches_reads_and_sends_only_within_the_allow_list() {
         paid.header("Auto-Submitted").as_deref(),
         Some("auto-generated")
     );
-    daemon.shutdown().await;
+    t.daemon.shutdown().await;
 }
 
 #[tokio::test]
 async fn mails_that_come_while_others_are_taken_in_are_all_answered() {
     // A mail that comes while the channel fetches or flags another is announced in that
     // command's answer, not in IDLE's: missed, it would wait for the next mail.
-    let dir = tempfile::tempdir().expect("tempdir");
-    let llm = ScriptedLlm::start().await.expect("llm");
-    let platform = Email::start().await;
-    let daemon = start(&platform, &platform.section(""), dir.path(), &llm).await;
+    let t = Run::start(|platform| platform.section("")).await;
+    let platform = &t.platform;
     let written: Vec<_> = (0..30)
         .map(|i| platform.dm(if i % 2 == 0 { ADA } else { CAROL }, &format!("mail {i}")))
         .collect();
@@ -354,10 +347,10 @@ async fn mails_that_come_while_others_are_taken_in_are_all_answered() {
         .await;
     for said in &written {
         assert_eq!(
-            crate::conformance::replies(&platform, said).len(),
+            crate::conformance::replies(platform, said).len(),
             1,
             "{said:?}"
         );
     }
-    daemon.shutdown().await;
+    t.daemon.shutdown().await;
 }

@@ -186,17 +186,9 @@ impl Mailbox {
         if uids.is_empty() {
             return Ok(Vec::new());
         }
-        let set: Vec<String> = uids.iter().map(u32::to_string).collect();
-        let fetched = async {
-            self.session
-                .uid_fetch(set.join(","), "(UID FLAGS RFC822.SIZE BODY.PEEK[HEADER])")
-                .await?
-                .try_collect::<Vec<_>>()
-                .await
-        };
-        let fetched = timed("fetch", COMMAND_TIMEOUT, fetched)
-            .await?
-            .map_err(|err| unavailable(format!("IMAP fetch: {err}")))?;
+        let fetched = self
+            .items(uids, "(UID FLAGS RFC822.SIZE BODY.PEEK[HEADER])")
+            .await?;
         Ok(fetched
             .into_iter()
             .filter_map(|fetch| {
@@ -219,14 +211,14 @@ impl Mailbox {
         uid: u32,
         max: u64,
     ) -> Result<Result<Option<Vec<u8>>, u64>, CoreError> {
-        let sizes = self.items(uid, "(UID RFC822.SIZE)").await?;
+        let sizes = self.items(&[uid], "(UID RFC822.SIZE)").await?;
         let Some(size) = sizes.first().and_then(|fetch| fetch.size) else {
             return Ok(Ok(None));
         };
         if u64::from(size) > max {
             return Ok(Err(u64::from(size)));
         }
-        let bodies = self.items(uid, "(UID BODY.PEEK[])").await?;
+        let bodies = self.items(&[uid], "(UID BODY.PEEK[])").await?;
         Ok(Ok(bodies
             .first()
             .and_then(|fetch| fetch.body())
@@ -235,21 +227,23 @@ impl Mailbox {
 
     /// The head of the mail `uid` (its header fields), unread.
     pub(crate) async fn header(&mut self, uid: u32) -> Result<Option<Vec<u8>>, CoreError> {
-        let heads = self.items(uid, "(UID BODY.PEEK[HEADER])").await?;
+        let heads = self.items(&[uid], "(UID BODY.PEEK[HEADER])").await?;
         Ok(heads
             .first()
             .and_then(|fetch| fetch.header().or(fetch.body()))
             .map(<[u8]>::to_vec))
     }
 
+    /// `items` of the mails `uids` (only theirs: a server may add others' flag changes).
     async fn items(
         &mut self,
-        uid: u32,
+        uids: &[u32],
         items: &str,
     ) -> Result<Vec<async_imap::types::Fetch>, CoreError> {
+        let set: Vec<String> = uids.iter().map(u32::to_string).collect();
         let fetched = async {
             self.session
-                .uid_fetch(uid.to_string(), items)
+                .uid_fetch(set.join(","), items)
                 .await?
                 .try_collect::<Vec<_>>()
                 .await
@@ -259,7 +253,7 @@ impl Mailbox {
             .map_err(|err| unavailable(format!("IMAP fetch: {err}")))?;
         Ok(fetched
             .into_iter()
-            .filter(|fetch| fetch.uid == Some(uid))
+            .filter(|fetch| fetch.uid.is_some_and(|uid| uids.contains(&uid)))
             .collect())
     }
 
