@@ -1,6 +1,7 @@
 //! What only WhatsApp does, against the fake Graph API and Meta's signed webhook posts (the
 //! rest is in `conformance`): a post not signed with the app secret is refused, the verify
-//! handshake wants the verify token, a message is marked read, and outside the 24-hour
+//! handshake wants the verify token, a message is marked read, a file whose bytes are not
+//! the ones WhatsApp hashed is not saved, and outside the 24-hour
 //! window nothing is sent — the agent is told why, and a message that arrives over a day
 //! late is not answered into a closed window.
 
@@ -27,7 +28,7 @@ struct Run {
     llm: ScriptedLlm,
     fake: FakeWhatsApp,
     daemon: switchboard::app::Running,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Run {
@@ -49,7 +50,7 @@ impl Run {
             llm,
             fake,
             daemon,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -115,6 +116,54 @@ async fn a_message_is_marked_read_and_answered_as_a_reply_to_it() {
         "marked read (with typing…) while it was answered"
     );
     assert!(t.fake.typing(&number(ADA)) >= 1);
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_file_whose_bytes_are_not_the_ones_whatsapp_hashed_is_not_saved() {
+    let t = Run::start().await;
+    let good = t
+        .fake
+        .dm_file(&number(ADA), "the first", "a.bin", b"first bytes".to_vec());
+    t.fake
+        .wait_until(PATIENCE, "the first answer", |f| {
+            f.sent_to(&number(ADA))
+                .iter()
+                .any(|sent| sent.reply_to.as_deref() == Some(good.as_str()))
+        })
+        .await;
+    assert!(
+        last_user_text(&t.llm.requests()[0]).contains("saved in the workspace at"),
+        "a file with its hash is saved"
+    );
+    t.fake.corrupt_files();
+    let bad = t.fake.dm_file(
+        &number(ADA),
+        "the second",
+        "b.bin",
+        b"second bytes".to_vec(),
+    );
+    t.fake
+        .wait_until(PATIENCE, "the second answer", |f| {
+            f.sent_to(&number(ADA))
+                .iter()
+                .any(|sent| sent.reply_to.as_deref() == Some(bad.as_str()))
+        })
+        .await;
+    let told = last_user_text(&t.llm.requests()[1]);
+    assert!(
+        told.contains("sha256") && !told.contains("saved in the workspace at"),
+        "the agent is told the file was not saved, and why: {told}"
+    );
+    let saved: Vec<_> = std::fs::read_dir(t.dir.path().join("workspace/media/whatsapp"))
+        .expect("the media folder")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        saved.iter().all(|name| !name.ends_with("b.bin")),
+        "nothing of the changed file stays: {saved:?}"
+    );
     t.daemon.shutdown().await;
 }
 

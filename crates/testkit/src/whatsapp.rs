@@ -84,6 +84,8 @@ struct Inner {
     /// Files people sent, by media id: (bytes, MIME type).
     files: HashMap<String, (Vec<u8>, String)>,
     file_delay: Duration,
+    /// Files are served with their last byte changed (their hash no longer matches).
+    corrupt_files: bool,
     files_served: Vec<Instant>,
     /// Files the bot uploaded, by media id: (name, MIME type, bytes).
     media: HashMap<String, (String, String, Vec<u8>)>,
@@ -360,6 +362,12 @@ impl FakeWhatsApp {
             .collect()
     }
 
+    /// Files are served changed from here on: not the bytes their media object's `sha256`
+    /// names.
+    pub fn corrupt_files(&self) {
+        self.shared.lock().corrupt_files = true;
+    }
+
     /// File downloads wait `delay` before their bytes come.
     pub fn set_file_delay(&self, delay: Duration) {
         self.shared.lock().file_delay = delay;
@@ -467,7 +475,7 @@ async fn object(
     match file {
         Some((bytes, mime)) => axum::Json(
             json!({"url": format!("http://{}/files/{id}", shared.addr()),
-            "mime_type": mime, "sha256": "x", "file_size": bytes.len(), "id": id,
+            "mime_type": mime, "sha256": hex_sha256(&bytes), "file_size": bytes.len(), "id": id,
             "messaging_product": "whatsapp"}),
         )
         .into_response(),
@@ -484,17 +492,35 @@ async fn file(
     if !authorized(&headers) {
         return StatusCode::UNAUTHORIZED.into_response();
     }
-    let (file, delay) = {
+    let (file, delay, corrupt) = {
         let inner = shared.lock();
-        (inner.files.get(&id).cloned(), inner.file_delay)
+        (
+            inner.files.get(&id).cloned(),
+            inner.file_delay,
+            inner.corrupt_files,
+        )
     };
     tokio::time::sleep(delay).await;
     shared.lock().files_served.push(Instant::now());
     shared.changed.notify_waiters();
     match file {
-        Some((bytes, _)) => bytes.into_response(),
+        Some((mut bytes, _)) => {
+            if corrupt && let Some(last) = bytes.last_mut() {
+                *last ^= 0xff;
+            }
+            bytes.into_response()
+        }
         None => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+/// A file's SHA-256, as the media object names it.
+fn hex_sha256(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// `POST /{phone}/media`: a file the bot uploads.

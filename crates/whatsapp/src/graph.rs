@@ -329,10 +329,58 @@ impl Fetch for Files {
             .await
             .and_then(reqwest::Response::error_for_status)
             .map_err(|err| format!("it could not be fetched: {err}"))?;
-        Ok(Box::pin(
-            response.bytes_stream().map_err(|err| err.to_string()),
-        ))
+        let body = response.bytes_stream().map_err(|err| err.to_string());
+        Ok(match meta["sha256"].as_str().and_then(digest_of) {
+            Some(expected) => checked(body, expected),
+            None => Box::pin(body),
+        })
     }
+}
+
+/// A media object's `sha256`, as hex or base64, when it is a SHA-256 digest.
+fn digest_of(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim();
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return (0..32)
+            .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+            .collect();
+    }
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()
+        .filter(|digest| digest.len() == 32)
+}
+
+/// `body`, ending in an error when its bytes are not the ones WhatsApp hashed (a file cut
+/// short or changed on the way is not saved).
+fn checked(
+    body: impl futures::Stream<Item = Result<axum::body::Bytes, String>> + Send + 'static,
+    expected: Vec<u8>,
+) -> Chunks {
+    use futures::StreamExt;
+    let hash = Arc::new(std::sync::Mutex::new(ring::digest::Context::new(
+        &ring::digest::SHA256,
+    )));
+    let hashing = hash.clone();
+    let body = body.map_ok(move |chunk| {
+        hashing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .update(&chunk);
+        chunk
+    });
+    let end = futures::stream::once(async move {
+        let digest = hash
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .finish();
+        (digest.as_ref() != expected.as_slice())
+            .then(|| Err("its bytes are not the ones WhatsApp sent (sha256)".to_owned()))
+    })
+    .filter_map(|end| async move { end });
+    Box::pin(body.chain(end))
 }
 
 /// A Graph error, mapped for delivery.
