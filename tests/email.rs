@@ -131,6 +131,19 @@ async fn a_reply_stays_in_its_thread_and_quotes_the_mail_it_answers() {
 }
 
 #[tokio::test]
+async fn a_relay_on_this_host_takes_the_replies_without_a_login() {
+    let t = Run::start(|platform| platform.section("smtp_login = false")).await;
+    let said = t.platform.dm(ADA, "through the relay");
+    t.platform
+        .wait("the answer", |p| {
+            !crate::conformance::replies(p, &said).is_empty()
+        })
+        .await;
+    assert_eq!(t.platform.servers.smtp.logins(), 0, "no AUTH was sent");
+    t.daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn strangers_robots_and_lists_get_no_answer() {
     let t = Run::start(|platform| {
         platform

@@ -42,6 +42,8 @@ pub struct EmailSection {
     pub retry_after_secs: Spanned<f64>,
     /// Give the agent the `email` tool: search and read the mailbox, send to `allow_from`.
     pub tool: bool,
+    /// Log in to the SMTP server (off for a relay on this host that takes mail without).
+    pub smtp_login: bool,
 }
 
 impl Default for EmailSection {
@@ -60,6 +62,7 @@ impl Default for EmailSection {
             max_mail_bytes: 40 * 1024 * 1024,
             retry_after_secs: Spanned::new(0..0, 60.0),
             tool: true,
+            smtp_login: true,
         }
     }
 }
@@ -98,6 +101,7 @@ pub struct EmailSettings {
     pub max_attachment_bytes: u64,
     pub max_mail_bytes: u64,
     pub retry_after: Duration,
+    pub smtp_login: bool,
 }
 
 impl EmailSection {
@@ -146,6 +150,7 @@ impl EmailSection {
             max_attachment_bytes: self.max_attachment_bytes,
             max_mail_bytes: self.max_mail_bytes,
             retry_after: seconds(&self.retry_after_secs, "retry_after_secs", 1.0)?,
+            smtp_login: self.smtp_login,
         })
     }
 }

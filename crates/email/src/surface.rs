@@ -75,12 +75,16 @@ impl Sender {
                     .tls(Tls::Opportunistic(tls))
             }
         };
-        let transport = builder
-            .port(server.port)
-            .credentials(Credentials::new(
+        let builder = if settings.smtp_login {
+            builder.credentials(Credentials::new(
                 settings.username.clone(),
                 settings.password.clone(),
             ))
+        } else {
+            builder
+        };
+        let transport = builder
+            .port(server.port)
             .hello_name(lettre::transport::smtp::extension::ClientId::Domain(
                 domain_of(&settings.address).to_owned(),
             ))
