@@ -26,6 +26,7 @@ use switchboard_core::{
 
 use crate::config::{SignalSection, SignalSettings};
 use crate::convert::read;
+use crate::events::{Cap, MAX_EVENT_BYTES};
 use crate::rpc::{CHANNEL_NAME, Files, MEDIA, Rpc, channel_error, unavailable};
 
 /// The key the last event taken in is kept under.
@@ -160,7 +161,23 @@ impl Inner {
                 ))
             })?;
         tracing::info!(account = me, "Signal: following signal-cli's events");
-        let mut events = response.bytes_stream().eventsource();
+        let mut cap = Cap::new(MAX_EVENT_BYTES);
+        let mut events = response
+            .bytes_stream()
+            .map(move |chunk| {
+                chunk.map(|chunk| {
+                    let cut = cap.cut;
+                    let passed = cap.pass(&chunk);
+                    if cap.cut > cut {
+                        tracing::warn!(
+                            max = MAX_EVENT_BYTES,
+                            "Signal: an event over the cap was cut and its message skipped"
+                        );
+                    }
+                    axum::body::Bytes::from(passed)
+                })
+            })
+            .eventsource();
         while let Some(event) = events.next().await {
             let event = event
                 .map_err(|err| unavailable(format!("signal-cli's event stream broke: {err}")))?;

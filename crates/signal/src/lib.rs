@@ -14,14 +14,17 @@
 //! # Layout
 //! - `config`: [`SignalSection`] (`[channels.signal]`) and [`SignalSettings`].
 //! - `convert`: signal-cli's events in switchboard's terms (pure).
+//! - `events`: the event stream within a size (an event over it cut and skipped).
 //! - `rpc`: the JSON-RPC calls, as the channel's `Surface`, and its files.
 //! - `channel`: [`SignalChannel`], the event stream and intake.
 
 mod channel;
 mod config;
 mod convert;
+mod events;
 mod rpc;
 
 pub use channel::{EVENT_KEY, SignalChannel};
 pub use config::{SignalSection, SignalSettings};
+pub use events::MAX_EVENT_BYTES;
 pub use rpc::{CHANNEL_NAME, MESSAGE_LIMIT};
