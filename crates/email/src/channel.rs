@@ -23,7 +23,7 @@ use switchboard_core::{
 };
 
 use crate::config::{EmailSection, EmailSettings};
-use crate::convert::{Mail, read, read_header};
+use crate::convert::{Mail, Reader, read, read_header};
 use crate::imap::{self, IDLE_FOR, Mailbox};
 use crate::surface::{CHANNEL_NAME, Files, MEDIA, Sender, Smtp, channel_error, unavailable};
 use crate::threads::Threads;
@@ -205,9 +205,12 @@ impl Inner {
         uid: u32,
     ) -> Result<(), CoreError> {
         let settings = &self.settings;
-        let me = &settings.address;
+        let reader = Reader {
+            me: &settings.address,
+            verified_by: settings.verified_by.as_deref(),
+        };
         let read = match mailbox.fetch(uid, settings.max_mail_bytes).await? {
-            Ok(Some(raw)) => read(&raw, me, mailbox.validity, uid),
+            Ok(Some(raw)) => read(reader, &raw, mailbox.validity, uid),
             Ok(None) => return Ok(()),
             Err(size) => {
                 tracing::warn!(
@@ -221,7 +224,7 @@ impl Inner {
                     settings.max_mail_bytes
                 );
                 match mailbox.header(uid).await? {
-                    Some(header) => read_header(&header, me, mailbox.validity, uid, notice),
+                    Some(header) => read_header(reader, &header, mailbox.validity, uid, notice),
                     None => return Ok(()),
                 }
             }

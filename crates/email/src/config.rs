@@ -44,6 +44,10 @@ pub struct EmailSection {
     pub tool: bool,
     /// Log in to the SMTP server (off for a relay on this host that takes mail without).
     pub smtp_login: bool,
+    /// The receiving server whose `Authentication-Results` must vouch for a sender (DMARC or
+    /// DKIM passed for the `From` domain): `mx.google.com` at Gmail. Without it, `From` is
+    /// taken as it says.
+    pub verified_by: Option<String>,
 }
 
 impl Default for EmailSection {
@@ -63,6 +67,7 @@ impl Default for EmailSection {
             retry_after_secs: Spanned::new(0..0, 60.0),
             tool: true,
             smtp_login: true,
+            verified_by: None,
         }
     }
 }
@@ -102,6 +107,7 @@ pub struct EmailSettings {
     pub max_mail_bytes: u64,
     pub retry_after: Duration,
     pub smtp_login: bool,
+    pub verified_by: Option<String>,
 }
 
 impl EmailSection {
@@ -151,6 +157,12 @@ impl EmailSection {
             max_mail_bytes: self.max_mail_bytes,
             retry_after: seconds(&self.retry_after_secs, "retry_after_secs", 1.0)?,
             smtp_login: self.smtp_login,
+            verified_by: self
+                .verified_by
+                .as_deref()
+                .map(str::trim)
+                .filter(|server| !server.is_empty())
+                .map(str::to_owned),
         })
     }
 }

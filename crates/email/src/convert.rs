@@ -86,30 +86,39 @@ pub fn thread_chat(root: &str) -> String {
     digest[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Reads the mail `raw` (the mailbox's `validity` and its `uid`) sent to the bot `me`.
-pub fn read(raw: &[u8], me: &str, validity: u32, uid: u32) -> Result<Mail, &'static str> {
-    read_with(raw, me, validity, uid, None)
+/// Who reads: the bot's address, and the server whose `Authentication-Results` must vouch
+/// for a sender (none: the `From` address is taken as it says).
+#[derive(Clone, Copy, Debug)]
+pub struct Reader<'a> {
+    pub me: &'a str,
+    pub verified_by: Option<&'a str>,
+}
+
+/// Reads the mail `raw` (the mailbox's `validity` and its `uid`).
+pub fn read(reader: Reader<'_>, raw: &[u8], validity: u32, uid: u32) -> Result<Mail, &'static str> {
+    read_with(reader, raw, validity, uid, None)
 }
 
 /// Reads the head of a mail that was not read whole (`header`), with `notice` as its text
 /// for the agent: why it was not.
 pub fn read_header(
+    reader: Reader<'_>,
     header: &[u8],
-    me: &str,
     validity: u32,
     uid: u32,
     notice: String,
 ) -> Result<Mail, &'static str> {
-    read_with(header, me, validity, uid, Some(notice))
+    read_with(reader, header, validity, uid, Some(notice))
 }
 
 fn read_with(
+    reader: Reader<'_>,
     raw: &[u8],
-    me: &str,
     validity: u32,
     uid: u32,
     notice: Option<String>,
 ) -> Result<Mail, &'static str> {
+    let me = reader.me;
     let message = MessageParser::default()
         .parse(raw)
         .ok_or("not a mail that can be read")?;
@@ -126,6 +135,13 @@ fn read_with(
     }
     if let Some(why) = not_from_a_person(&message) {
         return Err(why);
+    }
+    if let Some(server) = reader.verified_by
+        && !vouched(&message, server, domain_of(&sender))
+    {
+        return Err(
+            "its sender is not vouched for (Authentication-Results: no DMARC or DKIM pass for the From domain)",
+        );
     }
     let id = message
         .message_id()
@@ -224,6 +240,62 @@ pub fn attachment(raw: &[u8], index: u32) -> Option<Vec<u8>> {
     let message = MessageParser::default().parse(raw)?;
     let part = message.attachments().nth(index as usize)?;
     Some(part.contents().to_vec())
+}
+
+/// Whether the receiving server `server` vouches for mail from `domain`: its own (the first)
+/// `Authentication-Results` says DMARC passed for it, or a DKIM signature of that domain did
+/// (RFC 8601). Results another server wrote — a sender can write any header — do not count.
+fn vouched(message: &Message<'_>, server: &str, domain: &str) -> bool {
+    let Some((_, results)) = message.headers_raw().find(|(name, value)| {
+        name.eq_ignore_ascii_case("Authentication-Results")
+            && value
+                .split(';')
+                .next()
+                .and_then(|id| id.split_whitespace().next())
+                .is_some_and(|id| id.eq_ignore_ascii_case(server))
+    }) else {
+        return false;
+    };
+    let results = without_comments(results).to_ascii_lowercase();
+    let domain = domain.to_ascii_lowercase();
+    results.split(';').skip(1).any(|result| {
+        let mut words = result.split_whitespace();
+        let verdict = words.next().unwrap_or_default();
+        let props: Vec<(&str, &str)> = words.filter_map(|word| word.split_once('=')).collect();
+        let prop = |key: &str| {
+            props
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.trim_matches('"'))
+        };
+        match verdict {
+            "dmarc=pass" => prop("header.from").is_none_or(|from| from == domain),
+            "dkim=pass" => {
+                prop("header.d").is_some_and(|d| d == domain)
+                    || prop("header.i")
+                        .is_some_and(|i| i.rsplit('@').next() == Some(domain.as_str()))
+            }
+            _ => false,
+        }
+    })
+}
+
+/// `text` without its `(comments)`.
+fn without_comments(text: &str) -> String {
+    let mut depth = 0usize;
+    text.chars()
+        .filter(|c| match c {
+            '(' => {
+                depth += 1;
+                false
+            }
+            ')' => {
+                depth = depth.saturating_sub(1);
+                false
+            }
+            _ => depth == 0,
+        })
+        .collect()
 }
 
 /// Why `message` was written by no person, if it was not.
@@ -358,6 +430,10 @@ mod tests {
     use super::*;
 
     const ME: &str = "agent@example.com";
+    const READER: Reader<'static> = Reader {
+        me: ME,
+        verified_by: None,
+    };
 
     fn mail(headers: &str, body: &str) -> String {
         format!(
@@ -371,7 +447,7 @@ mod tests {
             "Message-ID: <root@people.test>\r\nSubject: Plans",
             "What next?",
         );
-        let first = read(first.as_bytes(), ME, 7, 1).expect("a mail");
+        let first = read(READER, first.as_bytes(), 7, 1).expect("a mail");
         assert_eq!(first.arrival.chat, thread_chat("root@people.test"));
         assert_eq!(first.arrival.text, "Plans\n\nWhat next?");
         assert_eq!(first.arrival.sender, "ada@people.test");
@@ -382,7 +458,7 @@ mod tests {
             "Message-ID: <r2@people.test>\r\nSubject: Re: Plans\r\nIn-Reply-To: <bot1@example.com>\r\nReferences: <root@people.test> <bot1@example.com>",
             "Yes, do it.\r\n\r\nOn Thu, 3 Dec 2026, agent wrote:\r\n> Shall I?\r\n> \r\n",
         );
-        let reply = read(reply.as_bytes(), ME, 7, 2).expect("a mail");
+        let reply = read(READER, reply.as_bytes(), 7, 2).expect("a mail");
         assert_eq!(reply.arrival.chat, first.arrival.chat);
         assert_eq!(reply.arrival.text, "Yes, do it.");
         assert_eq!(reply.arrival.reply_to.as_deref(), Some("bot1@example.com"));
@@ -399,7 +475,7 @@ mod tests {
             "Message-ID: <h@people.test>\r\nIn-Reply-To: <x@people.test>\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"b\"",
             "--b\r\nContent-Type: text/html\r\n\r\n<p>Hello <b>there</b></p>\r\n--b\r\nContent-Type: application/pdf\r\nContent-Disposition: attachment; filename=\"a.pdf\"\r\nContent-Transfer-Encoding: base64\r\n\r\nJVBERi0=\r\n--b--\r\n",
         );
-        let mail = read(raw.as_bytes(), ME, 7, 9).expect("a mail");
+        let mail = read(READER, raw.as_bytes(), 7, 9).expect("a mail");
         assert!(
             mail.arrival.text.contains("Hello there"),
             "{}",
@@ -423,13 +499,54 @@ mod tests {
             "List-Id: <news.example.com>",
         ] {
             let raw = mail(&format!("Message-ID: <a@b>\r\n{headers}"), "Out of office");
-            assert!(read(raw.as_bytes(), ME, 1, 1).is_err(), "{headers}");
+            assert!(read(READER, raw.as_bytes(), 1, 1).is_err(), "{headers}");
         }
         let own = "From: agent@example.com\r\nMessage-ID: <o@x>\r\n\r\nhi";
         assert_eq!(
-            read(own.as_bytes(), ME, 1, 1).err(),
+            read(READER, own.as_bytes(), 1, 1).err(),
             Some("the bot's own mail")
         );
+    }
+
+    #[test]
+    fn with_a_verifying_server_only_mail_it_vouches_for_is_read() {
+        let strict = Reader {
+            me: ME,
+            verified_by: Some("mx.example.com"),
+        };
+        let with = |results: &str| mail(&format!("Message-ID: <v@x>\r\n{results}"), "hi");
+        let passing = [
+            "Authentication-Results: mx.example.com; spf=pass smtp.mailfrom=people.test;\r\n dkim=pass (2048-bit key) header.d=people.test header.s=s1; dmarc=pass (p=REJECT) header.from=people.test",
+            "Authentication-Results: MX.example.com; dmarc=pass header.from=People.test",
+            "Authentication-Results: mx.example.com; dkim=pass header.i=@people.test",
+        ];
+        for results in passing {
+            assert!(
+                read(strict, with(results).as_bytes(), 1, 1).is_ok(),
+                "{results}"
+            );
+        }
+        let failing = [
+            // No results at all: a forged From.
+            "X-Nothing: 1",
+            "Authentication-Results: mx.example.com; dmarc=fail header.from=people.test; dkim=none",
+            // Another domain's signature.
+            "Authentication-Results: mx.example.com; dkim=pass header.d=evil.test",
+            // A sender's own header claiming another server's word.
+            "Authentication-Results: mx.other.test; dmarc=pass header.from=people.test",
+        ];
+        for results in failing {
+            assert!(
+                read(strict, with(results).as_bytes(), 1, 1).is_err(),
+                "{results}"
+            );
+        }
+        // The receiving server's header is the first of its name: one below it does not count.
+        let forged_below = mail(
+            "Message-ID: <v@x>\r\nAuthentication-Results: mx.example.com; dmarc=fail header.from=people.test\r\nAuthentication-Results: mx.example.com; dmarc=pass header.from=people.test",
+            "hi",
+        );
+        assert!(read(strict, forged_below.as_bytes(), 1, 1).is_err());
     }
 
     #[test]
