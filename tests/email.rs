@@ -11,6 +11,14 @@ use crate::conformance::email::{Email, address, shown};
 use crate::conformance::{ADA, CAROL, Platform, STRANGER};
 use crate::util::{self, Extra};
 
+/// What reached the model: the person's text of each request, in order.
+fn asked(llm: &ScriptedLlm) -> Vec<String> {
+    llm.requests()
+        .iter()
+        .map(switchboard_testkit::last_user_text)
+        .collect()
+}
+
 /// A daemon with the `[channels.email]` that `section` writes for the servers, once it
 /// reads the mailbox.
 struct Run {
@@ -175,11 +183,7 @@ async fn strangers_robots_and_lists_get_no_answer() {
             !smtp.mails_to(colleague).is_empty()
         })
         .await;
-    let asked: Vec<String> = llm
-        .requests()
-        .iter()
-        .map(switchboard_testkit::last_user_text)
-        .collect();
+    let asked = asked(llm);
     assert_eq!(
         asked,
         ["Hi\n\nfrom the team", "Real\n\na real question"],
@@ -248,12 +252,7 @@ async fn dovecot_restarting_under_the_channel_loses_nothing_and_repeats_nothing(
             !crate::conformance::replies(p, &after).is_empty()
         })
         .await;
-    let asked: Vec<String> = t
-        .llm
-        .requests()
-        .iter()
-        .map(switchboard_testkit::last_user_text)
-        .collect();
+    let asked = asked(&t.llm);
     assert_eq!(
         asked,
         [
@@ -390,12 +389,7 @@ async fn with_verified_by_a_forged_sender_is_not_answered() {
             !smtp.mails_to(&address(ADA)).is_empty()
         })
         .await;
-    let asked: Vec<String> = t
-        .llm
-        .requests()
-        .iter()
-        .map(switchboard_testkit::last_user_text)
-        .collect();
+    let asked = asked(&t.llm);
     assert_eq!(
         asked,
         ["Plans\n\nreally Ada"],
