@@ -191,8 +191,7 @@ impl Inner {
             if mailbox.announced() {
                 continue;
             }
-            let (waited, _) = mailbox.wait(IDLE_FOR).await?;
-            mailbox = waited;
+            mailbox = mailbox.wait(IDLE_FOR).await?;
         }
     }
 

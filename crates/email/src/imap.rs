@@ -43,12 +43,6 @@ pub(crate) struct Head {
     pub(crate) header: Vec<u8>,
 }
 
-/// Whether a wait saw something change.
-pub(crate) enum Waited {
-    Changed,
-    Quiet,
-}
-
 /// Connects to the IMAP server, logs in and selects `folder` (read-only with `examine`).
 pub(crate) async fn connect(
     settings: &EmailSettings,
@@ -286,8 +280,9 @@ impl Mailbox {
         news
     }
 
-    /// Waits up to `at_most` for the folder to change (IDLE).
-    pub(crate) async fn wait(self, at_most: Duration) -> Result<(Self, Waited), CoreError> {
+    /// Waits up to `at_most` for the folder to change (IDLE); either way, the caller searches
+    /// again.
+    pub(crate) async fn wait(self, at_most: Duration) -> Result<Self, CoreError> {
         let Self {
             session,
             validity,
@@ -297,26 +292,19 @@ impl Mailbox {
         timed("idle", COMMAND_TIMEOUT, idle.init())
             .await?
             .map_err(|err| unavailable(format!("IMAP IDLE: {err}")))?;
-        let waited = {
+        {
             let (wait, _interrupt) = idle.wait_with_timeout(at_most);
             wait.await
-                .map_err(|err| unavailable(format!("IMAP IDLE: {err}")))?
-        };
+                .map_err(|err| unavailable(format!("IMAP IDLE: {err}")))?;
+        }
         let session = timed("end idle", COMMAND_TIMEOUT, idle.done())
             .await?
             .map_err(|err| unavailable(format!("IMAP IDLE: {err}")))?;
-        let waited = match waited {
-            async_imap::extensions::idle::IdleResponse::NewData(_) => Waited::Changed,
-            _ => Waited::Quiet,
-        };
-        Ok((
-            Self {
-                session,
-                validity,
-                exists,
-            },
-            waited,
-        ))
+        Ok(Self {
+            session,
+            validity,
+            exists,
+        })
     }
 
     /// Says goodbye (errors do not matter: the connection ends either way).
