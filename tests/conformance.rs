@@ -89,6 +89,8 @@ mod crash;
 mod discord;
 #[cfg(feature = "email")]
 pub(crate) mod email;
+#[cfg(feature = "matrix")]
+pub(crate) mod matrix;
 mod media;
 mod platform;
 #[cfg(feature = "signal")]

@@ -143,6 +143,10 @@ channels! {
     email: switchboard_email::EmailSection,
     #[cfg(not(feature = "email"))]
     email: switchboard_adapter::NotBuilt,
+    #[cfg(feature = "matrix")]
+    matrix: switchboard_matrix::MatrixSection,
+    #[cfg(not(feature = "matrix"))]
+    matrix: switchboard_adapter::NotBuilt,
 }
 
 impl ChannelsSection {

@@ -8,6 +8,8 @@
 //!   SMTP sink, for the email channel; [`Compose`](email::Compose) writes people's mails.
 //! - `llm`: [`ScriptedLlm`], an OpenAI chat-completions and Anthropic Messages server
 //!   (whole and SSE responses, scripted tool calls, injected errors, recorded requests).
+//! - `matrix` (feature `matrix`): a real Synapse, the proxy the bot reaches it through, and
+//!   people with Matrix clients of their own in encrypted rooms.
 //! - `multipart`: form bodies as the fakes read them, and [`Uploaded`](multipart::Uploaded),
 //!   a file a fake was sent.
 //! - `nats`: [`NatsServer`], a real `nats-server` with JetStream, for the cluster.
@@ -23,10 +25,14 @@
 //! - `tools`: tools for tests: [`EchoTool`], [`FailTool`], [`SleepTool`], [`BarrierTool`].
 //! - `bin/fake_llm`: the scripted server as a program that echoes every message.
 
+#![recursion_limit = "256"]
+
 pub mod audio;
 pub mod discord;
 pub mod email;
 mod llm;
+#[cfg(feature = "matrix")]
+pub mod matrix;
 pub mod mcp;
 pub mod multipart;
 pub mod nats;
