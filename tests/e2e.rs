@@ -74,6 +74,10 @@ mod http;
 mod images;
 /// A misbehaving LLM: endless, huge, stalled, broken streams; repeated tool-call ids.
 mod llm;
+/// Matrix on a real Synapse: encryption across a restart, threads, invites, an access
+/// token, the homeserver restarting.
+#[cfg(feature = "matrix")]
+mod matrix;
 /// MCP servers over stdio: tools offered and called, only the entry's environment, a crash
 /// and a restart, `/stop` mid-call.
 #[cfg(feature = "mcp")]

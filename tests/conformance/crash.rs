@@ -50,7 +50,7 @@ pub(crate) async fn nothing_is_answered_twice_across_a_kill_9<P: Platform>() {
     // Killed the moment the answer is journaled delivered, whatever the platform was told.
     // (Between the platform taking an answer and the journal recording it, a kill makes the
     // answer go out again: no platform takes an idempotency key for a message.)
-    journaled_delivered::<P>(dir.path(), &first).await;
+    journaled_delivered(&fake, dir.path(), &first).await;
     child.start_kill().expect("kill -9");
     child.wait().await.expect("ended");
 
@@ -125,15 +125,19 @@ pub(crate) async fn messages_in_flight_at_a_kill_9_are_answered_once_after_the_r
 
 /// Waits until `written` is journaled delivered in its session (the journal is a file: it
 /// is read again every millisecond).
-async fn journaled_delivered<P: Platform>(dir: &std::path::Path, written: &Written) {
-    let path = dir.join(format!("state/sessions/{}_{}.jsonl", P::NAME, written.chat));
+async fn journaled_delivered<P: Platform>(fake: &P, dir: &std::path::Path, written: &Written) {
+    let key = switchboard_core::SessionKey::from(format!("{}_{}", P::NAME, written.chat));
+    let path = switchboard_sessions::transcript::file_of(&dir.join("state/sessions"), &key);
     let deadline = Instant::now() + PATIENCE;
     loop {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let id = fake.platform_id(written);
         let delivered = text.lines().any(|line| {
             serde_json::from_str::<serde_json::Value>(line).is_ok_and(|record| {
                 record["inbound"]["state"] == "delivered"
-                    && record["inbound"]["id"] == written.id.as_str()
+                    && id
+                        .as_deref()
+                        .is_some_and(|id| record["inbound"]["id"] == id)
             })
         });
         if delivered {
@@ -218,8 +222,11 @@ pub(crate) async fn a_file_the_platform_took_before_a_kill_9_is_not_sent_again<P
     // Killed once the send is recorded (between the platform taking it and the record, a
     // kill sends it again: no platform takes an idempotency key for an upload).
     let state = switchboard_sessions::FileState::new(&dir.path().join("state"));
-    let key = format!("outbox/default/{}_{}", P::NAME, said.chat);
-    let key = key.replace(':', "=3A");
+    let session = format!("{}_{}", P::NAME, said.chat);
+    let key = format!(
+        "outbox/default/{}",
+        switchboard_core::state::segment(&session)
+    );
     let deadline = Instant::now() + PATIENCE;
     loop {
         use switchboard_core::StateStore;

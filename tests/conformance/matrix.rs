@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use switchboard_testkit::matrix::matrix_sdk::ruma::OwnedRoomId;
 use serde_json::json;
+use switchboard_testkit::matrix::matrix_sdk::ruma::OwnedRoomId;
 use switchboard_testkit::matrix::{Person, Proxy, Seen, Synapse};
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
@@ -102,7 +102,11 @@ impl Matrix {
 
     /// The event `written` was sent as, once sent.
     pub(crate) fn event(&self, written: &Written) -> Option<String> {
-        self.events.lock().expect("events").get(&written.id).cloned()
+        self.events
+            .lock()
+            .expect("events")
+            .get(&written.id)
+            .cloned()
     }
 
     /// What the bot wrote in `chat`, as the person of the chat's client read it.
@@ -133,7 +137,9 @@ async fn send_in_order(
     let mut joined = false;
     while let Some(job) = jobs.recv().await {
         if !joined {
-            person.wait_joined(&room, &bot, Duration::from_secs(60)).await;
+            person
+                .wait_joined(&room, &bot, Duration::from_secs(60))
+                .await;
             joined = true;
         }
         let (id, event) = match job {
@@ -145,13 +151,22 @@ async fn send_in_order(
             }
             Job::File(id, caption, bytes) => {
                 let event = person
-                    .send_file(&room, "notes.bin", "application/octet-stream", bytes, Some(&caption))
+                    .send_file(
+                        &room,
+                        "notes.bin",
+                        "application/octet-stream",
+                        bytes,
+                        Some(&caption),
+                    )
                     .await;
                 (id, event)
             }
             Job::Voice(id, bytes, seconds) => (id, person.send_voice(&room, bytes, seconds).await),
         };
-        events.lock().expect("events").insert(id.clone(), event.clone());
+        events
+            .lock()
+            .expect("events")
+            .insert(id.clone(), event.clone());
         if again.lock().expect("again").remove(&id) {
             let _ = proxy_again.send(event);
         }
@@ -245,10 +260,7 @@ impl Platform for Matrix {
         match self.event(written) {
             Some(event) => self.proxy.deliver_again(&event),
             None => {
-                self.again
-                    .lock()
-                    .expect("again")
-                    .insert(written.id.clone());
+                self.again.lock().expect("again").insert(written.id.clone());
                 // Sent meanwhile: its event is known now.
                 if let Some(event) = self.event(written)
                     && self.again.lock().expect("again").remove(&written.id)
@@ -257,6 +269,10 @@ impl Platform for Matrix {
                 }
             }
         }
+    }
+
+    fn platform_id(&self, written: &Written) -> Option<String> {
+        self.event(written)
     }
 
     fn chat_of(&self, person: u64) -> String {
@@ -269,7 +285,10 @@ impl Platform for Matrix {
             .iter()
             .filter(|message| {
                 message.edits().is_none()
-                    && matches!(message.content["msgtype"].as_str(), Some("m.text" | "m.notice"))
+                    && matches!(
+                        message.content["msgtype"].as_str(),
+                        Some("m.text" | "m.notice")
+                    )
             })
             .map(|message| {
                 // Its text now: the latest edit's.

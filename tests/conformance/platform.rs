@@ -119,6 +119,13 @@ pub(crate) trait Platform: Sized {
     /// it (Slack's retried event, Discord's replayed dispatch, Telegram's repeated update).
     fn deliver_again(&self, written: &Written);
 
+    /// The id the platform gave `written` (the channel and its journal know it by that),
+    /// once it has one: the suite's own where the suite names messages (Matrix's event ids
+    /// are the homeserver's, known once sent).
+    fn platform_id(&self, written: &Written) -> Option<String> {
+        Some(written.id.clone())
+    }
+
     /// The private chat of `person`.
     fn chat_of(&self, person: u64) -> String;
 

@@ -219,8 +219,12 @@ impl Inner {
             let inviter = inviter.as_deref().unwrap_or("someone unknown");
             if allowed || direct {
                 match room.join().await {
-                    Ok(()) => tracing::info!(room = %room.room_id(), inviter, direct, "Matrix: joined a room on invite"),
-                    Err(err) => tracing::warn!(room = %room.room_id(), inviter, error = %err, "Matrix: an invite could not be taken (tried again at the next sync)"),
+                    Ok(()) => {
+                        tracing::info!(room = %room.room_id(), inviter, direct, "Matrix: joined a room on invite")
+                    }
+                    Err(err) => {
+                        tracing::warn!(room = %room.room_id(), inviter, error = %err, "Matrix: an invite could not be taken (tried again at the next sync)")
+                    }
                 }
             } else {
                 tracing::info!(room = %room.room_id(), inviter, "Matrix: declined an invite to a room from someone not in channels.matrix.allow_from");
@@ -251,7 +255,10 @@ impl Inner {
             .await
             .map_err(|err| mapped(&err, "syncing"))?;
         self.answer_invites(client).await;
-        let me = client.user_id().map(|me| me.to_string()).unwrap_or_default();
+        let me = client
+            .user_id()
+            .map(|me| me.to_string())
+            .unwrap_or_default();
         for (room_id, update) in response.rooms.joined {
             let Some(room) = client.get_room(&room_id) else {
                 continue;
@@ -359,11 +366,13 @@ impl Inner {
     /// Tells the author of a message that stayed locked that it was not read.
     async fn give_up(&self, room: &Room, waiting: &Locked) {
         tracing::warn!(room = %waiting.room, sender = waiting.sender, "Matrix: a message's key never came; its author is told");
-        if room.state() != RoomState::Joined || !self
+        if room.state() != RoomState::Joined
+            || !self
                 .admit
                 .gate()
                 .allows(&waiting.sender, Some(&waiting.sender))
-                .await {
+                .await
+        {
             return;
         }
         let notice = serde_json::json!({

@@ -183,11 +183,16 @@ mod tests {
             Some("access_token".into())
         );
         assert_eq!(
-            key("enabled = true\nhomeserver = \"matrix.example.org\"\nuser = \"@bot:x\"\npassword = \"a\""),
+            key(
+                "enabled = true\nhomeserver = \"matrix.example.org\"\nuser = \"@bot:x\"\npassword = \"a\""
+            ),
             Some("homeserver".into())
         );
         assert_eq!(
-            key(&format!("{}password = \"a\"", base.replace("@bot:example.org", "bot"))),
+            key(&format!(
+                "{}password = \"a\"",
+                base.replace("@bot:example.org", "bot")
+            )),
             Some("user".into())
         );
         assert_eq!(

@@ -129,8 +129,7 @@ fn file_of(content: &Value) -> Option<FileRef> {
         .filter(|name| !name.is_empty())
         .unwrap_or("file");
     let voice = content["msgtype"] == "m.audio"
-        && (content.get("org.matrix.msc3245.voice").is_some()
-            || content.get("m.voice").is_some());
+        && (content.get("org.matrix.msc3245.voice").is_some() || content.get("m.voice").is_some());
     Some(FileRef {
         name: name.to_owned(),
         url: source.to_string(),
@@ -187,7 +186,10 @@ mod tests {
     #[test]
     fn a_text_reaches_its_room_and_a_thread_its_own_chat() {
         let plain = arrival(&message(json!({"msgtype": "m.text", "body": "hi"})), ROOM);
-        assert_eq!((plain.chat.as_str(), plain.text.as_str()), ("!r:example.org", "hi"));
+        assert_eq!(
+            (plain.chat.as_str(), plain.text.as_str()),
+            ("!r:example.org", "hi")
+        );
         assert!(plain.private);
         assert_eq!(plain.message, "$e1");
 
@@ -196,17 +198,29 @@ mod tests {
                              "m.in_reply_to": {"event_id": "$latest"}}}));
         let in_thread = arrival(&threaded, ROOM);
         assert_eq!(in_thread.chat, "!r:example.org/$root");
-        assert_eq!(in_thread.reply_to, None, "the thread's fallback is no reply");
+        assert_eq!(
+            in_thread.reply_to, None,
+            "the thread's fallback is no reply"
+        );
         assert!(!in_thread.private, "no pairing code goes into a thread");
-        assert_eq!(place_of(&in_thread.chat), Some(("!r:example.org", Some("$root"))));
+        assert_eq!(
+            place_of(&in_thread.chat),
+            Some(("!r:example.org", Some("$root")))
+        );
 
-        let rooms_only = RoomFacts { threads: false, ..ROOM };
+        let rooms_only = RoomFacts {
+            threads: false,
+            ..ROOM
+        };
         assert_eq!(arrival(&threaded, rooms_only).chat, "!r:example.org");
         assert_eq!(place_of("!r:example.org"), Some(("!r:example.org", None)));
         assert_eq!(place_of("general"), None);
         assert_eq!(place_of("!r:example.org/$"), None);
         // Room version 12: a room id is its create event's hash.
-        assert_eq!(place_of("!czd4RbBB-O_x/$e"), Some(("!czd4RbBB-O_x", Some("$e"))));
+        assert_eq!(
+            place_of("!czd4RbBB-O_x/$e"),
+            Some(("!czd4RbBB-O_x", Some("$e")))
+        );
     }
 
     #[test]
@@ -223,9 +237,11 @@ mod tests {
 
     #[test]
     fn files_keep_their_source_and_caption() {
-        let image = message(json!({"msgtype": "m.image", "body": "what is this?", "filename": "cat.png",
+        let image = message(
+            json!({"msgtype": "m.image", "body": "what is this?", "filename": "cat.png",
             "file": {"url": "mxc://example.org/abc", "key": {"k": "secret"}, "iv": "x", "hashes": {}, "v": "v2"},
-            "info": {"size": 1234, "mimetype": "image/png"}}));
+            "info": {"size": 1234, "mimetype": "image/png"}}),
+        );
         let pictured = arrival(&image, ROOM);
         assert_eq!(pictured.text, "what is this?");
         let file = &pictured.files[0];
@@ -234,9 +250,11 @@ mod tests {
         let source: Value = serde_json::from_str(&file.url).expect("json");
         assert_eq!(source["file"]["url"], "mxc://example.org/abc");
 
-        let voice = message(json!({"msgtype": "m.audio", "body": "Voice message", "url": "mxc://example.org/v",
+        let voice = message(
+            json!({"msgtype": "m.audio", "body": "Voice message", "url": "mxc://example.org/v",
             "info": {"duration": 4000, "mimetype": "audio/ogg", "size": 10},
-            "org.matrix.msc3245.voice": {}}));
+            "org.matrix.msc3245.voice": {}}),
+        );
         let voice = arrival(&voice, ROOM);
         assert_eq!(voice.text, "", "a file's name is not its caption");
         assert!(voice.files[0].voice);
@@ -246,17 +264,30 @@ mod tests {
     #[test]
     fn what_is_not_a_persons_message_is_ignored() {
         let ignored = |event: Value| matches!(read(&event, ME, ROOM), Incoming::Ignore(_));
-        assert!(ignored(json!({"type": "m.reaction", "sender": "@ada:example.org", "event_id": "$r", "content": {}})));
-        assert!(ignored(json!({"type": "m.room.message", "sender": ME, "event_id": "$o",
-            "content": {"msgtype": "m.text", "body": "mine"}})));
-        assert!(ignored(message(json!({"msgtype": "m.notice", "body": "a bot"}))));
-        assert!(ignored(message(json!({"msgtype": "m.text", "body": "* fixed",
+        assert!(ignored(
+            json!({"type": "m.reaction", "sender": "@ada:example.org", "event_id": "$r", "content": {}})
+        ));
+        assert!(ignored(
+            json!({"type": "m.room.message", "sender": ME, "event_id": "$o",
+            "content": {"msgtype": "m.text", "body": "mine"}})
+        ));
+        assert!(ignored(message(
+            json!({"msgtype": "m.notice", "body": "a bot"})
+        )));
+        assert!(ignored(message(
+            json!({"msgtype": "m.text", "body": "* fixed",
             "m.new_content": {"msgtype": "m.text", "body": "fixed"},
-            "m.relates_to": {"rel_type": "m.replace", "event_id": "$e0"}}))));
+            "m.relates_to": {"rel_type": "m.replace", "event_id": "$e0"}})
+        )));
         assert!(ignored(message(json!({"msgtype": "m.text", "body": "  "}))));
         assert!(ignored(message(json!({"msgtype": "m.image", "body": "x"}))));
-        assert!(ignored(message(json!({"msgtype": "m.location", "body": "geo"}))));
-        let emote = arrival(&message(json!({"msgtype": "m.emote", "body": "waves"})), ROOM);
+        assert!(ignored(message(
+            json!({"msgtype": "m.location", "body": "geo"})
+        )));
+        let emote = arrival(
+            &message(json!({"msgtype": "m.emote", "body": "waves"})),
+            ROOM,
+        );
         assert_eq!(emote.text, "* waves");
     }
 }

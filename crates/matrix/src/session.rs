@@ -46,7 +46,11 @@ impl Paths {
 async fn client(settings: &MatrixSettings, store: Option<&Path>) -> Result<Client, CoreError> {
     let mut builder = Client::builder()
         .homeserver_url(settings.homeserver.as_str())
-        .request_config(RequestConfig::new().disable_retry().timeout(REQUEST_TIMEOUT))
+        .request_config(
+            RequestConfig::new()
+                .disable_retry()
+                .timeout(REQUEST_TIMEOUT),
+        )
         .with_encryption_settings(EncryptionSettings {
             auto_enable_cross_signing: true,
             ..EncryptionSettings::default()
@@ -145,11 +149,15 @@ async fn device_of(settings: &MatrixSettings, token: &str) -> Result<String, Cor
             whoami.user_id, settings.user
         )));
     }
-    whoami.device_id.map(|device| device.to_string()).ok_or_else(|| {
-        channel_error(
-            "the access token belongs to no device; make one by logging in (see the README)".into(),
-        )
-    })
+    whoami
+        .device_id
+        .map(|device| device.to_string())
+        .ok_or_else(|| {
+            channel_error(
+                "the access token belongs to no device; make one by logging in (see the README)"
+                    .into(),
+            )
+        })
 }
 
 /// The session kept by an earlier start, if it is `user`'s.

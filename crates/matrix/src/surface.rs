@@ -11,19 +11,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
+use matrix_sdk::media::{MediaFormat, MediaRequestParameters};
 use matrix_sdk::ruma::api::client::error::{ErrorKind, RetryAfter};
 use matrix_sdk::ruma::api::client::receipt::create_receipt::v3::ReceiptType;
 use matrix_sdk::ruma::events::receipt::ReceiptThread;
 use matrix_sdk::ruma::events::room::MediaSource;
 use matrix_sdk::ruma::{EventId, OwnedEventId, OwnedRoomId, RoomId};
-use matrix_sdk::media::{MediaFormat, MediaRequestParameters};
 use matrix_sdk::{Client, Room};
 use serde_json::{Value, json};
-use tokio::sync::OnceCell;
 use switchboard_adapter::{
     Arrival, Chunks, Fetch, FileRef, Form, Measure, Said, Surface, Upload, telegram_html,
 };
 use switchboard_core::{ChatId, CoreError, MediaKind, MediaLimits};
+use tokio::sync::OnceCell;
 
 use crate::convert::place_of;
 
@@ -65,12 +65,14 @@ pub(crate) struct Rooms {
 
 impl Rooms {
     fn room(&self, place: &Place) -> Result<Room, CoreError> {
-        logged_in(&self.client)?.get_room(&place.room).ok_or_else(|| {
-            channel_error(format!(
-                "the bot is not in {} (it was never invited, or it left)",
-                place.room
-            ))
-        })
+        logged_in(&self.client)?
+            .get_room(&place.room)
+            .ok_or_else(|| {
+                channel_error(format!(
+                    "the bot is not in {} (it was never invited, or it left)",
+                    place.room
+                ))
+            })
     }
 
     /// `content` placed: in its thread, or as a reply to `answering`.
@@ -184,10 +186,7 @@ impl Surface for Rooms {
         let bytes = tokio::fs::read(upload.path)
             .await
             .map_err(|err| channel_error(format!("cannot read {}: {err}", file.name)))?;
-        let mime: mime::Mime = file
-            .mime
-            .parse()
-            .unwrap_or(mime::APPLICATION_OCTET_STREAM);
+        let mime: mime::Mime = file.mime.parse().unwrap_or(mime::APPLICATION_OCTET_STREAM);
         let room = self.room(place)?;
         let encrypted = room
             .latest_encryption_state()
@@ -257,9 +256,9 @@ impl Fetch for Files {
             .get_media_content(&request, false)
             .await
             .map_err(|err| format!("the homeserver did not give it: {err}"))?;
-        Ok(Box::pin(futures::stream::once(async move {
-            Ok(bytes.into())
-        })))
+        Ok(Box::pin(futures::stream::once(
+            async move { Ok(bytes.into()) },
+        )))
     }
 
     fn admitted(&self, arrival: &Arrival) {
@@ -270,9 +269,9 @@ impl Fetch for Files {
         ) else {
             return;
         };
-        let Some(room) = RoomId::parse(room).ok().and_then(|room| {
-            self.client.get()?.get_room(&room)
-        })
+        let Some(room) = RoomId::parse(room)
+            .ok()
+            .and_then(|room| self.client.get()?.get_room(&room))
         else {
             return;
         };
@@ -347,7 +346,10 @@ mod tests {
         let threaded = Rooms::placed(&place("!r:x/$root"), body.clone(), Some("$asked"), true);
         assert_eq!(threaded["m.relates_to"]["rel_type"], "m.thread");
         assert_eq!(threaded["m.relates_to"]["event_id"], "$root");
-        assert_eq!(threaded["m.relates_to"]["m.in_reply_to"]["event_id"], "$asked");
+        assert_eq!(
+            threaded["m.relates_to"]["m.in_reply_to"]["event_id"],
+            "$asked"
+        );
         assert_eq!(threaded["m.relates_to"]["is_falling_back"], false);
         let later = Rooms::placed(&place("!r:x/$root"), body.clone(), Some("$asked"), false);
         assert_eq!(later["m.relates_to"]["is_falling_back"], true);
@@ -370,6 +372,10 @@ mod tests {
         assert_eq!(reply["formatted_body"], "<b>done</b>");
         assert_eq!(reply["body"], "**done**");
         assert_eq!(text_content(&said(Form::Notice))["msgtype"], "m.notice");
-        assert!(text_content(&said(Form::Draft)).get("formatted_body").is_none());
+        assert!(
+            text_content(&said(Form::Draft))
+                .get("formatted_body")
+                .is_none()
+        );
     }
 }

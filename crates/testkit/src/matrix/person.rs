@@ -164,7 +164,9 @@ impl Person {
     }
 
     fn joined_room(&self, room: &RoomId) -> Room {
-        self.client.get_room(room).expect("the person is in the room")
+        self.client
+            .get_room(room)
+            .expect("the person is in the room")
     }
 
     /// Waits until `who` has joined `room`, as the person's client sees it.
@@ -189,7 +191,28 @@ impl Person {
         }
     }
 
-    /// Whether `who` is a member of `room` (joined or invited), as the person's client sees it.
+    /// Joins `room` once the invite to it reached the person's client.
+    ///
+    /// # Panics
+    /// When no invite came within 30 s, or the homeserver refuses.
+    pub async fn accept_invite(&self, room: &RoomId) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(invited) = self.client.get_room(room) {
+                if invited.state() == matrix_sdk::RoomState::Joined {
+                    return;
+                }
+                if invited.state() == matrix_sdk::RoomState::Invited {
+                    invited.join().await.expect("joining");
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "no invite to {room} came");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether `who` left `room` (or declined its invite), as the person's client sees it.
     pub async fn left(&self, room: &RoomId, who: &str) -> bool {
         let who = UserId::parse(who).expect("a user id");
         let Some(room) = self.client.get_room(room) else {
@@ -253,9 +276,10 @@ impl Person {
         audio.duration = Some(Duration::from_secs(u64::from(seconds)));
         audio.size = matrix_sdk::ruma::UInt::new(bytes.len() as u64);
         let mut config = AttachmentConfig::new();
+        // The SDK marks it a voice message when it has a waveform, as apps record one.
         config.info = Some(AttachmentInfo::Voice {
             audio_info: audio,
-            waveform: None,
+            waveform: Some(vec![0; 30]),
         });
         let mime: mime::Mime = "audio/ogg".parse().expect("a MIME type");
         let sent = self

@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone, Debug)]
 pub struct Write {
     pub room: String,
+    /// Its event type as sent: `m.room.encrypted` in an encrypted room.
+    pub event_type: String,
     /// The event the homeserver made of it.
     pub event: String,
     /// Its relation as sent (`m.relates_to`): a thread, a reply, an edit.
@@ -194,7 +196,7 @@ impl Drop for Proxy {
 /// What a request is, as the proxy notes it.
 enum Kind {
     Sync,
-    Send { room: String },
+    Send { room: String, event_type: String },
     Typing { room: String },
     Upload,
     Download,
@@ -216,8 +218,11 @@ fn kind(method: &Method, path: &str) -> Kind {
         && let Some(room) = room_after("send")
     {
         let event_type = parts.iter().rev().nth(1).map(String::as_str);
-        if matches!(event_type, Some("m.room.message" | "m.room.encrypted")) {
-            Kind::Send { room }
+        if let Some(event_type @ ("m.room.message" | "m.room.encrypted")) = event_type {
+            Kind::Send {
+                room,
+                event_type: event_type.to_owned(),
+            }
         } else {
             Kind::Other
         }
@@ -277,7 +282,7 @@ async fn pass(
                 record.syncs_from_a_token += 1;
             }
         }
-        Kind::Send { room } => {
+        Kind::Send { room, .. } => {
             let mut record = shared.record.lock().expect("record");
             if let Some((left, wait)) = record.limit.get_mut(room)
                 && *left > 0
@@ -297,8 +302,8 @@ async fn pass(
             }
         }
         Kind::Typing { room } => {
-            let typing = serde_json::from_slice::<Value>(&body)
-                .is_ok_and(|body| body["typing"] == true);
+            let typing =
+                serde_json::from_slice::<Value>(&body).is_ok_and(|body| body["typing"] == true);
             if typing {
                 *shared
                     .record
@@ -393,7 +398,7 @@ fn note(shared: &Shared, kind: &Kind, sent: &[u8], answer: &[u8], since: Option<
                 }
             }
         }
-        Kind::Send { room } => {
+        Kind::Send { room, event_type } => {
             let relates_to = serde_json::from_slice::<Value>(sent)
                 .map(|sent| sent["m.relates_to"].clone())
                 .unwrap_or_default();
@@ -403,6 +408,7 @@ fn note(shared: &Shared, kind: &Kind, sent: &[u8], answer: &[u8], since: Option<
                 .unwrap_or_default();
             record.writes.push(Write {
                 room: room.clone(),
+                event_type: event_type.clone(),
                 event,
                 relates_to,
                 at: Instant::now(),

@@ -106,8 +106,7 @@ impl Synapse {
             {
                 panic!(
                     "Synapse ended ({status}): {}\n{}",
-                    std::fs::read_to_string(self.dir.path().join("stderr.log"))
-                        .unwrap_or_default(),
+                    std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default(),
                     self.log()
                 );
             }
@@ -150,8 +149,10 @@ impl Synapse {
         let response = self
             .http
             .post(&endpoint)
-            .json(&json!({"nonce": nonce, "username": name, "password": password,
-                          "admin": false, "mac": mac}))
+            .json(
+                &json!({"nonce": nonce, "username": name, "password": password,
+                          "admin": false, "mac": mac}),
+            )
             .send()
             .await
             .expect("registering");
