@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-features=otlp,mcp,slack,whatsapp,signal,email,cluster
+features=otlp,mcp,slack,whatsapp,signal,email,matrix,cluster
 binary=${1:-}
 if [ -z "$binary" ]; then
     cargo build --release --locked -p switchboard --features "$features"

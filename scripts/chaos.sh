@@ -18,7 +18,7 @@ shift || true
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
 
-features=switchboard/otlp,switchboard/mcp,switchboard/slack,switchboard/whatsapp,switchboard/signal,switchboard/email,switchboard/cluster
+features=switchboard/otlp,switchboard/mcp,switchboard/slack,switchboard/whatsapp,switchboard/signal,switchboard/email,switchboard/matrix,switchboard/cluster
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
 

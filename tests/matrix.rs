@@ -99,6 +99,16 @@ async fn an_encrypted_chat_stays_readable_across_a_restart_and_what_came_meanwhi
         "each reached the model once"
     );
     assert_eq!(kept_device(dir.path()), device, "one device, kept");
+    // The device is signed by the bot's own cross-signing identity, set up at its login.
+    let bot = matrix_sdk::ruma::UserId::parse(platform.bot.as_str()).expect("an id");
+    let identity = platform
+        .person(ADA)
+        .client
+        .encryption()
+        .request_user_identity(&bot)
+        .await
+        .expect("the bot's identity");
+    assert!(identity.is_some(), "the bot has a cross-signing identity");
     let writes = platform.proxy.writes(&first.chat);
     assert!(
         !writes.is_empty()

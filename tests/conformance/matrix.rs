@@ -110,7 +110,7 @@ impl Matrix {
     }
 
     /// What the bot wrote in `chat`, as the person of the chat's client read it.
-    fn from_bot(&self, chat: &str) -> Vec<Seen> {
+    fn bot_wrote(&self, chat: &str) -> Vec<Seen> {
         self.people
             .values()
             .find(|person| {
@@ -280,7 +280,7 @@ impl Platform for Matrix {
     }
 
     fn posted(&self, chat: &str) -> Vec<Posted> {
-        let seen = self.from_bot(chat);
+        let seen = self.bot_wrote(chat);
         let texts = seen
             .iter()
             .filter(|message| {
@@ -294,8 +294,7 @@ impl Platform for Matrix {
                 // Its text now: the latest edit's.
                 let text = seen
                     .iter()
-                    .filter(|edit| edit.edits() == Some(message.event.as_str()))
-                    .next_back()
+                    .rfind(|edit| edit.edits() == Some(message.event.as_str()))
                     .map_or(&message.content["body"], |edit| {
                         &edit.content["m.new_content"]["body"]
                     });
@@ -310,7 +309,7 @@ impl Platform for Matrix {
     }
 
     fn files(&self, chat: &str) -> Vec<Received> {
-        let seen = self.from_bot(chat);
+        let seen = self.bot_wrote(chat);
         let Some(person) = self
             .rooms
             .iter()
@@ -424,7 +423,7 @@ impl Platform for Matrix {
                     "{what} did not happen within {PATIENCE:?}; the bot posted: {:?}",
                     self.rooms
                         .values()
-                        .map(|room| self.from_bot(room.as_str()))
+                        .map(|room| self.bot_wrote(room.as_str()))
                         .collect::<Vec<_>>()
                 );
                 return;

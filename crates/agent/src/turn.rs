@@ -299,7 +299,7 @@ impl Turn<'_> {
             .instrument(context.clone())
             .await;
         let system = match self.session.summary() {
-            Some(summary) => system + &crate::summary::prompt_section(summary),
+            Some(summary) => system + crate::summary::prompt_section(summary).as_str(),
             None => system,
         };
         let mut request = context.in_scope(|| ChatRequest {

@@ -272,9 +272,10 @@ impl Person {
     /// When it cannot be sent.
     pub async fn send_voice(&self, room: &RoomId, bytes: Vec<u8>, seconds: u32) -> String {
         use matrix_sdk::attachment::{AttachmentConfig, AttachmentInfo, BaseAudioInfo};
-        let mut audio = BaseAudioInfo::default();
-        audio.duration = Some(Duration::from_secs(u64::from(seconds)));
-        audio.size = matrix_sdk::ruma::UInt::new(bytes.len() as u64);
+        let audio = BaseAudioInfo {
+            duration: Some(Duration::from_secs(u64::from(seconds))),
+            size: matrix_sdk::ruma::UInt::new(bytes.len() as u64),
+        };
         let mut config = AttachmentConfig::new();
         // The SDK marks it a voice message when it has a waveform, as apps record one.
         config.info = Some(AttachmentInfo::Voice {
