@@ -344,7 +344,7 @@ pub(crate) async fn a_stranger_gets_a_pairing_code_and_is_answered_once_approved
 }
 
 pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Platform>() {
-    const RETRY_AFTER: Duration = Duration::from_secs(3);
+    let retry_after = P::RETRY_AFTER;
     let t = Run::<P>::start(true).await;
     let reply = numbered("word", 20);
     t.llm
@@ -354,7 +354,7 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
         .wait("the draft", |f| !f.posted(&ada.chat).is_empty())
         .await;
     // The draft's next edit is answered 429: nothing more may reach Ada's chat for 3 s.
-    t.fake.rate_limit(&ada.chat, RETRY_AFTER, 1);
+    t.fake.rate_limit(&ada.chat, retry_after, 1);
     t.fake
         .wait("the 429", |f| !f.limited_at(&ada.chat).is_empty())
         .await;
@@ -377,7 +377,7 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
         .fake
         .writes(&ada.chat, None)
         .into_iter()
-        .filter(|at| *at > limited && *at < limited + RETRY_AFTER)
+        .filter(|at| *at > limited && *at < limited + retry_after)
         .collect();
     assert!(
         early.is_empty(),
@@ -386,11 +386,11 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
     );
     let last = *t.fake.writes(&ada.chat, None).last().expect("writes");
     assert!(
-        last >= limited + RETRY_AFTER,
+        last >= limited + retry_after,
         "the reply waited out retry_after"
     );
     assert!(
-        carol_at < limited + RETRY_AFTER,
+        carol_at < limited + retry_after,
         "the other chat was not held"
     );
     let posts = t.fake.posted(&ada.chat);
@@ -408,10 +408,10 @@ pub(crate) async fn a_429_holds_every_call_to_its_chat_and_no_other_chat<P: Plat
     expect(dead_code, reason = "only the platforms without edits run it")
 )]
 pub(crate) async fn a_429_on_a_reply_holds_its_chat_and_no_other_chat<P: Platform>() {
-    const RETRY_AFTER: Duration = Duration::from_secs(3);
+    let retry_after = P::RETRY_AFTER;
     let t = Run::<P>::start(false).await;
     let ada_chat = t.fake.chat_of(ADA);
-    t.fake.rate_limit(&ada_chat, RETRY_AFTER, 1);
+    t.fake.rate_limit(&ada_chat, retry_after, 1);
     let ada = t.fake.dm(ADA, "first in line");
     t.fake
         .wait("the 429", |f| !f.limited_at(&ada.chat).is_empty())
@@ -425,11 +425,11 @@ pub(crate) async fn a_429_on_a_reply_holds_its_chat_and_no_other_chat<P: Platfor
     assert!(
         writes
             .iter()
-            .all(|at| *at <= limited || *at >= limited + RETRY_AFTER),
+            .all(|at| *at <= limited || *at >= limited + retry_after),
         "a write reached the chat within retry_after"
     );
     assert!(
-        carol_at < limited + RETRY_AFTER,
+        carol_at < limited + retry_after,
         "the other chat was not held"
     );
     assert_eq!(replies(&t.fake, &ada).len(), 1, "the reply went out once");

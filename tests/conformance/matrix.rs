@@ -178,6 +178,9 @@ impl Platform for Matrix {
     const NAME: &'static str = "matrix";
     const LIMIT: usize = switchboard_matrix::MESSAGE_LIMIT;
     const DOCUMENT_LIMIT: u64 = 50 * 1024 * 1024;
+    // The other chat's answer is its first encrypted exchange (keys claimed and shared both
+    // ways, on a homeserver in Python): seconds on a loaded machine.
+    const RETRY_AFTER: Duration = Duration::from_secs(10);
 
     async fn start() -> Self {
         let _ = tracing_subscriber::fmt()

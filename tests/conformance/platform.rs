@@ -88,6 +88,9 @@ pub(crate) trait Platform: Sized {
     const LIMIT: usize;
     /// The largest document the platform takes from a bot, in bytes.
     const DOCUMENT_LIMIT: u64;
+    /// The `retry_after` of the suite's 429s: long enough for another chat's whole answer
+    /// to arrive within it while the held chat waits.
+    const RETRY_AFTER: Duration = Duration::from_secs(3);
 
     /// Starts the fake.
     async fn start() -> Self;
