@@ -292,12 +292,10 @@ async fn the_homeserver_restarting_under_the_channel_loses_and_repeats_nothing()
     platform
         .wait("the first answer", |p| texts(p, &first.chat).len() == 1)
         .await;
+    // The sync under way breaks; the channel syncs again (its first try may wait in
+    // Synapse's backlog while it starts, then long-polls there until "after" comes).
     platform.synapse.kill();
-    let syncs = platform.sessions();
     platform.synapse.resume().await;
-    platform
-        .wait("the channel syncing again", |p| p.sessions() > syncs + 1)
-        .await;
     platform.dm(ADA, "after");
     platform
         .wait("the second answer", |p| texts(p, &first.chat).len() == 2)

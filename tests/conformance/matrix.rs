@@ -183,10 +183,14 @@ impl Platform for Matrix {
     const RETRY_AFTER: Duration = Duration::from_secs(10);
 
     async fn start() -> Self {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(std::env::var("TEST_LOG").unwrap_or_default())
-            .with_test_writer()
-            .try_init();
+        // TEST_LOG=matrix_sdk=debug,… shows the SDKs' logs; without it they stay quiet, or
+        // the people's clients' errors while Synapse restarts bury a failure's message.
+        if let Ok(filter) = std::env::var("TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_test_writer()
+                .try_init();
+        }
         let changed = Arc::new(Notify::new());
         let synapse = Synapse::start().await;
         let proxy = Arc::new(Proxy::start(synapse.url(), changed.clone()).await);

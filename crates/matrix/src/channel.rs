@@ -263,8 +263,12 @@ impl Inner {
             let Some(room) = client.get_room(&room_id) else {
                 continue;
             };
-            // A room just joined brings its recent past, not all of it.
-            if update.timeline.limited && since.is_some() && known.contains(&room_id) {
+            // A room just joined brings its recent past, not all of it: nothing is missed.
+            if update.timeline.limited
+                && since.is_some()
+                && known.contains(&room_id)
+                && !joined_within(&update.timeline.events, &me)
+            {
                 tracing::warn!(room = %room_id, "Matrix: more came in a room than one sync brings; the oldest of it is not read");
             }
             for event in update.timeline.events {
@@ -393,6 +397,22 @@ impl Inner {
     }
 }
 
+/// Whether `events` hold the bot's own join: the room was joined since the last sync, and
+/// what came before it is history, not something missed.
+fn joined_within(events: &[TimelineEvent], me: &str) -> bool {
+    events.iter().any(|event| {
+        let raw = event.raw();
+        let field = |name: &str| raw.get_field::<String>(name).ok().flatten();
+        field("type").as_deref() == Some("m.room.member")
+            && field("state_key").as_deref() == Some(me)
+            && raw
+                .get_field::<Value>("content")
+                .ok()
+                .flatten()
+                .is_some_and(|content| content["membership"] == "join")
+    })
+}
+
 #[async_trait]
 impl Channel for MatrixChannel {
     fn name(&self) -> ChannelName {
@@ -461,5 +481,39 @@ impl Channel for MatrixChannel {
 
     async fn may_notify(&self, chat: &ChatId) -> bool {
         self.inner.admit.may_notify(chat).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(json: Value) -> TimelineEvent {
+        TimelineEvent::from_plaintext(Raw::from_json(
+            serde_json::value::to_raw_value(&json).expect("JSON"),
+        ))
+    }
+
+    fn member(who: &str, membership: &str) -> TimelineEvent {
+        event(serde_json::json!({
+            "type": "m.room.member", "state_key": who, "sender": who,
+            "event_id": "$m", "origin_server_ts": 1, "content": {"membership": membership},
+        }))
+    }
+
+    #[test]
+    fn only_the_bots_own_join_makes_a_short_timeline_history() {
+        let me = "@bot:localhost";
+        let text = event(serde_json::json!({
+            "type": "m.room.message", "sender": "@ada:localhost", "event_id": "$t",
+            "origin_server_ts": 1, "content": {"msgtype": "m.text", "body": "hi"},
+        }));
+        assert!(joined_within(&[text.clone(), member(me, "join")], me));
+        assert!(!joined_within(std::slice::from_ref(&text), me));
+        assert!(!joined_within(
+            &[member("@ada:localhost", "join"), text],
+            me
+        ));
+        assert!(!joined_within(&[member(me, "leave")], me));
     }
 }

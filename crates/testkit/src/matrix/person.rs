@@ -70,8 +70,11 @@ impl Person {
     pub async fn join(synapse: &Synapse, name: &str, changed: Arc<Notify>) -> Self {
         let password = format!("{name}-password");
         let id = synapse.register(name, &password).await;
+        // A phone's client tries a request again when the connection fails (the homeserver
+        // restarting, a pooled connection it closed), as Element's sending queue does.
         let client = Client::builder()
             .homeserver_url(synapse.url())
+            .request_config(matrix_sdk::config::RequestConfig::new().retry_limit(6))
             .build()
             .await
             .expect("a client");

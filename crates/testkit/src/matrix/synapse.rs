@@ -240,6 +240,12 @@ rc_presence:
 impl Drop for Synapse {
     fn drop(&mut self) {
         self.kill();
+        // SWITCHBOARD_TEST_LOGS=DIR keeps its log as DIR/synapse-<port>.log, beside the
+        // daemons' logs, for a failure's post-mortem.
+        if let Some(dir) = std::env::var_os("SWITCHBOARD_TEST_LOGS") {
+            let kept = std::path::Path::new(&dir).join(format!("synapse-{}.log", self.port));
+            let _ = std::fs::copy(self.dir.path().join("homeserver.log"), kept);
+        }
     }
 }
 
