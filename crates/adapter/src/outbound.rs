@@ -189,7 +189,7 @@ impl ChatOut {
             draft: self
                 .draft
                 .as_ref()
-                .and_then(|draft| draft.finish(Duration::ZERO).0.map(str::to_owned)),
+                .and_then(|draft| draft.message().map(str::to_owned)),
             delivered: self.delivered_parts,
             done: false,
         }
@@ -554,14 +554,10 @@ impl<S: Surface> Replies<S> {
             let draft_message = out
                 .draft
                 .as_ref()
-                .and_then(|draft| draft.finish(out.started.elapsed()).0.map(str::to_owned));
+                .and_then(|draft| draft.message().map(str::to_owned));
             match (index, draft_message) {
+                // At once, however recently the draft was edited (the draft module says why).
                 (0, Some(message)) => {
-                    // Edits stay an interval apart, the last one too.
-                    if let Some(draft) = &out.draft {
-                        let (_, wait) = draft.finish(out.started.elapsed());
-                        tokio::time::sleep(wait).await;
-                    }
                     let edit = Said {
                         as_reply: false,
                         ..said

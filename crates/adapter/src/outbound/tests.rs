@@ -180,6 +180,38 @@ async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_reply_that_streamed_past_an_edit_is_closed_at_once_not_an_interval_later() {
+    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
+    let started = Instant::now();
+    replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    replies
+        .send(out(OutboundKind::Delta("Hello".into())))
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    replies
+        .send(out(OutboundKind::Delta(" there".into())))
+        .await
+        .ok();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    replies
+        .send(out(OutboundKind::Message("Hello there, Ada".into())))
+        .await
+        .ok();
+    let calls = calls(&replies);
+    assert_eq!(calls[1], ("edit", "m0".into(), "Hello there".into(), false));
+    assert_eq!(
+        calls[2],
+        ("edit", "m0".into(), "Hello there, Ada".into(), false)
+    );
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(1300),
+        "the closing edit 200 ms after the last one, not at 2.1 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_rate_limited_draft_holds_every_call_to_its_chat_and_no_other() {
     let recorder = Recorder::default();
     *recorder
