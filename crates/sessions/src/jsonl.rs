@@ -15,13 +15,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use switchboard_core::{ChatMessage, SessionKey};
 
 use crate::durable::{append_whole, cut_partial_tail};
 use crate::error::StoreError;
 use crate::file_name::{file_stem, key_of};
+use crate::lanes::Lanes;
 use crate::record::{self, batch_lines, now_millis, snapshot_lines};
 use crate::store::{Batch, Loaded, Revision, SessionInfo, SessionStore, Snapshot, StoreHealth};
 use crate::transcript::{ARCHIVE_DIR, HISTORY_DIR};
@@ -30,10 +31,16 @@ use crate::transcript::{ARCHIVE_DIR, HISTORY_DIR};
 /// past it, appends open and close the file each time.
 const OPEN_FILES: usize = 256;
 
-/// The on-disk session store. Its file work runs on the runtime's blocking threads.
+/// The store's file work runs on at most this many threads of its own ([`Lanes`]).
+const LANES: usize = 4;
+/// A lane leaves after this long without work (tokio's blocking threads wait as long).
+const LANE_IDLE: Duration = Duration::from_secs(10);
+
+/// The on-disk session store. Its file work runs on [`LANES`] threads of its own.
 #[derive(Clone, Debug)]
 pub struct JsonlStore {
     files: Arc<Files>,
+    lanes: Arc<Lanes>,
 }
 
 /// The store's files and what it remembers about them; its calls block.
@@ -79,6 +86,7 @@ impl JsonlStore {
                 failed_writes: AtomicU64::new(0),
                 last_error: Mutex::new(None),
             }),
+            lanes: Arc::new(Lanes::new(LANES, LANE_IDLE)),
         })
     }
 
@@ -87,19 +95,26 @@ impl JsonlStore {
         self.files.path_of(key)
     }
 
-    /// Runs `work` on the runtime's blocking threads.
+    /// Runs `work` on one of the store's lanes.
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce(&Files) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let files = self.files.clone();
         let dir = files.dir.clone();
-        tokio::task::spawn_blocking(move || work(&files))
+        self.lanes
+            .run(move || work(&files))
             .await
             .map_err(|err| StoreError::Io {
                 path: dir,
                 source: std::io::Error::other(format!("the store's work did not finish: {err}")),
             })?
+    }
+
+    /// The most threads the store's file work ran on at once.
+    #[cfg(test)]
+    fn most_threads(&self) -> usize {
+        self.lanes.peak()
     }
 }
 

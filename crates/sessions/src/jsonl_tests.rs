@@ -563,3 +563,35 @@ async fn what_compaction_drops_is_kept_in_history_and_read_once() {
     expected.sort();
     assert_eq!(said(&store), expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_sessions_loading_at_once_take_a_few_threads_not_a_thousand() {
+    let (_dir, store) = store();
+    let keys: Vec<SessionKey> = (0..1000)
+        .map(|i| SessionKey::from(format!("websocket_c{i}").as_str()))
+        .collect();
+    for key in &keys {
+        let history = [ChatMessage::user("q"), ChatMessage::assistant("a")];
+        store
+            .append(key, Revision::default(), &Batch::messages(&history))
+            .await
+            .expect("append");
+    }
+    let loads: Vec<_> = keys
+        .iter()
+        .map(|key| {
+            let store = store.clone();
+            let key = key.clone();
+            tokio::spawn(async move { store.load(&key).await })
+        })
+        .collect();
+    for load in loads {
+        let loaded = load.await.expect("joined").expect("loaded");
+        assert_eq!(loaded.messages.len(), 2);
+    }
+    assert!(
+        store.most_threads() <= LANES,
+        "{} threads for 1,000 loads",
+        store.most_threads()
+    );
+}

@@ -24,6 +24,7 @@ pub mod durable;
 mod error;
 mod file_name;
 mod jsonl;
+mod lanes;
 mod record;
 mod session;
 mod state;
