@@ -330,7 +330,9 @@ async fn bench_channels(bench: &Bench<'_>, results: &mut Results) -> anyhow::Res
     Ok(())
 }
 
-/// Turns on the platform channels, streaming, one after another in one chat.
+/// Turns on the platform channels, streaming, one after another in one chat: answers at
+/// once, then answers streamed for 1.5 s (past the first edit), whose lag is timed from the
+/// model's end.
 async fn bench_channel_turns(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<()> {
     let Bench {
         args,
@@ -338,14 +340,32 @@ async fn bench_channel_turns(bench: &Bench<'_>, results: &mut Results) -> anyhow
         llm_url,
     } = bench;
     let turns = args.channel_turns;
+    let at_once = turns::Answer::AtOnce;
+    let model = ScriptedLlm::start().await?;
+    model.stop_recording();
+    let streamed = turns::Answer::Streamed {
+        model: &model,
+        words: 30,
+        gap: Duration::from_millis(50),
+    };
+    let long_turns = (turns / 5).max(5);
+    let model_url = model.base_url();
     for (tag, run) in [
         (
             "telegram",
-            turns::telegram(launcher, llm_url, 10, turns).await?,
+            turns::telegram(launcher, llm_url, at_once, 10, turns).await?,
         ),
         (
             "discord",
-            turns::discord(launcher, llm_url, 10, turns).await?,
+            turns::discord(launcher, llm_url, at_once, 10, turns).await?,
+        ),
+        (
+            "telegram_streamed_lag",
+            turns::telegram(launcher, &model_url, streamed, 2, long_turns).await?,
+        ),
+        (
+            "discord_streamed_lag",
+            turns::discord(launcher, &model_url, streamed, 2, long_turns).await?,
         ),
     ] {
         results.insert(format!("{tag}_turn_ms_p50"), run.p50_ms);
@@ -402,6 +422,7 @@ async fn bench_load(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<
         results.insert(name, values[values.len() / 2]);
     }
     results.insert("rss_after_load_mib".into(), mib(daemon.rss_kib()));
+    results.insert("threads_after_load".into(), daemon.threads() as f64);
     daemon.stop().await?;
     Ok(())
 }
@@ -512,6 +533,7 @@ async fn bench_disk(bench: &Bench<'_>, results: &mut Results) -> anyhow::Result<
     let took = scale::activate(daemon.addr, args.active_sessions, 10).await?;
     results.insert("scale_activate_secs".into(), took.as_secs_f64());
     results.insert("scale_rss_mib".into(), mib(daemon.rss_kib()));
+    results.insert("scale_threads".into(), daemon.threads() as f64);
     let one = load::through_daemon(daemon.addr, daemon.pid, 1, 200, "disk-0").await?;
     results.insert("scale_turn_ms_p50".into(), one.p(0.5));
     results.insert("scale_turn_ms_p99".into(), one.p(0.99));

@@ -2,11 +2,15 @@
 //! or the fake Discord, one message after another, and the time until the whole answer
 //! shows there (the streamed draft's closing edit) is measured, with the daemon's CPU per
 //! turn. Streaming on, the default edit interval (1 s).
+//!
+//! Two kinds of answer ([`Answer`]): at once (the bench's echoing model), timed from the
+//! message; and streamed for longer than the interval, so the draft was edited before the
+//! end, timed from the model's end (its body's last byte) — the reply's lag.
 
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use switchboard_testkit::{FakeDiscord, FakeTelegram};
+use switchboard_testkit::{FakeDiscord, FakeTelegram, Reply, ScriptedLlm};
 
 use crate::daemon::{self, Launcher};
 
@@ -14,6 +18,20 @@ use crate::daemon::{self, Launcher};
 const PERSON: u64 = 42;
 /// How long one answer may take before the run fails.
 const PATIENCE: Duration = Duration::from_secs(10);
+
+/// How the model answers each turn.
+#[derive(Clone, Copy)]
+pub enum Answer<'a> {
+    /// At once, echoing (the model at `llm_url`): timed from the message.
+    AtOnce,
+    /// `words` words streamed `gap` apart by `model` (the daemon's `llm_url`): timed from
+    /// the model's end.
+    Streamed {
+        model: &'a ScriptedLlm,
+        words: usize,
+        gap: Duration,
+    },
+}
 
 /// What a run measured.
 pub struct Turns {
@@ -40,6 +58,7 @@ fn histogram() -> Histogram<u64> {
 pub async fn telegram(
     launcher: &Launcher,
     llm_url: &str,
+    answer: Answer<'_>,
     warm: usize,
     turns: usize,
 ) -> anyhow::Result<Turns> {
@@ -56,7 +75,7 @@ pub async fn telegram(
     fake.wait_until(PATIENCE, "a long poll", |f| f.polls() > polls)
         .await;
     let chat = i64::try_from(PERSON)?;
-    let run = measure(daemon.pid, warm, turns, async |text, expected| {
+    let run = measure(daemon.pid, answer, warm, turns, async |text, expected| {
         let id = fake.private_text(PERSON, text);
         fake.wait_until(PATIENCE, "the whole answer", |f| {
             f.messages_to(chat)
@@ -75,6 +94,7 @@ pub async fn telegram(
 pub async fn discord(
     launcher: &Launcher,
     llm_url: &str,
+    answer: Answer<'_>,
     warm: usize,
     turns: usize,
 ) -> anyhow::Result<Turns> {
@@ -93,7 +113,7 @@ pub async fn discord(
     })
     .await;
     let channel = FakeDiscord::dm_channel(PERSON);
-    let run = measure(daemon.pid, warm, turns, async |text, expected| {
+    let run = measure(daemon.pid, answer, warm, turns, async |text, expected| {
         let id = fake.dm(PERSON, text);
         fake.wait_until(PATIENCE, "the whole answer", |f| {
             f.messages_to(channel)
@@ -113,6 +133,7 @@ pub async fn discord(
 /// measured ones.
 async fn measure(
     pid: u32,
+    answer: Answer<'_>,
     warm: usize,
     turns: usize,
     turn: impl AsyncFn(&str, &str),
@@ -124,11 +145,26 @@ async fn measure(
             cpu = daemon::thread_cpu_ns(pid);
         }
         let text = format!("message number {i}");
-        let expected = format!("echo: {text}");
+        let expected = match answer {
+            Answer::AtOnce => format!("echo: {text}"),
+            Answer::Streamed { model, words, gap } => {
+                let reply = (0..words)
+                    .map(|n| format!("word{n}"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                model.push(Reply::paced(reply.clone(), gap));
+                reply
+            }
+        };
         let sent = Instant::now();
         turn(&text, &expected).await;
+        let shown = Instant::now();
+        let from = match answer {
+            Answer::AtOnce => sent,
+            Answer::Streamed { model, .. } => model.last_finished().unwrap_or(sent),
+        };
         if i >= warm {
-            hist.record(sent.elapsed().as_micros().max(1) as u64)?;
+            hist.record(shown.duration_since(from).as_micros().max(1) as u64)?;
         }
     }
     let used = daemon::cpu_ns_between(&cpu, &daemon::thread_cpu_ns(pid));

@@ -181,6 +181,8 @@ struct Script {
     in_flight: std::sync::atomic::AtomicUsize,
     /// The most requests ever answered at once.
     most_in_flight: std::sync::atomic::AtomicUsize,
+    /// When the last answer's body ended (the model done, as the daemon sees it).
+    last_finished: Mutex<Option<std::time::Instant>>,
     /// What answers report they spent.
     usage: Mutex<TokenUsage>,
 }
@@ -199,6 +201,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
+        *lock(&self.0.last_finished) = Some(std::time::Instant::now());
         self.0
             .in_flight
             .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
@@ -236,6 +239,7 @@ impl ScriptedLlm {
             recorded: Notify::new(),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             most_in_flight: std::sync::atomic::AtomicUsize::new(0),
+            last_finished: Mutex::new(None),
             usage: Mutex::new(TokenUsage::default()),
         });
         let app = Router::new()
@@ -337,6 +341,11 @@ impl ScriptedLlm {
         self.script
             .in_flight
             .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// When the body of the last answer ended: the moment the model was done.
+    pub fn last_finished(&self) -> Option<std::time::Instant> {
+        *lock(&self.script.last_finished)
     }
 
     /// Starts counting [`most_in_flight`](Self::most_in_flight) afresh.
