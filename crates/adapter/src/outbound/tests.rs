@@ -156,24 +156,32 @@ fn times(replies: &Replies<Recorder>) -> Vec<(&'static str, Instant)> {
         .clone()
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
+/// Streams `pieces` (each after its wait) with a 1 s edit interval, then the whole `reply`;
+/// returns the calls made and how long it all took (time paused: only the waits count).
+async fn stream(pieces: &[(u64, &str)], reply: &str) -> (Vec<Call>, Duration) {
     let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
     let started = Instant::now();
     replies.send(out(OutboundKind::TurnStarted)).await.ok();
+    for (wait_ms, piece) in pieces {
+        tokio::time::sleep(Duration::from_millis(*wait_ms)).await;
+        replies
+            .send(out(OutboundKind::Delta((*piece).into())))
+            .await
+            .ok();
+    }
     replies
-        .send(out(OutboundKind::Delta("Hello".into())))
+        .send(out(OutboundKind::Message(reply.into())))
         .await
         .ok();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    replies
-        .send(out(OutboundKind::Message("Hello there".into())))
-        .await
-        .ok();
-    let calls = calls(&replies);
+    (calls(&replies), started.elapsed())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
+    let (calls, took) = stream(&[(0, "Hello"), (50, "")], "Hello there").await;
     assert_eq!(calls[1], ("edit", "m0".into(), "Hello there".into(), false));
     assert_eq!(
-        started.elapsed(),
+        took,
         Duration::from_millis(50),
         "no wait for the edit interval after the first send"
     );
@@ -181,31 +189,18 @@ async fn a_reply_that_ends_before_the_interval_is_closed_at_once() {
 
 #[tokio::test(start_paused = true)]
 async fn a_reply_that_streamed_past_an_edit_is_closed_at_once_not_an_interval_later() {
-    let replies = Replies::new(Arc::new(Recorder::default()), true, Duration::from_secs(1));
-    let started = Instant::now();
-    replies.send(out(OutboundKind::TurnStarted)).await.ok();
-    replies
-        .send(out(OutboundKind::Delta("Hello".into())))
-        .await
-        .ok();
-    tokio::time::sleep(Duration::from_millis(1100)).await;
-    replies
-        .send(out(OutboundKind::Delta(" there".into())))
-        .await
-        .ok();
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    replies
-        .send(out(OutboundKind::Message("Hello there, Ada".into())))
-        .await
-        .ok();
-    let calls = calls(&replies);
+    let (calls, took) = stream(
+        &[(0, "Hello"), (1100, " there"), (200, "")],
+        "Hello there, Ada",
+    )
+    .await;
     assert_eq!(calls[1], ("edit", "m0".into(), "Hello there".into(), false));
     assert_eq!(
         calls[2],
         ("edit", "m0".into(), "Hello there, Ada".into(), false)
     );
     assert_eq!(
-        started.elapsed(),
+        took,
         Duration::from_millis(1300),
         "the closing edit 200 ms after the last one, not at 2.1 s"
     );
